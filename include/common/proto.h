@@ -1,0 +1,61 @@
+/*
+ * PostgreSQL wire-protocol facts and parsers: message headers, the
+ * StartupMessage and its special codes, as spec/behaviours.md describes.
+ */
+#ifndef PGB_COMMON_PROTO_H
+#define PGB_COMMON_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Special codes in the first (untyped) message. */
+#define PROTO_CANCEL_CODE     80877102u   /* 1234.5678 */
+#define PROTO_SSL_CODE        80877103u   /* 1234.5679 */
+#define PROTO_GSSENC_CODE     80877104u   /* 1234.5680 */
+#define PROTO_V3_0            0x00030000u /* protocol 3.0 */
+#define PROTO_V3_2            0x00030002u /* protocol 3.2 (longer cancel keys) */
+#define PROTO_MAX_STARTUP_LEN 65535u      /* first two bytes of the length must be 0 */
+
+typedef enum HdrResult {
+	HDR_OK,         /* header complete and sane */
+	HDR_INCOMPLETE, /* need more bytes */
+	HDR_BAD,        /* length < 4 (or < 8 for startup), or above the limit */
+} HdrResult;
+
+typedef struct PktHdr {
+	char type;         /* message type; 0 for an untyped startup-phase message */
+	uint32_t code;     /* startup phase: protocol version or special code */
+	uint32_t len;      /* total bytes of the message incl. type byte and length */
+	uint32_t body_off; /* offset of the body (after the header) */
+} PktHdr;
+
+/*
+ * Parse a message header at `buf` (`avail` bytes present).
+ * startup = true: untyped "int32 len, int32 code" (code included in the
+ * header; body after it); else "byte type, int32 len".
+ * max_len bounds the total size (max_packet_size, or PROTO_MAX_STARTUP_LEN).
+ */
+HdrResult proto_parse_header(const uint8_t *buf, size_t avail, bool startup, uint32_t max_len, PktHdr *hdr);
+
+/* One key/value pair from a StartupMessage. */
+typedef struct StartupParam {
+	const char *key;
+	const char *value;
+} StartupParam;
+
+/*
+ * Split a StartupMessage body (after len+version) into pairs, pointing into
+ * the body. Returns the number of pairs, or -1 when the layout is broken
+ * (the spec's "invalid startup packet layout: expected terminator as last
+ * byte"). At most max_params pairs are stored; more is an error (-1).
+ */
+int proto_parse_startup(const uint8_t *body, size_t len, StartupParam *params, int max_params);
+
+/* Hex dump of the first bytes for "bad packet header: '<hex>'" (e.g. "0000000c04d2162f"). */
+void proto_hex_prefix(const uint8_t *buf, size_t len, char *out, size_t outlen);
+
+/* Human-readable name of a frontend/backend message type, for logs. */
+const char *proto_msg_name(char type, bool from_server);
+
+#endif

@@ -1,0 +1,30 @@
+/*
+ * Small helpers shared by master and workers: time, string buffers,
+ * file reading.
+ */
+#ifndef PGB_COMMON_UTIL_H
+#define PGB_COMMON_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/config.h"
+
+/* Wall-clock and monotonic time in microseconds. */
+usec_t get_time_usec(void);
+usec_t get_mono_usec(void);
+
+/* strlcpy semantics: always terminates, returns strlen(src). */
+size_t pgb_strlcpy(char *dst, const char *src, size_t size);
+
+/* malloc or die (a broken invariant: out of memory). */
+void *xmalloc(size_t size);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t size);
+char *xstrdup(const char *s);
+
+/* Read a whole file into a NUL-terminated malloc'd buffer; NULL with errno on failure. */
+char *read_file(const char *path, size_t *len_out);
+
+#endif

@@ -1,0 +1,46 @@
+/*
+ * Listening sockets, created by the master only: per TCP listen address a
+ * set of SO_REUSEPORT sockets (listener slots), and one unix socket.
+ */
+#ifndef PGB_MASTER_LISTEN_H
+#define PGB_MASTER_LISTEN_H
+
+#include <stdbool.h>
+#include <sys/socket.h>
+
+#include "common/config.h"
+
+typedef struct ListenAddr {
+	struct sockaddr_storage sa; /* resolved address with the port */
+	socklen_t salen;
+	char desc[128]; /* "127.0.0.1:6432", "[::1]:6432" */
+} ListenAddr;
+
+typedef struct Listener {
+	int fd;         /* listening socket */
+	int addr_index; /* index into ListenSet.addrs; -1 for the unix socket */
+	char desc[300]; /* for logs */
+} Listener;
+
+typedef struct ListenSet {
+	ListenAddr *addrs; /* TCP addresses that could be bound */
+	int n_addrs;
+	Listener *tcp; /* first listener slot of each address */
+	int n_tcp;
+	Listener unix_sock; /* fd -1 when there is no unix socket */
+	char unix_path[256];
+} ListenSet;
+
+/* Boot step 4: fatal "unix socket is in use, cannot continue" if another process answers. */
+void listen_check_unix_in_use(const CfGlobals *g);
+
+/* Open every listener the config asks for; fatal as spec/cli.md §3 says when nothing works. */
+void listen_setup(ListenSet *ls, const CfGlobals *g);
+
+/* Open one more SO_REUSEPORT socket on address `addr_index`; -1 on failure (logged). */
+int listen_open_slot(const ListenSet *ls, int addr_index, const CfGlobals *g);
+
+/* Close everything and remove the unix socket file (at exit). */
+void listen_close_all(ListenSet *ls);
+
+#endif

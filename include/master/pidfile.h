@@ -1,0 +1,17 @@
+/*
+ * The pidfile: refuse to start next to a live instance, remove a stale
+ * file, write ours exclusively, remove it at a normal exit.
+ */
+#ifndef PGB_MASTER_PIDFILE_H
+#define PGB_MASTER_PIDFILE_H
+
+/* Fatal if `path` names a live process (or cannot be read); removes a stale file. */
+void pidfile_check(const char *path);
+
+/* Create `path` exclusively with "<pid>\n", mode 0644. Fatal on failure. */
+void pidfile_write(const char *path);
+
+/* Remove the pidfile written by pidfile_write() (no-op if none). */
+void pidfile_remove(void);
+
+#endif

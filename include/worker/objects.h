@@ -1,0 +1,202 @@
+/*
+ * The worker's objects: databases, users, pools and connections (PgSocket
+ * for both clients and servers). Every connection state is a list; exactly
+ * one function, change_state(), moves a socket between them.
+ */
+#ifndef PGB_WORKER_OBJECTS_H
+#define PGB_WORKER_OBJECTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "common/config.h"
+#include "common/list.h"
+#include "common/userlist.h"
+#include "worker/sbuf.h"
+#include "worker/scram.h"
+
+#define MAX_TRACKED    16  /* tracked parameters per connection */
+#define CANCEL_KEY_LEN 8   /* bytes of a cancel key (protocol 3.0) */
+#define MAX_SERVER_KEY 256 /* longest server cancel key (protocol 3.2) */
+
+typedef enum SocketState {
+	CL_FREE,           /* not in use */
+	CL_JUSTFREE,       /* closed, freed at the end of the loop pass (justfree list) */
+	CL_LOGIN,          /* startup and authentication (login_clients list) */
+	CL_WAITING_LOGIN,  /* authenticated, waiting for the pool's first server (pool->waiting_clients) */
+	CL_WAITING,        /* queued for a server (pool->waiting_clients) */
+	CL_ACTIVE,         /* logged in; linked to a server or idle (pool->active_clients) */
+	CL_WAITING_CANCEL, /* cancel request not yet forwarded (pool->waiting_cancel_req) */
+	CL_ACTIVE_CANCEL,  /* cancel request being sent (pool->active_cancel_req) */
+
+	SV_FREE,           /* not in use */
+	SV_JUSTFREE,       /* closed, freed at the end of the loop pass (justfree list) */
+	SV_LOGIN,          /* connecting and logging in (pool->new_servers) */
+	SV_IDLE,           /* ready for a client (pool->idle_servers) */
+	SV_ACTIVE,         /* linked to a client (pool->active_servers) */
+	SV_USED,           /* idle for longer than server_check_delay (pool->used_servers) */
+	SV_TESTED,         /* running the reset or check query (pool->tested_servers) */
+	SV_ACTIVE_CANCEL,  /* sending a cancel request (pool->active_cancel_servers) */
+	SV_BEING_CANCELED, /* released but cancels for it are in flight (pool->being_canceled_servers) */
+} SocketState;
+
+/* Why a connection was closed: one enum so logs, SHOW and errors agree. */
+typedef enum CloseReason {
+	CR_CLIENT_CLOSE,      /* "client close request" */
+	CR_CLIENT_UNEXPECTED, /* "client unexpected eof" */
+	CR_SERVER_CLOSED,     /* "server conn crashed?" */
+	CR_OTHER,             /* free text */
+} CloseReason;
+
+typedef struct PgPool PgPool;
+typedef struct PgSocket PgSocket;
+
+/* Value of one tracked parameter (client_encoding, DateStyle, ...). */
+typedef struct VarValue {
+	char *value; /* NULL = none */
+} VarValue;
+
+/* A [databases] entry as the worker uses it (or an auto-database, or the admin db). */
+typedef struct PgDatabase {
+	List node;                  /* in databases list (sorted by name) */
+	char name[CF_MAX_DBNAME];   /* client-side name */
+	CfDatabase cf;              /* own copy of the entry (strings owned) */
+	bool admin;                 /* the pgbouncer pseudo-database */
+	bool auto_db;               /* created from the "*" entry */
+	bool paused;                /* PAUSE db / KILL db */
+	bool disabled;              /* DISABLE db */
+	bool placeholder;           /* unknown database: auth runs, then "no such database" */
+	int client_count;           /* current client connections */
+	int server_count;           /* current server connections */
+	usec_t inactive_since;      /* auto-db: when it last had no pools in use */
+	struct PgUser *forced_user; /* from user= */
+	int host_index;             /* round-robin position in a host list */
+} PgDatabase;
+
+/* A user: from auth_file, [users], or created for the admin console. */
+typedef struct PgUser {
+	List node; /* in users list (sorted) */
+	char name[USERLIST_MAX_USER + 1];
+	char *secret; /* password or secret; NULL = unknown in auth_file */
+	SecretKind kind;
+	const CfUser *cf;    /* [users] entry or NULL (points into the running Config) */
+	bool has_scram_keys; /* pass-through keys from a client's SCRAM login */
+	uint8_t scram_client_key[SCRAM_KEY_LEN];
+	uint8_t scram_server_key[SCRAM_KEY_LEN];
+	ScramSecret *adhoc_scram; /* verifier built from a plain password (cached) */
+	int client_count;         /* current client connections of this login user */
+	int server_count;         /* current server connections of this pool user */
+} PgUser;
+
+/* Counters of a pool (SHOW STATS). */
+typedef struct PgStats {
+	uint64_t server_assignment_count;
+	uint64_t xact_count;
+	uint64_t query_count;
+	uint64_t client_bytes;
+	uint64_t server_bytes;
+	uint64_t xact_time;  /* usec */
+	uint64_t query_time; /* usec */
+	uint64_t wait_time;  /* usec */
+	uint64_t client_parse_count;
+	uint64_t server_parse_count;
+	uint64_t bind_count;
+} PgStats;
+
+/* One (database, pool user) pool. */
+struct PgPool {
+	List node; /* in pools list, sorted by (database, user) */
+	PgDatabase *db;
+	PgUser *user;
+
+	List active_clients;         /* CL_ACTIVE */
+	List waiting_clients;        /* CL_WAITING, CL_WAITING_LOGIN */
+	List active_cancel_req;      /* CL_ACTIVE_CANCEL */
+	List waiting_cancel_req;     /* CL_WAITING_CANCEL */
+	List active_servers;         /* SV_ACTIVE */
+	List idle_servers;           /* SV_IDLE */
+	List used_servers;           /* SV_USED */
+	List tested_servers;         /* SV_TESTED */
+	List new_servers;            /* SV_LOGIN */
+	List active_cancel_servers;  /* SV_ACTIVE_CANCEL */
+	List being_canceled_servers; /* SV_BEING_CANCELED */
+
+	/* the welcome: ParameterStatus messages of the first server login */
+	bool welcome_ready;
+	PktBuf welcome_params;          /* 'S' messages except tracked ones */
+	VarValue defaults[MAX_TRACKED]; /* tracked parameters' server defaults */
+
+	bool last_login_failed; /* within server_login_retry of a failure */
+	usec_t last_failed_time;
+	char failed_msg[128];       /* cached reason for the fast-fail message */
+	usec_t last_lifetime_close; /* spacing of server_lifetime closes */
+
+	PgStats stats;       /* totals */
+	PgStats older_stats; /* snapshot at the start of the previous period */
+	PgStats newer_stats; /* snapshot at the start of the current period */
+};
+
+/* A client or server connection. */
+struct PgSocket {
+	List node; /* in the list of its state */
+	SBuf sb;   /* the socket */
+	SocketState state;
+	bool is_server;
+	PgPool *pool;       /* NULL while logging in (clients) */
+	PgSocket *link;     /* linked peer */
+	PgUser *login_user; /* clients: who logged in; servers: pool user */
+	PgDatabase *db;     /* clients: chosen database (maybe placeholder) */
+	uint64_t id;        /* SHOW CLIENTS/SERVERS id (shared counter) */
+
+	struct sockaddr_storage remote; /* peer address */
+	struct sockaddr_storage local;  /* our address */
+	bool is_unix;                   /* came in over the unix socket */
+	int peer_pid;                   /* SO_PEERCRED pid for unix clients, else 0 */
+	uid_t peer_uid;                 /* SO_PEERCRED uid */
+
+	usec_t connect_time; /* when connected */
+	usec_t request_time; /* last client request / server activity */
+	usec_t query_start;  /* current query's start (0 = none) */
+	usec_t xact_start;   /* current transaction's start (0 = none) */
+	usec_t wait_start;   /* when it started waiting for a server */
+
+	/* tracked parameters: clients their wish, servers their current value */
+	VarValue vars[MAX_TRACKED];
+	char *app_name_raw; /* application_name as given (before add_host) */
+
+	uint8_t cancel_key[MAX_SERVER_KEY]; /* clients: our key; servers: PostgreSQL's */
+	uint32_t cancel_key_len;
+	uint32_t backend_pid; /* servers: PostgreSQL pid from BackendKeyData */
+
+	/* authentication */
+	int auth_method; /* AUTH_* used for this client */
+	uint8_t md5_salt[4];
+	ScramServer *scram_srv; /* client SCRAM exchange in progress */
+	ScramClient *scram_cli; /* server SCRAM login in progress */
+	bool admin_user;        /* console: full access */
+	bool stats_user;        /* console: read-only */
+
+	/* protocol state */
+	bool wait_for_welcome; /* client waits for the pool's first server */
+	bool sent_ssl_answer;
+	bool setting_vars;         /* server: running SET for tracked parameters */
+	bool resetting;            /* server: running reset/check query */
+	bool close_needed;         /* server: close when released */
+	bool ready;                /* server: saw ReadyForQuery, no query running */
+	char txn_status;           /* last ReadyForQuery status: I, T, E */
+	int expect_rfq;            /* server: ReadyForQuery messages to swallow */
+	bool copy_mode;            /* COPY in progress */
+	bool wait_notice_sent;     /* query_wait_notify NOTICE sent */
+	bool is_cancel;            /* a CancelRequest connection */
+	bool console_pause_waiter; /* admin: waiting for PAUSE/SUSPEND to finish */
+	int pending_admin_cmd;     /* admin: delayed command in progress */
+	PgSocket *cancel_target;   /* cancel request: the server to cancel */
+	uint8_t cancel_server_key[MAX_SERVER_KEY];
+	uint32_t cancel_server_key_len;
+	uint32_t cancel_server_pid;
+	CloseReason close_reason;
+	char close_msg[128];
+};
+
+#endif

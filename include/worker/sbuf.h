@@ -1,0 +1,131 @@
+/*
+ * Stream buffer: one per client or server socket. It reads into a fixed
+ * buffer, cuts the stream into protocol packets and asks its owner, per
+ * packet header, what to do: forward the packet to the linked peer in
+ * pieces, skip it, or have it buffered whole to be parsed. A peer that
+ * cannot take more stops the source from reading (back-pressure), so a slow
+ * reader never makes the pooler buffer a whole result set.
+ *
+ * The read event stays armed while a socket is reading; a write event is
+ * armed only while output is blocked. Normal traffic therefore costs one
+ * recv and one send per packet batch and no epoll_ctl.
+ */
+#ifndef PGB_WORKER_SBUF_H
+#define PGB_WORKER_SBUF_H
+
+#include <event2/event.h>
+#include <event2/event_struct.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "common/pktbuf.h"
+#include "common/proto.h"
+
+typedef struct SBuf SBuf;
+
+/* What the owner wants done with the packet whose header it was shown. */
+typedef enum SBufAction {
+	SB_FORWARD,   /* pass the whole packet to the peer, as it arrives */
+	SB_SKIP,      /* drop the whole packet, as it arrives */
+	SB_NEED_FULL, /* show it again once the whole packet is buffered */
+	SB_CONSUMED,  /* the owner used the whole (full) packet */
+	SB_WAIT,      /* leave the packet where it is and stop reading; sbuf_continue() resumes */
+	SB_CLOSED,    /* the owner closed this connection: touch nothing */
+} SBufAction;
+
+typedef enum SBufEvent {
+	SBEV_PACKET,         /* a packet header is available (hdr, data, avail set) */
+	SBEV_BAD_PACKET,     /* unparsable or oversized header (data/avail = raw bytes) */
+	SBEV_EOF,            /* peer closed or recv failed */
+	SBEV_SEND_FAILED,    /* send to this socket failed */
+	SBEV_CONNECTED,      /* outgoing connect() completed */
+	SBEV_CONNECT_FAILED, /* outgoing connect() failed (errno in sb->last_errno) */
+	SBEV_FLUSHED,        /* all queued output is written (only after sbuf_notify_flush()) */
+} SBufEvent;
+
+/*
+ * The owner's callback. For SBEV_PACKET: `data` points at the packet's first
+ * byte (type byte, or length for startup-phase packets), `avail` bytes of it
+ * are buffered; the packet is complete when avail == hdr->len. For other
+ * events hdr is NULL and the return value is ignored unless SB_CLOSED.
+ */
+typedef SBufAction (*sbuf_cb_t)(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
+
+struct SBuf {
+	int fd;                /* -1 when closed */
+	struct event ev_read;  /* EV_READ|EV_PERSIST, armed while reading */
+	struct event ev_write; /* armed while output is blocked or connecting */
+	bool reading;          /* ev_read is armed */
+	bool writing;          /* ev_write is armed */
+	bool connecting;       /* waiting for connect() to finish */
+	bool startup;          /* packets have no type byte (startup phase) */
+	bool paused;           /* owner asked to stop reading (SB_WAIT or sbuf_pause) */
+	bool notify_flush;     /* owner wants SBEV_FLUSHED */
+	bool in_process;       /* guards against re-entering sbuf_process */
+	bool resume_pending;   /* sbuf_continue() was called from inside a callback */
+
+	uint8_t *buf;        /* input buffer */
+	uint32_t size;       /* its size (grows for a packet that must be held whole) */
+	uint32_t pos;        /* first unprocessed byte */
+	uint32_t end;        /* end of received data */
+	uint32_t pkt_remain; /* bytes of the current packet not yet passed on/skipped */
+	bool pkt_forward;    /* the current packet is forwarded (else skipped) */
+	uint32_t send_pos;   /* [send_pos, send_end) of buf is due to the peer */
+	uint32_t send_end;
+	uint32_t base_size; /* pkt_buf: size to shrink back to */
+	uint32_t max_len;   /* largest packet accepted (max_packet_size) */
+
+	SBuf *dst;         /* peer that forwarded packets go to */
+	SBuf *waiting_src; /* a peer whose forwarding is blocked on this socket's output */
+	PktBuf out;        /* pooler-generated output, written before forwarded bytes */
+	size_t out_pos;    /* bytes of `out` already written */
+
+	sbuf_cb_t cb;       /* owner's callback */
+	void *owner;        /* the PgSocket */
+	int last_errno;     /* errno of the last failure */
+	uint64_t bytes_in;  /* bytes received */
+	uint64_t bytes_out; /* bytes forwarded out of this buffer to the peer */
+};
+
+/* Attach an accepted socket (non-blocking is set here) and start reading. */
+void sbuf_accept(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_buf, uint32_t max_len, sbuf_cb_t cb,
+                 void *owner);
+
+/* Start a non-blocking connect; SBEV_CONNECTED or SBEV_CONNECT_FAILED follows. False if it failed at once. */
+bool sbuf_connect(SBuf *sb, struct event_base *base, const struct sockaddr *sa, socklen_t salen, uint32_t pkt_buf,
+                  uint32_t max_len, sbuf_cb_t cb, void *owner) __attribute__((warn_unused_result));
+
+/* Stop reading (e.g. while a client waits for a server). */
+void sbuf_pause(SBuf *sb);
+
+/* Resume reading and re-offer the packet left by SB_WAIT. Safe to call from a callback of another sbuf. */
+void sbuf_continue(SBuf *sb);
+
+/*
+ * Queue pooler-generated bytes for this socket and try to write them now.
+ * False if the socket failed; callers that are about to close anyway may
+ * ignore it, since a failed socket also reports SBEV_EOF/SBEV_SEND_FAILED.
+ */
+bool sbuf_send(SBuf *sb, const void *data, size_t len);
+bool sbuf_send_pktbuf(SBuf *sb, PktBuf *pb); /* sends and resets pb */
+
+/* Ask for SBEV_FLUSHED once nothing is left to write (immediately if already flushed). */
+void sbuf_notify_flush(SBuf *sb);
+
+/* True when nothing is queued for this socket and nothing of its input awaits the peer. */
+bool sbuf_is_flushed(const SBuf *sb);
+
+/* Bytes buffered but not processed yet (a Terminate may be among them). */
+static inline uint32_t sbuf_unprocessed(const SBuf *sb)
+{
+	return sb->end - sb->pos;
+}
+
+/* Close the socket and free buffers. Clears waiting links with the peer. */
+void sbuf_close(SBuf *sb);
+
+/* Local/remote socket addresses (for SHOW CLIENTS and logs). */
+bool sbuf_local_addr(const SBuf *sb, struct sockaddr_storage *ss, socklen_t *len);
+
+#endif

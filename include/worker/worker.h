@@ -1,0 +1,150 @@
+/*
+ * The worker process: its global state and the functions the worker's
+ * modules (client, server, pool, admin, janitor) call on each other.
+ * Everything here runs inside the worker's single libevent loop.
+ */
+#ifndef PGB_WORKER_WORKER_H
+#define PGB_WORKER_WORKER_H
+
+#include <event2/event.h>
+#include <event2/event_struct.h>
+#include <stdarg.h>
+
+#include "common/config.h"
+#include "common/list.h"
+#include "worker/objects.h"
+
+/* Listening sockets handed over by the master. */
+typedef struct WorkerListener {
+	int fd;
+	bool is_unix;
+	struct event ev; /* accept event */
+	bool active;     /* ev is armed */
+} WorkerListener;
+
+/* What the worker is doing overall. */
+typedef enum RunState {
+	RUN_ACTIVE,           /* normal operation */
+	RUN_SHUTDOWN_SERVERS, /* SIGINT / SHUTDOWN WAIT_FOR_SERVERS */
+	RUN_SHUTDOWN_CLIENTS, /* SIGTERM / SHUTDOWN WAIT_FOR_CLIENTS */
+} RunState;
+
+typedef enum PauseMode {
+	P_NONE,    /* running */
+	P_PAUSE,   /* PAUSE: no new server assignments */
+	P_SUSPEND, /* SUSPEND: nothing is read */
+} PauseMode;
+
+typedef struct Worker {
+	int id;                  /* worker number (0..) */
+	struct event_base *base; /* the loop */
+	Config cf;               /* running configuration */
+	WorkerListener *listeners;
+	int n_listeners;
+	struct event *janitor_ev; /* maintenance tick, ~1/3 s */
+	struct event *stats_ev;   /* stats_period tick */
+	struct event *sig_ev[8];
+	struct event *master_ev; /* EOF on the master pipe */
+
+	List databases;     /* PgDatabase, sorted by name */
+	List users;         /* PgUser, sorted by name */
+	List pools;         /* PgPool, sorted by (db, user) */
+	List login_clients; /* CL_LOGIN */
+	List justfree;      /* closed sockets freed at the end of the pass */
+	List autodb_idle;   /* auto-databases without pools in use */
+	PgDatabase *admin_db;
+	PgUser *admin_user; /* the "pgbouncer" user */
+	UserList userlist;  /* auth_file contents */
+	struct stat_key {
+		long dev, ino, mode, uid, gid, mtime, size;
+	} auth_file_stat;
+
+	RunState run_state;
+	PauseMode pause_mode;
+	PgSocket *pause_waiter;  /* console that issued PAUSE/SUSPEND (reply pending) */
+	List wait_close_waiters; /* not used: WAIT_CLOSE waiters are scanned from clients */
+	uint64_t next_id;        /* SHOW CLIENTS/SERVERS id counter */
+	int client_count;        /* all client connections (for max_client_conn) */
+	usec_t now;              /* time at the start of the current callback */
+	usec_t start_time;
+	int master_fd;       /* control pipe to the master (-1 = none) */
+	uint64_t accepted;   /* accepted connections */
+	int cmdline_verbose; /* verbosity from -v (a file's verbose overrides it) */
+} Worker;
+
+extern Worker wk;
+
+/* worker.c */
+int worker_main(int id, Config *cf, WorkerListener *listeners, int n_listeners, int master_fd, int cmdline_verbose);
+void worker_listen_pause(bool pause);
+void worker_check_shutdown(void);
+void worker_reload(void);
+
+/* objects.c */
+void objects_init(void);
+void change_state(PgSocket *s, SocketState st);
+PgSocket *socket_new(bool is_server);
+void socket_free_justfree(void);
+PgDatabase *db_find(const char *name);
+PgDatabase *db_register_auto(const char *name);
+PgDatabase *db_add(const CfDatabase *cf);
+PgUser *user_find(const char *name);
+PgUser *user_add(const char *name);
+PgPool *pool_get(PgDatabase *db, PgUser *user);
+PgPool *pool_find(PgDatabase *db, PgUser *user);
+void objects_load_databases(void);
+void objects_load_userlist(bool force);
+void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void disconnect_server(PgSocket *s, bool notify, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void client_send_error(PgSocket *c, bool fatal_err, const char *sqlstate, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+const char *state_name(SocketState st, bool for_sockets);
+int pool_effective_mode(const PgPool *pool);
+int pool_effective_size(const PgPool *pool);
+int pool_server_count(const PgPool *pool);
+int pool_client_count(const PgPool *pool);
+void slog(LogLevel level, const PgSocket *s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void format_addr(const struct sockaddr_storage *ss, char *buf, size_t len, int *port);
+int var_index(const char *name);
+const char *var_name(int idx);
+int var_count(void);
+void var_set(VarValue *v, const char *value);
+
+/* client.c */
+void client_accept(int fd, bool is_unix);
+SBufAction client_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
+bool client_send_welcome(PgSocket *c);
+void client_server_assigned(PgSocket *c);
+
+/* server.c */
+SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
+bool server_launch(PgPool *pool);
+void server_release(PgSocket *server);
+
+/* pool.c */
+bool pool_find_server(PgSocket *client);
+void pool_server_ready(PgSocket *server);
+void pool_wake_waiters(PgPool *pool);
+void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool from_server);
+bool pool_can_launch(PgPool *pool);
+void pool_maybe_launch(PgPool *pool);
+
+/* janitor.c */
+void janitor_run(void);
+void stats_period_tick(void);
+
+/* admin.c */
+bool admin_handle_query(PgSocket *c, const char *query);
+void admin_pause_done_check(void);
+void admin_wait_close_check(void);
+
+/* cancel.c */
+void cancel_handle_request(PgSocket *req, const uint8_t *key);
+void cancel_gen_key(PgSocket *c);
+
+/* auth.c */
+SBufAction auth_start(PgSocket *c);
+SBufAction auth_handle_password_msg(PgSocket *c, const uint8_t *data, uint32_t len);
+void auth_login_complete(PgSocket *c);
+
+#endif

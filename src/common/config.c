@@ -1,0 +1,1394 @@
+/*
+ * Configuration: the [pgbouncer] parameter table with its value syntax and
+ * SHOW CONFIG formatting, and the ini loader (%include, [databases], [users],
+ * [peers] connection strings) that builds a Config from pgbouncer.ini.
+ */
+#include "config.h"
+
+#include "common/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/log.h"
+#include "common/util.h"
+
+/* ---------------------------------------------------------------------- */
+/* enum word lists */
+
+const CfEnum cf_auth_types[] = {
+    {"any", AUTH_ANY},   {"trust", AUTH_TRUST}, {"plain", AUTH_PLAIN},
+    {"md5", AUTH_MD5},   {"cert", AUTH_CERT},   {"hba", AUTH_HBA},
+    {"ldap", AUTH_LDAP}, {"pam", AUTH_PAM},     {"scram-sha-256", AUTH_SCRAM_SHA_256},
+    {NULL, 0},
+};
+
+const CfEnum cf_pool_modes[] = {
+    {"session", POOL_SESSION},
+    {"transaction", POOL_TRANSACTION},
+    {"statement", POOL_STATEMENT},
+    {NULL, 0},
+};
+
+const CfEnum cf_sslmodes[] = {
+    {"disable", SSLMODE_DISABLE},
+    {"allow", SSLMODE_ALLOW},
+    {"prefer", SSLMODE_PREFER},
+    {"require", SSLMODE_REQUIRE},
+    {"verify-ca", SSLMODE_VERIFY_CA},
+    {"verify-full", SSLMODE_VERIFY_FULL},
+    {NULL, 0},
+};
+
+static const CfEnum dhe_params[] = {
+    {"none", DHE_NONE},
+    {"auto", DHE_AUTO},
+    {"legacy", DHE_LEGACY},
+    {NULL, 0},
+};
+
+static const CfEnum load_balance_modes[] = {
+    {"round-robin", LB_ROUND_ROBIN},
+    {"disable", LB_DISABLE},
+    {NULL, 0},
+};
+
+static const CfEnum cpu_affinities[] = {
+    {"off", AFFINITY_OFF},
+    {"cores", AFFINITY_CORES},
+    {NULL, 0},
+};
+
+/* ---------------------------------------------------------------------- */
+/* the parameter table */
+
+#ifdef __linux__
+#define TCP_DEFER_ACCEPT_DEFAULT "1"
+#else
+#define TCP_DEFER_ACCEPT_DEFAULT "0"
+#endif
+
+#define DEFAULT_AUTH_QUERY                                                                                             \
+	"SELECT rolname, CASE WHEN rolvaliduntil < now() THEN NULL ELSE rolpassword END FROM pg_authid WHERE "         \
+	"rolname=$1 AND rolcanlogin"
+
+#define RELOAD true
+#define BOOT   false
+
+#define PARAM(n, t, d, r)                                                                                              \
+	{                                                                                                              \
+		.name = #n, .type = (t), .offset = offsetof(CfGlobals, n), .def = (d), .reloadable = (r)               \
+	}
+#define PARAM_ENUM(n, e, d, r)                                                                                         \
+	{                                                                                                              \
+		.name = #n, .type = CF_ENUM, .offset = offsetof(CfGlobals, n), .def = (d), .reloadable = (r),          \
+		.enums = (e)                                                                                           \
+	}
+/* accepted, but a non-default value only earns a warning */
+#define PARAM_UNIMPL(n, t, d, r, hid)                                                                                  \
+	{                                                                                                              \
+		.name = #n, .type = (t), .offset = offsetof(CfGlobals, n), .def = (d), .reloadable = (r),              \
+		.hidden = (hid), .unimplemented = true                                                                 \
+	}
+
+const CfParam cf_params[] = {
+    PARAM(admin_users, CF_LIST, "", RELOAD),
+    PARAM(application_name_add_host, CF_BOOL, "0", RELOAD),
+    PARAM(auth_dbname, CF_STRING, NULL, RELOAD),
+    PARAM(auth_file, CF_STRING, NULL, RELOAD),
+    PARAM(auth_hba_file, CF_STRING, "", RELOAD),
+    PARAM(auth_ident_file, CF_STRING, NULL, RELOAD),
+    PARAM_UNIMPL(auth_ldap_options, CF_STRING, NULL, RELOAD, false),
+    PARAM(auth_query, CF_STRING, DEFAULT_AUTH_QUERY, RELOAD),
+    PARAM_ENUM(auth_type, cf_auth_types, "md5", RELOAD),
+    PARAM(auth_user, CF_STRING, NULL, RELOAD),
+    PARAM(autodb_idle_timeout, CF_TIME, "3600", RELOAD),
+    PARAM(cancel_wait_timeout, CF_TIME, "10", RELOAD),
+    PARAM(client_idle_timeout, CF_TIME, "0", RELOAD),
+    PARAM(client_login_timeout, CF_TIME, "60", RELOAD),
+    PARAM(client_tls13_ciphers, CF_STRING, NULL, RELOAD),
+    PARAM(client_tls_ca_file, CF_STRING, "", RELOAD),
+    PARAM(client_tls_cert_file, CF_STRING, "", RELOAD),
+    PARAM(client_tls_ciphers, CF_STRING, "default", RELOAD),
+    PARAM_ENUM(client_tls_dheparams, dhe_params, "auto", RELOAD),
+    PARAM(client_tls_ecdhcurve, CF_STRING, "auto", RELOAD),
+    PARAM(client_tls_key_file, CF_STRING, "", RELOAD),
+    PARAM(client_tls_protocols, CF_LIST, "secure", RELOAD),
+    PARAM_ENUM(client_tls_sslmode, cf_sslmodes, "disable", RELOAD),
+    PARAM(conffile, CF_STRING, NULL, RELOAD),
+    PARAM(default_pool_size, CF_INT, "20", RELOAD),
+    PARAM(disable_pqexec, CF_BOOL, "0", BOOT),
+    PARAM(dns_max_ttl, CF_TIME, "15", RELOAD),
+    PARAM(dns_nxdomain_ttl, CF_TIME, "15", RELOAD),
+    PARAM_UNIMPL(dns_zone_check_period, CF_TIME, "0", RELOAD, false),
+    PARAM(idle_transaction_timeout, CF_TIME, "0", RELOAD),
+    PARAM(ignore_startup_parameters, CF_LIST, "", RELOAD),
+    PARAM_UNIMPL(job_name, CF_STRING, "pgbouncer", BOOT, false),
+    PARAM(listen_addr, CF_LIST, "", BOOT),
+    PARAM(listen_backlog, CF_INT, "128", BOOT),
+    PARAM(listen_port, CF_INT, "6432", BOOT),
+    PARAM(log_connections, CF_BOOL, "1", RELOAD),
+    PARAM(log_disconnections, CF_BOOL, "1", RELOAD),
+    PARAM(log_pooler_errors, CF_BOOL, "1", RELOAD),
+    PARAM(log_stats, CF_BOOL, "1", RELOAD),
+    PARAM(logfile, CF_STRING, "", RELOAD),
+    PARAM(login_notify_message, CF_STRING, "", RELOAD),
+    PARAM(max_client_conn, CF_INT, "100", RELOAD),
+    PARAM(max_db_client_connections, CF_INT, "0", RELOAD),
+    PARAM(max_db_connections, CF_INT, "0", RELOAD),
+    PARAM(max_packet_size, CF_UINT, "2147483647", RELOAD),
+    PARAM(max_prepared_statements, CF_INT, "200", RELOAD),
+    PARAM(max_user_client_connections, CF_INT, "0", RELOAD),
+    PARAM(max_user_connections, CF_INT, "0", RELOAD),
+    PARAM(max_workers, CF_INT, "0", RELOAD),
+    PARAM(min_pool_size, CF_INT, "0", RELOAD),
+    PARAM(min_workers, CF_INT, "1", RELOAD),
+    PARAM(peer_id, CF_INT, "0", RELOAD),
+    PARAM(pidfile, CF_STRING, "", BOOT),
+    PARAM(pkt_buf, CF_INT, "4096", BOOT),
+    PARAM_ENUM(pool_mode, cf_pool_modes, "session", RELOAD),
+    PARAM(pool_idle_timeout, CF_TIME, "0", RELOAD),
+    PARAM(query_timeout, CF_TIME, "0", RELOAD),
+    PARAM(query_wait_notify, CF_INT, "5", RELOAD),
+    PARAM(query_wait_timeout, CF_TIME, "120", RELOAD),
+    PARAM(reserve_pool_size, CF_INT, "0", RELOAD),
+    PARAM(reserve_pool_timeout, CF_TIME, "5", RELOAD),
+    PARAM(resolv_conf, CF_STRING, "", BOOT),
+    PARAM(sbuf_loopcnt, CF_INT, "5", RELOAD),
+    PARAM(scram_iterations, CF_INT, "4096", RELOAD),
+    PARAM(server_check_delay, CF_TIME, "30", RELOAD),
+    PARAM(server_check_query, CF_STRING, "<empty>", RELOAD),
+    PARAM(server_connect_timeout, CF_TIME, "15", RELOAD),
+    PARAM(server_fast_close, CF_BOOL, "0", RELOAD),
+    PARAM(server_idle_timeout, CF_TIME, "600", RELOAD),
+    PARAM(server_lifetime, CF_TIME, "3600", RELOAD),
+    PARAM(server_login_retry, CF_TIME, "15", RELOAD),
+    PARAM(server_reset_query, CF_STRING, "DISCARD ALL", RELOAD),
+    PARAM(server_reset_query_always, CF_BOOL, "0", RELOAD),
+    PARAM(server_round_robin, CF_BOOL, "0", RELOAD),
+    PARAM(server_tls13_ciphers, CF_STRING, NULL, RELOAD),
+    PARAM(server_tls_ca_file, CF_STRING, "", RELOAD),
+    PARAM(server_tls_cert_file, CF_STRING, "", RELOAD),
+    PARAM(server_tls_ciphers, CF_STRING, "default", RELOAD),
+    PARAM(server_tls_key_file, CF_STRING, "", RELOAD),
+    PARAM(server_tls_protocols, CF_LIST, "secure", RELOAD),
+    PARAM_ENUM(server_tls_sslmode, cf_sslmodes, "prefer", RELOAD),
+    PARAM_UNIMPL(service_name, CF_STRING, NULL, BOOT, true),
+    PARAM(so_reuseport, CF_BOOL, "0", BOOT),
+    PARAM(stats_period, CF_INT, "60", RELOAD),
+    PARAM(stats_users, CF_LIST, "", RELOAD),
+    PARAM(suspend_timeout, CF_TIME, "10", RELOAD),
+    PARAM(syslog, CF_BOOL, "0", RELOAD),
+    PARAM(syslog_facility, CF_STRING, "daemon", RELOAD),
+    PARAM(syslog_ident, CF_STRING, "pgbouncer", RELOAD),
+    PARAM(tcp_defer_accept, CF_BOOL, TCP_DEFER_ACCEPT_DEFAULT, RELOAD),
+    PARAM(tcp_keepalive, CF_BOOL, "1", RELOAD),
+    PARAM(tcp_keepcnt, CF_INT, "0", RELOAD),
+    PARAM(tcp_keepidle, CF_INT, "0", RELOAD),
+    PARAM(tcp_keepintvl, CF_INT, "0", RELOAD),
+    PARAM(tcp_socket_buffer, CF_INT, "0", RELOAD),
+    PARAM(tcp_user_timeout, CF_INT, "0", RELOAD),
+    PARAM(track_extra_parameters, CF_LIST, "IntervalStyle", BOOT),
+    PARAM(transaction_timeout, CF_TIME, "0", RELOAD),
+    PARAM(unix_socket_dir, CF_STRING, "/tmp", BOOT),
+    PARAM(unix_socket_group, CF_STRING, "", BOOT),
+    PARAM(unix_socket_mode, CF_INT, "0777", BOOT),
+    PARAM(user, CF_STRING, NULL, BOOT),
+    /* no default: a reset keeps the value (the -v count unless the file sets it) */
+    PARAM(verbose, CF_INT, NULL, RELOAD),
+    PARAM_ENUM(worker_cpu_affinity, cpu_affinities, "off", RELOAD),
+    PARAM(worker_drain_timeout, CF_TIME, "0", RELOAD),
+    PARAM(worker_scale_cooldown, CF_TIME, "10", RELOAD),
+    PARAM(worker_scale_down_samples, CF_INT, "30", RELOAD),
+    PARAM(worker_scale_down_threshold, CF_REAL, "0.5", RELOAD),
+    PARAM(worker_scale_interval, CF_TIME, "1", RELOAD),
+    PARAM(worker_scale_up_samples, CF_INT, "2", RELOAD),
+    PARAM(worker_scale_up_threshold, CF_REAL, "0.75", RELOAD),
+    PARAM(worker_state_file, CF_STRING, "", RELOAD),
+    {.name = NULL},
+};
+
+/* ---------------------------------------------------------------------- */
+/* small helpers */
+
+static void seterr(char *errbuf, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void seterr(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+	if (!errbuf || errlen == 0)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(errbuf, errlen, fmt, ap);
+	va_end(ap);
+}
+
+static char *strdup_or_null(const char *s)
+{
+	return s ? xstrdup(s) : NULL;
+}
+
+static bool is_blank(char c)
+{
+	return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f';
+}
+
+static char *skip_blanks(char *p)
+{
+	while (is_blank(*p))
+		p++;
+	return p;
+}
+
+static void trim_trailing(char *s)
+{
+	size_t n = strlen(s);
+	while (n > 0 && is_blank(s[n - 1]))
+		s[--n] = '\0';
+}
+
+/* ---------------------------------------------------------------------- */
+/* values of [pgbouncer] parameters */
+
+typedef union CfValue {
+	int i;          /* CF_INT, CF_BOOL, CF_ENUM */
+	unsigned int u; /* CF_UINT */
+	usec_t t;       /* CF_TIME */
+	double r;       /* CF_REAL */
+	char *s;        /* CF_STRING, CF_LIST */
+} CfValue;
+
+static bool is_string_type(CfType t)
+{
+	return t == CF_STRING || t == CF_LIST;
+}
+
+static void *field_of(const CfGlobals *g, const CfParam *p)
+{
+	return (char *)g + p->offset;
+}
+
+static CfValue get_value(const CfGlobals *g, const CfParam *p)
+{
+	CfValue v;
+	void *f = field_of(g, p);
+	memset(&v, 0, sizeof(v));
+	switch (p->type) {
+	case CF_INT:
+	case CF_BOOL:
+	case CF_ENUM:
+		v.i = *(int *)f;
+		break;
+	case CF_UINT:
+		v.u = *(unsigned int *)f;
+		break;
+	case CF_TIME:
+		v.t = *(usec_t *)f;
+		break;
+	case CF_REAL:
+		v.r = *(double *)f;
+		break;
+	case CF_STRING:
+	case CF_LIST:
+		v.s = *(char **)f;
+		break;
+	}
+	return v;
+}
+
+/* Store a value; a string value is taken over and the old one freed. */
+static void put_value(CfGlobals *g, const CfParam *p, CfValue v)
+{
+	void *f = field_of(g, p);
+	switch (p->type) {
+	case CF_INT:
+	case CF_BOOL:
+	case CF_ENUM:
+		*(int *)f = v.i;
+		break;
+	case CF_UINT:
+		*(unsigned int *)f = v.u;
+		break;
+	case CF_TIME:
+		*(usec_t *)f = v.t;
+		break;
+	case CF_REAL:
+		*(double *)f = v.r;
+		break;
+	case CF_STRING:
+	case CF_LIST:
+		free(*(char **)f);
+		*(char **)f = v.s;
+		break;
+	}
+}
+
+/* C strtol with base auto-detection; the whole string must be a number that fits an int. */
+static bool parse_int(const char *s, int *out)
+{
+	char *end;
+	long v;
+
+	if (!*s || is_blank(*s))
+		return false;
+	errno = 0;
+	v = strtol(s, &end, 0);
+	if (errno != 0 || *end != '\0' || v < INT_MIN || v > INT_MAX)
+		return false;
+	*out = (int)v;
+	return true;
+}
+
+static bool parse_uint(const char *s, unsigned int *out)
+{
+	char *end;
+	unsigned long v;
+
+	if (!*s || is_blank(*s) || *s == '-' || *s == '+')
+		return false;
+	errno = 0;
+	v = strtoul(s, &end, 0);
+	if (errno != 0 || *end != '\0' || v > UINT_MAX)
+		return false;
+	*out = (unsigned int)v;
+	return true;
+}
+
+/*
+ * Seconds with an optional decimal fraction ("30", "0.5", "1.25"); no sign,
+ * exponent or unit. Digits below one microsecond are dropped.
+ */
+static bool parse_time(const char *s, usec_t *out)
+{
+	const usec_t max_sec = (INT64_MAX - USEC_PER_SEC) / USEC_PER_SEC;
+	usec_t sec = 0, frac = 0, scale = USEC_PER_SEC / 10;
+	bool digits = false;
+	const char *p = s;
+
+	for (; *p >= '0' && *p <= '9'; p++) {
+		int d = *p - '0';
+		if (sec > (max_sec - d) / 10)
+			return false;
+		sec = sec * 10 + d;
+		digits = true;
+	}
+	if (*p == '.') {
+		for (p++; *p >= '0' && *p <= '9'; p++) {
+			frac += (*p - '0') * scale;
+			scale /= 10;
+			digits = true;
+		}
+	}
+	if (!digits || *p != '\0')
+		return false;
+	*out = sec * USEC_PER_SEC + frac;
+	return true;
+}
+
+/* A plain non-negative decimal such as "0.75" (no sign, exponent, hex, inf or nan). */
+static bool parse_real(const char *s, double *out)
+{
+	const char *p = s;
+	bool digits = false;
+	char *end;
+
+	for (; *p >= '0' && *p <= '9'; p++)
+		digits = true;
+	if (*p == '.')
+		for (p++; *p >= '0' && *p <= '9'; p++)
+			digits = true;
+	if (!digits || *p != '\0')
+		return false;
+	errno = 0;
+	*out = strtod(s, &end);
+	return errno == 0 && *end == '\0';
+}
+
+bool config_enum_parse(const CfEnum *e, const char *word, int *value)
+{
+	for (; e && e->name; e++) {
+		if (strcasecmp(e->name, word) == 0) {
+			*value = e->value;
+			return true;
+		}
+	}
+	return false;
+}
+
+const char *config_enum_name(const CfEnum *e, int value)
+{
+	for (; e && e->name; e++)
+		if (e->value == value)
+			return e->name;
+	return "?";
+}
+
+/* Text -> value by the parameter's type; a string result is a new allocation. */
+static bool parse_value(const CfParam *p, const char *text, CfValue *v)
+{
+	memset(v, 0, sizeof(*v));
+	switch (p->type) {
+	case CF_INT:
+		return parse_int(text, &v->i);
+	case CF_UINT:
+		return parse_uint(text, &v->u);
+	case CF_BOOL:
+		if (!parse_int(text, &v->i))
+			return false;
+		v->i = v->i != 0;
+		return true;
+	case CF_TIME:
+		return parse_time(text, &v->t);
+	case CF_REAL:
+		return parse_real(text, &v->r);
+	case CF_ENUM:
+		return config_enum_parse(p->enums, text, &v->i);
+	case CF_STRING:
+	case CF_LIST:
+		v->s = xstrdup(text);
+		return true;
+	}
+	return false;
+}
+
+static bool format_cfvalue(const CfParam *p, CfValue v, char *buf, size_t len)
+{
+	switch (p->type) {
+	case CF_INT:
+	case CF_BOOL:
+		snprintf(buf, len, "%d", v.i);
+		return true;
+	case CF_UINT:
+		snprintf(buf, len, "%u", v.u);
+		return true;
+	case CF_TIME:
+		snprintf(buf, len, "%g", (double)v.t / (double)USEC_PER_SEC);
+		return true;
+	case CF_REAL:
+		snprintf(buf, len, "%g", v.r);
+		return true;
+	case CF_ENUM:
+		pgb_strlcpy(buf, config_enum_name(p->enums, v.i), len);
+		return true;
+	case CF_STRING:
+	case CF_LIST:
+		if (!v.s)
+			return false;
+		pgb_strlcpy(buf, v.s, len);
+		return true;
+	}
+	return false;
+}
+
+/* Whether v equals the default of p (an unset string and "" count as equal). */
+static bool is_default_value(const CfParam *p, CfValue v)
+{
+	CfValue d;
+	bool same;
+
+	if (!p->def) {
+		if (is_string_type(p->type))
+			return !v.s || !*v.s;
+		return v.i == 0;
+	}
+	if (!parse_value(p, p->def, &d))
+		return false;
+	switch (p->type) {
+	case CF_UINT:
+		return v.u == d.u;
+	case CF_TIME:
+		return v.t == d.t;
+	case CF_REAL:
+		return v.r == d.r;
+	case CF_STRING:
+	case CF_LIST:
+		same = v.s && strcmp(v.s, d.s) == 0;
+		free(d.s);
+		return same;
+	default:
+		return v.i == d.i;
+	}
+}
+
+/*
+ * Reset one parameter to its default. A parameter without a default
+ * (verbose) keeps its value unless it is a string, which becomes unset.
+ */
+static void apply_default(CfGlobals *g, const CfParam *p)
+{
+	CfValue v;
+
+	if (!p->def) {
+		if (is_string_type(p->type)) {
+			v.s = NULL;
+			put_value(g, p, v);
+		}
+		return;
+	}
+	if (!parse_value(p, p->def, &v))
+		fatal("config: bad built-in default \"%s\" for %s", p->def, p->name);
+	put_value(g, p, v);
+}
+
+const CfParam *config_find_param(const char *name)
+{
+	for (const CfParam *p = cf_params; p->name; p++)
+		if (strcmp(p->name, name) == 0)
+			return p;
+	return NULL;
+}
+
+bool config_set(Config *cf, const char *name, const char *value, char *errbuf, size_t errlen)
+{
+	const CfParam *p = config_find_param(name);
+	CfValue v;
+
+	if (!p) {
+		seterr(errbuf, errlen, "unknown parameter: pgbouncer/%s", name);
+		return false;
+	}
+	if (!value || !parse_value(p, value, &v)) {
+		seterr(errbuf, errlen, "invalid value \"%s\" for parameter %s", value ? value : "(null)", name);
+		return false;
+	}
+	if (p->unimplemented && !is_default_value(p, v))
+		log_warning("parameter %s is accepted but not implemented; the value is ignored", p->name);
+	put_value(&cf->g, p, v);
+	return true;
+}
+
+bool config_format_value(const Config *cf, const CfParam *p, char *buf, size_t len)
+{
+	return format_cfvalue(p, get_value(&cf->g, p), buf, len);
+}
+
+bool config_format_default(const CfParam *p, char *buf, size_t len)
+{
+	CfValue v;
+	bool ok;
+
+	if (!p->def)
+		return false;
+	if (!parse_value(p, p->def, &v))
+		return false;
+	ok = format_cfvalue(p, v, buf, len);
+	if (is_string_type(p->type))
+		free(v.s);
+	return ok;
+}
+
+/* ---------------------------------------------------------------------- */
+/* connection strings of [databases], [users] and [peers] */
+
+typedef enum ConnKind {
+	CK_STR,       /* char *, the value as given */
+	CK_INT,       /* int, atoi() */
+	CK_PORT,      /* int 1..65535, else "invalid port" */
+	CK_POOL_MODE, /* int, a cf_pool_modes word */
+	CK_LB,        /* int, a load_balance_modes word */
+} ConnKind;
+
+typedef struct ConnKey {
+	const char *name;
+	ConnKind kind;
+	size_t offset; /* in the entry struct */
+} ConnKey;
+
+#define DBKEY(n, k)                                                                                                    \
+	{                                                                                                              \
+#n, (k), offsetof(CfDatabase, n)                                                                       \
+	}
+static const ConnKey db_keys[] = {
+    DBKEY(dbname, CK_STR),
+    DBKEY(host, CK_STR),
+    DBKEY(port, CK_PORT),
+    DBKEY(user, CK_STR),
+    DBKEY(password, CK_STR),
+    DBKEY(auth_user, CK_STR),
+    DBKEY(auth_query, CK_STR),
+    DBKEY(auth_dbname, CK_STR),
+    DBKEY(pool_size, CK_INT),
+    DBKEY(min_pool_size, CK_INT),
+    DBKEY(reserve_pool_size, CK_INT),
+    {"reserve_pool", CK_INT, offsetof(CfDatabase, reserve_pool_size)}, /* the old name */
+    DBKEY(max_db_connections, CK_INT),
+    DBKEY(max_db_client_connections, CK_INT),
+    DBKEY(server_lifetime, CK_INT),
+    DBKEY(pool_mode, CK_POOL_MODE),
+    DBKEY(load_balance_hosts, CK_LB),
+    DBKEY(connect_query, CK_STR),
+    DBKEY(client_encoding, CK_STR),
+    DBKEY(datestyle, CK_STR),
+    DBKEY(timezone, CK_STR),
+    DBKEY(application_name, CK_STR),
+    DBKEY(query_wait_timeout, CK_INT),
+    {NULL, CK_STR, 0},
+};
+
+#define USERKEY(n, k)                                                                                                  \
+	{                                                                                                              \
+#n, (k), offsetof(CfUser, n)                                                                           \
+	}
+static const ConnKey user_keys[] = {
+    USERKEY(pool_mode, CK_POOL_MODE),
+    USERKEY(pool_size, CK_INT),
+    USERKEY(reserve_pool_size, CK_INT),
+    USERKEY(max_user_connections, CK_INT),
+    USERKEY(max_user_client_connections, CK_INT),
+    USERKEY(query_timeout, CK_INT),
+    USERKEY(idle_transaction_timeout, CK_INT),
+    USERKEY(transaction_timeout, CK_INT),
+    USERKEY(client_idle_timeout, CK_INT),
+    USERKEY(query_wait_timeout, CK_INT),
+    {NULL, CK_STR, 0},
+};
+
+static const ConnKey peer_keys[] = {
+    {"host", CK_STR, offsetof(CfPeer, host)},
+    {"port", CK_PORT, offsetof(CfPeer, port)},
+    {"pool_size", CK_INT, offsetof(CfPeer, pool_size)},
+    {NULL, CK_STR, 0},
+};
+
+/*
+ * Next `key=value` pair of a connection string, parsed in place: the key and
+ * the (unquoted) value are NUL-terminated inside the buffer. Returns 1 for a
+ * pair, 0 at the end, -1 on a syntax error (message in errbuf).
+ */
+static int next_conn_pair(char **pos, char **key, char **val, char *errbuf, size_t errlen)
+{
+	char *p = skip_blanks(*pos);
+	char *kend;
+
+	if (!*p)
+		return 0;
+	*key = p;
+	while (*p && !is_blank(*p) && *p != '=')
+		p++;
+	if (p == *key) {
+		seterr(errbuf, errlen, "syntax error in connection string: missing key before \"=\"");
+		return -1;
+	}
+	kend = p;
+	p = skip_blanks(p);
+	if (*p != '=') {
+		*kend = '\0';
+		seterr(errbuf, errlen, "syntax error in connection string: missing \"=\" after \"%s\"", *key);
+		return -1;
+	}
+	*kend = '\0';
+	p = skip_blanks(p + 1);
+	if (*p == '\'') {
+		/* quoted: '' is a quote; unquote in place */
+		char *w = p;
+		*val = w;
+		for (p++;; p++) {
+			if (!*p) {
+				seterr(errbuf, errlen,
+				       "syntax error in connection string: unterminated quoted value for %s", *key);
+				return -1;
+			}
+			if (*p == '\'') {
+				if (p[1] != '\'')
+					break;
+				p++;
+			}
+			*w++ = *p;
+		}
+		p++; /* the closing quote */
+		if (*p && !is_blank(*p)) {
+			seterr(errbuf, errlen, "syntax error in connection string: garbage after quoted value of %s",
+			       *key);
+			return -1;
+		}
+		if (*p)
+			p++;
+		*w = '\0';
+	} else {
+		*val = p;
+		while (*p && !is_blank(*p))
+			p++;
+		if (*p)
+			*p++ = '\0';
+	}
+	if (!**val) {
+		seterr(errbuf, errlen, "empty value for connection parameter: %s", *key);
+		return -1;
+	}
+	*pos = p;
+	return 1;
+}
+
+/*
+ * Apply a connection string to an entry using its key table. `what` names the
+ * kind of parameter in the unknown-key message ("connection", "user", "peer").
+ */
+static bool apply_connstr(const char *connstr, const ConnKey *keys, void *entry, const char *what, char *errbuf,
+                          size_t errlen)
+{
+	char *buf = xstrdup(connstr);
+	char *pos = buf, *key, *val;
+	bool ok = true;
+	int r;
+
+	while ((r = next_conn_pair(&pos, &key, &val, errbuf, errlen)) > 0) {
+		const ConnKey *k;
+		void *f;
+		int ival;
+
+		for (k = keys; k->name; k++)
+			if (strcmp(k->name, key) == 0)
+				break;
+		if (!k->name) {
+			seterr(errbuf, errlen, "unrecognized %s parameter: %s", what, key);
+			ok = false;
+			break;
+		}
+		f = (char *)entry + k->offset;
+		switch (k->kind) {
+		case CK_STR:
+			free(*(char **)f);
+			*(char **)f = xstrdup(val);
+			break;
+		case CK_INT:
+			*(int *)f = atoi(val);
+			break;
+		case CK_PORT:
+			ival = atoi(val);
+			if (ival <= 0 || ival > 65535) {
+				seterr(errbuf, errlen, "invalid port: \"%s\"", val);
+				ok = false;
+			}
+			*(int *)f = ival;
+			break;
+		case CK_POOL_MODE:
+		case CK_LB:
+			if (!config_enum_parse(k->kind == CK_LB ? load_balance_modes : cf_pool_modes, val, &ival)) {
+				seterr(errbuf, errlen, "invalid value \"%s\" for %s", val, key);
+				ok = false;
+				break;
+			}
+			*(int *)f = ival;
+			break;
+		}
+		if (!ok)
+			break;
+	}
+	if (r < 0)
+		ok = false;
+	free(buf);
+	return ok;
+}
+
+/* Free the strings of an entry listed in its key table. */
+static void free_conn_strings(const ConnKey *keys, void *entry)
+{
+	for (const ConnKey *k = keys; k->name; k++) {
+		if (k->kind == CK_STR) {
+			char **f = (char **)((char *)entry + k->offset);
+			free(*f);
+			*f = NULL;
+		}
+	}
+}
+
+static void copy_conn_strings(const ConnKey *keys, void *dst, const void *src)
+{
+	for (const ConnKey *k = keys; k->name; k++) {
+		if (k->kind == CK_STR) {
+			char **d = (char **)((char *)dst + k->offset);
+			char *const *s = (char *const *)((const char *)src + k->offset);
+			*d = strdup_or_null(*s);
+		}
+	}
+}
+
+static void free_db(CfDatabase *db)
+{
+	free(db->name);
+	free(db->connstr);
+	free_conn_strings(db_keys, db);
+}
+
+static void free_user(CfUser *u)
+{
+	free(u->name);
+}
+
+static void free_peer(CfPeer *p)
+{
+	free_conn_strings(peer_keys, p);
+}
+
+static void init_db(CfDatabase *db)
+{
+	memset(db, 0, sizeof(*db));
+	db->port = 5432;
+	db->pool_size = CF_UNSET;
+	db->min_pool_size = CF_UNSET;
+	db->reserve_pool_size = CF_UNSET;
+	db->max_db_connections = CF_UNSET;
+	db->max_db_client_connections = CF_UNSET;
+	db->server_lifetime = 0;
+	db->pool_mode = CF_UNSET;
+	db->load_balance_hosts = LB_ROUND_ROBIN;
+	db->query_wait_timeout = CF_UNSET;
+}
+
+static void init_user(CfUser *u)
+{
+	memset(u, 0, sizeof(*u));
+	u->pool_mode = CF_UNSET;
+	u->pool_size = CF_UNSET;
+	u->reserve_pool_size = CF_UNSET;
+	u->max_user_connections = CF_UNSET;
+	u->max_user_client_connections = CF_UNSET;
+	u->query_wait_timeout = CF_UNSET;
+}
+
+static bool add_database(Config *cf, const char *name, const char *connstr, int line, char *errbuf, size_t errlen)
+{
+	CfDatabase db;
+
+	if (!*name) {
+		seterr(errbuf, errlen, "empty database name");
+		return false;
+	}
+	if (strcmp(name, "pgbouncer") == 0) {
+		seterr(errbuf, errlen, "database name \"pgbouncer\" is reserved");
+		return false;
+	}
+	if (strlen(name) >= CF_MAX_DBNAME) {
+		seterr(errbuf, errlen, "database name \"%s\" is too long (max %d bytes)", name, CF_MAX_DBNAME - 1);
+		return false;
+	}
+	init_db(&db);
+	if (!apply_connstr(connstr, db_keys, &db, "connection", errbuf, errlen)) {
+		free_db(&db);
+		return false;
+	}
+	db.name = xstrdup(name);
+	db.connstr = xstrdup(connstr);
+	db.line = line;
+	for (int i = 0; i < cf->n_dbs; i++) {
+		if (strcmp(cf->dbs[i].name, name) == 0) {
+			free_db(&cf->dbs[i]);
+			cf->dbs[i] = db;
+			return true;
+		}
+	}
+	cf->dbs = xrealloc(cf->dbs, sizeof(CfDatabase) * (size_t)(cf->n_dbs + 1));
+	cf->dbs[cf->n_dbs++] = db;
+	return true;
+}
+
+static bool add_user(Config *cf, const char *name, const char *connstr, int line, char *errbuf, size_t errlen)
+{
+	CfUser u;
+
+	if (!*name) {
+		seterr(errbuf, errlen, "empty user name");
+		return false;
+	}
+	init_user(&u);
+	if (!apply_connstr(connstr, user_keys, &u, "user", errbuf, errlen))
+		return false;
+	u.name = xstrdup(name);
+	u.line = line;
+	for (int i = 0; i < cf->n_users; i++) {
+		if (strcmp(cf->users[i].name, name) == 0) {
+			free_user(&cf->users[i]);
+			cf->users[i] = u;
+			return true;
+		}
+	}
+	cf->users = xrealloc(cf->users, sizeof(CfUser) * (size_t)(cf->n_users + 1));
+	cf->users[cf->n_users++] = u;
+	return true;
+}
+
+static bool add_peer(Config *cf, const char *key, const char *connstr, int line, char *errbuf, size_t errlen)
+{
+	CfPeer peer;
+	int id = 0;
+
+	for (const char *p = key; *p; p++) {
+		if (*p < '0' || *p > '9' || id > 65535) {
+			id = -1;
+			break;
+		}
+		id = id * 10 + (*p - '0');
+	}
+	if (!*key || id < 1 || id > 65535) {
+		seterr(errbuf, errlen, "invalid peer id \"%s\": must be an integer from 1 to 65535", key);
+		return false;
+	}
+	memset(&peer, 0, sizeof(peer));
+	peer.id = id;
+	peer.port = 6432;
+	peer.pool_size = CF_UNSET;
+	peer.line = line;
+	if (!apply_connstr(connstr, peer_keys, &peer, "peer", errbuf, errlen)) {
+		free_peer(&peer);
+		return false;
+	}
+	if (!peer.host) {
+		seterr(errbuf, errlen, "host was not provided for peer %d", id);
+		return false;
+	}
+	for (int i = 0; i < cf->n_peers; i++) {
+		if (cf->peers[i].id == id) {
+			free_peer(&cf->peers[i]);
+			cf->peers[i] = peer;
+			return true;
+		}
+	}
+	cf->peers = xrealloc(cf->peers, sizeof(CfPeer) * (size_t)(cf->n_peers + 1));
+	cf->peers[cf->n_peers++] = peer;
+	return true;
+}
+
+/* ---------------------------------------------------------------------- */
+/* the ini loader */
+
+typedef enum Section {
+	SEC_NONE,      /* before the first section header */
+	SEC_PGBOUNCER, /* [pgbouncer]: the parameter table */
+	SEC_DATABASES, /* [databases] */
+	SEC_USERS,     /* [users] */
+	SEC_PEERS,     /* [peers] */
+} Section;
+
+typedef struct Loader {
+	Config *cf;
+	Section section; /* carried across %include */
+	bool seen_main;  /* a [pgbouncer] header was seen */
+	char *errbuf;
+	size_t errlen;
+} Loader;
+
+static void line_error(Loader *ld, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void line_error(Loader *ld, const char *file, int line, const char *fmt, ...)
+{
+	char msg[CF_ERRMSG_LEN];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	seterr(ld->errbuf, ld->errlen, "%s:%d: %s", file, line, msg);
+}
+
+static bool load_file(Loader *ld, const char *path, int depth, const char *from_file, int from_line);
+
+static bool is_key_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+	       c == '*' || c == '-';
+}
+
+/* Re-apply the defaults of reloadable parameters (each [pgbouncer] header). */
+static void reset_reloadable(CfGlobals *g)
+{
+	for (const CfParam *p = cf_params; p->name; p++) {
+		/* conffile names the file being loaded, not a setting to forget */
+		if (p->reloadable && p->offset != offsetof(CfGlobals, conffile))
+			apply_default(g, p);
+	}
+}
+
+static bool section_header(Loader *ld, const char *file, int lineno, char *p)
+{
+	char *name = skip_blanks(p + 1);
+	char *end = strchr(name, ']');
+
+	if (!end || *skip_blanks(end + 1) != '\0') {
+		line_error(ld, file, lineno, "syntax error");
+		return false;
+	}
+	*end = '\0';
+	trim_trailing(name);
+	if (strcmp(name, "pgbouncer") == 0) {
+		ld->section = SEC_PGBOUNCER;
+		ld->seen_main = true;
+		reset_reloadable(&ld->cf->g);
+	} else if (strcmp(name, "databases") == 0) {
+		ld->section = SEC_DATABASES;
+	} else if (strcmp(name, "users") == 0) {
+		ld->section = SEC_USERS;
+	} else if (strcmp(name, "peers") == 0) {
+		ld->section = SEC_PEERS;
+	} else {
+		line_error(ld, file, lineno, "unknown section: [%s]", name);
+		return false;
+	}
+	return true;
+}
+
+static bool include_directive(Loader *ld, const char *file, int lineno, char *p, int depth)
+{
+	static const char word[] = "%include";
+	char *path;
+
+	if (strncmp(p, word, sizeof(word) - 1) != 0 || !is_blank(p[sizeof(word) - 1])) {
+		line_error(ld, file, lineno, "syntax error");
+		return false;
+	}
+	path = skip_blanks(p + sizeof(word) - 1);
+	trim_trailing(path);
+	if (!*path) {
+		line_error(ld, file, lineno, "syntax error");
+		return false;
+	}
+	if (depth + 1 > CF_MAX_INCLUDE_DEPTH) {
+		line_error(ld, file, lineno, "%%include nesting too deep (max %d levels): %s", CF_MAX_INCLUDE_DEPTH,
+		           path);
+		return false;
+	}
+	return load_file(ld, path, depth + 1, file, lineno);
+}
+
+/*
+ * Split "key = value" in place. Keys are a run of [A-Za-z0-9_.*-], or
+ * 'single-quoted' (no escapes), or "double-quoted" with "" for a quote.
+ */
+static bool split_key_value(char *p, char **key, char **value)
+{
+	char *kend;
+
+	if (*p == '\'') {
+		*key = p + 1;
+		kend = strchr(p + 1, '\'');
+		if (!kend)
+			return false;
+		p = kend + 1;
+	} else if (*p == '"') {
+		char *w = p;
+		*key = w;
+		for (p++;; p++) {
+			if (!*p)
+				return false;
+			if (*p == '"') {
+				if (p[1] != '"')
+					break;
+				p++;
+			}
+			*w++ = *p;
+		}
+		kend = w;
+		p++;
+	} else {
+		*key = p;
+		while (is_key_char(*p))
+			p++;
+		if (p == *key)
+			return false;
+		kend = p;
+	}
+	p = skip_blanks(p);
+	if (*p != '=')
+		return false;
+	*kend = '\0';
+	*value = skip_blanks(p + 1);
+	trim_trailing(*value);
+	return true;
+}
+
+static bool process_line(Loader *ld, const char *file, int lineno, char *line, int depth)
+{
+	char *p = skip_blanks(line);
+	char *key, *value;
+	char msg[CF_ERRMSG_LEN];
+	bool ok = true;
+
+	if (*p == '\0' || *p == ';' || *p == '#')
+		return true;
+	if (*p == '[')
+		return section_header(ld, file, lineno, p);
+	if (*p == '%')
+		return include_directive(ld, file, lineno, p, depth);
+	if (!split_key_value(p, &key, &value)) {
+		line_error(ld, file, lineno, "syntax error");
+		return false;
+	}
+	switch (ld->section) {
+	case SEC_NONE:
+		line_error(ld, file, lineno, "parameter \"%s\" outside of any section", key);
+		return false;
+	case SEC_PGBOUNCER:
+		ok = config_set(ld->cf, key, value, msg, sizeof(msg));
+		break;
+	case SEC_DATABASES:
+		ok = add_database(ld->cf, key, value, lineno, msg, sizeof(msg));
+		break;
+	case SEC_USERS:
+		ok = add_user(ld->cf, key, value, lineno, msg, sizeof(msg));
+		break;
+	case SEC_PEERS:
+		ok = add_peer(ld->cf, key, value, lineno, msg, sizeof(msg));
+		break;
+	}
+	if (!ok)
+		line_error(ld, file, lineno, "%s", msg);
+	return ok;
+}
+
+static bool load_file(Loader *ld, const char *path, int depth, const char *from_file, int from_line)
+{
+	char *buf, *line, *next;
+	int lineno = 0;
+	bool ok = true;
+
+	buf = read_file(path, NULL);
+	if (!buf) {
+		if (from_file)
+			line_error(ld, from_file, from_line, "could not read included file \"%s\": %s", path,
+			           strerror(errno));
+		else
+			seterr(ld->errbuf, ld->errlen, "%s: could not read config file: %s", path, strerror(errno));
+		return false;
+	}
+	for (line = buf; ok && line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		lineno++;
+		ok = process_line(ld, path, lineno, line, depth);
+	}
+	free(buf);
+	return ok;
+}
+
+bool config_load(Config *cf, const char *path, char *errbuf, size_t errlen)
+{
+	Loader ld = {.cf = cf, .section = SEC_NONE, .errbuf = errbuf, .errlen = errlen};
+	char msg[CF_ERRMSG_LEN];
+
+	free(cf->path);
+	cf->path = xstrdup(path);
+	free(cf->g.conffile);
+	cf->g.conffile = xstrdup(path);
+
+	if (!load_file(&ld, path, 0, NULL, 0))
+		return false;
+	if (!ld.seen_main) {
+		seterr(errbuf, errlen, "%s: main section missing", path);
+		return false;
+	}
+	if (!config_validate(cf, msg, sizeof(msg))) {
+		seterr(errbuf, errlen, "%s: %s", path, msg);
+		return false;
+	}
+	return true;
+}
+
+/* ---------------------------------------------------------------------- */
+/* whole-Config operations */
+
+void config_init(Config *cf)
+{
+	memset(cf, 0, sizeof(*cf));
+	for (const CfParam *p = cf_params; p->name; p++)
+		apply_default(&cf->g, p);
+}
+
+void config_free(Config *cf)
+{
+	for (const CfParam *p = cf_params; p->name; p++) {
+		if (is_string_type(p->type)) {
+			char **f = field_of(&cf->g, p);
+			free(*f);
+		}
+	}
+	for (int i = 0; i < cf->n_dbs; i++)
+		free_db(&cf->dbs[i]);
+	free(cf->dbs);
+	for (int i = 0; i < cf->n_users; i++)
+		free_user(&cf->users[i]);
+	free(cf->users);
+	for (int i = 0; i < cf->n_peers; i++)
+		free_peer(&cf->peers[i]);
+	free(cf->peers);
+	free(cf->path);
+	memset(cf, 0, sizeof(*cf));
+}
+
+bool config_copy(Config *dst, const Config *src)
+{
+	memset(dst, 0, sizeof(*dst));
+	dst->g = src->g;
+	for (const CfParam *p = cf_params; p->name; p++) {
+		if (is_string_type(p->type)) {
+			char **f = field_of(&dst->g, p);
+			*f = strdup_or_null(*f);
+		}
+	}
+	if (src->n_dbs > 0) {
+		dst->dbs = xmalloc(sizeof(CfDatabase) * (size_t)src->n_dbs);
+		for (int i = 0; i < src->n_dbs; i++) {
+			dst->dbs[i] = src->dbs[i];
+			dst->dbs[i].name = strdup_or_null(src->dbs[i].name);
+			dst->dbs[i].connstr = strdup_or_null(src->dbs[i].connstr);
+			copy_conn_strings(db_keys, &dst->dbs[i], &src->dbs[i]);
+		}
+		dst->n_dbs = src->n_dbs;
+	}
+	if (src->n_users > 0) {
+		dst->users = xmalloc(sizeof(CfUser) * (size_t)src->n_users);
+		for (int i = 0; i < src->n_users; i++) {
+			dst->users[i] = src->users[i];
+			dst->users[i].name = strdup_or_null(src->users[i].name);
+		}
+		dst->n_users = src->n_users;
+	}
+	if (src->n_peers > 0) {
+		dst->peers = xmalloc(sizeof(CfPeer) * (size_t)src->n_peers);
+		for (int i = 0; i < src->n_peers; i++) {
+			dst->peers[i] = src->peers[i];
+			copy_conn_strings(peer_keys, &dst->peers[i], &src->peers[i]);
+		}
+		dst->n_peers = src->n_peers;
+	}
+	dst->path = strdup_or_null(src->path);
+	return true;
+}
+
+void config_keep_boot_values(Config *loaded, const Config *running)
+{
+	for (const CfParam *p = cf_params; p->name; p++) {
+		CfValue v;
+		if (p->reloadable)
+			continue;
+		v = get_value(&running->g, p);
+		if (is_string_type(p->type))
+			v.s = strdup_or_null(v.s);
+		put_value(&loaded->g, p, v);
+	}
+}
+
+bool config_validate(const Config *cf, char *errbuf, size_t errlen)
+{
+	const CfGlobals *g = &cf->g;
+
+	if (g->auth_dbname && strcmp(g->auth_dbname, "pgbouncer") == 0) {
+		seterr(errbuf, errlen,
+		       "auth_dbname cannot be \"pgbouncer\": that name is reserved for the admin console");
+		return false;
+	}
+	if (g->listen_port < 1 || g->listen_port > 65535) {
+		seterr(errbuf, errlen, "listen_port (%d) must be between 1 and 65535", g->listen_port);
+		return false;
+	}
+	if (g->pkt_buf < 512) {
+		seterr(errbuf, errlen, "pkt_buf (%d) must be at least 512", g->pkt_buf);
+		return false;
+	}
+	if (g->unix_socket_mode < 0 || g->unix_socket_mode > 07777) {
+		seterr(errbuf, errlen, "unix_socket_mode (%o) is not a valid file mode",
+		       (unsigned int)g->unix_socket_mode);
+		return false;
+	}
+	if (g->peer_id < 0 || g->peer_id > 16383) {
+		seterr(errbuf, errlen, "peer_id (%d) must be between 0 and 16383", g->peer_id);
+		return false;
+	}
+	if (g->min_workers < 1) {
+		seterr(errbuf, errlen, "min_workers (%d) must be at least 1", g->min_workers);
+		return false;
+	}
+	if (g->max_workers < 0) {
+		seterr(errbuf, errlen, "max_workers (%d) must be 0 (one per physical core) or more", g->max_workers);
+		return false;
+	}
+	if (g->max_workers > 0 && g->min_workers > g->max_workers) {
+		seterr(errbuf, errlen, "min_workers (%d) is greater than max_workers (%d)", g->min_workers,
+		       g->max_workers);
+		return false;
+	}
+	if (!(g->worker_scale_down_threshold > 0)) {
+		seterr(errbuf, errlen, "worker_scale_down_threshold (%g) must be greater than 0",
+		       g->worker_scale_down_threshold);
+		return false;
+	}
+	if (!(g->worker_scale_up_threshold <= 1)) {
+		seterr(errbuf, errlen, "worker_scale_up_threshold (%g) must not be greater than 1",
+		       g->worker_scale_up_threshold);
+		return false;
+	}
+	if (!(g->worker_scale_down_threshold < g->worker_scale_up_threshold)) {
+		seterr(errbuf, errlen,
+		       "worker_scale_down_threshold (%g) must be less than worker_scale_up_threshold (%g)",
+		       g->worker_scale_down_threshold, g->worker_scale_up_threshold);
+		return false;
+	}
+	if (g->worker_scale_up_samples < 1) {
+		seterr(errbuf, errlen, "worker_scale_up_samples (%d) must be at least 1", g->worker_scale_up_samples);
+		return false;
+	}
+	if (g->worker_scale_down_samples < 1) {
+		seterr(errbuf, errlen, "worker_scale_down_samples (%d) must be at least 1",
+		       g->worker_scale_down_samples);
+		return false;
+	}
+	if (g->worker_scale_interval <= 0) {
+		seterr(errbuf, errlen, "worker_scale_interval (%g) must be greater than 0",
+		       (double)g->worker_scale_interval / (double)USEC_PER_SEC);
+		return false;
+	}
+	return true;
+}
+
+/* ---------------------------------------------------------------------- */
+/* lookups */
+
+const CfDatabase *config_find_db(const Config *cf, const char *name)
+{
+	for (int i = 0; i < cf->n_dbs; i++)
+		if (strcmp(cf->dbs[i].name, name) == 0)
+			return &cf->dbs[i];
+	return NULL;
+}
+
+const CfUser *config_find_user(const Config *cf, const char *name)
+{
+	for (int i = 0; i < cf->n_users; i++)
+		if (strcmp(cf->users[i].name, name) == 0)
+			return &cf->users[i];
+	return NULL;
+}
+
+const CfPeer *config_find_peer(const Config *cf, int id)
+{
+	for (int i = 0; i < cf->n_peers; i++)
+		if (cf->peers[i].id == id)
+			return &cf->peers[i];
+	return NULL;
+}
+
+bool config_list_contains(const char *list, const char *item)
+{
+	size_t ilen = strlen(item);
+	const char *p = list;
+
+	if (!list || ilen == 0)
+		return false;
+	while (*p) {
+		const char *start;
+		while (*p == ',' || is_blank(*p))
+			p++;
+		start = p;
+		while (*p && *p != ',' && !is_blank(*p))
+			p++;
+		if ((size_t)(p - start) == ilen && memcmp(start, item, ilen) == 0)
+			return true;
+	}
+	return false;
+}

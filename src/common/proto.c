@@ -1,0 +1,196 @@
+/*
+ * PostgreSQL wire-protocol parsing that needs no connection state: message
+ * headers (typed and startup-phase), StartupMessage key/value pairs, and the
+ * hex and name helpers used in log lines and "bad packet header" errors.
+ */
+#include "config.h"
+
+#include "common/proto.h"
+
+#include <string.h>
+
+static uint32_t get_be32(const uint8_t *p)
+{
+	return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+HdrResult proto_parse_header(const uint8_t *buf, size_t avail, bool startup, uint32_t max_len, PktHdr *hdr)
+{
+	if (startup) {
+		uint32_t len;
+
+		if (avail < 8)
+			return HDR_INCOMPLETE;
+		/* The length counts itself and the code. */
+		len = get_be32(buf);
+		if (len < 8 || len > max_len)
+			return HDR_BAD;
+		hdr->type = 0;
+		hdr->code = get_be32(buf + 4);
+		hdr->len = len;
+		hdr->body_off = 8;
+	} else {
+		uint64_t total;
+		uint32_t len;
+
+		if (avail < 5)
+			return HDR_INCOMPLETE;
+		/* The length counts itself but not the type byte; 64-bit so 0xffffffff + 1 cannot wrap. */
+		len = get_be32(buf + 1);
+		total = (uint64_t)len + 1;
+		if (len < 4 || total > max_len)
+			return HDR_BAD;
+		hdr->type = (char)buf[0];
+		hdr->code = 0;
+		hdr->len = (uint32_t)total;
+		hdr->body_off = 5;
+	}
+	return HDR_OK;
+}
+
+/*
+ * The body is "key\0value\0" pairs followed by one more NUL, which must be
+ * the last byte. An empty key is that terminator, so anything after it, a
+ * key without a value, or a body not ending in the terminator is an error.
+ */
+int proto_parse_startup(const uint8_t *body, size_t len, StartupParam *params, int max_params)
+{
+	size_t pos = 0;
+	int count = 0;
+
+	for (;;) {
+		const uint8_t *key_end;
+		const uint8_t *val_end;
+		size_t key_pos, val_pos;
+
+		if (pos >= len)
+			return -1; /* ran out before the terminator */
+		if (body[pos] == 0)
+			return pos == len - 1 ? count : -1;
+
+		key_pos = pos;
+		key_end = memchr(body + key_pos, 0, len - key_pos);
+		if (!key_end)
+			return -1;
+		val_pos = (size_t)(key_end - body) + 1;
+		if (val_pos >= len)
+			return -1; /* key without a value */
+		val_end = memchr(body + val_pos, 0, len - val_pos);
+		if (!val_end)
+			return -1;
+
+		if (count >= max_params)
+			return -1;
+		params[count].key = (const char *)(body + key_pos);
+		params[count].value = (const char *)(body + val_pos);
+		count++;
+		pos = (size_t)(val_end - body) + 1;
+	}
+}
+
+void proto_hex_prefix(const uint8_t *buf, size_t len, char *out, size_t outlen)
+{
+	static const char digits[] = "0123456789abcdef";
+	size_t o = 0;
+
+	if (outlen == 0)
+		return;
+	if (len > 8)
+		len = 8;
+	/* Only whole bytes: two digits plus room for the final NUL. */
+	for (size_t i = 0; i < len && o + 2 < outlen; i++) {
+		out[o++] = digits[buf[i] >> 4];
+		out[o++] = digits[buf[i] & 0x0f];
+	}
+	out[o] = '\0';
+}
+
+const char *proto_msg_name(char type, bool from_server)
+{
+	if (from_server) {
+		switch (type) {
+		case 'R':
+			return "Authentication";
+		case 'K':
+			return "BackendKeyData";
+		case '2':
+			return "BindComplete";
+		case '3':
+			return "CloseComplete";
+		case 'C':
+			return "CommandComplete";
+		case 'd':
+			return "CopyData";
+		case 'c':
+			return "CopyDone";
+		case 'G':
+			return "CopyInResponse";
+		case 'H':
+			return "CopyOutResponse";
+		case 'W':
+			return "CopyBothResponse";
+		case 'D':
+			return "DataRow";
+		case 'I':
+			return "EmptyQueryResponse";
+		case 'E':
+			return "ErrorResponse";
+		case 'V':
+			return "FunctionCallResponse";
+		case 'v':
+			return "NegotiateProtocolVersion";
+		case 'n':
+			return "NoData";
+		case 'N':
+			return "NoticeResponse";
+		case 'A':
+			return "NotificationResponse";
+		case 't':
+			return "ParameterDescription";
+		case 'S':
+			return "ParameterStatus";
+		case '1':
+			return "ParseComplete";
+		case 's':
+			return "PortalSuspended";
+		case 'Z':
+			return "ReadyForQuery";
+		case 'T':
+			return "RowDescription";
+		}
+	} else {
+		switch (type) {
+		case 0:
+			return "StartupMessage";
+		case 'B':
+			return "Bind";
+		case 'C':
+			return "Close";
+		case 'd':
+			return "CopyData";
+		case 'c':
+			return "CopyDone";
+		case 'f':
+			return "CopyFail";
+		case 'D':
+			return "Describe";
+		case 'E':
+			return "Execute";
+		case 'H':
+			return "Flush";
+		case 'F':
+			return "FunctionCall";
+		case 'P':
+			return "Parse";
+		case 'p':
+			return "PasswordMessage"; /* also SASLInitialResponse, SASLResponse, GSSResponse */
+		case 'Q':
+			return "Query";
+		case 'S':
+			return "Sync";
+		case 'X':
+			return "Terminate";
+		}
+	}
+	return "unknown";
+}

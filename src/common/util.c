@@ -1,0 +1,107 @@
+/*
+ * Small helpers shared by master and workers: clocks, allocation that
+ * treats out-of-memory as a broken invariant, whole-file reads.
+ */
+#include "config.h"
+
+#include "common/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+
+usec_t get_time_usec(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (usec_t)ts.tv_sec * USEC_PER_SEC + ts.tv_nsec / 1000;
+}
+
+usec_t get_mono_usec(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (usec_t)ts.tv_sec * USEC_PER_SEC + ts.tv_nsec / 1000;
+}
+
+size_t pgb_strlcpy(char *dst, const char *src, size_t size)
+{
+	size_t len = strlen(src);
+	if (size > 0) {
+		size_t n = len < size - 1 ? len : size - 1;
+		memcpy(dst, src, n);
+		dst[n] = '\0';
+	}
+	return len;
+}
+
+void *xmalloc(size_t size)
+{
+	void *p = malloc(size ? size : 1);
+	if (!p)
+		fatal("out of memory");
+	return p;
+}
+
+void *xcalloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size ? size : 1);
+	if (!p)
+		fatal("out of memory");
+	return p;
+}
+
+void *xrealloc(void *p, size_t size)
+{
+	void *np = realloc(p, size ? size : 1);
+	if (!np)
+		fatal("out of memory");
+	return np;
+}
+
+char *xstrdup(const char *s)
+{
+	char *p = strdup(s);
+	if (!p)
+		fatal("out of memory");
+	return p;
+}
+
+char *read_file(const char *path, size_t *len_out)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	size_t cap = 4096, len = 0;
+	char *buf = xmalloc(cap);
+	for (;;) {
+		if (len + 1 >= cap) {
+			cap *= 2;
+			buf = xrealloc(buf, cap);
+		}
+		ssize_t n = read(fd, buf + len, cap - len - 1);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			int save = errno;
+			free(buf);
+			close(fd);
+			errno = save;
+			return NULL;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	buf[len] = '\0';
+	if (len_out)
+		*len_out = len;
+	return buf;
+}

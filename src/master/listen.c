@@ -1,0 +1,262 @@
+/*
+ * The master's listening sockets: TCP addresses resolved once at start,
+ * SO_REUSEPORT on every TCP socket so each worker can own a slot of its
+ * own, and the unix socket file with its lock, mode and group.
+ */
+#include "config.h"
+
+#include "master/listen.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include "common/log.h"
+#include "common/util.h"
+
+static void format_addr(const struct sockaddr *sa, char *buf, size_t len)
+{
+	char host[INET6_ADDRSTRLEN] = "?";
+	int port = 0;
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const void *)sa;
+		inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+		port = ntohs(in->sin_port);
+		snprintf(buf, len, "%s:%d", host, port);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const void *)sa;
+		inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+		port = ntohs(in6->sin6_port);
+		snprintf(buf, len, "[%s]:%d", host, port);
+	} else {
+		snprintf(buf, len, "?");
+	}
+}
+
+/* Fill a sockaddr_un for the unix socket; abstract names start with '@'. */
+static socklen_t unix_sockaddr(const CfGlobals *g, struct sockaddr_un *un, char *path, size_t pathlen)
+{
+	memset(un, 0, sizeof(*un));
+	un->sun_family = AF_UNIX;
+	snprintf(path, pathlen, "%s/.s.PGSQL.%d", g->unix_socket_dir, g->listen_port);
+	if (strlen(path) >= sizeof(un->sun_path))
+		fatal("unix socket path too long: %s", path);
+	memcpy(un->sun_path, path, strlen(path));
+	if (path[0] == '@') {
+		un->sun_path[0] = '\0';
+		return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(path));
+	}
+	return (socklen_t)sizeof(*un);
+}
+
+static bool have_unix_socket(const CfGlobals *g)
+{
+	return g->unix_socket_dir && g->unix_socket_dir[0];
+}
+
+void listen_check_unix_in_use(const CfGlobals *g)
+{
+	if (!have_unix_socket(g))
+		return;
+	struct sockaddr_un un;
+	char path[256];
+	socklen_t len = unix_sockaddr(g, &un, path, sizeof(path));
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		fatal("socket() failed: %s", strerror(errno));
+	int rc = connect(fd, (struct sockaddr *)&un, len);
+	close(fd);
+	if (rc == 0)
+		fatal("unix socket is in use, cannot continue");
+}
+
+static void set_nonblocking(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		fatal("fcntl() failed: %s", strerror(errno));
+}
+
+static int open_tcp(const ListenAddr *a, const CfGlobals *g, char *err, size_t errlen)
+{
+	int fd = socket(a->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		snprintf(err, errlen, "socket() failed: %s", strerror(errno));
+		return -1;
+	}
+	int on = 1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+	/* every worker owns its own socket on the same port: reuseport is implied */
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof(on)) < 0) {
+		snprintf(err, errlen, "setsockopt(SO_REUSEPORT) failed: %s", strerror(errno));
+		close(fd);
+		return -1;
+	}
+	if (a->sa.ss_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof(on));
+	if (g->tcp_defer_accept) {
+		int val = 1;
+		if (setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &val, sizeof(val)) < 0)
+			log_warning("setsockopt(TCP_DEFER_ACCEPT) failed: %s", strerror(errno));
+	}
+	if (bind(fd, (const struct sockaddr *)&a->sa, a->salen) < 0) {
+		snprintf(err, errlen, "bind(): %s", strerror(errno));
+		close(fd);
+		return -1;
+	}
+	if (listen(fd, g->listen_backlog) < 0) {
+		snprintf(err, errlen, "listen(): %s", strerror(errno));
+		close(fd);
+		return -1;
+	}
+	set_nonblocking(fd);
+	return fd;
+}
+
+int listen_open_slot(const ListenSet *ls, int addr_index, const CfGlobals *g)
+{
+	char err[256];
+	int fd = open_tcp(&ls->addrs[addr_index], g, err, sizeof(err));
+	if (fd < 0)
+		log_error("cannot listen on %s: %s", ls->addrs[addr_index].desc, err);
+	return fd;
+}
+
+/* Resolve one listen_addr item and open a socket for every address it gives. */
+static void setup_tcp_item(ListenSet *ls, const char *item, const CfGlobals *g, char *lasterr, size_t errlen)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+	struct addrinfo *res = NULL;
+	char port[16];
+	snprintf(port, sizeof(port), "%d", g->listen_port);
+	const char *host = strcmp(item, "*") == 0 ? NULL : item;
+	int rc = getaddrinfo(host, port, &hints, &res);
+	if (rc != 0) {
+		snprintf(lasterr, errlen, "%s: %s", item, gai_strerror(rc));
+		log_warning("cannot listen on %s: getaddrinfo(): %s", item, gai_strerror(rc));
+		return;
+	}
+	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+		if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6)
+			continue;
+		ListenAddr a = {0};
+		memcpy(&a.sa, ai->ai_addr, ai->ai_addrlen);
+		a.salen = ai->ai_addrlen;
+		format_addr(ai->ai_addr, a.desc, sizeof(a.desc));
+		char err[256];
+		int fd = open_tcp(&a, g, err, sizeof(err));
+		if (fd < 0) {
+			snprintf(lasterr, errlen, "%s: %s", a.desc, err);
+			log_warning("cannot listen on %s: %s", a.desc, err);
+			continue;
+		}
+		ls->addrs = xrealloc(ls->addrs, sizeof(*ls->addrs) * (ls->n_addrs + 1));
+		ls->tcp = xrealloc(ls->tcp, sizeof(*ls->tcp) * (ls->n_tcp + 1));
+		ls->addrs[ls->n_addrs] = a;
+		Listener *l = &ls->tcp[ls->n_tcp++];
+		l->fd = fd;
+		l->addr_index = ls->n_addrs++;
+		snprintf(l->desc, sizeof(l->desc), "%s", a.desc);
+		log_info("listening on %s", a.desc);
+	}
+	freeaddrinfo(res);
+}
+
+static void setup_unix(ListenSet *ls, const CfGlobals *g)
+{
+	struct sockaddr_un un;
+	socklen_t len = unix_sockaddr(g, &un, ls->unix_path, sizeof(ls->unix_path));
+	bool abstract = ls->unix_path[0] == '@';
+
+	if (!abstract) {
+		char lock[300];
+		struct stat st;
+		snprintf(lock, sizeof(lock), "%s.lock", ls->unix_path);
+		if (stat(lock, &st) == 0)
+			fatal("unix port %d is in use", g->listen_port);
+		/* nobody answered in listen_check_unix_in_use(): a leftover file */
+		if (unlink(ls->unix_path) < 0 && errno != ENOENT)
+			fatal("unlink(%s) failed: %s", ls->unix_path, strerror(errno));
+	}
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		fatal("socket() failed: %s", strerror(errno));
+	if (bind(fd, (struct sockaddr *)&un, len) < 0)
+		fatal("bind(%s) failed: %s", ls->unix_path, strerror(errno));
+	if (!abstract) {
+		if (chmod(ls->unix_path, (mode_t)g->unix_socket_mode) < 0)
+			fatal("chmod(%s) failed: %s", ls->unix_path, strerror(errno));
+		if (g->unix_socket_group && g->unix_socket_group[0]) {
+			struct group *gr = getgrnam(g->unix_socket_group);
+			if (!gr)
+				fatal("unix_socket_group: unknown group '%s'", g->unix_socket_group);
+			if (chown(ls->unix_path, (uid_t)-1, gr->gr_gid) < 0)
+				fatal("chown(%s) failed: %s", ls->unix_path, strerror(errno));
+		}
+	}
+	if (listen(fd, g->listen_backlog) < 0)
+		fatal("listen(%s) failed: %s", ls->unix_path, strerror(errno));
+	set_nonblocking(fd);
+	ls->unix_sock.fd = fd;
+	ls->unix_sock.addr_index = -1;
+	snprintf(ls->unix_sock.desc, sizeof(ls->unix_sock.desc), "unix:%s", ls->unix_path);
+	log_info("listening on unix:%s", ls->unix_path);
+}
+
+void listen_setup(ListenSet *ls, const CfGlobals *g)
+{
+	memset(ls, 0, sizeof(*ls));
+	ls->unix_sock.fd = -1;
+
+	bool want_tcp = false;
+	char lasterr[512] = "";
+	if (g->listen_addr && g->listen_addr[0]) {
+		char *list = xstrdup(g->listen_addr), *save = NULL;
+		for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+			while (*tok == ' ' || *tok == '\t')
+				tok++;
+			char *end = tok + strlen(tok);
+			while (end > tok && (end[-1] == ' ' || end[-1] == '\t'))
+				*--end = '\0';
+			if (!*tok)
+				continue;
+			want_tcp = true;
+			setup_tcp_item(ls, tok, g, lasterr, sizeof(lasterr));
+		}
+		free(list);
+	}
+	if (want_tcp && ls->n_tcp == 0)
+		fatal("failed to listen on any address in listen_addr list: %s", lasterr);
+	if (have_unix_socket(g))
+		setup_unix(ls, g);
+	if (ls->n_tcp == 0 && ls->unix_sock.fd < 0)
+		fatal("nowhere to listen on");
+}
+
+void listen_close_all(ListenSet *ls)
+{
+	for (int i = 0; i < ls->n_tcp; i++)
+		if (ls->tcp[i].fd >= 0)
+			close(ls->tcp[i].fd);
+	if (ls->unix_sock.fd >= 0) {
+		close(ls->unix_sock.fd);
+		ls->unix_sock.fd = -1;
+		if (ls->unix_path[0] && ls->unix_path[0] != '@')
+			unlink(ls->unix_path);
+	}
+	free(ls->tcp);
+	free(ls->addrs);
+	ls->tcp = NULL;
+	ls->addrs = NULL;
+	ls->n_tcp = ls->n_addrs = 0;
+}

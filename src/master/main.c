@@ -1,0 +1,466 @@
+/*
+ * The master process: command line, configuration, pidfile, daemonizing,
+ * listening sockets and signals. It never touches client traffic; the
+ * pooling code lives in the workers it supervises.
+ */
+#include "config.h"
+
+#include <ares.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <grp.h>
+#include <libgen.h>
+#include <openssl/crypto.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "master/listen.h"
+#include "master/pidfile.h"
+#include "worker/worker.h"
+
+/* Everything the master owns. */
+typedef struct Master {
+	Config cf;               /* the running configuration */
+	ListenSet listeners;     /* sockets created at start, kept until exit */
+	struct event_base *base; /* the master's event loop */
+	struct event *sig_events[8];
+	const char *progname;
+	int cmdline_verbose;      /* number of -v */
+	bool quiet;               /* -q */
+	bool daemon;              /* -d */
+	bool shutting_down;       /* SIGTERM/SIGINT received */
+	bool paused;              /* SIGUSR1 without SIGUSR2 yet */
+	pid_t worker_pid;         /* the worker process, 0 if none */
+	int worker_ctl;           /* write end of the worker's control pipe */
+	struct event *respawn_ev; /* delayed respawn after a crash */
+	int crashes;              /* recent crashes, for back-off */
+} Master;
+
+static Master master;
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+	        "%s is a connection pooler for PostgreSQL that uses every CPU core.\n"
+	        "\n"
+	        "Usage:\n"
+	        "  %s [OPTION]... CONFIG_FILE\n"
+	        "\n"
+	        "Options:\n"
+	        "  -d, --daemon         run in the background (needs pidfile in the config)\n"
+	        "  -q, --quiet          do not log to stderr\n"
+	        "  -v, --verbose        log more; repeat for even more\n"
+	        "  -u, --user=USERNAME  switch to this Unix user after start\n"
+	        "  -R, --reboot         online restart (not supported: use so_reuseport)\n"
+	        "  -V, --version        print version information and exit\n"
+	        "  -h, --help           print this help and exit\n",
+	        master.progname, master.progname);
+}
+
+static void print_version(void)
+{
+	printf("PgBouncer %s\n", PACKAGE_VERSION);
+	printf("libevent %s\n", event_get_version());
+	printf("adns: c-ares %s\n", ares_version(NULL));
+	printf("tls: %s\n", OpenSSL_version(OPENSSL_VERSION));
+}
+
+static void apply_log_settings(const Config *cf)
+{
+	LogSettings ls = {
+	    .logfile = cf->g.logfile,
+	    .to_stderr = !master.quiet && !master.daemon,
+	    .syslog = cf->g.syslog != 0,
+	    .syslog_ident = cf->g.syslog_ident,
+	    .syslog_facility = cf->g.syslog_facility,
+	    .verbose = cf->g.verbose,
+	};
+	log_configure(&ls);
+}
+
+/* Removes what this process created; runs at fatal() and at a normal exit. */
+static void cleanup_at_exit(void)
+{
+	if (master.worker_pid > 0) {
+		kill(master.worker_pid, SIGQUIT);
+		master.worker_pid = 0;
+	}
+	listen_close_all(&master.listeners);
+	pidfile_remove();
+}
+
+static void master_exit(int code)
+{
+	cleanup_at_exit();
+	if (master.base)
+		event_base_free(master.base);
+	config_free(&master.cf);
+	exit(code);
+}
+
+static void switch_user(const char *name)
+{
+	if (!name || !*name)
+		return;
+	errno = 0;
+	struct passwd *pw = getpwnam(name);
+	if (!pw)
+		fatal("could not find user '%s' to switch to", name);
+	if (getuid() == pw->pw_uid && geteuid() == pw->pw_uid)
+		return;
+	if (initgroups(pw->pw_name, pw->pw_gid) < 0)
+		fatal("initgroups() failed: %s", strerror(errno));
+	if (setgid(pw->pw_gid) < 0)
+		fatal("setgid() failed: %s", strerror(errno));
+	if (setuid(pw->pw_uid) < 0)
+		fatal("setuid() failed: %s", strerror(errno));
+}
+
+static void daemonize(const Config *cf)
+{
+	if (!cf->g.pidfile || !cf->g.pidfile[0])
+		fatal("daemon needs pidfile configured");
+	int fd = open("/dev/null", O_RDWR);
+	if (fd < 0)
+		fatal("open(/dev/null) failed: %s", strerror(errno));
+	dup2(fd, STDIN_FILENO);
+	dup2(fd, STDOUT_FILENO);
+	dup2(fd, STDERR_FILENO);
+	if (fd > STDERR_FILENO)
+		close(fd);
+
+	pid_t pid = fork();
+	if (pid < 0)
+		fatal("fork() failed: %s", strerror(errno));
+	if (pid > 0)
+		_exit(0);
+	if (setsid() < 0)
+		fatal("setsid() failed: %s", strerror(errno));
+	pid = fork();
+	if (pid < 0)
+		fatal("fork() failed: %s", strerror(errno));
+	if (pid > 0)
+		_exit(0);
+}
+
+static void log_fd_limit(const Config *cf)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0) {
+		log_warning("getrlimit() failed: %s", strerror(errno));
+		return;
+	}
+	/* clients, plus a server per pool slot of every configured database, plus listeners and files */
+	long expected = cf->g.max_client_conn + 10;
+	for (int i = 0; i < cf->n_dbs; i++) {
+		int size = cf->dbs[i].pool_size >= 0 ? cf->dbs[i].pool_size : cf->g.default_pool_size;
+		int reserve =
+		    cf->dbs[i].reserve_pool_size >= 0 ? cf->dbs[i].reserve_pool_size : cf->g.reserve_pool_size;
+		expected += size + reserve;
+	}
+	log_info("kernel file descriptor limit: %llu (hard: %llu); max_client_conn: %d, max expected fd use: %ld",
+	         (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, cf->g.max_client_conn, expected);
+}
+
+/* SIGHUP and RELOAD: a new configuration replaces the running one only if it loads completely. */
+static bool reload_config(void)
+{
+	Config next;
+	char err[CF_ERRMSG_LEN];
+	const char *path = master.cf.g.conffile ? master.cf.g.conffile : master.cf.path;
+
+	config_init(&next);
+	next.g.verbose = master.cmdline_verbose;
+	if (!config_load(&next, path, err, sizeof(err))) {
+		log_error("%s", err);
+		log_warning("config file loading failed; keeping the running configuration");
+		config_free(&next);
+		return false;
+	}
+	config_keep_boot_values(&next, &master.cf);
+	config_free(&master.cf);
+	master.cf = next;
+	apply_log_settings(&master.cf);
+	return true;
+}
+
+/* Shutdown: TCP listeners close (new connections are refused); the unix socket stays for the console. */
+static void close_tcp_listeners(void)
+{
+	for (int i = 0; i < master.listeners.n_tcp; i++) {
+		if (master.listeners.tcp[i].fd >= 0) {
+			close(master.listeners.tcp[i].fd);
+			master.listeners.tcp[i].fd = -1;
+		}
+	}
+}
+
+/* Fork the worker: it inherits the listeners and gets its own event loop. */
+static void spawn_worker(void)
+{
+	int ctl[2];
+	if (pipe2(ctl, O_CLOEXEC) < 0)
+		fatal("pipe2() failed: %s", strerror(errno));
+	pid_t pid = fork();
+	if (pid < 0) {
+		log_error("fork() failed: %s", strerror(errno));
+		close(ctl[0]);
+		close(ctl[1]);
+		return;
+	}
+	if (pid == 0) {
+		close(ctl[1]);
+		/*
+		 * The worker builds its own loop. The master's must release its
+		 * signals, but without touching the epoll instance it shares with
+		 * the parent: reinit gives it a private one first.
+		 */
+		event_reinit(master.base);
+		event_base_free(master.base);
+		master.base = NULL;
+		int n = master.listeners.n_tcp + (master.listeners.unix_sock.fd >= 0 ? 1 : 0);
+		WorkerListener *wl = calloc((size_t)n + 1, sizeof(*wl));
+		int k = 0;
+		for (int i = 0; i < master.listeners.n_tcp; i++)
+			wl[k++] = (WorkerListener){.fd = master.listeners.tcp[i].fd, .is_unix = false};
+		if (master.listeners.unix_sock.fd >= 0)
+			wl[k++] = (WorkerListener){.fd = master.listeners.unix_sock.fd, .is_unix = true};
+		log_set_fatal_hook(NULL);
+		exit(worker_main(0, &master.cf, wl, k, ctl[0], master.cmdline_verbose));
+	}
+	close(ctl[0]);
+	master.worker_ctl = ctl[1];
+	master.worker_pid = pid;
+	log_debug("worker 0 started, pid %d", (int)pid);
+}
+
+static void on_respawn(evutil_socket_t fd, short what, void *arg)
+{
+	if (!master.shutting_down && !master.worker_pid)
+		spawn_worker();
+}
+
+static void on_child(evutil_socket_t sig, short what, void *arg)
+{
+	int status;
+	pid_t pid;
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		if (pid != master.worker_pid)
+			continue;
+		master.worker_pid = 0;
+		close(master.worker_ctl);
+		master.worker_ctl = -1;
+		if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+			/* the worker finished a shutdown: the pooler is done */
+			master_exit(0);
+		}
+		if (master.shutting_down)
+			master_exit(0);
+		if (WIFSIGNALED(status))
+			log_error("worker 0 (pid %d) was terminated by signal %d", (int)pid, WTERMSIG(status));
+		else
+			log_error("worker 0 (pid %d) exited with status %d", (int)pid, WEXITSTATUS(status));
+		/* back-off: 0.1 s, doubling to at most 5 s while crashes repeat */
+		int delay_ms = 100 << (master.crashes < 6 ? master.crashes : 6);
+		if (delay_ms > 5000)
+			delay_ms = 5000;
+		master.crashes++;
+		struct timeval tv = {delay_ms / 1000, (delay_ms % 1000) * 1000};
+		if (!master.respawn_ev)
+			master.respawn_ev = evtimer_new(master.base, on_respawn, NULL);
+		evtimer_add(master.respawn_ev, &tv);
+	}
+}
+
+static void forward_signal(int sig)
+{
+	if (master.worker_pid > 0)
+		kill(master.worker_pid, sig);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	switch (sig) {
+	case SIGHUP:
+		log_info("got SIGHUP, re-reading config");
+		/* workers re-read only a file the master has validated */
+		if (reload_config())
+			forward_signal(SIGHUP);
+		break;
+	case SIGTERM:
+		if (master.shutting_down) {
+			log_info("got SIGTERM while shutting down, fast exit");
+			forward_signal(SIGQUIT);
+			master_exit(0);
+		}
+		master.shutting_down = true;
+		log_info("got SIGTERM, shutting down, waiting for all clients disconnect");
+		close_tcp_listeners();
+		forward_signal(SIGTERM);
+		if (!master.worker_pid)
+			master_exit(0);
+		break;
+	case SIGINT:
+		if (master.shutting_down) {
+			log_info("got SIGINT while shutting down, fast exit");
+			forward_signal(SIGQUIT);
+			master_exit(0);
+		}
+		master.shutting_down = true;
+		log_info("got SIGINT, shutting down, waiting for all servers connections to be released");
+		close_tcp_listeners();
+		forward_signal(SIGINT);
+		if (!master.worker_pid)
+			master_exit(0);
+		break;
+	case SIGQUIT:
+		log_info("got SIGQUIT, fast exit");
+		forward_signal(SIGQUIT);
+		master_exit(0);
+		break;
+	case SIGUSR1:
+		if (master.paused) {
+			log_info("got SIGUSR1, but already paused/suspended");
+		} else {
+			master.paused = true;
+			log_info("got SIGUSR1, pausing all activity");
+			forward_signal(SIGUSR1);
+		}
+		break;
+	case SIGUSR2:
+		if (master.shutting_down) {
+			log_info("got SIGUSR2 while shutting down, ignoring");
+		} else if (!master.paused) {
+			log_info("got SIGUSR2, but not paused/suspended");
+		} else {
+			master.paused = false;
+			log_info("got SIGUSR2, continuing from PAUSE/SUSPEND");
+			forward_signal(SIGUSR2);
+		}
+		break;
+	}
+}
+
+static void setup_signals(void)
+{
+	struct event *chld = evsignal_new(master.base, SIGCHLD, on_child, NULL);
+	if (!chld || evsignal_add(chld, NULL) < 0)
+		fatal("could not install handler for SIGCHLD");
+	/* handlers are installed even for signals inherited as ignored (`cmd &` from a script) */
+	static const int sigs[] = {SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2};
+	signal(SIGPIPE, SIG_IGN);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+		master.sig_events[i] = evsignal_new(master.base, sigs[i], on_signal, NULL);
+		if (!master.sig_events[i] || evsignal_add(master.sig_events[i], NULL) < 0)
+			fatal("could not install handler for signal %d", sigs[i]);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option long_opts[] = {
+	    {"daemon", no_argument, NULL, 'd'},  {"quiet", no_argument, NULL, 'q'},
+	    {"verbose", no_argument, NULL, 'v'}, {"user", required_argument, NULL, 'u'},
+	    {"reboot", no_argument, NULL, 'R'},  {"version", no_argument, NULL, 'V'},
+	    {"help", no_argument, NULL, 'h'},    {NULL, 0, NULL, 0},
+	};
+	const char *cmdline_user = NULL;
+	bool reboot = false;
+	int c;
+
+	master.progname = basename(argv[0]);
+	master.listeners.unix_sock.fd = -1;
+	while ((c = getopt_long(argc, argv, "dqvu:RVh", long_opts, NULL)) != -1) {
+		switch (c) {
+		case 'd':
+			master.daemon = true;
+			break;
+		case 'q':
+			master.quiet = true;
+			break;
+		case 'v':
+			master.cmdline_verbose++;
+			break;
+		case 'u':
+			cmdline_user = optarg;
+			break;
+		case 'R':
+			reboot = true;
+			break;
+		case 'V':
+			print_version();
+			return 0;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			fprintf(stderr, "Try \"%s --help\" for more information.\n", master.progname);
+			return 1;
+		}
+	}
+	if (optind + 1 != argc) {
+		fprintf(stderr, "%s: no configuration file specified\n", master.progname);
+		fprintf(stderr, "Try \"%s --help\" for more information.\n", master.progname);
+		return 1;
+	}
+
+	/* 1. configuration */
+	LogSettings boot_log = {.to_stderr = !master.quiet && !master.daemon, .verbose = master.cmdline_verbose};
+	log_configure(&boot_log);
+	log_set_fatal_hook(cleanup_at_exit);
+	char err[CF_ERRMSG_LEN];
+	config_init(&master.cf);
+	/* the -v count, unless the file sets verbose (which no [pgbouncer] header resets) */
+	master.cf.g.verbose = master.cmdline_verbose;
+	if (!config_load(&master.cf, argv[optind], err, sizeof(err))) {
+		log_error("%s", err);
+		fatal("cannot load config file");
+	}
+	apply_log_settings(&master.cf);
+	if (!log_open_file_now()) {
+		fprintf(stderr, "cannot open logfile '%s': %s\n", master.cf.g.logfile, strerror(errno));
+		return 1;
+	}
+	if (reboot)
+		fatal("online restart (-R) is not supported: run the new pgbouncer beside the old one with "
+		      "so_reuseport instead");
+
+	/* 3. user switch, then never as root */
+	switch_user(cmdline_user ? cmdline_user : master.cf.g.user);
+	if (getuid() == 0 || geteuid() == 0)
+		fatal("PgBouncer should not run as root");
+
+	/* 4.-6. another instance? then detach */
+	listen_check_unix_in_use(&master.cf.g);
+	pidfile_check(master.cf.g.pidfile);
+	if (master.daemon)
+		daemonize(&master.cf);
+
+	/* 7.-9. */
+	log_fd_limit(&master.cf);
+	master.base = event_base_new();
+	if (!master.base)
+		fatal("event_base_new() failed");
+	setup_signals();
+	listen_setup(&master.listeners, &master.cf.g);
+	pidfile_write(master.cf.g.pidfile);
+	log_info("process up: PgBouncer %s, libevent %s (%s), adns: c-ares %s, tls: %s", PACKAGE_VERSION,
+	         event_get_version(), event_base_get_method(master.base), ares_version(NULL),
+	         OpenSSL_version(OPENSSL_VERSION));
+	spawn_worker();
+
+	if (event_base_dispatch(master.base) < 0)
+		fatal("event loop failed");
+	master_exit(0);
+}

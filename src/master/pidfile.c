@@ -1,0 +1,73 @@
+/*
+ * Pidfile handling for the master: one instance per pidfile, stale files
+ * from a crashed instance cleaned up, ours removed at exit.
+ */
+#include "config.h"
+
+#include "master/pidfile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+
+static char *written_path; /* set once our pidfile exists */
+static pid_t written_by;   /* only the writer removes it (not forked children) */
+
+void pidfile_check(const char *path)
+{
+	if (!path || !*path)
+		return;
+	size_t len;
+	char *buf = read_file(path, &len);
+	if (!buf) {
+		if (errno == ENOENT)
+			return;
+		fatal("pidfile '%s' exists, another instance running?", path);
+	}
+	char *end;
+	errno = 0;
+	long pid = strtol(buf, &end, 10);
+	bool parsed = end != buf && errno == 0 && pid > 0 && (*end == '\n' || *end == '\0');
+	free(buf);
+	if (!parsed || kill((pid_t)pid, 0) == 0 || errno == EPERM)
+		fatal("pidfile '%s' exists, another instance running?", path);
+	log_info("stale pidfile, removing");
+	if (unlink(path) < 0 && errno != ENOENT)
+		fatal("could not remove stale pidfile '%s': %s", path, strerror(errno));
+}
+
+void pidfile_write(const char *path)
+{
+	if (!path || !*path)
+		return;
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0)
+		fatal("could not create pidfile '%s': %s", path, strerror(errno));
+	char buf[32];
+	int n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
+	if (write(fd, buf, (size_t)n) != n) {
+		int e = errno;
+		close(fd);
+		unlink(path);
+		fatal("could not write pidfile '%s': %s", path, strerror(e));
+	}
+	close(fd);
+	written_path = xstrdup(path);
+	written_by = getpid();
+}
+
+void pidfile_remove(void)
+{
+	if (!written_path || written_by != getpid())
+		return;
+	unlink(written_path);
+	free(written_path);
+	written_path = NULL;
+}

@@ -1,0 +1,330 @@
+/*
+ * Client authentication against auth_file users: trust, any, plain, md5
+ * and scram-sha-256 (against plain passwords and SCRAM verifiers), with a
+ * mock exchange for unknown users so that they cannot be told apart.
+ */
+#include "config.h"
+
+#include <openssl/rand.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/pktbuf.h"
+#include "common/util.h"
+#include "worker/worker.h"
+
+static bool send_auth(PgSocket *c, uint32_t code, const void *data, size_t len)
+{
+	PktBuf pb;
+	pktbuf_init(&pb, 64 + len);
+	pktbuf_write_auth(&pb, code, data, len);
+	bool ok = sbuf_send(&c->sb, pb.buf, pb.len);
+	pktbuf_free(&pb);
+	return ok;
+}
+
+static bool user_known(const PgUser *u)
+{
+	return u && (u->secret || u->cf);
+}
+
+/* Is this login user allowed on the console? Sets admin_user/stats_user. */
+static bool console_access(PgSocket *c, const char *name)
+{
+	c->admin_user = config_list_contains(wk.cf.g.admin_users, name);
+	c->stats_user = config_list_contains(wk.cf.g.stats_users, name);
+	return c->admin_user || c->stats_user;
+}
+
+void auth_login_complete(PgSocket *c)
+{
+	PgDatabase *db = c->db;
+	const char *uname = c->login_user ? c->login_user->name : c->app_name_raw;
+
+	if (db->admin) {
+		if (!c->admin_user && !c->stats_user && !console_access(c, uname)) {
+			disconnect_client(c, true, "not allowed");
+			return;
+		}
+		if (!c->login_user)
+			c->login_user = user_add(uname);
+		c->pool = pool_get(db, c->login_user);
+		db->client_count++;
+		c->login_user->client_count++;
+		client_send_welcome(c);
+		return;
+	}
+	if (db->placeholder) {
+		disconnect_client(c, true, "no such database: %s", db->name);
+		return;
+	}
+	if (db->disabled) {
+		disconnect_client(c, true, "database \"%s\" is disabled", db->name);
+		return;
+	}
+	if (wk.run_state != RUN_ACTIVE) {
+		disconnect_client(c, true, "pooler is shutting down");
+		return;
+	}
+	int max_db =
+	    db->cf.max_db_client_connections > 0 ? db->cf.max_db_client_connections : wk.cf.g.max_db_client_connections;
+	if (max_db > 0 && db->client_count >= max_db) {
+		disconnect_client(c, true, "client connections exceeded (max_db_client_connections)");
+		return;
+	}
+	PgUser *u = c->login_user;
+	int max_user = u->cf && u->cf->max_user_client_connections > 0 ? u->cf->max_user_client_connections
+	                                                               : wk.cf.g.max_user_client_connections;
+	if (max_user > 0 && u->client_count >= max_user) {
+		disconnect_client(c, true, "client connections exceeded (max_user_client_connections)");
+		return;
+	}
+	PgUser *pool_user = db->forced_user ? db->forced_user : u;
+	c->pool = pool_get(db, pool_user);
+	db->client_count++;
+	u->client_count++;
+	if (c->pool->welcome_ready) {
+		client_send_welcome(c);
+		return;
+	}
+	/* no server has logged in for this pool yet: wait for the first one */
+	c->wait_for_welcome = true;
+	c->wait_start = wk.now;
+	change_state(c, CL_WAITING_LOGIN);
+	sbuf_pause(&c->sb);
+	pool_maybe_launch(c->pool);
+}
+
+static void auth_failed(PgSocket *c, const char *msg)
+{
+	disconnect_client(c, true, "%s", msg);
+}
+
+static SBufAction start_scram(PgSocket *c)
+{
+	static const char mech[] = "SCRAM-SHA-256\0";
+	c->auth_method = AUTH_SCRAM_SHA_256;
+	if (!send_auth(c, 10, mech, sizeof(mech))) {
+		disconnect_client(c, false, "client unexpected eof");
+		return SB_CLOSED;
+	}
+	return SB_CONSUMED;
+}
+
+SBufAction auth_start(PgSocket *c)
+{
+	PgUser *u = c->login_user;
+	const char *uname = u ? u->name : c->app_name_raw;
+	int method = wk.cf.g.auth_type;
+
+	/* same-UID unix socket user "pgbouncer" gets the console without a password */
+	if (c->db && c->db->admin && c->is_unix && c->peer_uid == getuid() && strcmp(uname, "pgbouncer") == 0) {
+		c->admin_user = true;
+		if (wk.cf.g.log_connections)
+			slog(LG_LOG, c, "pgbouncer access from unix socket");
+		auth_login_complete(c);
+		return c->state == CL_JUSTFREE ? SB_CLOSED : SB_CONSUMED;
+	}
+
+	switch (method) {
+	case AUTH_ANY:
+		if (c->db->admin) {
+			if (!console_access(c, uname))
+				c->stats_user = true;
+			c->login_user = user_add(uname);
+		} else if (!c->db->placeholder) {
+			if (!c->db->forced_user) {
+				disconnect_client(c, true, "bouncer config error");
+				return SB_CLOSED;
+			}
+			c->login_user = c->db->forced_user;
+		} else if (!c->login_user) {
+			c->login_user = user_add(uname);
+		}
+		auth_login_complete(c);
+		break;
+	case AUTH_TRUST:
+		if (!user_known(u)) {
+			disconnect_client(c, true, "\"trust\" authentication failed");
+			return SB_CLOSED;
+		}
+		auth_login_complete(c);
+		break;
+	case AUTH_PLAIN:
+		c->auth_method = AUTH_PLAIN;
+		if (!send_auth(c, 3, NULL, 0)) {
+			disconnect_client(c, false, "client unexpected eof");
+			return SB_CLOSED;
+		}
+		return SB_CONSUMED;
+	case AUTH_MD5:
+		if (u && u->kind == SECRET_SCRAM)
+			return start_scram(c);
+		c->auth_method = AUTH_MD5;
+		RAND_bytes(c->md5_salt, sizeof(c->md5_salt));
+		if (!send_auth(c, 5, c->md5_salt, 4)) {
+			disconnect_client(c, false, "client unexpected eof");
+			return SB_CLOSED;
+		}
+		return SB_CONSUMED;
+	case AUTH_SCRAM_SHA_256:
+		return start_scram(c);
+	default:
+		/* cert, hba, pam, ldap arrive with the TLS/auth issue */
+		disconnect_client(c, true, "login rejected");
+		return SB_CLOSED;
+	}
+	return c->state == CL_JUSTFREE ? SB_CLOSED : SB_CONSUMED;
+}
+
+/* Check a cleartext password against the stored secret. */
+static bool check_plain(const PgUser *u, const char *pw)
+{
+	if (!u || !u->secret || !*u->secret || !*pw)
+		return false;
+	switch (u->kind) {
+	case SECRET_PLAIN:
+		return strlen(u->secret) == strlen(pw) && scram_secure_equal(u->secret, pw, strlen(pw));
+	case SECRET_MD5: {
+		char h[MD5_PASSWD_LEN + 1];
+		md5_password_hash(pw, u->name, h);
+		return scram_secure_equal(h, u->secret, MD5_PASSWD_LEN);
+	}
+	case SECRET_SCRAM: {
+		ScramSecret stored;
+		return scram_parse_secret(u->secret, &stored) && scram_verify_plain_password(&stored, pw);
+	}
+	default:
+		return false;
+	}
+}
+
+static SBufAction handle_scram(PgSocket *c, const uint8_t *body, uint32_t len)
+{
+	PgUser *u = c->login_user;
+	char err[128];
+	PktReader r;
+	pktreader_init(&r, body, len);
+
+	if (!c->scram_srv) {
+		/* SASLInitialResponse: mechanism, int32 length, data */
+		const char *mech;
+		uint32_t dlen;
+		const uint8_t *d;
+		if (!pktreader_get_string(&r, &mech) || !pktreader_get_u32(&r, &dlen)) {
+			auth_failed(c, "SASL authentication failed");
+			return SB_CLOSED;
+		}
+		if (strcmp(mech, "SCRAM-SHA-256") != 0) {
+			auth_failed(c, "client selected an invalid SASL authentication mechanism");
+			return SB_CLOSED;
+		}
+		if (dlen == 0xffffffffu || !pktreader_get_bytes(&r, dlen, &d)) {
+			auth_failed(c, "SASL authentication failed");
+			return SB_CLOSED;
+		}
+		c->scram_srv = xcalloc(1, sizeof(*c->scram_srv));
+		ScramSecret secret;
+		bool have = false;
+		if (u && u->secret && *u->secret) {
+			if (u->kind == SECRET_SCRAM) {
+				have = scram_parse_secret(u->secret, &secret);
+			} else if (u->kind == SECRET_PLAIN) {
+				if (!u->adhoc_scram) {
+					ScramSecret *s = xcalloc(1, sizeof(*s));
+					if (scram_build_secret(u->secret, wk.cf.g.scram_iterations, s))
+						((PgUser *)u)->adhoc_scram = s;
+					else
+						free(s);
+				}
+				if (u->adhoc_scram) {
+					secret = *u->adhoc_scram;
+					have = true;
+				}
+			}
+		}
+		if (!have) {
+			/* unknown user or md5 secret: a mock verifier, so the exchange fails at the proof */
+			memset(&secret, 0, sizeof(secret));
+			secret.iterations = wk.cf.g.scram_iterations;
+			secret.salt_len = 16;
+			RAND_bytes(secret.salt, 16);
+			RAND_bytes(secret.stored_key, SCRAM_KEY_LEN);
+			RAND_bytes(secret.server_key, SCRAM_KEY_LEN);
+		}
+		if (!scram_server_first(c->scram_srv, &secret, (const char *)d, dlen, err, sizeof(err))) {
+			slog(LG_DEBUG, c, "SCRAM client-first rejected: %s", err);
+			auth_failed(c, "SASL authentication failed");
+			return SB_CLOSED;
+		}
+		if (!send_auth(c, 11, c->scram_srv->server_first, strlen(c->scram_srv->server_first))) {
+			disconnect_client(c, false, "client unexpected eof");
+			return SB_CLOSED;
+		}
+		return SB_CONSUMED;
+	}
+
+	/* SASLResponse: the rest of the body is the client-final-message */
+	char final[SCRAM_MAX_MSG];
+	if (!scram_server_final(c->scram_srv, (const char *)body, len, final, sizeof(final), err, sizeof(err)) || !u ||
+	    !u->secret) {
+		slog(LG_DEBUG, c, "SCRAM client-final rejected: %s", err);
+		auth_failed(c, "SASL authentication failed");
+		return SB_CLOSED;
+	}
+	if (u->kind == SECRET_SCRAM) {
+		/* keep the keys so the pooler can log into servers with this secret */
+		memcpy(u->scram_client_key, c->scram_srv->client_key, SCRAM_KEY_LEN);
+		memcpy(u->scram_server_key, c->scram_srv->secret.server_key, SCRAM_KEY_LEN);
+		u->has_scram_keys = true;
+	}
+	if (!send_auth(c, 12, final, strlen(final))) {
+		disconnect_client(c, false, "client unexpected eof");
+		return SB_CLOSED;
+	}
+	free(c->scram_srv);
+	c->scram_srv = NULL;
+	auth_login_complete(c);
+	return c->state == CL_JUSTFREE ? SB_CLOSED : SB_CONSUMED;
+}
+
+SBufAction auth_handle_password_msg(PgSocket *c, const uint8_t *data, uint32_t len)
+{
+	const uint8_t *body = data + 5;
+	uint32_t blen = len - 5;
+	PgUser *u = c->login_user;
+
+	if (c->auth_method == AUTH_SCRAM_SHA_256)
+		return handle_scram(c, body, blen);
+
+	if (blen == 0 || body[blen - 1] != '\0' || memchr(body, '\0', blen) != body + blen - 1) {
+		auth_failed(c, "password authentication failed");
+		return SB_CLOSED;
+	}
+	const char *pw = (const char *)body;
+	if (!*pw) {
+		auth_failed(c, "empty password returned by client");
+		return SB_CLOSED;
+	}
+	bool ok = false;
+	if (c->auth_method == AUTH_PLAIN) {
+		ok = check_plain(u, pw);
+	} else if (c->auth_method == AUTH_MD5) {
+		if (u && u->secret && *u->secret && (u->kind == SECRET_PLAIN || u->kind == SECRET_MD5)) {
+			char expect[MD5_PASSWD_LEN + 1];
+			md5_salted_response(u->secret, u->kind == SECRET_MD5, u->name, c->md5_salt, expect);
+			ok = strlen(pw) == MD5_PASSWD_LEN && scram_secure_equal(expect, pw, MD5_PASSWD_LEN);
+		}
+	} else {
+		auth_failed(c, "password authentication failed");
+		return SB_CLOSED;
+	}
+	if (!ok) {
+		auth_failed(c, "password authentication failed");
+		return SB_CLOSED;
+	}
+	auth_login_complete(c);
+	return c->state == CL_JUSTFREE ? SB_CLOSED : SB_CONSUMED;
+}

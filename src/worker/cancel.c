@@ -1,0 +1,137 @@
+/*
+ * Cancel keys and CancelRequest handling: clients get pooler-made keys
+ * (with room for peer_id and worker id bits); a CancelRequest with such a
+ * key is sent on a new connection to the server the client is linked to,
+ * with that server's own key.
+ */
+#include "config.h"
+
+#include <openssl/rand.h>
+#include <sys/un.h>
+#include <netinet/in.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "worker/worker.h"
+
+/*
+ * Key layout (8 bytes): byte 0 random with the top bit clear; bytes 1-2 the
+ * peer_id (low, high) when peering is on; byte 3 the worker id; byte 7's
+ * two low bits are the forwarding TTL (11) when peering is on. The rest is
+ * random.
+ */
+void cancel_gen_key(PgSocket *c)
+{
+	uint8_t *k = c->cancel_key;
+	RAND_bytes(k, CANCEL_KEY_LEN);
+	k[0] &= 0x7f;
+	if (wk.cf.g.peer_id > 0) {
+		k[1] = (uint8_t)(wk.cf.g.peer_id & 0xff);
+		k[2] = (uint8_t)((wk.cf.g.peer_id >> 8) & 0xff);
+		k[7] |= 0x03;
+	}
+	k[3] = (uint8_t)wk.id;
+	c->cancel_key_len = CANCEL_KEY_LEN;
+}
+
+static PgSocket *find_client_by_key(const uint8_t *key)
+{
+	List *i;
+	list_for_each(i, &wk.pools)
+	{
+		PgPool *p = container_of(i, PgPool, node);
+		List *lists[] = {&p->active_clients, &p->waiting_clients};
+		for (int l = 0; l < 2; l++) {
+			List *j;
+			list_for_each(j, lists[l])
+			{
+				PgSocket *c = container_of(j, PgSocket, node);
+				if (c->cancel_key_len == CANCEL_KEY_LEN &&
+				    memcmp(c->cancel_key, key, CANCEL_KEY_LEN) == 0)
+					return c;
+			}
+		}
+	}
+	return NULL;
+}
+
+/* The connection that carries one CancelRequest to PostgreSQL. */
+static SBufAction cancel_conn_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+{
+	PgSocket *s = sb->owner;
+	switch (ev) {
+	case SBEV_CONNECTED: {
+		uint8_t pkt[16 + MAX_SERVER_KEY];
+		uint32_t len = 12 + s->cancel_server_key_len;
+		pkt[0] = (uint8_t)(len >> 24);
+		pkt[1] = (uint8_t)(len >> 16);
+		pkt[2] = (uint8_t)(len >> 8);
+		pkt[3] = (uint8_t)len;
+		uint32_t code = PROTO_CANCEL_CODE;
+		pkt[4] = (uint8_t)(code >> 24);
+		pkt[5] = (uint8_t)(code >> 16);
+		pkt[6] = (uint8_t)(code >> 8);
+		pkt[7] = (uint8_t)code;
+		uint32_t pid = s->cancel_server_pid;
+		pkt[8] = (uint8_t)(pid >> 24);
+		pkt[9] = (uint8_t)(pid >> 16);
+		pkt[10] = (uint8_t)(pid >> 8);
+		pkt[11] = (uint8_t)pid;
+		memcpy(pkt + 12, s->cancel_server_key, s->cancel_server_key_len);
+		if (!sbuf_send(sb, pkt, len)) {
+			sbuf_close(sb);
+			change_state(s, SV_JUSTFREE);
+			return SB_CLOSED;
+		}
+		/* PostgreSQL closes the connection when it has read the request */
+		return SB_CONSUMED;
+	}
+	case SBEV_PACKET:
+		return SB_SKIP;
+	default:
+		sbuf_close(sb);
+		change_state(s, SV_JUSTFREE);
+		return SB_CLOSED;
+	}
+}
+
+void cancel_handle_request(PgSocket *req, const uint8_t *key)
+{
+	PgSocket *c = find_client_by_key(key);
+	if (!c) {
+		disconnect_client(req, false, "cancel request for unknown client");
+		return;
+	}
+	if (c->db && c->db->admin) {
+		/* a cancel aimed at a console session aborts a pending PAUSE/SUSPEND */
+		if (wk.pause_waiter == c && wk.run_state == RUN_ACTIVE) {
+			wk.pause_mode = P_NONE;
+			wk.pause_waiter = NULL;
+			worker_listen_pause(false);
+		}
+		disconnect_client(req, false, "cancel request for console client");
+		return;
+	}
+	PgSocket *server = c->link;
+	if (!server || server->setting_vars) {
+		disconnect_client(req, false, "cancel request for idle client");
+		return;
+	}
+	PgSocket *cs = socket_new(true);
+	cs->pool = NULL;
+	cs->db = server->db;
+	cs->login_user = server->login_user;
+	cs->remote = server->remote;
+	cs->cancel_server_pid = server->backend_pid;
+	memcpy(cs->cancel_server_key, server->cancel_key, server->cancel_key_len);
+	cs->cancel_server_key_len = server->cancel_key_len;
+	socklen_t len = server->remote.ss_family == AF_INET    ? sizeof(struct sockaddr_in)
+	                : server->remote.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+	                                                       : sizeof(struct sockaddr_un);
+	if (!sbuf_connect(&cs->sb, wk.base, (struct sockaddr *)&cs->remote, len, 512, 1 << 20, cancel_conn_cb, cs)) {
+		sbuf_close(&cs->sb);
+		change_state(cs, SV_JUSTFREE);
+	}
+	disconnect_client(req, false, "cancel request handled");
+}

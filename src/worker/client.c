@@ -1,0 +1,494 @@
+/*
+ * Client connections: the startup phase (SSL/GSS answers, cancel requests,
+ * StartupMessage parameters), the welcome, and client packets once logged
+ * in (forwarded to the linked server, or queued until one is assigned).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/pktbuf.h"
+#include "common/proto.h"
+#include "common/util.h"
+#include "worker/worker.h"
+
+#define MAX_STARTUP_PARAMS 64
+
+void client_accept(int fd, bool is_unix)
+{
+	PgSocket *c = socket_new(false);
+	socklen_t len = sizeof(c->remote);
+	getpeername(fd, (struct sockaddr *)&c->remote, &len);
+	len = sizeof(c->local);
+	getsockname(fd, (struct sockaddr *)&c->local, &len);
+	c->is_unix = is_unix;
+	if (is_unix) {
+		struct ucred cred;
+		socklen_t cl = sizeof(cred);
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
+			c->peer_pid = cred.pid;
+			c->peer_uid = cred.uid;
+		} else {
+			c->peer_uid = (uid_t)-1;
+		}
+	} else {
+		int on = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+		if (wk.cf.g.tcp_keepalive)
+			setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+	}
+	wk.client_count++;
+	wk.accepted++;
+	change_state(c, CL_LOGIN);
+	sbuf_accept(&c->sb, wk.base, fd, (uint32_t)wk.cf.g.pkt_buf, wk.cf.g.max_packet_size, client_cb, c);
+}
+
+/* ---- the welcome ---- */
+
+bool client_send_welcome(PgSocket *c)
+{
+	PktBuf pb;
+	pktbuf_init(&pb, 512);
+	pktbuf_write_auth(&pb, 0, NULL, 0);
+	if (c->db->admin) {
+		static const char *const fixed[][2] = {
+		    {"server_version", PACKAGE_VERSION "/bouncer"},
+		    {"client_encoding", "UTF8"},
+		    {"server_encoding", "UTF8"},
+		    {"DateStyle", "ISO"},
+		    {"TimeZone", "GMT"},
+		    {"standard_conforming_strings", "on"},
+		    {"is_superuser", "on"},
+		};
+		for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+			pktbuf_write_param_status(&pb, fixed[i][0], fixed[i][1]);
+		for (int i = 0; i < var_count(); i++)
+			if (c->vars[i].value)
+				pktbuf_write_param_status(&pb, var_name(i), c->vars[i].value);
+	} else {
+		PgPool *pool = c->pool;
+		pktbuf_put_bytes(&pb, pool->welcome_params.buf, pool->welcome_params.len);
+		for (int i = 0; i < var_count(); i++) {
+			const char *v = c->vars[i].value ? c->vars[i].value : pool->defaults[i].value;
+			if (v)
+				pktbuf_write_param_status(&pb, var_name(i), v);
+		}
+	}
+	cancel_gen_key(c);
+	uint32_t pid = ((uint32_t)c->cancel_key[0] << 24) | ((uint32_t)c->cancel_key[1] << 16) |
+	               ((uint32_t)c->cancel_key[2] << 8) | c->cancel_key[3];
+	pktbuf_write_backend_key(&pb, pid, c->cancel_key + 4, 4);
+	if (wk.cf.g.login_notify_message && wk.cf.g.login_notify_message[0])
+		pktbuf_write_notice(&pb, wk.cf.g.login_notify_message);
+	pktbuf_write_ready(&pb, 'I');
+	bool ok = sbuf_send(&c->sb, pb.buf, pb.len);
+	pktbuf_free(&pb);
+	if (!ok) {
+		disconnect_client(c, false, "client unexpected eof");
+		return false;
+	}
+	c->wait_for_welcome = false;
+	change_state(c, CL_ACTIVE);
+	return true;
+}
+
+/* ---- startup ---- */
+
+/* Parse an `options` value: "-c name=value" or "--name=value", backslash escapes. */
+static bool apply_options(PgSocket *c, const char *opts)
+{
+	char word[1024];
+	const char *p = opts;
+	bool want_c_value = false;
+	bool ignore_unknown = config_list_contains(wk.cf.g.ignore_startup_parameters, "options");
+	for (;;) {
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (!*p)
+			break;
+		size_t n = 0;
+		while (*p && *p != ' ' && *p != '\t' && n + 1 < sizeof(word)) {
+			if (*p == '\\' && p[1])
+				p++;
+			word[n++] = *p++;
+		}
+		word[n] = '\0';
+		const char *setting;
+		if (want_c_value) {
+			setting = word;
+			want_c_value = false;
+		} else if (strcmp(word, "-c") == 0) {
+			want_c_value = true;
+			continue;
+		} else if (strncmp(word, "-c", 2) == 0) {
+			setting = word + 2;
+		} else if (strncmp(word, "--", 2) == 0) {
+			setting = word + 2;
+		} else {
+			client_send_error(c, true, "08P01",
+			                  "unsupported options startup parameter: only '-c config=val' and "
+			                  "'--config=val' are allowed");
+			return false;
+		}
+		char *eq = strchr(setting, '=');
+		if (!eq) {
+			client_send_error(c, true, "08P01",
+			                  "unsupported options startup parameter: only '-c config=val' and "
+			                  "'--config=val' are allowed");
+			return false;
+		}
+		*eq = '\0';
+		/* "--a-b=c" means a_b */
+		for (char *q = (char *)setting; *q; q++)
+			if (*q == '-')
+				*q = '_';
+		int idx = var_index(setting);
+		if (idx >= 0)
+			var_set(&c->vars[idx], eq + 1);
+		else if (!ignore_unknown && !config_list_contains(wk.cf.g.ignore_startup_parameters, setting)) {
+			client_send_error(c, true, "08P01", "unsupported startup parameter in options: %s", setting);
+			return false;
+		}
+	}
+	if (want_c_value) {
+		client_send_error(c, true, "08P01",
+		                  "unsupported options startup parameter: only '-c config=val' and '--config=val' are "
+		                  "allowed");
+		return false;
+	}
+	return true;
+}
+
+static void send_negotiate(PgSocket *c, const StartupParam *params, int n)
+{
+	PktBuf pb;
+	pktbuf_init(&pb, 128);
+	pktbuf_start_msg(&pb, 'v');
+	pktbuf_put_u32(&pb, PROTO_V3_0);
+	uint32_t count = 0;
+	for (int i = 0; i < n; i++)
+		if (strncmp(params[i].key, "_pq_.", 5) == 0)
+			count++;
+	pktbuf_put_u32(&pb, count);
+	for (int i = 0; i < n; i++)
+		if (strncmp(params[i].key, "_pq_.", 5) == 0)
+			pktbuf_put_string(&pb, params[i].key);
+	pktbuf_finish_msg(&pb);
+	(void)sbuf_send(&c->sb, pb.buf, pb.len);
+	pktbuf_free(&pb);
+}
+
+static SBufAction handle_startup(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+{
+	uint32_t major = hdr->code >> 16, minor = hdr->code & 0xffff;
+	if (hdr->code == 0x00020000) {
+		disconnect_client(c, true, "old V2 protocol not supported");
+		return SB_CLOSED;
+	}
+	if (major != 3) {
+		char hex[64];
+		proto_hex_prefix(data, avail, hex, sizeof(hex));
+		disconnect_client(c, true, "bad packet header: '%s'", hex);
+		return SB_CLOSED;
+	}
+	if (avail < hdr->len)
+		return SB_NEED_FULL;
+	if (c->db) {
+		disconnect_client(c, true, "unexpected second startup packet");
+		return SB_CLOSED;
+	}
+
+	StartupParam params[MAX_STARTUP_PARAMS];
+	int n = proto_parse_startup(data + hdr->body_off, hdr->len - hdr->body_off, params, MAX_STARTUP_PARAMS);
+	if (n < 0) {
+		disconnect_client(c, true, "invalid startup packet layout: expected terminator as last byte");
+		return SB_CLOSED;
+	}
+
+	const char *user = NULL, *dbname = NULL, *options = NULL, *replication = NULL;
+	bool has_pq = false;
+	for (int i = 0; i < n; i++)
+		if (strcmp(params[i].key, "replication") == 0)
+			replication = params[i].value;
+	for (int i = 0; i < n; i++) {
+		const char *k = params[i].key, *v = params[i].value;
+		int idx;
+		if (strcmp(k, "user") == 0) {
+			user = v;
+		} else if (strcmp(k, "database") == 0) {
+			dbname = v;
+		} else if (strcmp(k, "replication") == 0) {
+			continue;
+		} else if (strcmp(k, "options") == 0) {
+			options = v;
+		} else if (strncmp(k, "_pq_.", 5) == 0) {
+			has_pq = true;
+		} else if ((idx = var_index(k)) >= 0) {
+			var_set(&c->vars[idx], v);
+		} else if (config_list_contains(wk.cf.g.ignore_startup_parameters, k)) {
+			continue;
+		} else {
+			slog(LG_WARNING, c, "unsupported startup parameter: %s=%s", k, v);
+			disconnect_client(c, true, "unsupported startup parameter: %s", k);
+			return SB_CLOSED;
+		}
+	}
+	if (replication && strcmp(replication, "false") != 0 && strcmp(replication, "0") != 0 &&
+	    strcasecmp(replication, "off") != 0 && strcasecmp(replication, "no") != 0) {
+		/* replication connections arrive with a later issue */
+		disconnect_client(c, true, "replication connections are not supported yet");
+		return SB_CLOSED;
+	}
+	if (!user || !*user) {
+		disconnect_client(c, true, "no username supplied");
+		return SB_CLOSED;
+	}
+	if (strlen(user) > USERLIST_MAX_USER) {
+		disconnect_client(c, true, "username too long");
+		return SB_CLOSED;
+	}
+	if (!dbname || !*dbname)
+		dbname = user;
+	if (options && !apply_options(c, options)) {
+		disconnect_client(c, false, "bad options");
+		return SB_CLOSED;
+	}
+	int app_idx = var_index("application_name");
+	if (wk.cf.g.application_name_add_host) {
+		char host[80], buf[512];
+		int port;
+		format_addr(&c->remote, host, sizeof(host), &port);
+		const char *app = c->vars[app_idx].value ? c->vars[app_idx].value : "";
+		if (c->is_unix)
+			snprintf(buf, sizeof(buf), "%s - unix(%d@localhost):%d", app, c->peer_pid, port);
+		else if (c->remote.ss_family == AF_INET6)
+			snprintf(buf, sizeof(buf), "%s - [%s]:%d", app, host, port);
+		else
+			snprintf(buf, sizeof(buf), "%s - %s:%d", app, host, port);
+		var_set(&c->vars[app_idx], buf);
+	}
+	if (minor > 0 || has_pq)
+		send_negotiate(c, params, n);
+
+	/* the database: admin, configured, auto, or a placeholder that fails after auth */
+	PgDatabase *db = strlen(dbname) < CF_MAX_DBNAME ? db_find(dbname) : NULL;
+	if (!db && strlen(dbname) < CF_MAX_DBNAME)
+		db = db_register_auto(dbname);
+	PgUser *u = user_find(user);
+	c->login_user = u;
+	if (!db) {
+		static PgDatabase placeholder;
+		placeholder.placeholder = true;
+		pgb_strlcpy(placeholder.name, dbname, sizeof(placeholder.name));
+		c->db = &placeholder;
+	} else {
+		c->db = db;
+	}
+	if (!u) {
+		/* keep the name for logs and the mock exchange */
+		static PgUser unknown;
+		pgb_strlcpy(unknown.name, user, sizeof(unknown.name));
+		unknown.secret = NULL;
+		c->login_user = NULL;
+		c->auth_method = -1;
+		(void)unknown;
+	}
+	if (wk.cf.g.log_connections)
+		slog(LG_LOG, c, "login attempt: db=%s user=%s tls=no replication=no", dbname, user);
+
+	if (!(db && db->admin) && wk.client_count > wk.cf.g.max_client_conn) {
+		disconnect_client(c, true, "no more connections allowed (max_client_conn)");
+		return SB_CLOSED;
+	}
+	c->sb.startup = false;
+	/* remember the requested names for auth even if unknown */
+	free(c->app_name_raw);
+	c->app_name_raw = xstrdup(user);
+	SBufAction act = auth_start(c);
+	return act == SB_CLOSED ? SB_CLOSED : SB_CONSUMED;
+}
+
+static SBufAction handle_startup_phase(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+{
+	switch (hdr->code) {
+	case PROTO_SSL_CODE:
+	case PROTO_GSSENC_CODE:
+		if (hdr->len != 8) {
+			disconnect_client(c, false, "bad SSL request");
+			return SB_CLOSED;
+		}
+		if (sbuf_unprocessed(&c->sb) > hdr->len) {
+			disconnect_client(c, true, "received unencrypted data after %s request",
+			                  hdr->code == PROTO_SSL_CODE ? "SSL" : "GSSAPI encryption");
+			return SB_CLOSED;
+		}
+		if (!sbuf_send(&c->sb, "N", 1)) {
+			disconnect_client(c, false, "client unexpected eof");
+			return SB_CLOSED;
+		}
+		return SB_CONSUMED;
+	case PROTO_CANCEL_CODE:
+		if (hdr->len != 16) {
+			disconnect_client(c, false, "bad cancel request");
+			return SB_CLOSED;
+		}
+		if (avail < hdr->len)
+			return SB_NEED_FULL;
+		c->is_cancel = true;
+		cancel_handle_request(c, data + 8);
+		return SB_CLOSED;
+	default:
+		return handle_startup(c, hdr, data, avail);
+	}
+}
+
+/* ---- logged in ---- */
+
+/* Statistics when a client message starts a query/transaction. */
+static void count_request(PgSocket *c, const PktHdr *hdr)
+{
+	PgPool *pool = c->pool;
+	pool->stats.client_bytes += hdr->len;
+	if (c->query_start == 0 && hdr->type != 'H') {
+		c->query_start = wk.now;
+		pool->stats.query_count++;
+		if (c->xact_start == 0)
+			c->xact_start = wk.now;
+	}
+	if (hdr->type == 'P') {
+		/* a named Parse counts for client_parse_count */
+	}
+}
+
+static SBufAction handle_admin_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+{
+	switch (hdr->type) {
+	case 'Q': {
+		if (avail < hdr->len)
+			return SB_NEED_FULL;
+		char *q = xmalloc(hdr->len - 4);
+		memcpy(q, data + 5, hdr->len - 5);
+		q[hdr->len - 5] = '\0';
+		bool ok = admin_handle_query(c, q);
+		free(q);
+		return ok ? SB_CONSUMED : SB_CLOSED;
+	}
+	case 'X':
+		disconnect_client(c, false, "client close request");
+		return SB_CLOSED;
+	case 'P':
+	case 'B':
+	case 'E':
+	case 'D':
+	case 'S':
+	case 'C':
+	case 'H':
+		client_send_error(c, false, "08P01", "extended query protocol not supported by admin console");
+		disconnect_client(c, false, "bad packet");
+		return SB_CLOSED;
+	default:
+		client_send_error(c, false, "08P01", "unsupported packet type for admin console: %d", hdr->type);
+		disconnect_client(c, false, "bad packet");
+		return SB_CLOSED;
+	}
+}
+
+static bool known_client_type(char t)
+{
+	return strchr("QPBEDCSHFdcfX", t) != NULL && t != '\0';
+}
+
+static SBufAction handle_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+{
+	if (c->state == CL_LOGIN) {
+		if (hdr->type == 'p')
+			return avail < hdr->len ? SB_NEED_FULL : auth_handle_password_msg(c, data, avail);
+		if (hdr->type == 'X') {
+			disconnect_client(c, false, "client close request");
+			return SB_CLOSED;
+		}
+		disconnect_client(c, true, "unexpected packet during login: '%c'", hdr->type);
+		return SB_CLOSED;
+	}
+	if (c->state == CL_WAITING_LOGIN) {
+		/* no welcome yet: nothing should arrive but Terminate */
+		if (hdr->type == 'X') {
+			disconnect_client(c, false, "client close request");
+			return SB_CLOSED;
+		}
+		return SB_WAIT;
+	}
+	if (c->db->admin)
+		return handle_admin_packet(c, hdr, data, avail);
+	if (!known_client_type(hdr->type)) {
+		disconnect_client(c, true, "unknown pkt");
+		return SB_CLOSED;
+	}
+	if (hdr->type == 'X') {
+		disconnect_client(c, false, "client close request");
+		return SB_CLOSED;
+	}
+	if (hdr->type == 'Q' && wk.cf.g.disable_pqexec) {
+		disconnect_client(c, true, "PQexec disallowed");
+		return SB_CLOSED;
+	}
+	c->request_time = wk.now;
+	if (!c->link) {
+		if (c->state == CL_WAITING)
+			return SB_WAIT;
+		if (!pool_find_server(c))
+			return c->state == CL_JUSTFREE ? SB_CLOSED : SB_WAIT;
+	}
+	if (c->link->setting_vars)
+		return SB_WAIT;
+	count_request(c, hdr);
+	c->link->ready = false;
+	return SB_FORWARD;
+}
+
+void client_server_assigned(PgSocket *c)
+{
+	/* the packet left waiting by SB_WAIT is offered again */
+	sbuf_continue(&c->sb);
+}
+
+SBufAction client_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+{
+	PgSocket *c = sb->owner;
+	wk.now = get_time_usec();
+	switch (ev) {
+	case SBEV_PACKET:
+		if (sb->startup)
+			return handle_startup_phase(c, hdr, data, avail);
+		return handle_client_packet(c, hdr, data, avail);
+	case SBEV_BAD_PACKET: {
+		char hex[64];
+		proto_hex_prefix(data, avail, hex, sizeof(hex));
+		disconnect_client(c, true, "bad packet header: '%s'", hex);
+		return SB_CLOSED;
+	}
+	case SBEV_EOF:
+		if (c->state == CL_LOGIN && !c->db)
+			disconnect_client(c, false, "client unexpected eof");
+		else
+			disconnect_client(c, false, "client unexpected eof");
+		return SB_CLOSED;
+	case SBEV_SEND_FAILED:
+		disconnect_client(c, false, "client send failed");
+		return SB_CLOSED;
+	case SBEV_FLUSHED:
+	case SBEV_CONNECTED:
+	case SBEV_CONNECT_FAILED:
+		break;
+	}
+	return SB_CONSUMED;
+}

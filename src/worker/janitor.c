@@ -1,0 +1,263 @@
+/*
+ * Periodic maintenance, about three times a second: timeouts of clients
+ * and servers, health checks, idle and lifetime closes, min_pool_size,
+ * retries after failed logins; and the stats_period averages and log line.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/pktbuf.h"
+#include "common/util.h"
+#include "worker/worker.h"
+
+static usec_t user_timeout(const PgUser *u, int override_secs, usec_t global)
+{
+	if (u && u->cf && override_secs > 0)
+		return (usec_t)override_secs * USEC_PER_SEC;
+	return global;
+}
+
+static void check_client_timeouts(PgPool *pool)
+{
+	List *i, *tmp;
+	usec_t now = wk.now;
+	list_for_each_safe(i, &pool->waiting_clients, tmp)
+	{
+		PgSocket *c = container_of(i, PgSocket, node);
+		if (c->state == CL_WAITING_LOGIN) {
+			if (wk.cf.g.client_login_timeout > 0 && now - c->connect_time > wk.cf.g.client_login_timeout)
+				disconnect_client(c, true, "client_login_timeout (server down)");
+			continue;
+		}
+		const PgUser *u = c->login_user;
+		usec_t qwt = wk.cf.g.query_wait_timeout;
+		if (u && u->cf && u->cf->query_wait_timeout != CF_UNSET)
+			qwt = (usec_t)u->cf->query_wait_timeout * USEC_PER_SEC;
+		else if (pool->db->cf.query_wait_timeout != CF_UNSET)
+			qwt = (usec_t)pool->db->cf.query_wait_timeout * USEC_PER_SEC;
+		if (qwt > 0 && now - c->wait_start > qwt) {
+			disconnect_client(c, true, "query_wait_timeout");
+			continue;
+		}
+		if (wk.cf.g.query_wait_notify > 0 && !c->wait_notice_sent &&
+		    now - c->wait_start >= (usec_t)wk.cf.g.query_wait_notify * USEC_PER_SEC) {
+			PktBuf pb;
+			pktbuf_init(&pb, 128);
+			pktbuf_write_notice(&pb,
+			                    "No server connection available in postgres backend, client being queued");
+			(void)sbuf_send(&c->sb, pb.buf, pb.len);
+			pktbuf_free(&pb);
+			c->wait_notice_sent = true;
+		}
+	}
+	usec_t idle_to = 0;
+	list_for_each_safe(i, &pool->active_clients, tmp)
+	{
+		PgSocket *c = container_of(i, PgSocket, node);
+		if (c->link)
+			continue;
+		idle_to = user_timeout(c->login_user,
+		                       c->login_user && c->login_user->cf ? c->login_user->cf->client_idle_timeout : 0,
+		                       wk.cf.g.client_idle_timeout);
+		if (idle_to > 0 && now - c->request_time > idle_to)
+			disconnect_client(c, true, "client_idle_timeout");
+	}
+}
+
+static void check_linked_server_timeouts(PgPool *pool)
+{
+	List *i, *tmp;
+	usec_t now = wk.now;
+	const PgUser *u = pool->user;
+	usec_t qt = user_timeout(u, u->cf ? u->cf->query_timeout : 0, wk.cf.g.query_timeout);
+	usec_t itt = user_timeout(u, u->cf ? u->cf->idle_transaction_timeout : 0, wk.cf.g.idle_transaction_timeout);
+	usec_t tt = user_timeout(u, u->cf ? u->cf->transaction_timeout : 0, wk.cf.g.transaction_timeout);
+	list_for_each_safe(i, &pool->active_servers, tmp)
+	{
+		PgSocket *s = container_of(i, PgSocket, node);
+		PgSocket *c = s->link;
+		if (!c)
+			continue;
+		if (qt > 0 && c->query_start && now - c->query_start > qt) {
+			disconnect_server(s, true, "query timeout");
+			continue;
+		}
+		if (itt > 0 && s->ready && (s->txn_status == 'T' || s->txn_status == 'E') &&
+		    now - s->request_time > itt) {
+			disconnect_server(s, true, "idle transaction timeout");
+			continue;
+		}
+		if (tt > 0 && c->xact_start && now - c->xact_start > tt)
+			disconnect_server(s, true, "transaction timeout");
+	}
+}
+
+static void check_server_states(PgPool *pool)
+{
+	List *i, *tmp;
+	usec_t now = wk.now;
+	/* connect + login bounded by server_connect_timeout */
+	list_for_each_safe(i, &pool->new_servers, tmp)
+	{
+		PgSocket *s = container_of(i, PgSocket, node);
+		if (wk.cf.g.server_connect_timeout > 0 && now - s->connect_time > wk.cf.g.server_connect_timeout) {
+			pool_login_failed(pool, NULL, "connect timeout", false);
+			disconnect_server(s, false, "connect timeout");
+		}
+	}
+	int size = pool_effective_size(pool);
+	int min = pool->db->cf.min_pool_size != CF_UNSET ? pool->db->cf.min_pool_size : wk.cf.g.min_pool_size;
+	if (size > 0 && min > size)
+		min = size;
+	usec_t lifetime = pool->db->cf.server_lifetime > 0 ? (usec_t)pool->db->cf.server_lifetime * USEC_PER_SEC
+	                                                   : wk.cf.g.server_lifetime;
+	list_for_each_safe(i, &pool->idle_servers, tmp)
+	{
+		PgSocket *s = container_of(i, PgSocket, node);
+		int total = pool_server_count(pool);
+		if (s->close_needed) {
+			disconnect_server(s, true, "database configuration changed");
+		} else if (size > 0 && total > size) {
+			disconnect_server(s, true, "too many servers in the pool");
+		} else if (wk.cf.g.server_idle_timeout > 0 && now - s->request_time > wk.cf.g.server_idle_timeout &&
+		           total > min) {
+			disconnect_server(s, true, "server idle timeout");
+		} else if (lifetime > 0 && now - s->connect_time > lifetime &&
+		           now - pool->last_lifetime_close >= lifetime / (size > 0 ? size : 1)) {
+			pool->last_lifetime_close = now;
+			disconnect_server(s, true, "server lifetime over");
+		} else if (wk.cf.g.server_check_query && *wk.cf.g.server_check_query &&
+		           now - s->request_time > wk.cf.g.server_check_delay) {
+			change_state(s, SV_USED);
+		}
+	}
+	/* min_pool_size: one connection at a time while the pool has clients or a forced user */
+	bool wanted = pool_client_count(pool) > 0 || pool->db->forced_user;
+	if (min > 0 && wanted && pool_server_count(pool) < min && wk.pause_mode == P_NONE && !pool->db->paused &&
+	    list_empty(&pool->new_servers) && !pool->db->admin &&
+	    !(pool->last_login_failed && now - pool->last_failed_time < wk.cf.g.server_login_retry))
+		server_launch(pool);
+	/* clients may wait for a retry after a failed login */
+	if (!list_empty(&pool->waiting_clients))
+		pool_maybe_launch(pool);
+}
+
+static void check_login_clients(void)
+{
+	List *i, *tmp;
+	list_for_each_safe(i, &wk.login_clients, tmp)
+	{
+		PgSocket *c = container_of(i, PgSocket, node);
+		if (wk.cf.g.client_login_timeout > 0 && wk.now - c->connect_time > wk.cf.g.client_login_timeout)
+			disconnect_client(c, true, "client_login_timeout");
+	}
+}
+
+static void check_autodb(void)
+{
+	List *i, *tmp;
+	list_for_each_safe(i, &wk.databases, tmp)
+	{
+		PgDatabase *db = container_of(i, PgDatabase, node);
+		if (!db->auto_db)
+			continue;
+		if (db->client_count > 0 || db->server_count > 0) {
+			db->inactive_since = 0;
+			continue;
+		}
+		if (!db->inactive_since)
+			db->inactive_since = wk.now;
+		else if (wk.cf.g.autodb_idle_timeout > 0 && wk.now - db->inactive_since > wk.cf.g.autodb_idle_timeout) {
+			/* free its pools (their stats go with them) */
+			List *p, *t2;
+			list_for_each_safe(p, &wk.pools, t2)
+			{
+				PgPool *pool = container_of(p, PgPool, node);
+				if (pool->db != db)
+					continue;
+				list_del(&pool->node);
+				pktbuf_free(&pool->welcome_params);
+				for (int k = 0; k < MAX_TRACKED; k++)
+					var_set(&pool->defaults[k], NULL);
+				free(pool);
+			}
+			list_del(&db->node);
+			list_append(&wk.autodb_idle, &db->node);
+		}
+	}
+}
+
+void janitor_run(void)
+{
+	wk.now = get_time_usec();
+	if (wk.pause_mode != P_SUSPEND) {
+		check_login_clients();
+		List *i, *tmp;
+		list_for_each_safe(i, &wk.pools, tmp)
+		{
+			PgPool *pool = container_of(i, PgPool, node);
+			check_client_timeouts(pool);
+			check_linked_server_timeouts(pool);
+			check_server_states(pool);
+		}
+		check_autodb();
+	}
+	admin_pause_done_check();
+	admin_wait_close_check();
+	socket_free_justfree();
+}
+
+/* stats_period: rotate snapshots and log the averages line. */
+void stats_period_tick(void)
+{
+	PgStats total = {0}, prev = {0};
+	List *i;
+	list_for_each(i, &wk.pools)
+	{
+		PgPool *p = container_of(i, PgPool, node);
+		p->older_stats = p->newer_stats;
+		p->newer_stats = p->stats;
+		total.xact_count += p->newer_stats.xact_count;
+		total.query_count += p->newer_stats.query_count;
+		total.client_bytes += p->newer_stats.client_bytes;
+		total.server_bytes += p->newer_stats.server_bytes;
+		total.xact_time += p->newer_stats.xact_time;
+		total.query_time += p->newer_stats.query_time;
+		total.wait_time += p->newer_stats.wait_time;
+		total.server_assignment_count += p->newer_stats.server_assignment_count;
+		total.client_parse_count += p->newer_stats.client_parse_count;
+		total.server_parse_count += p->newer_stats.server_parse_count;
+		total.bind_count += p->newer_stats.bind_count;
+		prev.xact_count += p->older_stats.xact_count;
+		prev.query_count += p->older_stats.query_count;
+		prev.client_bytes += p->older_stats.client_bytes;
+		prev.server_bytes += p->older_stats.server_bytes;
+		prev.xact_time += p->older_stats.xact_time;
+		prev.query_time += p->older_stats.query_time;
+		prev.wait_time += p->older_stats.wait_time;
+		prev.server_assignment_count += p->older_stats.server_assignment_count;
+		prev.client_parse_count += p->older_stats.client_parse_count;
+		prev.server_parse_count += p->older_stats.server_parse_count;
+		prev.bind_count += p->older_stats.bind_count;
+	}
+	if (!wk.cf.g.log_stats)
+		return;
+	double secs = wk.cf.g.stats_period > 0 ? wk.cf.g.stats_period : 1;
+	uint64_t dx = total.xact_count - prev.xact_count, dq = total.query_count - prev.query_count;
+	uint64_t da = total.server_assignment_count - prev.server_assignment_count;
+	log_info("stats: %llu xacts/s, %llu queries/s, %llu client parses/s, %llu server parses/s, %llu binds/s, "
+	         "in %llu B/s, out %llu B/s, xact %llu us, query %llu us, wait %llu us",
+	         (unsigned long long)(dx / secs), (unsigned long long)(dq / secs),
+	         (unsigned long long)((total.client_parse_count - prev.client_parse_count) / secs),
+	         (unsigned long long)((total.server_parse_count - prev.server_parse_count) / secs),
+	         (unsigned long long)((total.bind_count - prev.bind_count) / secs),
+	         (unsigned long long)((total.client_bytes - prev.client_bytes) / secs),
+	         (unsigned long long)((total.server_bytes - prev.server_bytes) / secs),
+	         (unsigned long long)(dx ? (total.xact_time - prev.xact_time) / dx : 0),
+	         (unsigned long long)(dq ? (total.query_time - prev.query_time) / dq : 0),
+	         (unsigned long long)(da ? (total.wait_time - prev.wait_time) / da : 0));
+}

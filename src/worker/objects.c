@@ -1,0 +1,691 @@
+/*
+ * The worker's object model: databases, users, pools and connections, the
+ * state lists, change_state() (the only way a socket changes lists), and
+ * disconnect_client()/disconnect_server() with their reasons.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include "common/log.h"
+#include "common/pktbuf.h"
+#include "common/util.h"
+#include "worker/worker.h"
+
+/* Tracked parameters: the five always tracked, then track_extra_parameters. */
+static char *var_names[MAX_TRACKED];
+static int n_vars;
+
+int var_count(void)
+{
+	return n_vars;
+}
+
+const char *var_name(int idx)
+{
+	return var_names[idx];
+}
+
+int var_index(const char *name)
+{
+	for (int i = 0; i < n_vars; i++)
+		if (strcasecmp(var_names[i], name) == 0)
+			return i;
+	return -1;
+}
+
+void var_set(VarValue *v, const char *value)
+{
+	free(v->value);
+	v->value = value ? xstrdup(value) : NULL;
+}
+
+static void vars_init(const char *extra)
+{
+	static const char *const base[] = {"DateStyle", "client_encoding", "TimeZone", "standard_conforming_strings",
+	                                   "application_name"};
+	n_vars = 0;
+	for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
+		var_names[n_vars++] = xstrdup(base[i]);
+	if (!extra)
+		return;
+	char *list = xstrdup(extra), *save = NULL;
+	for (char *t = strtok_r(list, ", \t", &save); t && n_vars < MAX_TRACKED; t = strtok_r(NULL, ", \t", &save))
+		if (var_index(t) < 0)
+			var_names[n_vars++] = xstrdup(t);
+	free(list);
+}
+
+void objects_init(void)
+{
+	list_init(&wk.databases);
+	list_init(&wk.users);
+	list_init(&wk.pools);
+	list_init(&wk.login_clients);
+	list_init(&wk.justfree);
+	list_init(&wk.autodb_idle);
+	vars_init(wk.cf.g.track_extra_parameters);
+
+	/* the admin console pseudo-database and its user */
+	CfDatabase admin = {.name = "pgbouncer",
+	                    .port = 0,
+	                    .pool_size = 2,
+	                    .min_pool_size = CF_UNSET,
+	                    .reserve_pool_size = CF_UNSET,
+	                    .pool_mode = POOL_STATEMENT,
+	                    .query_wait_timeout = CF_UNSET};
+	wk.admin_db = db_add(&admin);
+	wk.admin_db->admin = true;
+	wk.admin_user = user_add("pgbouncer");
+	objects_load_userlist(true);
+	objects_load_databases();
+}
+
+/* ---- names and logging ---- */
+
+const char *state_name(SocketState st, bool for_sockets)
+{
+	switch (st) {
+	case CL_LOGIN:
+		return for_sockets ? "cl_login" : "login";
+	case CL_WAITING_LOGIN:
+	case CL_WAITING:
+		return for_sockets ? "cl_waiting" : "waiting";
+	case CL_ACTIVE:
+		return for_sockets ? "cl_active" : "active";
+	case CL_WAITING_CANCEL:
+		return for_sockets ? "cl_waiting_cancel_req" : "waiting_cancel_req";
+	case CL_ACTIVE_CANCEL:
+		return for_sockets ? "cl_active_cancel_req" : "active_cancel_req";
+	case SV_LOGIN:
+		return for_sockets ? "sv_login" : "new";
+	case SV_IDLE:
+		return for_sockets ? "sv_idle" : "idle";
+	case SV_ACTIVE:
+		return for_sockets ? "sv_active" : "active";
+	case SV_USED:
+		return for_sockets ? "sv_used" : "used";
+	case SV_TESTED:
+		return for_sockets ? "sv_tested" : "tested";
+	case SV_ACTIVE_CANCEL:
+		return for_sockets ? "sv_active_cancel" : "active_cancel";
+	case SV_BEING_CANCELED:
+		return for_sockets ? "sv_being_canceled" : "being_canceled";
+	default:
+		return "free";
+	}
+}
+
+void format_addr(const struct sockaddr_storage *ss, char *buf, size_t len, int *port)
+{
+	*port = 0;
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *in = (const void *)ss;
+		inet_ntop(AF_INET, &in->sin_addr, buf, (socklen_t)len);
+		*port = ntohs(in->sin_port);
+	} else if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const void *)ss;
+		inet_ntop(AF_INET6, &in6->sin6_addr, buf, (socklen_t)len);
+		*port = ntohs(in6->sin6_port);
+	} else {
+		pgb_strlcpy(buf, "unix", len);
+		*port = wk.cf.g.listen_port;
+	}
+}
+
+/* "C-0x...: db/user@host:port " as spec/cli.md §5 shows. */
+void slog(LogLevel level, const PgSocket *s, const char *fmt, ...)
+{
+	if (!log_enabled(level))
+		return;
+	char msg[1024], host[INET6_ADDRSTRLEN + 16];
+	int port;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	format_addr(&s->remote, host, sizeof(host), &port);
+	char hostpart[INET6_ADDRSTRLEN + 32];
+	if (s->remote.ss_family == AF_INET6)
+		snprintf(hostpart, sizeof(hostpart), "[%s]", host);
+	else if (s->is_unix && s->peer_pid)
+		snprintf(hostpart, sizeof(hostpart), "unix(%d)", s->peer_pid);
+	else
+		snprintf(hostpart, sizeof(hostpart), "%s", host);
+	const char *db = s->db ? s->db->name : (s->pool ? s->pool->db->name : "(nodb)");
+	const char *user = s->login_user ? s->login_user->name : "(nouser)";
+	log_generic(level, "%c-%p: %s/%s@%s:%d %s", s->is_server ? 'S' : 'C', (const void *)s, db, user, hostpart, port,
+	            msg);
+}
+
+/* ---- users ---- */
+
+PgUser *user_find(const char *name)
+{
+	List *i;
+	list_for_each(i, &wk.users)
+	{
+		PgUser *u = container_of(i, PgUser, node);
+		if (strcmp(u->name, name) == 0)
+			return u;
+	}
+	return NULL;
+}
+
+PgUser *user_add(const char *name)
+{
+	PgUser *u = user_find(name);
+	if (u)
+		return u;
+	u = xcalloc(1, sizeof(*u));
+	pgb_strlcpy(u->name, name, sizeof(u->name));
+	list_init(&u->node);
+	/* keep sorted for SHOW USERS */
+	List *i;
+	list_for_each(i, &wk.users)
+	{
+		if (strcmp(container_of(i, PgUser, node)->name, name) > 0)
+			break;
+	}
+	list_insert_between(&u->node, i->prev, i);
+	return u;
+}
+
+static void user_set_secret(PgUser *u, const char *secret, SecretKind kind)
+{
+	if (u->secret && secret && strcmp(u->secret, secret) == 0)
+		return;
+	free(u->secret);
+	u->secret = secret ? xstrdup(secret) : NULL;
+	u->kind = kind;
+	u->has_scram_keys = false;
+	free(u->adhoc_scram);
+	u->adhoc_scram = NULL;
+}
+
+void objects_load_userlist(bool force)
+{
+	const char *path = wk.cf.g.auth_file;
+	List *i;
+	/* [users] entries exist even without a password */
+	list_for_each(i, &wk.users) container_of(i, PgUser, node)->cf = NULL;
+	for (int k = 0; k < wk.cf.n_users; k++) {
+		PgUser *u = user_add(wk.cf.users[k].name);
+		u->cf = &wk.cf.users[k];
+	}
+	if (!path || !*path)
+		return;
+	struct stat st;
+	if (stat(path, &st) < 0) {
+		log_warning("could not open auth_file %s: %s", path, strerror(errno));
+		return;
+	}
+	struct stat_key key = {(long)st.st_dev, (long)st.st_ino,   (long)st.st_mode, (long)st.st_uid,
+	                       (long)st.st_gid, (long)st.st_mtime, (long)st.st_size};
+	if (!force && memcmp(&key, &wk.auth_file_stat, sizeof(key)) == 0)
+		return;
+	wk.auth_file_stat = key;
+
+	UserList ul = {0};
+	char err[256];
+	if (!userlist_load(&ul, path, err, sizeof(err)))
+		log_warning("%s", err); /* users read before the broken line are kept */
+	/* all known passwords are cleared first: removed users can no longer log in */
+	list_for_each(i, &wk.users)
+	{
+		PgUser *u = container_of(i, PgUser, node);
+		if (u != wk.admin_user || !userlist_find(&ul, u->name))
+			user_set_secret(u, NULL, SECRET_EMPTY);
+	}
+	for (int k = 0; k < ul.n_users; k++) {
+		PgUser *u = user_add(ul.users[k].name);
+		user_set_secret(u, ul.users[k].secret, ul.users[k].kind);
+	}
+	userlist_free(&wk.userlist);
+	wk.userlist = ul;
+}
+
+/* ---- databases ---- */
+
+PgDatabase *db_find(const char *name)
+{
+	List *i;
+	list_for_each(i, &wk.databases)
+	{
+		PgDatabase *db = container_of(i, PgDatabase, node);
+		if (strcmp(db->name, name) == 0)
+			return db;
+	}
+	return NULL;
+}
+
+static char *dup_or_null(const char *s)
+{
+	return s ? xstrdup(s) : NULL;
+}
+
+static void db_copy_cf(CfDatabase *dst, const CfDatabase *src)
+{
+	*dst = *src;
+	dst->name = dup_or_null(src->name);
+	dst->dbname = dup_or_null(src->dbname);
+	dst->host = dup_or_null(src->host);
+	dst->user = dup_or_null(src->user);
+	dst->password = dup_or_null(src->password);
+	dst->auth_user = dup_or_null(src->auth_user);
+	dst->auth_query = dup_or_null(src->auth_query);
+	dst->auth_dbname = dup_or_null(src->auth_dbname);
+	dst->connect_query = dup_or_null(src->connect_query);
+	dst->client_encoding = dup_or_null(src->client_encoding);
+	dst->datestyle = dup_or_null(src->datestyle);
+	dst->timezone = dup_or_null(src->timezone);
+	dst->application_name = dup_or_null(src->application_name);
+	dst->connstr = dup_or_null(src->connstr);
+}
+
+static void db_free_cf(CfDatabase *c)
+{
+	free(c->name);
+	free(c->dbname);
+	free(c->host);
+	free(c->user);
+	free(c->password);
+	free(c->auth_user);
+	free(c->auth_query);
+	free(c->auth_dbname);
+	free(c->connect_query);
+	free(c->client_encoding);
+	free(c->datestyle);
+	free(c->timezone);
+	free(c->application_name);
+	free(c->connstr);
+}
+
+static void db_apply_cf(PgDatabase *db, const CfDatabase *cf)
+{
+	db_free_cf(&db->cf);
+	db_copy_cf(&db->cf, cf);
+	db->forced_user = NULL;
+	if (cf->user) {
+		db->forced_user = user_add(cf->user);
+		if (cf->password && *cf->password)
+			user_set_secret(db->forced_user, cf->password, userlist_secret_kind(cf->password));
+	}
+}
+
+PgDatabase *db_add(const CfDatabase *cf)
+{
+	PgDatabase *db = db_find(cf->name);
+	if (!db) {
+		db = xcalloc(1, sizeof(*db));
+		pgb_strlcpy(db->name, cf->name, sizeof(db->name));
+		List *i;
+		list_for_each(i, &wk.databases)
+		{
+			if (strcmp(container_of(i, PgDatabase, node)->name, cf->name) > 0)
+				break;
+		}
+		list_insert_between(&db->node, i->prev, i);
+	}
+	db_apply_cf(db, cf);
+	return db;
+}
+
+PgDatabase *db_register_auto(const char *name)
+{
+	const CfDatabase *star = config_find_db(&wk.cf, "*");
+	if (!star || strlen(name) >= CF_MAX_DBNAME)
+		return NULL;
+	CfDatabase cf = *star;
+	cf.name = (char *)name;
+	if (!cf.dbname)
+		cf.dbname = (char *)name;
+	PgDatabase *db = db_add(&cf);
+	db->auto_db = true;
+	db->inactive_since = 0;
+	log_info("registered new auto-database: %s", name);
+	return db;
+}
+
+static void kill_database_pools(PgDatabase *db, const char *reason);
+
+void objects_load_databases(void)
+{
+	/* add or update every configured database */
+	for (int k = 0; k < wk.cf.n_dbs; k++) {
+		const CfDatabase *cf = &wk.cf.dbs[k];
+		if (strcmp(cf->name, "*") == 0)
+			continue;
+		PgDatabase *db = db_find(cf->name);
+		bool changed =
+		    db && !db->admin && (!db->cf.connstr || !cf->connstr || strcmp(db->cf.connstr, cf->connstr) != 0);
+		if (db && db->cf.user && !cf->user) {
+			log_warning("losing forced user not supported, keeping old setting");
+			CfDatabase keep = *cf;
+			keep.user = db->cf.user;
+			char *u = xstrdup(db->cf.user);
+			keep.user = u;
+			db = db_add(&keep);
+			free(u);
+		} else {
+			db = db_add(cf);
+		}
+		db->auto_db = false;
+		if (changed) {
+			/* servers of a changed definition are closed when released */
+			List *i;
+			list_for_each(i, &wk.pools)
+			{
+				PgPool *pool = container_of(i, PgPool, node);
+				if (pool->db != db)
+					continue;
+				List *j;
+				List *lists[] = {&pool->active_servers, &pool->idle_servers, &pool->used_servers,
+				                 &pool->tested_servers, &pool->new_servers};
+				for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++)
+					list_for_each(j, lists[l]) container_of(j, PgSocket, node)->close_needed = true;
+				pool->welcome_ready = false;
+			}
+		}
+	}
+	/* databases removed from the file are dropped */
+	List *i, *tmp;
+	list_for_each_safe(i, &wk.databases, tmp)
+	{
+		PgDatabase *db = container_of(i, PgDatabase, node);
+		if (db->admin || db->auto_db)
+			continue;
+		if (!config_find_db(&wk.cf, db->name))
+			kill_database_pools(db, "database removed");
+	}
+}
+
+static void kill_database_pools(PgDatabase *db, const char *reason)
+{
+	List *i, *tmp;
+	list_for_each_safe(i, &wk.pools, tmp)
+	{
+		PgPool *pool = container_of(i, PgPool, node);
+		if (pool->db != db)
+			continue;
+		List *lists[] = {&pool->active_clients, &pool->waiting_clients};
+		for (size_t l = 0; l < 2; l++) {
+			List *j, *t2;
+			list_for_each_safe(j, lists[l], t2)
+			    disconnect_client(container_of(j, PgSocket, node), true, "%s", reason);
+		}
+		List *slists[] = {&pool->active_servers, &pool->idle_servers, &pool->used_servers,
+		                  &pool->tested_servers, &pool->new_servers};
+		for (size_t l = 0; l < sizeof(slists) / sizeof(slists[0]); l++) {
+			List *j, *t2;
+			list_for_each_safe(j, slists[l], t2)
+			    disconnect_server(container_of(j, PgSocket, node), true, "%s", reason);
+		}
+	}
+	db->placeholder = true; /* hidden from lookups; freed with its pools later */
+	list_del(&db->node);
+	list_append(&wk.autodb_idle, &db->node);
+}
+
+/* ---- pools ---- */
+
+PgPool *pool_find(PgDatabase *db, PgUser *user)
+{
+	List *i;
+	list_for_each(i, &wk.pools)
+	{
+		PgPool *p = container_of(i, PgPool, node);
+		if (p->db == db && p->user == user)
+			return p;
+	}
+	return NULL;
+}
+
+PgPool *pool_get(PgDatabase *db, PgUser *user)
+{
+	PgPool *pool = pool_find(db, user);
+	if (pool)
+		return pool;
+	pool = xcalloc(1, sizeof(*pool));
+	pool->db = db;
+	pool->user = user;
+	List *lists[] = {&pool->active_clients,        &pool->waiting_clients,       &pool->active_cancel_req,
+	                 &pool->waiting_cancel_req,    &pool->active_servers,        &pool->idle_servers,
+	                 &pool->used_servers,          &pool->tested_servers,        &pool->new_servers,
+	                 &pool->active_cancel_servers, &pool->being_canceled_servers};
+	for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++)
+		list_init(lists[l]);
+	pktbuf_init(&pool->welcome_params, 256);
+	/* sorted by (database, user) */
+	List *i;
+	list_for_each(i, &wk.pools)
+	{
+		PgPool *p = container_of(i, PgPool, node);
+		int c = strcmp(p->db->name, db->name);
+		if (c > 0 || (c == 0 && strcmp(p->user->name, user->name) > 0))
+			break;
+	}
+	list_insert_between(&pool->node, i->prev, i);
+	return pool;
+}
+
+int pool_effective_mode(const PgPool *pool)
+{
+	if (pool->db->admin)
+		return POOL_STATEMENT;
+	if (pool->user->cf && pool->user->cf->pool_mode != CF_UNSET)
+		return pool->user->cf->pool_mode;
+	if (pool->db->cf.pool_mode != CF_UNSET)
+		return pool->db->cf.pool_mode;
+	return wk.cf.g.pool_mode;
+}
+
+int pool_effective_size(const PgPool *pool)
+{
+	if (pool->user->cf && pool->user->cf->pool_size != CF_UNSET)
+		return pool->user->cf->pool_size;
+	if (pool->db->cf.pool_size != CF_UNSET)
+		return pool->db->cf.pool_size;
+	return wk.cf.g.default_pool_size;
+}
+
+int pool_server_count(const PgPool *pool)
+{
+	return list_count(&pool->active_servers) + list_count(&pool->idle_servers) + list_count(&pool->used_servers) +
+	       list_count(&pool->tested_servers) + list_count(&pool->new_servers) +
+	       list_count(&pool->being_canceled_servers);
+}
+
+int pool_client_count(const PgPool *pool)
+{
+	return list_count(&pool->active_clients) + list_count(&pool->waiting_clients);
+}
+
+/* ---- sockets ---- */
+
+PgSocket *socket_new(bool is_server)
+{
+	PgSocket *s = xcalloc(1, sizeof(*s));
+	list_init(&s->node);
+	s->is_server = is_server;
+	s->state = is_server ? SV_FREE : CL_FREE;
+	s->sb.fd = -1;
+	s->id = ++wk.next_id;
+	s->connect_time = s->request_time = wk.now ? wk.now : get_time_usec();
+	return s;
+}
+
+static List *state_list(PgSocket *s, SocketState st)
+{
+	PgPool *p = s->pool;
+	switch (st) {
+	case CL_LOGIN:
+		return &wk.login_clients;
+	case CL_WAITING_LOGIN:
+	case CL_WAITING:
+		return &p->waiting_clients;
+	case CL_ACTIVE:
+		return &p->active_clients;
+	case CL_WAITING_CANCEL:
+		return &p->waiting_cancel_req;
+	case CL_ACTIVE_CANCEL:
+		return &p->active_cancel_req;
+	case SV_LOGIN:
+		return &p->new_servers;
+	case SV_IDLE:
+		return &p->idle_servers;
+	case SV_ACTIVE:
+		return &p->active_servers;
+	case SV_USED:
+		return &p->used_servers;
+	case SV_TESTED:
+		return &p->tested_servers;
+	case SV_ACTIVE_CANCEL:
+		return &p->active_cancel_servers;
+	case SV_BEING_CANCELED:
+		return &p->being_canceled_servers;
+	case CL_JUSTFREE:
+	case SV_JUSTFREE:
+		return &wk.justfree;
+	default:
+		return NULL;
+	}
+}
+
+void change_state(PgSocket *s, SocketState st)
+{
+	if (list_linked(&s->node))
+		list_del(&s->node);
+	s->state = st;
+	List *l = state_list(s, st);
+	if (!l)
+		return;
+	/* idle servers are reused LIFO, unless round-robin or about to close */
+	if (st == SV_IDLE && !wk.cf.g.server_round_robin && !s->close_needed)
+		list_prepend(l, &s->node);
+	else
+		list_append(l, &s->node);
+}
+
+static void free_socket(PgSocket *s)
+{
+	for (int i = 0; i < MAX_TRACKED; i++)
+		free(s->vars[i].value);
+	free(s->app_name_raw);
+	free(s->scram_srv);
+	free(s->scram_cli);
+	free(s);
+}
+
+void socket_free_justfree(void)
+{
+	List *i, *tmp;
+	list_for_each_safe(i, &wk.justfree, tmp)
+	{
+		list_del(i);
+		free_socket(container_of(i, PgSocket, node));
+	}
+}
+
+void client_send_error(PgSocket *c, bool fatal_err, const char *sqlstate, const char *fmt, ...)
+{
+	char msg[128];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (wk.cf.g.log_pooler_errors)
+		slog(LG_WARNING, c, "pooler error: %s", msg);
+	PktBuf pb;
+	pktbuf_init(&pb, 128);
+	pktbuf_write_error(&pb, fatal_err ? "FATAL" : "ERROR", sqlstate ? sqlstate : "08P01", msg);
+	if (!fatal_err)
+		pktbuf_write_ready(&pb, 'I');
+	if (c->sb.fd >= 0)
+		(void)sbuf_send(&c->sb, pb.buf, pb.len);
+	pktbuf_free(&pb);
+}
+
+static double age_seconds(const PgSocket *s)
+{
+	return (double)(get_time_usec() - s->connect_time) / USEC_PER_SEC;
+}
+
+void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
+{
+	char reason[128] = "";
+	if (c->state == CL_JUSTFREE || c->state == CL_FREE)
+		return;
+	if (fmt) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(reason, sizeof(reason), fmt, ap);
+		va_end(ap);
+	}
+	if (wk.cf.g.log_disconnections)
+		slog(LG_LOG, c, "closing because: %s (age=%.0fs)", reason, age_seconds(c));
+	if (notify && c->sb.fd >= 0 && reason[0])
+		client_send_error(c, true, "08P01", "%s", reason);
+
+	PgSocket *server = c->link;
+	if (server) {
+		c->link = NULL;
+		server->link = NULL;
+		c->sb.dst = NULL;
+		server->sb.dst = NULL;
+		server_release(server);
+	}
+	if (c->state != CL_LOGIN && c->state != CL_WAITING_CANCEL && c->state != CL_ACTIVE_CANCEL && c->db) {
+		c->db->client_count--;
+		if (c->login_user)
+			c->login_user->client_count--;
+	}
+	wk.client_count--;
+	sbuf_close(&c->sb);
+	change_state(c, CL_JUSTFREE);
+	worker_check_shutdown();
+}
+
+void disconnect_server(PgSocket *s, bool notify, const char *fmt, ...)
+{
+	char reason[128] = "";
+	if (s->state == SV_JUSTFREE || s->state == SV_FREE)
+		return;
+	if (fmt) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(reason, sizeof(reason), fmt, ap);
+		va_end(ap);
+	}
+	if (wk.cf.g.log_disconnections)
+		slog(LG_LOG, s, "closing because: %s (age=%.0fs)", reason, age_seconds(s));
+	if (notify && s->sb.fd >= 0 && s->state != SV_LOGIN) {
+		static const uint8_t terminate[] = {'X', 0, 0, 0, 4};
+		(void)sbuf_send(&s->sb, terminate, sizeof(terminate));
+	}
+	PgSocket *client = s->link;
+	if (client) {
+		s->link = NULL;
+		client->link = NULL;
+		client->sb.dst = NULL;
+		s->sb.dst = NULL;
+		disconnect_client(client, true, "%s", reason);
+	}
+	if (s->pool) {
+		s->pool->db->server_count--;
+		s->pool->user->server_count--;
+	}
+	sbuf_close(&s->sb);
+	change_state(s, SV_JUSTFREE);
+	if (s->pool)
+		pool_maybe_launch(s->pool);
+	worker_check_shutdown();
+}

@@ -1,0 +1,338 @@
+/*
+ * Server assignment: give a waiting client an idle server of its pool,
+ * launch new server connections within the pool's limits (one login in
+ * flight per pool), replay tracked parameters, and fail queued clients
+ * when the server refuses logins.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/log.h"
+#include "common/pktbuf.h"
+#include "common/util.h"
+#include "worker/worker.h"
+
+static bool pool_paused(const PgPool *pool)
+{
+	return wk.pause_mode != P_NONE || pool->db->paused;
+}
+
+/* Append "SET name='value';" to q. */
+static void append_set(PktBuf *q, const char *name, const char *value)
+{
+	char buf[1024];
+	size_t n = 0;
+	if (strcasecmp(name, "search_path") == 0) {
+		snprintf(buf, sizeof(buf), "SET %s=%s;", name, value);
+		pktbuf_put_bytes(q, buf, strlen(buf));
+		return;
+	}
+	n = (size_t)snprintf(buf, sizeof(buf), "SET %s='", name);
+	for (const char *p = value; *p && n + 4 < sizeof(buf); p++) {
+		if (*p == '\'')
+			buf[n++] = '\'';
+		buf[n++] = *p;
+	}
+	buf[n++] = '\'';
+	buf[n++] = ';';
+	pktbuf_put_bytes(q, buf, n);
+}
+
+/*
+ * Replay the client's tracked parameters on its new server. Returns true if
+ * a SET query was sent (the client waits for its answer).
+ */
+static bool replay_vars(PgSocket *c, PgSocket *s)
+{
+	PktBuf q;
+	pktbuf_init(&q, 128);
+	for (int i = 0; i < var_count(); i++) {
+		const char *want = c->vars[i].value, *have = s->vars[i].value;
+		if (want && have && strcasecmp(want, have) != 0)
+			append_set(&q, var_name(i), want);
+		else if (want && !have)
+			append_set(&q, var_name(i), want);
+	}
+	if (q.len == 0) {
+		pktbuf_free(&q);
+		return false;
+	}
+	PktBuf msg;
+	pktbuf_init(&msg, q.len + 8);
+	pktbuf_start_msg(&msg, 'Q');
+	pktbuf_put_bytes(&msg, q.buf, q.len);
+	pktbuf_put_u8(&msg, 0);
+	pktbuf_finish_msg(&msg);
+	bool ok = sbuf_send(&s->sb, msg.buf, msg.len);
+	pktbuf_free(&msg);
+	pktbuf_free(&q);
+	if (!ok)
+		return false;
+	s->setting_vars = true;
+	s->ready = false;
+	return true;
+}
+
+static void link_client_server(PgSocket *c, PgSocket *s)
+{
+	PgPool *pool = c->pool;
+	c->link = s;
+	s->link = c;
+	c->sb.dst = &s->sb;
+	s->sb.dst = &c->sb;
+	change_state(s, SV_ACTIVE);
+	if (c->state != CL_ACTIVE)
+		change_state(c, CL_ACTIVE);
+	pool->stats.server_assignment_count++;
+	if (c->wait_start) {
+		pool->stats.wait_time += (uint64_t)(wk.now - c->wait_start);
+		c->wait_start = 0;
+	}
+	/* the server's parameter values become visible to the client through its own SETs */
+	replay_vars(c, s);
+}
+
+static PgSocket *take_idle_server(PgPool *pool)
+{
+	List *n = list_first(&pool->idle_servers);
+	return n ? container_of(n, PgSocket, node) : NULL;
+}
+
+/* Run server_check_query on a used server; it becomes idle when answered. */
+static bool start_check(PgSocket *s)
+{
+	const char *q = wk.cf.g.server_check_query;
+	if (!q || !*q) {
+		change_state(s, SV_IDLE);
+		return false;
+	}
+	PktBuf pb;
+	pktbuf_init(&pb, 64);
+	pktbuf_start_msg(&pb, 'Q');
+	pktbuf_put_string(&pb, strcmp(q, "<empty>") == 0 ? "" : q);
+	pktbuf_finish_msg(&pb);
+	bool ok = sbuf_send(&s->sb, pb.buf, pb.len);
+	pktbuf_free(&pb);
+	if (!ok) {
+		disconnect_server(s, false, "server conn crashed?");
+		return true;
+	}
+	s->resetting = true;
+	s->ready = false;
+	change_state(s, SV_TESTED);
+	return true;
+}
+
+bool pool_find_server(PgSocket *c)
+{
+	PgPool *pool = c->pool;
+	if (!pool_paused(pool)) {
+		PgSocket *s = take_idle_server(pool);
+		if (s) {
+			link_client_server(c, s);
+			return !s->setting_vars;
+		}
+		/* a used server must pass the check query first */
+		List *n = list_first(&pool->used_servers);
+		if (n) {
+			PgSocket *u = container_of(n, PgSocket, node);
+			if (!start_check(u)) {
+				link_client_server(c, u);
+				return !u->setting_vars;
+			}
+		}
+	}
+	/* fast fail while the server keeps refusing logins */
+	if (pool->last_login_failed && list_empty(&pool->idle_servers) && list_empty(&pool->active_servers) &&
+	    list_empty(&pool->tested_servers) && list_empty(&pool->used_servers) && !pool_paused(pool)) {
+		disconnect_client(c, true, "server login has been failing, cached error: %.99s (server_login_retry)",
+		                  pool->failed_msg);
+		return false;
+	}
+	c->wait_start = wk.now;
+	c->wait_notice_sent = false;
+	change_state(c, CL_WAITING);
+	pool_maybe_launch(pool);
+	return false;
+}
+
+/* Give a server to the first waiting client, or welcome clients waiting for the first login. */
+void pool_server_ready(PgSocket *s)
+{
+	PgPool *pool = s->pool;
+	change_state(s, SV_IDLE);
+
+	/* lifetime and close_needed are honoured when a server becomes free */
+	usec_t lifetime = pool->db->cf.server_lifetime > 0 ? (usec_t)pool->db->cf.server_lifetime * USEC_PER_SEC
+	                                                   : wk.cf.g.server_lifetime;
+	if (s->close_needed) {
+		disconnect_server(s, true, "database configuration changed");
+		return;
+	}
+	if (lifetime == 0 || (lifetime > 0 && wk.now - s->connect_time >= lifetime &&
+	                      wk.now - pool->last_lifetime_close >=
+	                          lifetime / (pool_effective_size(pool) > 0 ? pool_effective_size(pool) : 1))) {
+		if (lifetime == 0 || wk.now - s->connect_time >= lifetime) {
+			pool->last_lifetime_close = wk.now;
+			disconnect_server(s, true, "server lifetime over");
+			return;
+		}
+	}
+	pool_wake_waiters(pool);
+}
+
+void pool_wake_waiters(PgPool *pool)
+{
+	List *i, *tmp;
+	/* clients waiting for the welcome can have it now */
+	if (pool->welcome_ready) {
+		list_for_each_safe(i, &pool->waiting_clients, tmp)
+		{
+			PgSocket *c = container_of(i, PgSocket, node);
+			if (c->state != CL_WAITING_LOGIN)
+				continue;
+			if (client_send_welcome(c))
+				sbuf_continue(&c->sb);
+		}
+	}
+	if (pool_paused(pool))
+		return;
+	list_for_each_safe(i, &pool->waiting_clients, tmp)
+	{
+		PgSocket *c = container_of(i, PgSocket, node);
+		if (c->state != CL_WAITING)
+			continue;
+		PgSocket *s = take_idle_server(pool);
+		if (!s)
+			break;
+		link_client_server(c, s);
+		if (!s->setting_vars)
+			client_server_assigned(c);
+	}
+	pool_maybe_launch(pool);
+}
+
+static int effective_max_db(const PgDatabase *db)
+{
+	return db->cf.max_db_connections > 0 ? db->cf.max_db_connections : wk.cf.g.max_db_connections;
+}
+
+static int effective_max_user(const PgUser *u)
+{
+	return u->cf && u->cf->max_user_connections > 0 ? u->cf->max_user_connections : wk.cf.g.max_user_connections;
+}
+
+/* Close the longest-idle server of another pool of the same database/user to make room. */
+static bool evict_idle(bool (*match)(const PgPool *, const void *), const void *key)
+{
+	PgSocket *oldest = NULL;
+	List *i;
+	list_for_each(i, &wk.pools)
+	{
+		PgPool *p = container_of(i, PgPool, node);
+		if (!match(p, key))
+			continue;
+		List *n = list_last(&p->idle_servers);
+		if (!n)
+			continue;
+		PgSocket *s = container_of(n, PgSocket, node);
+		if (!oldest || s->request_time < oldest->request_time)
+			oldest = s;
+	}
+	if (!oldest)
+		return false;
+	disconnect_server(oldest, true, "evicted");
+	return true;
+}
+
+static bool match_db(const PgPool *p, const void *db)
+{
+	return p->db == db;
+}
+
+static bool match_user(const PgPool *p, const void *u)
+{
+	return p->user == u;
+}
+
+bool pool_can_launch(PgPool *pool)
+{
+	if (!list_empty(&pool->new_servers))
+		return false; /* one login in flight per pool */
+	if (pool_paused(pool) || wk.run_state == RUN_SHUTDOWN_SERVERS)
+		return false;
+	if (pool->last_login_failed && wk.now - pool->last_failed_time < wk.cf.g.server_login_retry)
+		return false;
+	int size = pool_effective_size(pool);
+	int total = pool_server_count(pool);
+	if (size > 0 && total >= size) {
+		/* the reserve pool helps clients that waited long enough */
+		int reserve = pool->user->cf && pool->user->cf->reserve_pool_size != CF_UNSET
+		                  ? pool->user->cf->reserve_pool_size
+		              : pool->db->cf.reserve_pool_size != CF_UNSET ? pool->db->cf.reserve_pool_size
+		                                                           : wk.cf.g.reserve_pool_size;
+		List *n = list_first(&pool->waiting_clients);
+		if (reserve <= 0 || wk.cf.g.reserve_pool_timeout <= 0 || !n || total >= size + reserve)
+			return false;
+		PgSocket *oldest = container_of(n, PgSocket, node);
+		if (wk.now - oldest->wait_start < wk.cf.g.reserve_pool_timeout)
+			return false;
+		log_warning("taking connection from reserve_pool");
+	}
+	int max_db = effective_max_db(pool->db);
+	if (max_db > 0 && pool->db->server_count >= max_db && !evict_idle(match_db, pool->db))
+		return false;
+	int max_user = effective_max_user(pool->user);
+	if (max_user > 0 && pool->user->server_count >= max_user && !evict_idle(match_user, pool->user))
+		return false;
+	return true;
+}
+
+void pool_maybe_launch(PgPool *pool)
+{
+	if (pool->db->admin)
+		return;
+	bool need = false;
+	List *i;
+	list_for_each(i, &pool->waiting_clients)
+	{
+		need = true;
+		break;
+	}
+	if (!need)
+		return;
+	if (pool_can_launch(pool))
+		server_launch(pool);
+}
+
+void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool from_server)
+{
+	pool->last_login_failed = true;
+	pool->last_failed_time = wk.now;
+	pgb_strlcpy(pool->failed_msg, msg, sizeof(pool->failed_msg));
+	if (!from_server || (sqlstate && strcmp(sqlstate, "57P03") == 0))
+		return;
+	bool usable = pool->welcome_ready && !list_empty(&pool->idle_servers);
+	if (usable)
+		return;
+	/* queued clients get the server's own error */
+	List *i, *tmp;
+	list_for_each_safe(i, &pool->waiting_clients, tmp)
+	{
+		PgSocket *c = container_of(i, PgSocket, node);
+		char m[128];
+		snprintf(m, sizeof(m), "%s", msg);
+		if (wk.cf.g.log_pooler_errors)
+			slog(LG_WARNING, c, "pooler error: %s", m);
+		PktBuf pb;
+		pktbuf_init(&pb, 128);
+		pktbuf_write_error(&pb, "FATAL", sqlstate ? sqlstate : "08P01", m);
+		(void)sbuf_send(&c->sb, pb.buf, pb.len);
+		pktbuf_free(&pb);
+		disconnect_client(c, false, "%s", m);
+	}
+}

@@ -1,0 +1,545 @@
+/*
+ * Server connections: connect, log in (trust, cleartext, md5, SCRAM with a
+ * password or with a client's pass-through keys), capture the pool's
+ * welcome, then forward responses to the linked client and run reset,
+ * check and parameter-replay queries whose answers clients never see.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/un.h>
+
+#include "common/log.h"
+#include "common/pktbuf.h"
+#include "common/util.h"
+#include "worker/worker.h"
+
+/* Pick the host for a new connection (host lists rotate per pool's database). */
+static bool pick_address(PgPool *pool, struct sockaddr_storage *ss, socklen_t *len, char *desc, size_t desclen)
+{
+	PgDatabase *db = pool->db;
+	int port = db->cf.port > 0 ? db->cf.port : 5432;
+	char host[256] = "";
+	if (db->cf.host && *db->cf.host) {
+		/* comma-separated list: choose one entry */
+		int n = 1;
+		for (const char *p = db->cf.host; *p; p++)
+			if (*p == ',')
+				n++;
+		int want = db->host_index % n;
+		if (db->cf.load_balance_hosts == LB_ROUND_ROBIN)
+			db->host_index++;
+		const char *p = db->cf.host;
+		for (int i = 0; i < want; i++)
+			p = strchr(p, ',') + 1;
+		size_t l = strcspn(p, ",");
+		while (l > 0 && (*p == ' '))
+			p++, l--;
+		while (l > 0 && p[l - 1] == ' ')
+			l--;
+		if (l >= sizeof(host))
+			return false;
+		memcpy(host, p, l);
+		host[l] = '\0';
+	} else {
+		pgb_strlcpy(host, wk.cf.g.unix_socket_dir ? wk.cf.g.unix_socket_dir : "/tmp", sizeof(host));
+		if (!host[0])
+			pgb_strlcpy(host, "/tmp", sizeof(host));
+	}
+	memset(ss, 0, sizeof(*ss));
+	if (host[0] == '/' || host[0] == '@') {
+		struct sockaddr_un *un = (struct sockaddr_un *)ss;
+		un->sun_family = AF_UNIX;
+		int n = snprintf(un->sun_path, sizeof(un->sun_path), "%s/.s.PGSQL.%d", host, port);
+		if (n < 0 || (size_t)n >= sizeof(un->sun_path))
+			return false;
+		snprintf(desc, desclen, "%s", un->sun_path);
+		if (host[0] == '@') {
+			un->sun_path[0] = '\0';
+			*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n);
+		} else {
+			*len = sizeof(*un);
+		}
+		return true;
+	}
+	/* TODO(dns): names are resolved with getaddrinfo; c-ares arrives with the DNS work */
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+	struct addrinfo *res = NULL;
+	char portstr[16];
+	snprintf(portstr, sizeof(portstr), "%d", port);
+	if (getaddrinfo(host, portstr, &hints, &res) != 0 || !res)
+		return false;
+	memcpy(ss, res->ai_addr, res->ai_addrlen);
+	*len = res->ai_addrlen;
+	freeaddrinfo(res);
+	snprintf(desc, desclen, "%s:%d", host, port);
+	return true;
+}
+
+static void send_startup(PgSocket *s)
+{
+	PgPool *pool = s->pool;
+	PgDatabase *db = pool->db;
+	PktBuf pb;
+	pktbuf_init(&pb, 256);
+	pktbuf_start_msg(&pb, 0);
+	pktbuf_put_u32(&pb, PROTO_V3_0);
+	pktbuf_put_string(&pb, "database");
+	pktbuf_put_string(&pb, db->cf.dbname ? db->cf.dbname : db->name);
+	pktbuf_put_string(&pb, "user");
+	pktbuf_put_string(&pb, pool->user->name);
+	const char *extra[][2] = {{"client_encoding", db->cf.client_encoding},
+	                          {"datestyle", db->cf.datestyle},
+	                          {"timezone", db->cf.timezone},
+	                          {"application_name", db->cf.application_name}};
+	for (size_t i = 0; i < 4; i++)
+		if (extra[i][1]) {
+			pktbuf_put_string(&pb, extra[i][0]);
+			pktbuf_put_string(&pb, extra[i][1]);
+		}
+	pktbuf_put_u8(&pb, 0);
+	pktbuf_finish_msg(&pb);
+	(void)sbuf_send(&s->sb, pb.buf, pb.len);
+	pktbuf_free(&pb);
+}
+
+bool server_launch(PgPool *pool)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	char desc[300];
+	PgSocket *s = socket_new(true);
+	s->pool = pool;
+	s->login_user = pool->user;
+	s->db = pool->db;
+	pool->db->server_count++;
+	pool->user->server_count++;
+	change_state(s, SV_LOGIN);
+	if (!pick_address(pool, &ss, &len, desc, sizeof(desc))) {
+		s->remote.ss_family = AF_UNSPEC;
+		pool_login_failed(pool, NULL, "could not resolve server address", false);
+		disconnect_server(s, false, "could not resolve server address");
+		return false;
+	}
+	s->remote = ss;
+	s->is_unix = ss.ss_family == AF_UNIX;
+	if (!sbuf_connect(&s->sb, wk.base, (struct sockaddr *)&ss, len, (uint32_t)wk.cf.g.pkt_buf,
+	                  wk.cf.g.max_packet_size, server_cb, s)) {
+		slog(LG_LOG, s, "connect failed: %s", strerror(s->sb.last_errno));
+		pool_login_failed(pool, NULL, "server connect failed", false);
+		disconnect_server(s, false, "connect failed");
+		return false;
+	}
+	if (!s->is_unix) {
+		int on = 1;
+		setsockopt(s->sb.fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+		if (wk.cf.g.tcp_keepalive)
+			setsockopt(s->sb.fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+	}
+	return true;
+}
+
+/* ---- login ---- */
+
+static const char *server_password(PgSocket *s)
+{
+	PgUser *u = s->pool->user;
+	if (s->pool->db->cf.user && s->pool->db->cf.password && *s->pool->db->cf.password)
+		return s->pool->db->cf.password;
+	return u->secret;
+}
+
+static bool send_password_msg(PgSocket *s, const void *data, size_t len)
+{
+	PktBuf pb;
+	pktbuf_init(&pb, len + 8);
+	pktbuf_start_msg(&pb, 'p');
+	pktbuf_put_bytes(&pb, data, len);
+	pktbuf_finish_msg(&pb);
+	bool ok = sbuf_send(&s->sb, pb.buf, pb.len);
+	pktbuf_free(&pb);
+	return ok;
+}
+
+static SBufAction login_fail(PgSocket *s, const char *msg)
+{
+	slog(LG_WARNING, s, "server login failed: %s", msg);
+	pool_login_failed(s->pool, NULL, msg, false);
+	disconnect_server(s, false, "%s", msg);
+	return SB_CLOSED;
+}
+
+static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t len)
+{
+	PktReader r;
+	uint32_t code;
+	pktreader_init(&r, body, len);
+	if (!pktreader_get_u32(&r, &code))
+		return login_fail(s, "bad auth packet from server");
+	PgUser *u = s->pool->user;
+	const char *pw = server_password(s);
+	char err[128];
+
+	switch (code) {
+	case 0:
+		return SB_CONSUMED;
+	case 3: /* cleartext */
+		if (!pw || u->kind != SECRET_PLAIN)
+			return login_fail(s, "server login failed: wrong password type");
+		return send_password_msg(s, pw, strlen(pw) + 1) ? SB_CONSUMED : SB_CLOSED;
+	case 5: { /* md5 */
+		const uint8_t *salt;
+		if (!pktreader_get_bytes(&r, 4, &salt))
+			return login_fail(s, "bad md5 auth packet");
+		SecretKind kind = pw == u->secret ? u->kind : userlist_secret_kind(pw ? pw : "");
+		if (!pw || (kind != SECRET_PLAIN && kind != SECRET_MD5))
+			return login_fail(s, "server login failed: wrong password type");
+		char resp[MD5_PASSWD_LEN + 1];
+		md5_salted_response(pw, kind == SECRET_MD5, u->name, salt, resp);
+		return send_password_msg(s, resp, strlen(resp) + 1) ? SB_CONSUMED : SB_CLOSED;
+	}
+	case 10: { /* SASL: list of mechanisms */
+		bool found = false;
+		const char *mech;
+		while (pktreader_get_string(&r, &mech) && *mech)
+			if (strcmp(mech, "SCRAM-SHA-256") == 0)
+				found = true;
+		if (!found)
+			return login_fail(s, "server login failed: none of the server's SASL authentication mechanisms "
+			                     "are supported");
+		free(s->scram_cli);
+		s->scram_cli = xcalloc(1, sizeof(*s->scram_cli));
+		SecretKind kind = pw == u->secret ? u->kind : userlist_secret_kind(pw ? pw : "");
+		if (pw && kind == SECRET_PLAIN)
+			scram_client_init_password(s->scram_cli, pw);
+		else if (kind == SECRET_SCRAM && u->has_scram_keys && !s->pool->db->cf.user)
+			scram_client_init_keys(s->scram_cli, u->scram_client_key, u->scram_server_key);
+		else
+			return login_fail(s, "server login failed: wrong password type");
+		char first[SCRAM_MAX_MSG];
+		if (!scram_client_first(s->scram_cli, first, sizeof(first)))
+			return login_fail(s, "SCRAM initialization failed");
+		PktBuf pb;
+		pktbuf_init(&pb, 128);
+		pktbuf_start_msg(&pb, 'p');
+		pktbuf_put_string(&pb, "SCRAM-SHA-256");
+		pktbuf_put_u32(&pb, (uint32_t)strlen(first));
+		pktbuf_put_bytes(&pb, first, strlen(first));
+		pktbuf_finish_msg(&pb);
+		bool ok = sbuf_send(&s->sb, pb.buf, pb.len);
+		pktbuf_free(&pb);
+		return ok ? SB_CONSUMED : SB_CLOSED;
+	}
+	case 11: { /* SASL continue */
+		char final[SCRAM_MAX_MSG];
+		if (!s->scram_cli || !scram_client_final(s->scram_cli, (const char *)body + 4, len - 4, final,
+		                                         sizeof(final), err, sizeof(err)))
+			return login_fail(s, "SCRAM exchange with server failed");
+		return send_password_msg(s, final, strlen(final)) ? SB_CONSUMED : SB_CLOSED;
+	}
+	case 12: /* SASL final */
+		if (!s->scram_cli ||
+		    !scram_client_verify_final(s->scram_cli, (const char *)body + 4, len - 4, err, sizeof(err)))
+			return login_fail(s, "server login failed: invalid server signature");
+		free(s->scram_cli);
+		s->scram_cli = NULL;
+		return SB_CONSUMED;
+	default:
+		return login_fail(s, "server login failed: wrong password type");
+	}
+}
+
+/* Fields S, C, M of an ErrorResponse body. */
+static void parse_error(const uint8_t *body, uint32_t len, const char **sev, const char **code, const char **msg)
+{
+	*sev = "ERROR";
+	*code = "08P01";
+	*msg = "";
+	PktReader r;
+	pktreader_init(&r, body, len);
+	uint8_t t;
+	const char *v;
+	while (pktreader_get_u8(&r, &t) && t != 0 && pktreader_get_string(&r, &v)) {
+		if (t == 'S')
+			*sev = v;
+		else if (t == 'C')
+			*code = v;
+		else if (t == 'M')
+			*msg = v;
+	}
+}
+
+/* A ParameterStatus from the server: update the server's (and its client's) tracked values. */
+static void handle_param_status(PgSocket *s, const uint8_t *body, uint32_t len, bool login)
+{
+	PktReader r;
+	const char *name, *value;
+	pktreader_init(&r, body, len);
+	if (!pktreader_get_string(&r, &name) || !pktreader_get_string(&r, &value))
+		return;
+	int idx = var_index(name);
+	if (idx >= 0) {
+		var_set(&s->vars[idx], value);
+		if (s->link)
+			var_set(&s->link->vars[idx], value);
+		if (login && !s->pool->welcome_ready)
+			var_set(&s->pool->defaults[idx], value);
+	} else if (login && !s->pool->welcome_ready) {
+		pktbuf_write_param_status(&s->pool->welcome_params, name, value);
+	}
+}
+
+static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+{
+	if (avail < hdr->len)
+		return SB_NEED_FULL;
+	const uint8_t *body = data + 5;
+	uint32_t blen = hdr->len - 5;
+	switch (hdr->type) {
+	case 'R':
+		return handle_auth_request(s, body, blen);
+	case 'S':
+		handle_param_status(s, body, blen, true);
+		return SB_CONSUMED;
+	case 'K':
+		if (blen < 8 || blen > 4 + MAX_SERVER_KEY)
+			return login_fail(s, "bad BackendKeyData from server");
+		s->backend_pid =
+		    ((uint32_t)body[0] << 24) | ((uint32_t)body[1] << 16) | ((uint32_t)body[2] << 8) | body[3];
+		memcpy(s->cancel_key, body + 4, blen - 4);
+		s->cancel_key_len = blen - 4;
+		return SB_CONSUMED;
+	case 'N':
+	case 'v':
+		return SB_CONSUMED;
+	case 'E': {
+		const char *sev, *code, *msg;
+		parse_error(body, blen, &sev, &code, &msg);
+		slog(LG_WARNING, s, "server login failed: %s %s", sev, msg);
+		pool_login_failed(s->pool, code, msg, true);
+		disconnect_server(s, false, "login failed");
+		return SB_CLOSED;
+	}
+	case 'Z':
+		if (wk.cf.g.log_connections) {
+			if (s->is_unix) {
+				slog(LG_LOG, s, "new connection to server");
+			} else {
+				char laddr[80];
+				int lport;
+				format_addr(&s->local, laddr, sizeof(laddr), &lport);
+				slog(LG_LOG, s, "new connection to server (from %s:%d)", laddr, lport);
+			}
+		}
+		s->ready = true;
+		s->txn_status = blen > 0 ? (char)body[0] : 'I';
+		if (!s->pool->welcome_ready) {
+			s->pool->welcome_ready = true;
+		}
+		s->pool->last_login_failed = false;
+		if (s->pool->db->cf.connect_query && *s->pool->db->cf.connect_query) {
+			PktBuf pb;
+			pktbuf_init(&pb, 128);
+			pktbuf_start_msg(&pb, 'Q');
+			pktbuf_put_string(&pb, s->pool->db->cf.connect_query);
+			pktbuf_finish_msg(&pb);
+			bool ok = sbuf_send(&s->sb, pb.buf, pb.len);
+			pktbuf_free(&pb);
+			if (!ok)
+				return SB_CLOSED;
+			s->resetting = true;
+			change_state(s, SV_TESTED);
+			return SB_CONSUMED;
+		}
+		pool_server_ready(s);
+		return s->state == SV_JUSTFREE ? SB_CLOSED : SB_CONSUMED;
+	default:
+		return login_fail(s, "unexpected packet from server during login");
+	}
+}
+
+/* Reset, check, connect_query or SET replay: swallow everything until ReadyForQuery. */
+static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+{
+	if (hdr->type == 'E' || hdr->type == 'S') {
+		if (avail < hdr->len)
+			return SB_NEED_FULL;
+		if (hdr->type == 'S') {
+			handle_param_status(s, data + 5, hdr->len - 5, false);
+		} else {
+			const char *sev, *code, *msg;
+			parse_error(data + 5, hdr->len - 5, &sev, &code, &msg);
+			if (s->setting_vars) {
+				slog(LG_WARNING, s, "parameter SET failed: %s", msg);
+				disconnect_server(s, true, "invalid server parameter");
+				return SB_CLOSED;
+			}
+			slog(LG_WARNING, s, "query failed: %s", msg);
+		}
+		return SB_CONSUMED;
+	}
+	if (hdr->type != 'Z')
+		return SB_SKIP;
+	if (avail < hdr->len)
+		return SB_NEED_FULL;
+	s->txn_status = hdr->len > 5 ? (char)data[5] : 'I';
+	if (s->setting_vars) {
+		s->setting_vars = false;
+		s->ready = true;
+		if (s->link)
+			client_server_assigned(s->link);
+		return SB_CONSUMED;
+	}
+	s->resetting = false;
+	s->ready = true;
+	pool_server_ready(s);
+	return s->state == SV_JUSTFREE ? SB_CLOSED : SB_CONSUMED;
+}
+
+static SBufAction handle_active_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+{
+	PgSocket *c = s->link;
+	if (s->setting_vars)
+		return handle_internal_query(s, hdr, data, avail);
+	PgPool *pool = s->pool;
+	pool->stats.server_bytes += hdr->len;
+	switch (hdr->type) {
+	case 'Z': {
+		if (avail < hdr->len)
+			return SB_NEED_FULL;
+		char st = hdr->len > 5 ? (char)data[5] : 'I';
+		s->txn_status = st;
+		s->ready = true;
+		if (c && c->query_start) {
+			pool->stats.query_time += (uint64_t)(wk.now - c->query_start);
+			c->query_start = 0;
+		}
+		if (c && st == 'I' && c->xact_start) {
+			pool->stats.xact_count++;
+			pool->stats.xact_time += (uint64_t)(wk.now - c->xact_start);
+			c->xact_start = 0;
+		}
+		return SB_FORWARD;
+	}
+	case 'S':
+		if (avail < hdr->len)
+			return SB_NEED_FULL;
+		handle_param_status(s, data + 5, hdr->len - 5, false);
+		return SB_FORWARD;
+	case 'G': /* CopyInResponse */
+	case 'W': /* CopyBothResponse */
+		s->copy_mode = true;
+		return SB_FORWARD;
+	case 'C':
+		s->copy_mode = false;
+		return SB_FORWARD;
+	default:
+		return SB_FORWARD;
+	}
+}
+
+SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+{
+	PgSocket *s = sb->owner;
+	wk.now = get_time_usec();
+	switch (ev) {
+	case SBEV_CONNECTED: {
+		struct sockaddr_storage ss;
+		socklen_t len;
+		if (sbuf_local_addr(sb, &ss, &len))
+			s->local = ss;
+		send_startup(s);
+		return SB_CONSUMED;
+	}
+	case SBEV_CONNECT_FAILED:
+		slog(LG_LOG, s, "closing because: connect failed: %s", strerror(sb->last_errno));
+		pool_login_failed(s->pool, NULL, "server connect failed", false);
+		disconnect_server(s, false, "connect failed");
+		return SB_CLOSED;
+	case SBEV_EOF:
+	case SBEV_SEND_FAILED:
+		if (s->state == SV_LOGIN) {
+			pool_login_failed(s->pool, NULL, "server closed the connection during login", false);
+			disconnect_server(s, false, "bouncer config error");
+		} else {
+			disconnect_server(s, false, "server conn crashed?");
+		}
+		return SB_CLOSED;
+	case SBEV_BAD_PACKET:
+		disconnect_server(s, false, "bad packet header from server");
+		return SB_CLOSED;
+	case SBEV_FLUSHED:
+		return SB_CONSUMED;
+	case SBEV_PACKET:
+		break;
+	}
+	s->request_time = wk.now;
+	switch (s->state) {
+	case SV_LOGIN:
+		return handle_login_packet(s, hdr, data, avail);
+	case SV_ACTIVE:
+		return handle_active_packet(s, hdr, data, avail);
+	case SV_TESTED:
+		return handle_internal_query(s, hdr, data, avail);
+	default:
+		/* idle servers may send notices and parameter changes; anything else is wrong */
+		if (hdr->type == 'N' || hdr->type == 'A')
+			return SB_SKIP;
+		if (hdr->type == 'S') {
+			if (avail < hdr->len)
+				return SB_NEED_FULL;
+			handle_param_status(s, data + 5, hdr->len - 5, false);
+			return SB_CONSUMED;
+		}
+		disconnect_server(s, false, "idle server got something");
+		return SB_CLOSED;
+	}
+}
+
+/* The client let go of this server (session end): reset it and make it idle, or close it. */
+void server_release(PgSocket *s)
+{
+	if (s->state == SV_JUSTFREE)
+		return;
+	s->link = NULL;
+	s->sb.dst = NULL;
+	s->setting_vars = false;
+	if (s->close_needed) {
+		disconnect_server(s, true, "close_needed");
+		return;
+	}
+	if (!s->ready || s->txn_status != 'I' || s->copy_mode || !sbuf_is_flushed(&s->sb) ||
+	    sbuf_unprocessed(&s->sb) > 0) {
+		disconnect_server(s, true, "client disconnect while server was not ready");
+		return;
+	}
+	const char *reset = wk.cf.g.server_reset_query;
+	bool run_reset =
+	    reset && *reset && (pool_effective_mode(s->pool) == POOL_SESSION || wk.cf.g.server_reset_query_always);
+	if (run_reset) {
+		PktBuf pb;
+		pktbuf_init(&pb, 64);
+		pktbuf_start_msg(&pb, 'Q');
+		pktbuf_put_string(&pb, reset);
+		pktbuf_finish_msg(&pb);
+		bool ok = sbuf_send(&s->sb, pb.buf, pb.len);
+		pktbuf_free(&pb);
+		if (!ok) {
+			disconnect_server(s, false, "server conn crashed?");
+			return;
+		}
+		s->resetting = true;
+		s->ready = false;
+		change_state(s, SV_TESTED);
+		return;
+	}
+	pool_server_ready(s);
+}

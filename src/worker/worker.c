@@ -1,0 +1,259 @@
+/*
+ * The worker process: a libevent loop that accepts clients on the
+ * listeners inherited from the master, runs the janitor and stats timers,
+ * reacts to the signals the master passes on, and exits when the master
+ * goes away or a shutdown has finished.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "worker/worker.h"
+
+Worker wk;
+
+static void on_accept(evutil_socket_t fd, short what, void *arg)
+{
+	WorkerListener *l = arg;
+	/* take what the kernel has queued, a bounded number per wakeup for fairness */
+	for (int n = 0; n < 32; n++) {
+		int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (cfd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				log_warning("accept() failed: %s", strerror(errno));
+			return;
+		}
+		wk.now = get_time_usec();
+		client_accept(cfd, l->is_unix);
+	}
+}
+
+void worker_listen_pause(bool pause)
+{
+	for (int i = 0; i < wk.n_listeners; i++) {
+		WorkerListener *l = &wk.listeners[i];
+		if (l->fd < 0)
+			continue;
+		if (pause && l->active) {
+			event_del(&l->ev);
+			l->active = false;
+		} else if (!pause && !l->active) {
+			event_add(&l->ev, NULL);
+			l->active = true;
+		}
+	}
+}
+
+/* Shutdown modes stop TCP accepts; the unix socket stays for admin logins. */
+static void close_tcp_listeners(void)
+{
+	for (int i = 0; i < wk.n_listeners; i++) {
+		WorkerListener *l = &wk.listeners[i];
+		if (l->is_unix || l->fd < 0)
+			continue;
+		if (l->active)
+			event_del(&l->ev);
+		l->active = false;
+		close(l->fd);
+		l->fd = -1;
+	}
+}
+
+static int total_servers(void)
+{
+	int n = 0;
+	List *i;
+	list_for_each(i, &wk.pools) n += pool_server_count(container_of(i, PgPool, node));
+	return n;
+}
+
+void worker_check_shutdown(void)
+{
+	if (wk.run_state == RUN_SHUTDOWN_CLIENTS && wk.client_count <= 0) {
+		log_info("client connections dropped, exiting");
+		exit(0);
+	}
+	if (wk.run_state == RUN_SHUTDOWN_SERVERS && total_servers() == 0) {
+		log_info("server connections dropped, exiting");
+		exit(0);
+	}
+}
+
+static void drop_waiting_clients(const char *reason)
+{
+	List *i;
+	list_for_each(i, &wk.pools)
+	{
+		PgPool *p = container_of(i, PgPool, node);
+		List *j, *t;
+		list_for_each_safe(j, &p->waiting_clients, t)
+		    disconnect_client(container_of(j, PgSocket, node), true, "%s", reason);
+	}
+}
+
+/* Close idle servers (used by PAUSE and the safe shutdown). */
+void worker_close_idle_servers(void);
+void worker_close_idle_servers(void)
+{
+	List *i;
+	list_for_each(i, &wk.pools)
+	{
+		PgPool *p = container_of(i, PgPool, node);
+		List *lists[] = {&p->idle_servers, &p->used_servers};
+		for (int l = 0; l < 2; l++) {
+			List *j, *t;
+			list_for_each_safe(j, lists[l], t)
+			    disconnect_server(container_of(j, PgSocket, node), true, "pause mode");
+		}
+	}
+}
+
+void worker_start_shutdown(RunState mode);
+void worker_start_shutdown(RunState mode)
+{
+	if (wk.run_state != RUN_ACTIVE)
+		return;
+	wk.run_state = mode;
+	close_tcp_listeners();
+	if (mode == RUN_SHUTDOWN_SERVERS) {
+		wk.pause_mode = P_PAUSE;
+		drop_waiting_clients("server shutting down");
+		worker_close_idle_servers();
+	}
+	worker_check_shutdown();
+}
+
+void worker_reload(void)
+{
+	Config next;
+	char err[CF_ERRMSG_LEN];
+	const char *path = wk.cf.g.conffile ? wk.cf.g.conffile : wk.cf.path;
+	config_init(&next);
+	next.g.verbose = wk.cmdline_verbose;
+	if (!config_load(&next, path, err, sizeof(err))) {
+		log_error("%s", err);
+		log_warning("config file loading failed");
+		config_free(&next);
+		return;
+	}
+	config_keep_boot_values(&next, &wk.cf);
+	config_free(&wk.cf);
+	wk.cf = next;
+	LogSettings ls = {.logfile = wk.cf.g.logfile,
+	                  .to_stderr = log_to_stderr_setting(),
+	                  .syslog = wk.cf.g.syslog != 0,
+	                  .syslog_ident = wk.cf.g.syslog_ident,
+	                  .syslog_facility = wk.cf.g.syslog_facility,
+	                  .verbose = wk.cf.g.verbose};
+	log_configure(&ls);
+	objects_load_userlist(false);
+	objects_load_databases();
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	wk.now = get_time_usec();
+	switch (sig) {
+	case SIGHUP:
+		worker_reload();
+		break;
+	case SIGTERM:
+		if (wk.run_state != RUN_ACTIVE)
+			exit(0);
+		worker_start_shutdown(RUN_SHUTDOWN_CLIENTS);
+		break;
+	case SIGINT:
+		if (wk.run_state != RUN_ACTIVE)
+			exit(0);
+		worker_start_shutdown(RUN_SHUTDOWN_SERVERS);
+		break;
+	case SIGQUIT:
+		exit(0);
+	case SIGUSR1:
+		if (wk.pause_mode == P_NONE) {
+			wk.pause_mode = P_PAUSE;
+			worker_close_idle_servers();
+		}
+		break;
+	case SIGUSR2:
+		if (wk.run_state == RUN_ACTIVE && wk.pause_mode != P_NONE) {
+			if (wk.pause_mode == P_SUSPEND)
+				worker_listen_pause(false);
+			wk.pause_mode = P_NONE;
+			List *i;
+			list_for_each(i, &wk.pools) pool_wake_waiters(container_of(i, PgPool, node));
+		}
+		break;
+	}
+}
+
+static void on_janitor(evutil_socket_t fd, short what, void *arg)
+{
+	janitor_run();
+}
+
+static void on_stats(evutil_socket_t fd, short what, void *arg)
+{
+	stats_period_tick();
+}
+
+static void on_master(evutil_socket_t fd, short what, void *arg)
+{
+	char buf[64];
+	ssize_t n = read(fd, buf, sizeof(buf));
+	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+		/* the master is gone: nobody supervises us any more */
+		log_warning("master process went away, exiting");
+		exit(0);
+	}
+}
+
+int worker_main(int id, Config *cf, WorkerListener *listeners, int n_listeners, int master_fd, int cmdline_verbose)
+{
+	memset(&wk, 0, sizeof(wk));
+	wk.id = id;
+	wk.cf = *cf; /* the worker owns its copy from now on */
+	wk.cmdline_verbose = cmdline_verbose;
+	wk.listeners = listeners;
+	wk.n_listeners = n_listeners;
+	wk.master_fd = master_fd;
+	wk.start_time = wk.now = get_time_usec();
+	wk.base = event_base_new();
+	if (!wk.base)
+		fatal("event_base_new() failed");
+	objects_init();
+
+	static const int sigs[] = {SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2};
+	signal(SIGPIPE, SIG_IGN);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+		wk.sig_ev[i] = evsignal_new(wk.base, sigs[i], on_signal, NULL);
+		if (!wk.sig_ev[i] || evsignal_add(wk.sig_ev[i], NULL) < 0)
+			fatal("could not install handler for signal %d", sigs[i]);
+	}
+	for (int i = 0; i < n_listeners; i++) {
+		WorkerListener *l = &listeners[i];
+		event_assign(&l->ev, wk.base, l->fd, EV_READ | EV_PERSIST, on_accept, l);
+		event_add(&l->ev, NULL);
+		l->active = true;
+	}
+	struct timeval jt = {0, 333333};
+	wk.janitor_ev = event_new(wk.base, -1, EV_PERSIST, on_janitor, NULL);
+	event_add(wk.janitor_ev, &jt);
+	struct timeval st = {wk.cf.g.stats_period > 0 ? wk.cf.g.stats_period : 60, 0};
+	wk.stats_ev = event_new(wk.base, -1, EV_PERSIST, on_stats, NULL);
+	event_add(wk.stats_ev, &st);
+	if (master_fd >= 0) {
+		wk.master_ev = event_new(wk.base, master_fd, EV_READ | EV_PERSIST, on_master, NULL);
+		event_add(wk.master_ev, NULL);
+	}
+	event_base_dispatch(wk.base);
+	return 0;
+}

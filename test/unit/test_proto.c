@@ -1,0 +1,320 @@
+/*
+ * Unit tests for proto.c: header parsing at every length boundary,
+ * StartupMessage layout rules, the hex prefix of bad headers, message names.
+ */
+#include "config.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/proto.h"
+
+/* ---- typed headers ---- */
+
+static void test_typed_header_ok(void **state)
+{
+	/* Query "SELECT 1": 'Q', length 13, body */
+	static const uint8_t msg[] = {'Q', 0, 0, 0, 13, 'S', 'E', 'L', 'E', 'C', 'T', ' ', '1', 0};
+	PktHdr hdr;
+
+	memset(&hdr, 0x55, sizeof(hdr));
+	assert_int_equal(proto_parse_header(msg, sizeof(msg), false, 8192, &hdr), HDR_OK);
+	assert_int_equal(hdr.type, 'Q');
+	assert_int_equal(hdr.code, 0);
+	assert_int_equal(hdr.len, 14);
+	assert_int_equal(hdr.body_off, 5);
+
+	/* only the header present: still OK, the caller waits for the body */
+	assert_int_equal(proto_parse_header(msg, 5, false, 8192, &hdr), HDR_OK);
+	assert_int_equal(hdr.len, 14);
+}
+
+static void test_typed_header_incomplete(void **state)
+{
+	static const uint8_t msg[] = {'Z', 0, 0, 0, 5, 'I'};
+	PktHdr hdr;
+
+	for (size_t avail = 0; avail < 5; avail++)
+		assert_int_equal(proto_parse_header(msg, avail, false, 8192, &hdr), HDR_INCOMPLETE);
+	assert_int_equal(proto_parse_header(msg, 5, false, 8192, &hdr), HDR_OK);
+	assert_int_equal(hdr.len, 6);
+}
+
+static void test_typed_header_lengths(void **state)
+{
+	uint8_t msg[5] = {'X', 0, 0, 0, 0};
+	PktHdr hdr;
+
+	/* the length field counts itself, so 4 is the smallest valid value */
+	for (uint8_t len = 0; len < 4; len++) {
+		msg[4] = len;
+		assert_int_equal(proto_parse_header(msg, 5, false, 8192, &hdr), HDR_BAD);
+	}
+	msg[4] = 4;
+	assert_int_equal(proto_parse_header(msg, 5, false, 8192, &hdr), HDR_OK);
+	assert_int_equal(hdr.type, 'X');
+	assert_int_equal(hdr.len, 5);
+
+	/* "negative" length: must not wrap around to a tiny total */
+	memcpy(msg + 1, "\xff\xff\xff\xff", 4);
+	assert_int_equal(proto_parse_header(msg, 5, false, UINT32_MAX, &hdr), HDR_BAD);
+	memcpy(msg + 1, "\x80\x00\x00\x00", 4);
+	assert_int_equal(proto_parse_header(msg, 5, false, 8192, &hdr), HDR_BAD);
+
+	/* total = len + 1 is bounded by max_len: 8191 + 1 fits 8192, 8192 + 1 does not */
+	memcpy(msg + 1, "\x00\x00\x1f\xff", 4);
+	assert_int_equal(proto_parse_header(msg, 5, false, 8192, &hdr), HDR_OK);
+	assert_int_equal(hdr.len, 8192);
+	memcpy(msg + 1, "\x00\x00\x20\x00", 4);
+	assert_int_equal(proto_parse_header(msg, 5, false, 8192, &hdr), HDR_BAD);
+}
+
+/* ---- startup-phase headers ---- */
+
+static void test_startup_header_ok(void **state)
+{
+	/* SSLRequest: length 8, code 80877103 */
+	static const uint8_t ssl[] = {0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f};
+	/* StartupMessage 3.0 header, length 41 */
+	static const uint8_t startup[] = {0, 0, 0, 41, 0, 3, 0, 0, 'u'};
+	/* CancelRequest: length 16, code 80877102 */
+	static const uint8_t cancel[] = {0, 0, 0, 16, 0x04, 0xd2, 0x16, 0x2e};
+	PktHdr hdr;
+
+	memset(&hdr, 0x55, sizeof(hdr));
+	assert_int_equal(proto_parse_header(ssl, sizeof(ssl), true, PROTO_MAX_STARTUP_LEN, &hdr), HDR_OK);
+	assert_int_equal(hdr.type, 0);
+	assert_int_equal(hdr.code, PROTO_SSL_CODE);
+	assert_int_equal(hdr.len, 8);
+	assert_int_equal(hdr.body_off, 8);
+
+	assert_int_equal(proto_parse_header(startup, sizeof(startup), true, PROTO_MAX_STARTUP_LEN, &hdr), HDR_OK);
+	assert_int_equal(hdr.code, PROTO_V3_0);
+	assert_int_equal(hdr.len, 41);
+	assert_int_equal(hdr.body_off, 8);
+
+	assert_int_equal(proto_parse_header(cancel, sizeof(cancel), true, PROTO_MAX_STARTUP_LEN, &hdr), HDR_OK);
+	assert_int_equal(hdr.code, PROTO_CANCEL_CODE);
+	assert_int_equal(hdr.len, 16);
+}
+
+static void test_startup_header_incomplete(void **state)
+{
+	/* even a hopeless length waits for the whole 8-byte header */
+	static const uint8_t msg[] = {0xff, 0xff, 0xff, 0xff, 0, 3, 0, 0};
+	PktHdr hdr;
+
+	for (size_t avail = 0; avail < 8; avail++)
+		assert_int_equal(proto_parse_header(msg, avail, true, PROTO_MAX_STARTUP_LEN, &hdr), HDR_INCOMPLETE);
+	assert_int_equal(proto_parse_header(msg, 8, true, PROTO_MAX_STARTUP_LEN, &hdr), HDR_BAD);
+}
+
+static void test_startup_header_lengths(void **state)
+{
+	uint8_t msg[8] = {0, 0, 0, 0, 0, 3, 0, 0};
+	PktHdr hdr;
+
+	/* below 8 (length + code) is malformed */
+	for (uint8_t len = 0; len < 8; len++) {
+		msg[3] = len;
+		assert_int_equal(proto_parse_header(msg, 8, true, PROTO_MAX_STARTUP_LEN, &hdr), HDR_BAD);
+	}
+	/* 65535 is the largest; 65536 has a non-zero second byte */
+	memcpy(msg, "\x00\x00\xff\xff", 4);
+	assert_int_equal(proto_parse_header(msg, 8, true, PROTO_MAX_STARTUP_LEN, &hdr), HDR_OK);
+	assert_int_equal(hdr.len, 65535);
+	memcpy(msg, "\x00\x01\x00\x00", 4);
+	assert_int_equal(proto_parse_header(msg, 8, true, PROTO_MAX_STARTUP_LEN, &hdr), HDR_BAD);
+	/* negative */
+	memcpy(msg, "\xff\xff\xff\xff", 4);
+	assert_int_equal(proto_parse_header(msg, 8, true, PROTO_MAX_STARTUP_LEN, &hdr), HDR_BAD);
+	/* a smaller max_len is honoured exactly */
+	memcpy(msg, "\x00\x00\x01\x00", 4);
+	assert_int_equal(proto_parse_header(msg, 8, true, 256, &hdr), HDR_OK);
+	assert_int_equal(proto_parse_header(msg, 8, true, 255, &hdr), HDR_BAD);
+}
+
+/* ---- StartupMessage body ---- */
+
+#define BODY(s) ((const uint8_t *)(s)), (sizeof(s) - 1)
+
+static void test_startup_params_good(void **state)
+{
+	StartupParam params[8];
+	int n;
+
+	n = proto_parse_startup(BODY("user\0alice\0database\0db1\0application_name\0\0\0"), params, 8);
+	assert_int_equal(n, 3);
+	assert_string_equal(params[0].key, "user");
+	assert_string_equal(params[0].value, "alice");
+	assert_string_equal(params[1].key, "database");
+	assert_string_equal(params[1].value, "db1");
+	assert_string_equal(params[2].key, "application_name");
+	assert_string_equal(params[2].value, "");
+}
+
+static void test_startup_params_points_into_body(void **state)
+{
+	static const char body[] = "k\0v\0";
+	StartupParam params[1];
+
+	/* sizeof includes the literal's own NUL, which is the terminator here */
+	assert_int_equal(proto_parse_startup((const uint8_t *)body, sizeof(body), params, 1), 1);
+	assert_ptr_equal(params[0].key, body);
+	assert_ptr_equal(params[0].value, body + 2);
+}
+
+static void test_startup_params_missing_terminator(void **state)
+{
+	StartupParam params[8];
+
+	/* the pairs are complete but the final NUL is missing */
+	assert_int_equal(proto_parse_startup(BODY("user\0alice\0"), params, 8), -1);
+	/* last string not terminated at all */
+	assert_int_equal(proto_parse_startup(BODY("user\0alice"), params, 8), -1);
+	assert_int_equal(proto_parse_startup(BODY("user"), params, 8), -1);
+}
+
+static void test_startup_params_trailing_bytes(void **state)
+{
+	StartupParam params[8];
+
+	/* the terminator must be the last byte */
+	assert_int_equal(proto_parse_startup(BODY("user\0alice\0\0x"), params, 8), -1);
+	assert_int_equal(proto_parse_startup(BODY("user\0alice\0\0\0"), params, 8), -1);
+	assert_int_equal(proto_parse_startup(BODY("\0user\0alice\0\0"), params, 8), -1);
+}
+
+static void test_startup_params_odd_strings(void **state)
+{
+	StartupParam params[8];
+
+	/* "database" has no value: the final NUL is taken as its empty value and no terminator remains */
+	assert_int_equal(proto_parse_startup(BODY("user\0alice\0database\0\0"), params, 8), -1);
+	/* a key whose value runs to the end */
+	assert_int_equal(proto_parse_startup(BODY("user\0alice\0database\0"), params, 8), -1);
+}
+
+static void test_startup_params_too_many(void **state)
+{
+	StartupParam params[3];
+
+	assert_int_equal(proto_parse_startup(BODY("a\0"
+	                                          "1\0b\0"
+	                                          "2\0c\0"
+	                                          "3\0\0"),
+	                                     params, 3),
+	                 3);
+	assert_int_equal(proto_parse_startup(BODY("a\0"
+	                                          "1\0b\0"
+	                                          "2\0c\0"
+	                                          "3\0d\0"
+	                                          "4\0\0"),
+	                                     params, 3),
+	                 -1);
+	assert_int_equal(proto_parse_startup(BODY("a\0"
+	                                          "1\0\0"),
+	                                     params, 0),
+	                 -1);
+}
+
+static void test_startup_params_empty(void **state)
+{
+	StartupParam params[1];
+
+	/* only the terminator: zero pairs */
+	assert_int_equal(proto_parse_startup((const uint8_t *)"", 1, params, 1), 0);
+	assert_int_equal(proto_parse_startup((const uint8_t *)"", 1, params, 0), 0);
+	/* no bytes at all: the terminator is missing */
+	assert_int_equal(proto_parse_startup((const uint8_t *)"", 0, params, 1), -1);
+}
+
+/* ---- hex prefix ---- */
+
+static void test_hex_prefix(void **state)
+{
+	static const uint8_t pkt[] = {0x00, 0x00, 0x00, 0x0c, 0x04, 0xd2, 0x16, 0x2f, 0xAB, 0xCD};
+	char out[32];
+
+	proto_hex_prefix(pkt, sizeof(pkt), out, sizeof(out));
+	assert_string_equal(out, "0000000c04d2162f");
+	proto_hex_prefix(pkt + 4, 6, out, sizeof(out));
+	assert_string_equal(out, "04d2162fabcd");
+	proto_hex_prefix(pkt, 3, out, sizeof(out));
+	assert_string_equal(out, "000000");
+	proto_hex_prefix(pkt, 0, out, sizeof(out));
+	assert_string_equal(out, "");
+
+	/* exact fit for 8 bytes is 17 */
+	proto_hex_prefix(pkt, sizeof(pkt), out, 17);
+	assert_string_equal(out, "0000000c04d2162f");
+	/* a short buffer gets whole bytes only, always terminated */
+	memset(out, 'z', sizeof(out));
+	proto_hex_prefix(pkt + 4, 4, out, 6);
+	assert_string_equal(out, "04d2");
+	memset(out, 'z', sizeof(out));
+	proto_hex_prefix(pkt + 4, 4, out, 1);
+	assert_string_equal(out, "");
+	memset(out, 'z', sizeof(out));
+	proto_hex_prefix(pkt, 4, out, 0);
+	assert_int_equal(out[0], 'z');
+}
+
+/* ---- message names ---- */
+
+static void test_msg_names(void **state)
+{
+	/* from the client */
+	assert_string_equal(proto_msg_name('Q', false), "Query");
+	assert_string_equal(proto_msg_name('P', false), "Parse");
+	assert_string_equal(proto_msg_name('B', false), "Bind");
+	assert_string_equal(proto_msg_name('E', false), "Execute");
+	assert_string_equal(proto_msg_name('D', false), "Describe");
+	assert_string_equal(proto_msg_name('S', false), "Sync");
+	assert_string_equal(proto_msg_name('X', false), "Terminate");
+	assert_string_equal(proto_msg_name('p', false), "PasswordMessage");
+	assert_string_equal(proto_msg_name('C', false), "Close");
+	assert_string_equal(proto_msg_name(0, false), "StartupMessage");
+	/* from the server, the same letters can mean something else */
+	assert_string_equal(proto_msg_name('T', true), "RowDescription");
+	assert_string_equal(proto_msg_name('Z', true), "ReadyForQuery");
+	assert_string_equal(proto_msg_name('E', true), "ErrorResponse");
+	assert_string_equal(proto_msg_name('D', true), "DataRow");
+	assert_string_equal(proto_msg_name('S', true), "ParameterStatus");
+	assert_string_equal(proto_msg_name('C', true), "CommandComplete");
+	assert_string_equal(proto_msg_name('R', true), "Authentication");
+	assert_string_equal(proto_msg_name('K', true), "BackendKeyData");
+	assert_string_equal(proto_msg_name('1', true), "ParseComplete");
+	assert_string_equal(proto_msg_name('v', true), "NegotiateProtocolVersion");
+	/* unknown */
+	assert_string_equal(proto_msg_name('?', false), "unknown");
+	assert_string_equal(proto_msg_name('Q', true), "unknown");
+	assert_string_equal(proto_msg_name('T', false), "unknown");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_typed_header_ok),
+	    cmocka_unit_test(test_typed_header_incomplete),
+	    cmocka_unit_test(test_typed_header_lengths),
+	    cmocka_unit_test(test_startup_header_ok),
+	    cmocka_unit_test(test_startup_header_incomplete),
+	    cmocka_unit_test(test_startup_header_lengths),
+	    cmocka_unit_test(test_startup_params_good),
+	    cmocka_unit_test(test_startup_params_points_into_body),
+	    cmocka_unit_test(test_startup_params_missing_terminator),
+	    cmocka_unit_test(test_startup_params_trailing_bytes),
+	    cmocka_unit_test(test_startup_params_odd_strings),
+	    cmocka_unit_test(test_startup_params_too_many),
+	    cmocka_unit_test(test_startup_params_empty),
+	    cmocka_unit_test(test_hex_prefix),
+	    cmocka_unit_test(test_msg_names),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
