@@ -12,11 +12,16 @@
 
 #include "common/config.h"
 #include "common/list.h"
+#include "common/log.h"
+#include "shm.h"
 #include "worker/objects.h"
+
+#define WORKER_MAX_LISTENERS 256
 
 /* Listening sockets handed over by the master. */
 typedef struct WorkerListener {
 	int fd;
+	uint32_t id; /* the master's listener id (for hand-over messages) */
 	bool is_unix;
 	struct event ev; /* accept event */
 	bool active;     /* ev is armed */
@@ -27,6 +32,7 @@ typedef enum RunState {
 	RUN_ACTIVE,           /* normal operation */
 	RUN_SHUTDOWN_SERVERS, /* SIGINT / SHUTDOWN WAIT_FOR_SERVERS */
 	RUN_SHUTDOWN_CLIENTS, /* SIGTERM / SHUTDOWN WAIT_FOR_CLIENTS */
+	RUN_DRAINING,         /* scale-down: not accepting, exits when its clients are gone */
 } RunState;
 
 typedef enum PauseMode {
@@ -67,15 +73,20 @@ typedef struct Worker {
 	int client_count;        /* all client connections (for max_client_conn) */
 	usec_t now;              /* time at the start of the current callback */
 	usec_t start_time;
-	int master_fd;       /* control pipe to the master (-1 = none) */
-	uint64_t accepted;   /* accepted connections */
-	int cmdline_verbose; /* verbosity from -v (a file's verbose overrides it) */
+	int master_fd;                  /* control pipe to the master (-1 = none) */
+	uint64_t accepted;              /* accepted connections */
+	int cmdline_verbose;            /* verbosity from -v (a file's verbose overrides it) */
+	ShmSegment *shm;                /* shared with the master */
+	WorkerSlot *slot;               /* this worker's slot in it */
+	struct event *publish_ev;       /* publishes busy time and counters */
+	struct event *drain_timeout_ev; /* worker_drain_timeout */
 } Worker;
 
 extern Worker wk;
 
 /* worker.c */
-int worker_main(int id, Config *cf, WorkerListener *listeners, int n_listeners, int master_fd, int cmdline_verbose);
+int worker_main(int id, Config *cf, WorkerListener *listeners, int n_listeners, int master_fd, int cmdline_verbose,
+                ShmSegment *shm);
 void worker_listen_pause(bool pause);
 void worker_check_shutdown(void);
 void worker_reload(void);
@@ -123,6 +134,7 @@ void server_release(PgSocket *server);
 
 /* pool.c */
 bool pool_find_server(PgSocket *client);
+bool pool_fast_fail(PgSocket *client);
 void pool_server_ready(PgSocket *server);
 void pool_wake_waiters(PgPool *pool);
 void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool from_server);
@@ -137,6 +149,11 @@ void stats_period_tick(void);
 bool admin_handle_query(PgSocket *c, const char *query);
 void admin_pause_done_check(void);
 void admin_wait_close_check(void);
+void admin_console_cancel(PgSocket *console);
+
+/* admin_workers.c */
+bool admin_show_workers(PgSocket *c);
+bool admin_show_scaler(PgSocket *c);
 
 /* cancel.c */
 void cancel_handle_request(PgSocket *req, const uint8_t *key);

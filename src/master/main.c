@@ -27,7 +27,7 @@
 #include "common/util.h"
 #include "master/listen.h"
 #include "master/pidfile.h"
-#include "worker/worker.h"
+#include "master/supervisor.h"
 
 /* Everything the master owns. */
 typedef struct Master {
@@ -92,10 +92,7 @@ static void apply_log_settings(const Config *cf)
 /* Removes what this process created; runs at fatal() and at a normal exit. */
 static void cleanup_at_exit(void)
 {
-	if (master.worker_pid > 0) {
-		kill(master.worker_pid, SIGQUIT);
-		master.worker_pid = 0;
-	}
+	supervisor_kill_all();
 	listen_close_all(&master.listeners);
 	pidfile_remove();
 }
@@ -192,101 +189,20 @@ static bool reload_config(void)
 	config_free(&master.cf);
 	master.cf = next;
 	apply_log_settings(&master.cf);
+	supervisor_config_changed(&master.cf);
 	return true;
-}
-
-/* Shutdown: TCP listeners close (new connections are refused); the unix socket stays for the console. */
-static void close_tcp_listeners(void)
-{
-	for (int i = 0; i < master.listeners.n_tcp; i++) {
-		if (master.listeners.tcp[i].fd >= 0) {
-			close(master.listeners.tcp[i].fd);
-			master.listeners.tcp[i].fd = -1;
-		}
-	}
-}
-
-/* Fork the worker: it inherits the listeners and gets its own event loop. */
-static void spawn_worker(void)
-{
-	int ctl[2];
-	if (pipe2(ctl, O_CLOEXEC) < 0)
-		fatal("pipe2() failed: %s", strerror(errno));
-	pid_t pid = fork();
-	if (pid < 0) {
-		log_error("fork() failed: %s", strerror(errno));
-		close(ctl[0]);
-		close(ctl[1]);
-		return;
-	}
-	if (pid == 0) {
-		close(ctl[1]);
-		/*
-		 * The worker builds its own loop. The master's must release its
-		 * signals, but without touching the epoll instance it shares with
-		 * the parent: reinit gives it a private one first.
-		 */
-		event_reinit(master.base);
-		event_base_free(master.base);
-		master.base = NULL;
-		int n = master.listeners.n_tcp + (master.listeners.unix_sock.fd >= 0 ? 1 : 0);
-		WorkerListener *wl = calloc((size_t)n + 1, sizeof(*wl));
-		int k = 0;
-		for (int i = 0; i < master.listeners.n_tcp; i++)
-			wl[k++] = (WorkerListener){.fd = master.listeners.tcp[i].fd, .is_unix = false};
-		if (master.listeners.unix_sock.fd >= 0)
-			wl[k++] = (WorkerListener){.fd = master.listeners.unix_sock.fd, .is_unix = true};
-		log_set_fatal_hook(NULL);
-		exit(worker_main(0, &master.cf, wl, k, ctl[0], master.cmdline_verbose));
-	}
-	close(ctl[0]);
-	master.worker_ctl = ctl[1];
-	master.worker_pid = pid;
-	log_debug("worker 0 started, pid %d", (int)pid);
-}
-
-static void on_respawn(evutil_socket_t fd, short what, void *arg)
-{
-	if (!master.shutting_down && !master.worker_pid)
-		spawn_worker();
 }
 
 static void on_child(evutil_socket_t sig, short what, void *arg)
 {
-	int status;
-	pid_t pid;
-	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-		if (pid != master.worker_pid)
-			continue;
-		master.worker_pid = 0;
-		close(master.worker_ctl);
-		master.worker_ctl = -1;
-		if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-			/* the worker finished a shutdown: the pooler is done */
-			master_exit(0);
-		}
-		if (master.shutting_down)
-			master_exit(0);
-		if (WIFSIGNALED(status))
-			log_error("worker 0 (pid %d) was terminated by signal %d", (int)pid, WTERMSIG(status));
-		else
-			log_error("worker 0 (pid %d) exited with status %d", (int)pid, WEXITSTATUS(status));
-		/* back-off: 0.1 s, doubling to at most 5 s while crashes repeat */
-		int delay_ms = 100 << (master.crashes < 6 ? master.crashes : 6);
-		if (delay_ms > 5000)
-			delay_ms = 5000;
-		master.crashes++;
-		struct timeval tv = {delay_ms / 1000, (delay_ms % 1000) * 1000};
-		if (!master.respawn_ev)
-			master.respawn_ev = evtimer_new(master.base, on_respawn, NULL);
-		evtimer_add(master.respawn_ev, &tv);
-	}
+	/* during a shutdown the tree exits with its last worker */
+	if (supervisor_reap(master.shutting_down))
+		master_exit(0);
 }
 
 static void forward_signal(int sig)
 {
-	if (master.worker_pid > 0)
-		kill(master.worker_pid, sig);
+	supervisor_signal_all(sig);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -306,9 +222,9 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 		}
 		master.shutting_down = true;
 		log_info("got SIGTERM, shutting down, waiting for all clients disconnect");
-		close_tcp_listeners();
+		supervisor_close_tcp();
 		forward_signal(SIGTERM);
-		if (!master.worker_pid)
+		if (supervisor_live_workers() == 0)
 			master_exit(0);
 		break;
 	case SIGINT:
@@ -319,9 +235,9 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 		}
 		master.shutting_down = true;
 		log_info("got SIGINT, shutting down, waiting for all servers connections to be released");
-		close_tcp_listeners();
+		supervisor_close_tcp();
 		forward_signal(SIGINT);
-		if (!master.worker_pid)
+		if (supervisor_live_workers() == 0)
 			master_exit(0);
 		break;
 	case SIGQUIT:
@@ -458,7 +374,8 @@ int main(int argc, char **argv)
 	log_info("process up: PgBouncer %s, libevent %s (%s), adns: c-ares %s, tls: %s", PACKAGE_VERSION,
 	         event_get_version(), event_base_get_method(master.base), ares_version(NULL),
 	         OpenSSL_version(OPENSSL_VERSION));
-	spawn_worker();
+	supervisor_init(master.base, &master.cf, &master.listeners, master.cmdline_verbose);
+	supervisor_start();
 
 	if (event_base_dispatch(master.base) < 0)
 		fatal("event loop failed");

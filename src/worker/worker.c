@@ -7,13 +7,16 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "common/channel.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "worker/worker.h"
@@ -85,6 +88,12 @@ void worker_check_shutdown(void)
 		log_info("server connections dropped, exiting");
 		exit(0);
 	}
+	if (wk.run_state == RUN_DRAINING && wk.client_count <= 0) {
+		if (wk.slot)
+			atomic_store(&wk.slot->state, SLOT_EXITING);
+		log_info("worker %d drained, exiting", wk.id);
+		exit(0);
+	}
 }
 
 static void drop_waiting_clients(const char *reason)
@@ -119,7 +128,7 @@ void worker_close_idle_servers(void)
 void worker_start_shutdown(RunState mode);
 void worker_start_shutdown(RunState mode)
 {
-	if (wk.run_state != RUN_ACTIVE)
+	if (wk.run_state != RUN_ACTIVE && wk.run_state != RUN_DRAINING)
 		return;
 	wk.run_state = mode;
 	close_tcp_listeners();
@@ -166,12 +175,12 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 		worker_reload();
 		break;
 	case SIGTERM:
-		if (wk.run_state != RUN_ACTIVE)
+		if (wk.run_state == RUN_SHUTDOWN_CLIENTS || wk.run_state == RUN_SHUTDOWN_SERVERS)
 			exit(0);
 		worker_start_shutdown(RUN_SHUTDOWN_CLIENTS);
 		break;
 	case SIGINT:
-		if (wk.run_state != RUN_ACTIVE)
+		if (wk.run_state == RUN_SHUTDOWN_CLIENTS || wk.run_state == RUN_SHUTDOWN_SERVERS)
 			exit(0);
 		worker_start_shutdown(RUN_SHUTDOWN_SERVERS);
 		break;
@@ -205,26 +214,178 @@ static void on_stats(evutil_socket_t fd, short what, void *arg)
 	stats_period_tick();
 }
 
-static void on_master(evutil_socket_t fd, short what, void *arg)
+/* Publish busy time (this process's CPU time) and counters for the master. */
+static void publish(void)
 {
-	char buf[64];
-	ssize_t n = read(fd, buf, sizeof(buf));
-	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-		/* the master is gone: nobody supervises us any more */
-		log_warning("master process went away, exiting");
-		exit(0);
+	WorkerSlot *slot = wk.slot;
+	if (!slot)
+		return;
+	struct timespec cpu, mono;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+	clock_gettime(CLOCK_MONOTONIC, &mono);
+	uint64_t xacts = 0, queries = 0, in = 0, out = 0;
+	uint32_t cl_active = 0, cl_waiting = 0, sv_active = 0, sv_idle = 0;
+	List *i;
+	list_for_each(i, &wk.pools)
+	{
+		PgPool *p = container_of(i, PgPool, node);
+		xacts += p->stats.xact_count;
+		queries += p->stats.query_count;
+		in += p->stats.client_bytes;
+		out += p->stats.server_bytes;
+		cl_active += (uint32_t)list_count(&p->active_clients);
+		cl_waiting += (uint32_t)list_count(&p->waiting_clients);
+		sv_active += (uint32_t)list_count(&p->active_servers);
+		sv_idle += (uint32_t)list_count(&p->idle_servers);
+	}
+	/* pools freed (auto-db expiry) take their numbers along; counters must stay monotonic */
+	if (xacts > atomic_load(&slot->xact_count))
+		atomic_store(&slot->xact_count, xacts);
+	if (queries > atomic_load(&slot->query_count))
+		atomic_store(&slot->query_count, queries);
+	if (in > atomic_load(&slot->bytes_in))
+		atomic_store(&slot->bytes_in, in);
+	if (out > atomic_load(&slot->bytes_out))
+		atomic_store(&slot->bytes_out, out);
+	atomic_store(&slot->accepted, wk.accepted);
+	atomic_store(&slot->cl_active, cl_active);
+	atomic_store(&slot->cl_waiting, cl_waiting);
+	atomic_store(&slot->sv_active, sv_active);
+	atomic_store(&slot->sv_idle, sv_idle);
+	atomic_store(&slot->busy_ns, (uint64_t)cpu.tv_sec * 1000000000u + (uint64_t)cpu.tv_nsec);
+	atomic_store(&slot->sample_time_ns, (uint64_t)mono.tv_sec * 1000000000u + (uint64_t)mono.tv_nsec);
+}
+
+static void on_publish(evutil_socket_t fd, short what, void *arg)
+{
+	publish();
+}
+
+static WorkerListener *add_listener(int fd, uint32_t id, bool is_unix)
+{
+	if (wk.n_listeners >= WORKER_MAX_LISTENERS) {
+		log_warning("too many listeners; closing the handed-over one");
+		close(fd);
+		return NULL;
+	}
+	WorkerListener *l = &wk.listeners[wk.n_listeners++];
+	*l = (WorkerListener){.fd = fd, .id = id, .is_unix = is_unix};
+	event_assign(&l->ev, wk.base, fd, EV_READ | EV_PERSIST, on_accept, l);
+	if (wk.run_state == RUN_ACTIVE && wk.pause_mode != P_SUSPEND) {
+		event_add(&l->ev, NULL);
+		l->active = true;
+	}
+	return l;
+}
+
+static void drop_listener(uint32_t id)
+{
+	for (int i = 0; i < wk.n_listeners; i++) {
+		WorkerListener *l = &wk.listeners[i];
+		if (l->fd < 0 || l->is_unix || l->id != id)
+			continue;
+		if (l->active)
+			event_del(&l->ev);
+		l->active = false;
+		close(l->fd);
+		l->fd = -1;
 	}
 }
 
-int worker_main(int id, Config *cf, WorkerListener *listeners, int n_listeners, int master_fd, int cmdline_verbose)
+static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
+{
+	log_info("worker_drain_timeout reached, closing the remaining clients");
+	List *i, *t;
+	list_for_each_safe(i, &wk.login_clients, t)
+	    disconnect_client(container_of(i, PgSocket, node), true, "server shutting down");
+	List *p;
+	list_for_each(p, &wk.pools)
+	{
+		PgPool *pool = container_of(p, PgPool, node);
+		List *lists[] = {&pool->active_clients, &pool->waiting_clients};
+		for (int l = 0; l < 2; l++) {
+			List *j, *t2;
+			list_for_each_safe(j, lists[l], t2)
+			    disconnect_client(container_of(j, PgSocket, node), true, "server shutting down");
+		}
+	}
+	worker_check_shutdown();
+}
+
+/* Scale-down: stop accepting (the master gave our listener slot to another worker), finish, exit. */
+static void start_drain(int64_t timeout_ms)
+{
+	if (wk.run_state != RUN_ACTIVE)
+		return;
+	log_info("worker %d draining", wk.id);
+	for (int i = 0; i < wk.n_listeners; i++) {
+		WorkerListener *l = &wk.listeners[i];
+		if (l->fd < 0)
+			continue;
+		if (l->active)
+			event_del(&l->ev);
+		l->active = false;
+		close(l->fd);
+		l->fd = -1;
+	}
+	wk.run_state = RUN_DRAINING;
+	if (timeout_ms > 0) {
+		struct timeval tv = {(time_t)(timeout_ms / 1000), (suseconds_t)((timeout_ms % 1000) * 1000)};
+		wk.drain_timeout_ev = evtimer_new(wk.base, on_drain_timeout, NULL);
+		evtimer_add(wk.drain_timeout_ev, &tv);
+	}
+	worker_check_shutdown();
+}
+
+static void on_master(evutil_socket_t fd, short what, void *arg)
+{
+	for (;;) {
+		ChannelMsg m;
+		int rfd;
+		int r = channel_recv(fd, &m, &rfd);
+		if (r == 0) {
+			/* the master is gone: nobody supervises us any more */
+			log_warning("master process went away, exiting");
+			exit(0);
+		}
+		if (r < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK) {
+				log_warning("control channel failed: %s; exiting", strerror(errno));
+				exit(0);
+			}
+			return;
+		}
+		wk.now = get_time_usec();
+		switch (m.type) {
+		case CH_TAKE_LISTENER:
+			if (rfd >= 0)
+				add_listener(rfd, m.id, false);
+			break;
+		case CH_DROP_LISTENER:
+			drop_listener(m.id);
+			break;
+		case CH_DRAIN:
+			start_drain(m.arg);
+			break;
+		default:
+			if (rfd >= 0)
+				close(rfd);
+			log_warning("unknown control message %u", m.type);
+		}
+	}
+}
+
+int worker_main(int id, Config *cf, WorkerListener *listeners, int n_listeners, int master_fd, int cmdline_verbose,
+                ShmSegment *shm)
 {
 	memset(&wk, 0, sizeof(wk));
 	wk.id = id;
 	wk.cf = *cf; /* the worker owns its copy from now on */
 	wk.cmdline_verbose = cmdline_verbose;
-	wk.listeners = listeners;
-	wk.n_listeners = n_listeners;
+	wk.listeners = xcalloc(WORKER_MAX_LISTENERS, sizeof(*wk.listeners));
 	wk.master_fd = master_fd;
+	wk.shm = shm;
+	wk.slot = shm && shm->magic == SHM_MAGIC && shm->slot_size == sizeof(WorkerSlot) ? &shm->slots[id] : NULL;
 	wk.start_time = wk.now = get_time_usec();
 	wk.base = event_base_new();
 	if (!wk.base)
@@ -238,12 +399,9 @@ int worker_main(int id, Config *cf, WorkerListener *listeners, int n_listeners, 
 		if (!wk.sig_ev[i] || evsignal_add(wk.sig_ev[i], NULL) < 0)
 			fatal("could not install handler for signal %d", sigs[i]);
 	}
-	for (int i = 0; i < n_listeners; i++) {
-		WorkerListener *l = &listeners[i];
-		event_assign(&l->ev, wk.base, l->fd, EV_READ | EV_PERSIST, on_accept, l);
-		event_add(&l->ev, NULL);
-		l->active = true;
-	}
+	for (int i = 0; i < n_listeners; i++)
+		add_listener(listeners[i].fd, listeners[i].id, listeners[i].is_unix);
+	free(listeners);
 	struct timeval jt = {0, 333333};
 	wk.janitor_ev = event_new(wk.base, -1, EV_PERSIST, on_janitor, NULL);
 	event_add(wk.janitor_ev, &jt);
@@ -251,9 +409,17 @@ int worker_main(int id, Config *cf, WorkerListener *listeners, int n_listeners, 
 	wk.stats_ev = event_new(wk.base, -1, EV_PERSIST, on_stats, NULL);
 	event_add(wk.stats_ev, &st);
 	if (master_fd >= 0) {
+		int fl = fcntl(master_fd, F_GETFL);
+		fcntl(master_fd, F_SETFL, fl | O_NONBLOCK);
 		wk.master_ev = event_new(wk.base, master_fd, EV_READ | EV_PERSIST, on_master, NULL);
 		event_add(wk.master_ev, NULL);
 	}
+	struct timeval pt = {0, 100000};
+	wk.publish_ev = event_new(wk.base, -1, EV_PERSIST, on_publish, NULL);
+	event_add(wk.publish_ev, &pt);
+	publish();
+	if (wk.slot)
+		atomic_store(&wk.slot->state, SLOT_ACTIVE);
 	event_base_dispatch(wk.base);
 	return 0;
 }

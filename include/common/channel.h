@@ -1,0 +1,36 @@
+/*
+ * The master<->worker control channel: a SOCK_SEQPACKET socketpair carrying
+ * small fixed-size messages, optionally with one file descriptor
+ * (SCM_RIGHTS) for listener hand-over.
+ */
+#ifndef PGB_COMMON_CHANNEL_H
+#define PGB_COMMON_CHANNEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum ChannelMsgType {
+	CH_TAKE_LISTENER = 1, /* master->worker: start accepting on the attached fd (id = listener id) */
+	CH_DROP_LISTENER = 2, /* master->worker: stop accepting on listener `id` and close it */
+	CH_DRAIN = 3,         /* master->worker: stop accepting, finish clients, exit (arg = timeout ms, 0 = none) */
+} ChannelMsgType;
+
+typedef struct ChannelMsg {
+	uint32_t type; /* ChannelMsgType */
+	uint32_t id;   /* listener id */
+	int64_t arg;   /* type-specific */
+} ChannelMsg;
+
+/* Create the socketpair (both ends close-on-exec). */
+bool channel_pair(int fds[2]) __attribute__((warn_unused_result));
+
+/* Send a message with an optional fd (-1 = none). False with errno on failure. */
+bool channel_send(int sock, const ChannelMsg *msg, int fd) __attribute__((warn_unused_result));
+
+/*
+ * Receive one message; *fd gets the attached descriptor or -1.
+ * Returns 1 on a message, 0 on EOF (peer gone), -1 on error/EAGAIN (errno set).
+ */
+int channel_recv(int sock, ChannelMsg *msg, int *fd);
+
+#endif

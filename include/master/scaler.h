@@ -1,0 +1,105 @@
+/*
+ * The scaler's decision: a pure function of the recent busy-ratio history
+ * and the settings, so it can be unit-tested alone (DESIGN.md §4).
+ */
+#ifndef PGB_MASTER_SCALER_H
+#define PGB_MASTER_SCALER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SCALER_HISTORY 128 /* samples kept; >= the largest *_samples setting accepted */
+
+typedef enum ScaleDecision {
+	SCALE_HOLD = 0, /* keep the current count */
+	SCALE_UP = 1,   /* add a worker */
+	SCALE_DOWN = 2, /* drain a worker */
+} ScaleDecision;
+
+typedef struct ScalerConfig {
+	int min_workers;       /* >= 1 */
+	int max_workers;       /* resolved (0 already replaced by the core count): >= min_workers */
+	double up_threshold;   /* mean busy ratio above which to add */
+	int up_samples;        /* consecutive samples needed */
+	double down_threshold; /* fit-on-one-fewer ratio below which to drain */
+	int down_samples;      /* consecutive samples needed */
+	int64_t cooldown_us;   /* after any change, wait this long */
+} ScalerConfig;
+
+/* One sample: the busy ratios of the active workers at one tick. */
+typedef struct ScalerSample {
+	int64_t time_us;  /* monotonic time of the sample */
+	int n_workers;    /* active workers when sampled */
+	double sum_busy;  /* sum of their busy ratios */
+	double mean_busy; /* sum_busy / n_workers */
+} ScalerSample;
+
+/* The history the decision looks at; the newest sample is last. */
+typedef struct ScalerHistory {
+	ScalerSample samples[SCALER_HISTORY];
+	int n;                  /* valid samples (<= SCALER_HISTORY) */
+	int64_t last_change_us; /* monotonic time of the last change; 0 = never */
+} ScalerHistory;
+
+typedef struct ScalerResult {
+	ScaleDecision decision;
+	char reason[128]; /* e.g. "mean busy 0.91 > 0.75 for 2 samples" */
+} ScalerResult;
+
+/* Fill a sample from the sum of the busy ratios of n_workers workers (mean = 0 when n_workers <= 0). */
+ScalerSample scaler_sample_make(int64_t time_us, int n_workers, double sum_busy);
+
+/* Append a sample (drops the oldest when full). */
+void scaler_history_add(ScalerHistory *h, const ScalerSample *s);
+
+/* Forget samples (after a change the old ones describe another worker count). */
+void scaler_history_reset(ScalerHistory *h);
+
+/* Record a change carried out at now_us: forget the samples and start the cooldown. */
+void scaler_note_change(ScalerHistory *h, int64_t now_us);
+
+/*
+ * Decide for `current` active workers at time `now_us`, in this order:
+ *  1. below min_workers: UP; above max_workers: DOWN. Clamps act at once,
+ *     also within the cooldown: they follow a RELOAD of the bounds (or a
+ *     crash), not the load, so there is nothing to wait out.
+ *  2. within cooldown_us of the last change: HOLD ("cooldown: 4.2 s left").
+ *  3. UP when the newest up_samples samples each have
+ *     mean_busy > up_threshold, and current < max_workers;
+ *     DOWN when the newest down_samples samples each have
+ *     sum_busy / (current - 1) < down_threshold, and current > min_workers.
+ *     The two cannot both hold while down_threshold < up_threshold.
+ * Only a run of samples counts: it is broken by a sample that misses the
+ * condition, by a sample taken with n_workers != current, or by one taken
+ * before last_change_us. So after a change the count restarts even when the
+ * caller keeps the old samples. Samples taken during the cooldown (with the
+ * new count) do count once it is over.
+ * The reason is always filled, also for HOLD ("steady: ...", "at max_workers
+ * (4): ...", "mean busy 0.80 > 0.75 for 1 of 2 samples", ...).
+ */
+ScalerResult scaler_decide(const ScalerHistory *h, const ScalerConfig *cf, int current, int64_t now_us);
+
+/*
+ * Checks of the settings: min_workers >= 1, max_workers >= min_workers,
+ * max_workers <= SHM_MAX_WORKERS, 0 < worker_scale_down_threshold < worker_scale_up_threshold <= 1,
+ * samples in 1..SCALER_HISTORY, cooldown >= 0. False with a message naming
+ * the settings (the first problem found).
+ */
+bool scaler_config_valid(const ScalerConfig *cf, char *err, size_t errlen) __attribute__((warn_unused_result));
+
+/*
+ * Physical cores (hyperthread siblings counted once): the distinct
+ * (physical_package_id, die_id, core_id) triples of the online CPUs under
+ * /sys/devices/system/cpu. Falls back to sysconf(_SC_NPROCESSORS_ONLN) when
+ * the topology cannot be read; never below 1.
+ */
+int scaler_physical_cores(void);
+
+/* The same with another directory in place of /sys/devices/system/cpu (for tests). */
+int scaler_physical_cores_at(const char *sysfs_cpu_dir);
+
+/* "hold", "up", "down" */
+const char *scaler_decision_name(ScaleDecision d);
+
+#endif

@@ -1,0 +1,603 @@
+/*
+ * Worker lifecycle in the master: listener slots (one SO_REUSEPORT socket
+ * per worker slot per address, kept open for the life of the tree), fork
+ * with a control channel, drain, reap, respawn with back-off, and the
+ * scaler tick that turns the workers' busy counters into decisions.
+ */
+#include "config.h"
+
+#include "master/supervisor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/channel.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "master/scaler.h"
+#include "master/warmstart.h"
+#include "shm.h"
+#include "worker/worker.h"
+
+#define MAX_ADDRS 16 /* TCP listen addresses */
+
+/* One worker slot as the master sees it. */
+typedef struct WorkerProc {
+	pid_t pid;     /* 0 = no process */
+	int ctl;       /* master end of the control channel, -1 = none */
+	bool draining; /* told to drain; its exit is expected */
+	bool wanted;   /* the slot should have a worker (respawn after a crash) */
+	int crashes;   /* consecutive crashes, for back-off */
+	struct event *respawn_ev;
+	uint64_t prev_busy_ns;   /* busy counter at the previous tick */
+	uint64_t prev_sample_ns; /* the worker's sample time at the previous tick */
+	double busy;             /* last busy ratio */
+	double busy_avg;         /* exponential moving average */
+	bool have_prev;
+} WorkerProc;
+
+static struct {
+	struct event_base *base;
+	Config *cf;
+	ListenSet *ls;
+	int cmdline_verbose;
+	ShmSegment *shm;
+	WorkerProc w[SHM_MAX_WORKERS];
+	int lfd[SHM_MAX_WORKERS][MAX_ADDRS]; /* listener slot sockets, -1 = not made yet */
+	int served_by[SHM_MAX_WORKERS];      /* worker slot accepting on listener slot k (-1 = none) */
+	ScalerHistory hist;
+	ScalerConfig scf;
+	struct event *tick_ev;
+	bool shutting_down;
+	int cpus[SHM_MAX_WORKERS]; /* one logical CPU per physical core, for worker_cpu_affinity */
+	int n_cpus;
+} sv;
+
+static int n_addrs(void)
+{
+	return sv.ls->n_tcp < MAX_ADDRS ? sv.ls->n_tcp : MAX_ADDRS;
+}
+
+static uint32_t listener_id(int slot, int addr)
+{
+	return (uint32_t)(slot * MAX_ADDRS + addr);
+}
+
+static int64_t mono_us(void)
+{
+	return get_mono_usec();
+}
+
+/* ---- shared memory ---- */
+
+static void shm_create(void)
+{
+	void *p = mmap(NULL, sizeof(ShmSegment), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		fatal("mmap() of the shared segment failed: %s", strerror(errno));
+	memset(p, 0, sizeof(ShmSegment));
+	sv.shm = p;
+	sv.shm->magic = SHM_MAGIC;
+	sv.shm->version = SHM_VERSION;
+	sv.shm->n_slots = SHM_MAX_WORKERS;
+	sv.shm->slot_size = sizeof(WorkerSlot);
+}
+
+static void slot_reset(int i)
+{
+	WorkerSlot *s = &sv.shm->slots[i];
+	atomic_store(&s->state, SLOT_FREE);
+	atomic_store(&s->pid, 0);
+	atomic_store(&s->start_time_us, 0);
+	atomic_store(&s->busy_ns, 0);
+	atomic_store(&s->sample_time_ns, 0);
+	atomic_store(&s->accepted, 0);
+	atomic_store(&s->tls_handshakes, 0);
+	atomic_store(&s->xact_count, 0);
+	atomic_store(&s->query_count, 0);
+	atomic_store(&s->bytes_in, 0);
+	atomic_store(&s->bytes_out, 0);
+	atomic_store(&s->cl_active, 0);
+	atomic_store(&s->cl_waiting, 0);
+	atomic_store(&s->sv_active, 0);
+	atomic_store(&s->sv_idle, 0);
+	atomic_store(&sv.shm->scaler.busy_milli[i], 0);
+	atomic_store(&sv.shm->scaler.busy_avg_milli[i], 0);
+	sv.w[i].have_prev = false;
+	sv.w[i].busy = sv.w[i].busy_avg = 0;
+}
+
+static void publish_reason(ScaleDecision d, const char *reason)
+{
+	ScalerView *v = &sv.shm->scaler;
+	atomic_fetch_add(&v->reason_seq, 1);
+	snprintf(v->last_reason, sizeof(v->last_reason), "%s", reason);
+	atomic_fetch_add(&v->reason_seq, 1);
+	atomic_store(&v->last_decision, (uint32_t)d);
+}
+
+/* ---- counting ---- */
+
+static bool is_active(int i)
+{
+	return sv.w[i].pid > 0 && !sv.w[i].draining;
+}
+
+static int active_count(void)
+{
+	int n = 0;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		n += is_active(i);
+	return n;
+}
+
+int supervisor_live_workers(void)
+{
+	int n = 0;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		n += sv.w[i].pid > 0;
+	return n;
+}
+
+static int wanted_count(void)
+{
+	int n = 0;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		n += sv.w[i].wanted;
+	return n;
+}
+
+/* The live, non-draining worker with the lowest slot other than `except`; -1 if none. */
+static int survivor(int except)
+{
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		if (i != except && is_active(i))
+			return i;
+	return -1;
+}
+
+/* ---- listener slots ---- */
+
+static bool ensure_listener_slot(int k)
+{
+	for (int a = 0; a < n_addrs(); a++) {
+		if (sv.lfd[k][a] >= 0)
+			continue;
+		int fd = k == 0 ? sv.ls->tcp[a].fd : listen_open_slot(sv.ls, sv.ls->tcp[a].addr_index, &sv.cf->g);
+		if (fd < 0)
+			return false;
+		sv.lfd[k][a] = fd;
+	}
+	return true;
+}
+
+/* Tell worker `to` to accept on listener slot k as well (hand-over after a drain or crash). */
+static void hand_over(int k, int to)
+{
+	for (int a = 0; a < n_addrs(); a++) {
+		if (sv.lfd[k][a] < 0)
+			continue;
+		ChannelMsg m = {.type = CH_TAKE_LISTENER, .id = listener_id(k, a)};
+		if (!channel_send(sv.w[to].ctl, &m, sv.lfd[k][a]))
+			log_warning("could not hand listener slot %d to worker %d: %s", k, to, strerror(errno));
+	}
+	sv.served_by[k] = to;
+}
+
+static void take_back(int k, int from)
+{
+	for (int a = 0; a < n_addrs(); a++) {
+		if (sv.lfd[k][a] < 0)
+			continue;
+		ChannelMsg m = {.type = CH_DROP_LISTENER, .id = listener_id(k, a)};
+		if (sv.w[from].ctl >= 0 && !channel_send(sv.w[from].ctl, &m, -1))
+			log_warning("could not take listener slot %d back from worker %d: %s", k, from,
+			            strerror(errno));
+	}
+}
+
+/* Give every listener slot nobody serves to a survivor. */
+static void adopt_orphans(void)
+{
+	for (int k = 0; k < SHM_MAX_WORKERS; k++) {
+		if (sv.lfd[k][0] < 0 && n_addrs() > 0)
+			continue;
+		int by = sv.served_by[k];
+		if (by >= 0 && is_active(by))
+			continue;
+		int s = survivor(-1);
+		if (s < 0)
+			return;
+		if (n_addrs() > 0)
+			hand_over(k, s);
+	}
+}
+
+void supervisor_close_tcp(void)
+{
+	for (int k = 0; k < SHM_MAX_WORKERS; k++)
+		for (int a = 0; a < MAX_ADDRS; a++)
+			if (sv.lfd[k][a] >= 0) {
+				close(sv.lfd[k][a]);
+				sv.lfd[k][a] = -1;
+			}
+	/* listen_close_all() must not close slot 0 twice */
+	for (int a = 0; a < sv.ls->n_tcp; a++)
+		sv.ls->tcp[a].fd = -1;
+}
+
+/* ---- CPU affinity ---- */
+
+static void find_core_cpus(void)
+{
+	/* the first logical CPU of each physical core, from sysfs */
+	sv.n_cpus = 0;
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	for (int cpu = 0; cpu < n && sv.n_cpus < SHM_MAX_WORKERS; cpu++) {
+		char path[128];
+		snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", cpu);
+		char *text = read_file(path, NULL);
+		int first = cpu;
+		if (text) {
+			first = atoi(text);
+			free(text);
+		}
+		if (first == cpu)
+			sv.cpus[sv.n_cpus++] = cpu;
+	}
+	if (sv.n_cpus == 0)
+		sv.cpus[sv.n_cpus++] = 0;
+}
+
+static void pin_to_core(int i)
+{
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(sv.cpus[i % sv.n_cpus], &set);
+	if (sched_setaffinity(0, sizeof(set), &set) < 0)
+		log_warning("sched_setaffinity() failed: %s", strerror(errno));
+}
+
+/* ---- fork ---- */
+
+static bool spawn(int i)
+{
+	if (n_addrs() > 0 && !ensure_listener_slot(i)) {
+		log_error("worker %d: cannot open its listener slot", i);
+		return false;
+	}
+	int ctl[2];
+	if (!channel_pair(ctl)) {
+		log_error("socketpair() failed: %s", strerror(errno));
+		return false;
+	}
+	slot_reset(i);
+	atomic_store(&sv.shm->slots[i].state, SLOT_STARTING);
+	atomic_store(&sv.shm->slots[i].start_time_us, (uint64_t)get_time_usec());
+	pid_t pid = fork();
+	if (pid < 0) {
+		log_error("fork() failed: %s", strerror(errno));
+		close(ctl[0]);
+		close(ctl[1]);
+		atomic_store(&sv.shm->slots[i].state, SLOT_FREE);
+		return false;
+	}
+	if (pid == 0) {
+		/* the worker: keep our listener slot, the unix socket and our channel end only */
+		close(ctl[0]);
+		for (int j = 0; j < SHM_MAX_WORKERS; j++)
+			if (sv.w[j].ctl >= 0)
+				close(sv.w[j].ctl);
+		WorkerListener *wl = calloc(MAX_ADDRS + 1, sizeof(*wl));
+		int k = 0;
+		for (int s = 0; s < SHM_MAX_WORKERS; s++)
+			for (int a = 0; a < MAX_ADDRS; a++) {
+				if (sv.lfd[s][a] < 0)
+					continue;
+				if (s == i)
+					wl[k++] = (WorkerListener){.fd = sv.lfd[s][a], .id = listener_id(s, a)};
+				else
+					close(sv.lfd[s][a]);
+			}
+		if (sv.ls->unix_sock.fd >= 0)
+			wl[k++] = (WorkerListener){.fd = sv.ls->unix_sock.fd, .is_unix = true, .id = UINT32_MAX};
+		if (sv.cf->g.worker_cpu_affinity == AFFINITY_CORES)
+			pin_to_core(i);
+		/* the worker builds its own loop: the master's must let go of the signals
+		 * without touching the epoll instance it shares with the parent */
+		event_reinit(sv.base);
+		event_base_free(sv.base);
+		log_set_fatal_hook(NULL);
+		exit(worker_main(i, sv.cf, wl, k, ctl[1], sv.cmdline_verbose, sv.shm));
+	}
+	close(ctl[1]);
+	sv.w[i].pid = pid;
+	sv.w[i].ctl = ctl[0];
+	sv.w[i].draining = false;
+	sv.w[i].wanted = true;
+	atomic_store(&sv.shm->slots[i].pid, pid);
+	/* this slot's listeners were served by a survivor meanwhile: take them back */
+	int prev = sv.served_by[i];
+	if (prev >= 0 && prev != i && sv.w[prev].pid > 0)
+		take_back(i, prev);
+	sv.served_by[i] = i;
+	log_info("worker %d started, pid %d", i, (int)pid);
+	return true;
+}
+
+static int lowest_free_slot(void)
+{
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		if (sv.w[i].pid == 0 && !sv.w[i].wanted)
+			return i;
+	return -1;
+}
+
+static int highest_active(void)
+{
+	for (int i = SHM_MAX_WORKERS - 1; i >= 0; i--)
+		if (is_active(i))
+			return i;
+	return -1;
+}
+
+static void save_count(void)
+{
+	const char *path = sv.cf->g.worker_state_file;
+	if (!path || !*path)
+		return;
+	char err[256];
+	if (!warmstart_write(path, wanted_count(), err, sizeof(err)))
+		log_warning("could not write worker_state_file: %s", err);
+}
+
+static void drain(int i)
+{
+	WorkerProc *w = &sv.w[i];
+	w->draining = true;
+	w->wanted = false;
+	atomic_store(&sv.shm->slots[i].state, SLOT_DRAINING);
+	/* someone else accepts on its listener slot before it stops */
+	int s = survivor(i);
+	if (s >= 0 && n_addrs() > 0)
+		hand_over(i, s);
+	int64_t timeout_ms = sv.cf->g.worker_drain_timeout / 1000;
+	ChannelMsg m = {.type = CH_DRAIN, .arg = timeout_ms};
+	if (!channel_send(w->ctl, &m, -1))
+		log_warning("could not tell worker %d to drain: %s", i, strerror(errno));
+}
+
+/* ---- the scaler tick ---- */
+
+static void resolve_scaler_config(void)
+{
+	const CfGlobals *g = &sv.cf->g;
+	int cores = scaler_physical_cores();
+	int max = g->max_workers > 0 ? g->max_workers : cores;
+	if (max > SHM_MAX_WORKERS)
+		max = SHM_MAX_WORKERS;
+	int min = g->min_workers < 1 ? 1 : g->min_workers;
+	if (min > max)
+		max = min; /* max_workers = 0 on a small machine with a large min_workers */
+	sv.scf = (ScalerConfig){.min_workers = min,
+	                        .max_workers = max,
+	                        .up_threshold = g->worker_scale_up_threshold,
+	                        .up_samples = g->worker_scale_up_samples,
+	                        .down_threshold = g->worker_scale_down_threshold,
+	                        .down_samples = g->worker_scale_down_samples,
+	                        .cooldown_us = g->worker_scale_cooldown};
+	atomic_store(&sv.shm->scaler.min_workers, (uint32_t)min);
+	atomic_store(&sv.shm->scaler.max_workers, (uint32_t)max);
+}
+
+static void sample_workers(ScalerSample *out, char *ratios, size_t len)
+{
+	int n = 0;
+	double sum = 0;
+	size_t off = 0;
+	ratios[0] = '\0';
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		WorkerProc *w = &sv.w[i];
+		if (w->pid <= 0)
+			continue;
+		WorkerSlot *s = &sv.shm->slots[i];
+		uint64_t busy = atomic_load(&s->busy_ns), t = atomic_load(&s->sample_time_ns);
+		if (w->have_prev && t > w->prev_sample_ns) {
+			double r = (double)(busy - w->prev_busy_ns) / (double)(t - w->prev_sample_ns);
+			w->busy = r < 0 ? 0 : (r > 1 ? 1 : r);
+			w->busy_avg = w->busy_avg * 0.8 + w->busy * 0.2;
+		}
+		w->prev_busy_ns = busy;
+		w->prev_sample_ns = t;
+		w->have_prev = true;
+		atomic_store(&sv.shm->scaler.busy_milli[i], (uint32_t)lround(w->busy * 1000));
+		atomic_store(&sv.shm->scaler.busy_avg_milli[i], (uint32_t)lround(w->busy_avg * 1000));
+		if (w->draining)
+			continue;
+		n++;
+		sum += w->busy;
+		if (off < len)
+			off += (size_t)snprintf(ratios + off, len - off, "%s%d:%.2f", off ? " " : "", i, w->busy);
+	}
+	*out = scaler_sample_make(mono_us(), n, sum);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+	if (sv.shutting_down)
+		return;
+	ScalerSample sample;
+	char ratios[512];
+	sample_workers(&sample, ratios, sizeof(ratios));
+	int current = wanted_count();
+	atomic_store(&sv.shm->scaler.current, (uint32_t)active_count());
+	scaler_history_add(&sv.hist, &sample);
+	ScalerResult r = scaler_decide(&sv.hist, &sv.scf, current, mono_us());
+	publish_reason(r.decision, r.reason);
+	if (r.decision == SCALE_HOLD) {
+		atomic_store(&sv.shm->scaler.target, (uint32_t)current);
+		return;
+	}
+	if (r.decision == SCALE_UP) {
+		int i = lowest_free_slot();
+		if (i < 0 || !spawn(i))
+			return;
+		log_info("scaling up to %d workers: %s (busy %s)", current + 1, r.reason, ratios);
+	} else {
+		int i = highest_active();
+		if (i <= 0 && current <= 1)
+			return;
+		log_info("scaling down to %d workers: draining worker %d: %s (busy %s)", current - 1, i, r.reason,
+		         ratios);
+		drain(i);
+	}
+	scaler_note_change(&sv.hist, mono_us());
+	atomic_store(&sv.shm->scaler.last_change_us, (uint64_t)get_time_usec());
+	atomic_store(&sv.shm->scaler.target, (uint32_t)wanted_count());
+	save_count();
+}
+
+static void arm_tick(void)
+{
+	usec_t iv = sv.cf->g.worker_scale_interval > 0 ? sv.cf->g.worker_scale_interval : USEC_PER_SEC;
+	struct timeval tv = {(time_t)(iv / USEC_PER_SEC), (suseconds_t)(iv % USEC_PER_SEC)};
+	if (!sv.tick_ev)
+		sv.tick_ev = event_new(sv.base, -1, EV_PERSIST, on_tick, NULL);
+	event_del(sv.tick_ev);
+	event_add(sv.tick_ev, &tv);
+}
+
+/* ---- public ---- */
+
+static int read_migrate_req(void)
+{
+	char *t = read_file("/proc/sys/net/ipv4/tcp_migrate_req", NULL);
+	int v = t ? atoi(t) : 0;
+	free(t);
+	return v;
+}
+
+void supervisor_init(struct event_base *base, Config *cf, ListenSet *ls, int cmdline_verbose)
+{
+	memset(&sv, 0, sizeof(sv));
+	sv.base = base;
+	sv.cf = cf;
+	sv.ls = ls;
+	sv.cmdline_verbose = cmdline_verbose;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		sv.w[i].ctl = -1;
+		sv.served_by[i] = -1;
+		for (int a = 0; a < MAX_ADDRS; a++)
+			sv.lfd[i][a] = -1;
+	}
+	shm_create();
+	find_core_cpus();
+	resolve_scaler_config();
+	atomic_store(&sv.shm->scaler.tcp_migrate_req, (uint32_t)read_migrate_req());
+}
+
+void supervisor_start(void)
+{
+	int count = sv.scf.min_workers;
+	const char *path = sv.cf->g.worker_state_file;
+	if (path && *path) {
+		char err[256];
+		int saved;
+		if (warmstart_read(path, &saved, err, sizeof(err))) {
+			count = warmstart_clamp(saved, sv.scf.min_workers, sv.scf.max_workers);
+			log_info("warm start: %d workers (saved %d in %s)", count, saved, path);
+		} else {
+			log_info("warm start: %s; starting %d workers (min_workers)", err, count);
+		}
+	}
+	for (int i = 0; i < count; i++)
+		spawn(i);
+	save_count();
+	atomic_store(&sv.shm->scaler.current, (uint32_t)active_count());
+	atomic_store(&sv.shm->scaler.target, (uint32_t)count);
+	publish_reason(SCALE_HOLD, "start");
+	arm_tick();
+}
+
+void supervisor_config_changed(Config *cf)
+{
+	sv.cf = cf;
+	resolve_scaler_config();
+	arm_tick();
+}
+
+void supervisor_signal_all(int sig)
+{
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		if (sv.w[i].pid > 0)
+			kill(sv.w[i].pid, sig);
+}
+
+void supervisor_kill_all(void)
+{
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		if (sv.w[i].pid > 0) {
+			kill(sv.w[i].pid, SIGKILL);
+			sv.w[i].pid = 0;
+		}
+}
+
+static void on_respawn(evutil_socket_t fd, short what, void *arg)
+{
+	int i = (int)(intptr_t)arg;
+	if (!sv.shutting_down && sv.w[i].wanted && sv.w[i].pid == 0)
+		spawn(i);
+}
+
+bool supervisor_reap(bool shutting_down)
+{
+	int status;
+	pid_t pid;
+	sv.shutting_down = shutting_down;
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		int i;
+		for (i = 0; i < SHM_MAX_WORKERS; i++)
+			if (sv.w[i].pid == pid)
+				break;
+		if (i == SHM_MAX_WORKERS)
+			continue;
+		WorkerProc *w = &sv.w[i];
+		bool expected = w->draining || shutting_down;
+		w->pid = 0;
+		close(w->ctl);
+		w->ctl = -1;
+		slot_reset(i);
+		if (expected) {
+			log_info("worker %d (pid %d) exited%s", i, (int)pid, w->draining ? " after draining" : "");
+			w->draining = false;
+			continue;
+		}
+		if (WIFSIGNALED(status))
+			log_error("worker %d (pid %d) was terminated by signal %d", i, (int)pid, WTERMSIG(status));
+		else
+			log_error("worker %d (pid %d) exited with status %d", i, (int)pid, WEXITSTATUS(status));
+		/* its listener slot goes to a survivor at once; the slot is respawned with back-off */
+		adopt_orphans();
+		int delay_ms = 100 << (w->crashes < 6 ? w->crashes : 6);
+		if (delay_ms > 5000)
+			delay_ms = 5000;
+		w->crashes++;
+		struct timeval tv = {delay_ms / 1000, (delay_ms % 1000) * 1000};
+		if (!w->respawn_ev)
+			w->respawn_ev = evtimer_new(sv.base, on_respawn, (void *)(intptr_t)i);
+		evtimer_add(w->respawn_ev, &tv);
+	}
+	if (shutting_down)
+		return supervisor_live_workers() == 0;
+	return false;
+}

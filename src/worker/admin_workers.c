@@ -1,0 +1,122 @@
+/*
+ * SHOW WORKERS and SHOW SCALER: the console's view of the process tree,
+ * read from the shared-memory segment, so that every worker answers the
+ * same whichever one the console connection landed on.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/pktbuf.h"
+#include "common/util.h"
+#include "master/scaler.h"
+#include "worker/worker.h"
+
+static const char *slot_state_name(uint32_t st)
+{
+	switch (st) {
+	case SLOT_STARTING:
+		return "starting";
+	case SLOT_ACTIVE:
+		return "active";
+	case SLOT_DRAINING:
+		return "draining";
+	case SLOT_EXITING:
+		return "exiting";
+	default:
+		return "free";
+	}
+}
+
+static void format_ts(uint64_t us, char *buf, size_t len)
+{
+	time_t s = (time_t)(us / USEC_PER_SEC);
+	struct tm tm;
+	localtime_r(&s, &tm);
+	strftime(buf, len, "%Y-%m-%d %H:%M:%S %Z", &tm);
+}
+
+static bool send_and_free(PgSocket *c, PktBuf *pb)
+{
+	pktbuf_write_command_complete(pb, "SHOW");
+	pktbuf_write_ready(pb, 'I');
+	bool ok = sbuf_send(&c->sb, pb->buf, pb->len);
+	pktbuf_free(pb);
+	return ok;
+}
+
+bool admin_show_workers(PgSocket *c)
+{
+	static const char *const names[] = {"worker",         "pid",        "state",       "busy",    "busy_avg",
+	                                    "cl_active",      "cl_waiting", "sv_active",   "sv_idle", "accepted",
+	                                    "tls_handshakes", "xact_count", "query_count", "started", "uptime"};
+	PktBuf pb;
+	pktbuf_init(&pb, 1024);
+	pktbuf_write_row_description(&pb, "iiTNNiiiiqqqqTq", names);
+	ShmSegment *shm = wk.shm;
+	uint64_t now = (uint64_t)get_time_usec();
+	for (int i = 0; shm && i < SHM_MAX_WORKERS; i++) {
+		WorkerSlot *s = &shm->slots[i];
+		uint32_t st = atomic_load(&s->state);
+		if (st == SLOT_FREE)
+			continue;
+		char v[15][64];
+		uint64_t started = atomic_load(&s->start_time_us);
+		snprintf(v[0], 64, "%d", i);
+		snprintf(v[1], 64, "%d", (int)atomic_load(&s->pid));
+		snprintf(v[2], 64, "%s", slot_state_name(st));
+		snprintf(v[3], 64, "%.3f", atomic_load(&shm->scaler.busy_milli[i]) / 1000.0);
+		snprintf(v[4], 64, "%.3f", atomic_load(&shm->scaler.busy_avg_milli[i]) / 1000.0);
+		snprintf(v[5], 64, "%u", atomic_load(&s->cl_active));
+		snprintf(v[6], 64, "%u", atomic_load(&s->cl_waiting));
+		snprintf(v[7], 64, "%u", atomic_load(&s->sv_active));
+		snprintf(v[8], 64, "%u", atomic_load(&s->sv_idle));
+		snprintf(v[9], 64, "%llu", (unsigned long long)atomic_load(&s->accepted));
+		snprintf(v[10], 64, "%llu", (unsigned long long)atomic_load(&s->tls_handshakes));
+		snprintf(v[11], 64, "%llu", (unsigned long long)atomic_load(&s->xact_count));
+		snprintf(v[12], 64, "%llu", (unsigned long long)atomic_load(&s->query_count));
+		format_ts(started, v[13], 64);
+		snprintf(v[14], 64, "%llu", (unsigned long long)(now > started ? (now - started) / USEC_PER_SEC : 0));
+		const char *row[15];
+		for (int k = 0; k < 15; k++)
+			row[k] = v[k];
+		pktbuf_write_data_row(&pb, 15, row);
+	}
+	return send_and_free(c, &pb);
+}
+
+bool admin_show_scaler(PgSocket *c)
+{
+	static const char *const names[] = {"current",       "target",      "min_workers", "max_workers",
+	                                    "last_decision", "last_reason", "last_change", "tcp_migrate_req"};
+	PktBuf pb;
+	pktbuf_init(&pb, 512);
+	pktbuf_write_row_description(&pb, "iiiiTTTi", names);
+	ScalerView *sc = wk.shm ? &wk.shm->scaler : NULL;
+	if (sc) {
+		char v[8][160];
+		snprintf(v[0], 160, "%u", atomic_load(&sc->current));
+		snprintf(v[1], 160, "%u", atomic_load(&sc->target));
+		snprintf(v[2], 160, "%u", atomic_load(&sc->min_workers));
+		snprintf(v[3], 160, "%u", atomic_load(&sc->max_workers));
+		snprintf(v[4], 160, "%s", scaler_decision_name((ScaleDecision)atomic_load(&sc->last_decision)));
+		/* the master bumps reason_seq around each write: retry a torn read */
+		for (int tries = 0; tries < 100; tries++) {
+			uint32_t seq = atomic_load(&sc->reason_seq);
+			if (seq & 1)
+				continue;
+			snprintf(v[5], 160, "%s", sc->last_reason);
+			if (atomic_load(&sc->reason_seq) == seq)
+				break;
+		}
+		uint64_t last = atomic_load(&sc->last_change_us);
+		if (last)
+			format_ts(last, v[6], 160);
+		snprintf(v[7], 160, "%u", atomic_load(&sc->tcp_migrate_req));
+		const char *row[8] = {v[0], v[1], v[2], v[3], v[4], v[5], last ? v[6] : NULL, v[7]};
+		pktbuf_write_data_row(&pb, 8, row);
+	}
+	return send_and_free(c, &pb);
+}

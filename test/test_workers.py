@@ -1,0 +1,231 @@
+"""Master and workers: scaling up under load and draining back, crash respawn,
+warm start, SHOW WORKERS / SHOW SCALER (DESIGN.md §2-§4, §6)."""
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import psycopg
+import pytest
+
+from conftest import pg_bindir, wait_for
+
+# Fast, low thresholds so a small loopback load moves the scaler.
+SCALING = {
+    "min_workers": 1,
+    "max_workers": 2,
+    "worker_scale_interval": 0.5,
+    "worker_scale_up_threshold": 0.10,
+    "worker_scale_up_samples": 2,
+    "worker_scale_down_threshold": 0.03,
+    "worker_scale_down_samples": 4,
+    "worker_scale_cooldown": 1,
+    "log_connections": 0,
+    "log_disconnections": 0,
+}
+
+
+def workers(b):
+    """SHOW WORKERS as a list of dicts."""
+    with b.admin() as conn:
+        cur = conn.execute("SHOW WORKERS")
+        names = [d.name for d in cur.description]
+        return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
+def scaler(b):
+    with b.admin() as conn:
+        cur = conn.execute("SHOW SCALER")
+        names = [d.name for d in cur.description]
+        return dict(zip(names, cur.fetchone()))
+
+
+def states(b):
+    return sorted(w["state"] for w in workers(b))
+
+
+def worker_of(conn):
+    """The worker id a client landed on: the pooler puts it into byte 3 of the cancel key."""
+    return conn.info.backend_pid & 0xFF
+
+
+def churn(b, seconds, clients=8):
+    """pgbench -C (a new connection per transaction), bounded in time."""
+    script = b.dir / "select1.sql"
+    b.run_as.write(script, "SELECT 1;\n")
+    return subprocess.Popen(
+        [str(pg_bindir() / "pgbench"), "-h", "127.0.0.1", "-p", str(b.port), "-U", "postgres", "-n", "-C",
+         "-c", str(clients), "-j", "2", "-T", str(seconds), "-f", str(script), "postgres"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_show_workers_columns_and_idle_busy(bouncer):
+    b = bouncer(ini_overrides={"min_workers": 1, "max_workers": 2})
+    with b.admin() as conn:
+        cur = conn.execute("SHOW WORKERS")
+        assert [d.name for d in cur.description] == [
+            "worker", "pid", "state", "busy", "busy_avg", "cl_active", "cl_waiting", "sv_active", "sv_idle",
+            "accepted", "tls_handshakes", "xact_count", "query_count", "started", "uptime"]
+        assert [d.type_code for d in cur.description] == [
+            23, 23, 25, 1700, 1700, 23, 23, 23, 23, 20, 20, 20, 20, 25, 20]
+    # an idle pooler reads below 0.05 (wait for a couple of scaler samples first)
+    time.sleep(2.5)
+    rows = workers(b)
+    assert len(rows) == 1
+    w = rows[0]
+    assert w["worker"] == 0 and w["state"] == "active"
+    assert float(w["busy"]) < 0.05
+    children = [int(p) for p in os.popen(f"pgrep -P {b.pid}").read().split()]
+    assert w["pid"] in children
+
+
+def test_show_scaler_row(bouncer):
+    b = bouncer(ini_overrides={"min_workers": 1, "max_workers": 2, "worker_scale_interval": 0.5})
+    with b.admin() as conn:
+        cur = conn.execute("SHOW SCALER")
+        assert [d.name for d in cur.description] == [
+            "current", "target", "min_workers", "max_workers", "last_decision", "last_reason", "last_change",
+            "tcp_migrate_req"]
+        row = cur.fetchone()
+    assert row[0] == 1 and row[2] == 1 and row[3] == 2
+    wait_for(lambda: scaler(b)["last_reason"].startswith("steady"), "a steady scaler sample")
+
+
+def test_stats_user_can_read_show_workers(bouncer):
+    b = bouncer(ini_overrides={"stats_users": "postgres", "auth_type": "trust"})
+    with b.admin(user="postgres") as conn:
+        assert len(conn.execute("SHOW WORKERS").fetchall()) == 1
+        assert conn.execute("SHOW SCALER").fetchone() is not None
+
+
+def test_scales_up_under_load_and_drains_back(bouncer):
+    b = bouncer(ini_overrides=SCALING)
+    load = churn(b, seconds=20)
+    try:
+        wait_for(lambda: states(b) == ["active", "active"], "a second active worker under load", timeout=25)
+        # clients that stay connected keep a draining worker visible
+        held = [b.connect() for _ in range(12)]
+        for c in held:
+            c.execute("SELECT 1")
+        assert {worker_of(c) for c in held} == {0, 1}, "reuseport should spread clients over both workers"
+    finally:
+        load.terminate()
+        load.wait(timeout=30)
+    b.wait_log(r"scaling up to 2 workers: mean busy \d\.\d\d > 0\.10 for 2 samples")
+
+    wait_for(lambda: "draining" in states(b), "a draining worker once the load stopped", timeout=30)
+    b.wait_log(r"scaling down to 1 workers: draining worker 1: load")
+    # the clients on the draining worker still work
+    for c in held:
+        assert c.execute("SELECT 7").fetchone() == (7,)
+    for c in held:
+        c.close()
+    wait_for(lambda: states(b) == ["active"], "back to one worker", timeout=30)
+    b.wait_log(r"worker 1 \(pid \d+\) exited after draining")
+
+
+def test_worker_crash_respawn_other_worker_unaffected(bouncer):
+    b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2})
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    conns = []
+    survivor = wait_for(lambda: next((c for c in [b.connect()] if worker_of(c) == 1), None),
+                        "a client on worker 1")
+    victim = next(w for w in workers(b) if w["worker"] == 0)
+
+    errors, count = [], [0]
+    stop = threading.Event()
+
+    def run_queries():
+        while not stop.is_set():
+            try:
+                assert survivor.execute("SELECT 1").fetchone() == (1,)
+                count[0] += 1
+            except Exception as e:  # any error is a failure of the test
+                errors.append(e)
+                return
+
+    t = threading.Thread(target=run_queries)
+    t.start()
+    try:
+        os.kill(victim["pid"], signal.SIGKILL)
+        b.wait_log(rf"worker 0 \(pid {victim['pid']}\) was terminated by signal 9")
+        wait_for(lambda: any(w["worker"] == 0 and w["pid"] != victim["pid"] and w["state"] == "active"
+                             for w in workers(b)), "worker 0 respawned")
+    finally:
+        stop.set()
+        t.join(timeout=30)
+    assert errors == []
+    assert count[0] > 0
+    # new clients are served again by both workers
+    for _ in range(5):
+        with psycopg.connect(host="127.0.0.1", port=b.port, dbname="postgres", user="postgres") as c:
+            assert c.execute("SELECT 2").fetchone() == (2,)
+    del conns
+
+
+def test_warm_start_restores_saved_count(bouncer):
+    state = "workers.state"
+    b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2})
+    b.update(worker_state_file=str(b.dir / state))
+    b.write_ini()
+    b.send_signal(signal.SIGQUIT)
+    b.wait_exit()
+    b.proc = None
+    b.start()
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    assert (b.dir / state).read_text() == "pgbouncer-workers 1\ncount 2\n"
+    assert b.stop(signal.SIGTERM) == 0
+
+    # restart allowing fewer: the saved count wins over min_workers
+    b.update(min_workers=1)
+    b.write_ini()
+    b.proc = None
+    b.start()
+    b.wait_log(r"warm start: 2 workers \(saved 2 in .*workers\.state\)")
+    wait_for(lambda: states(b) == ["active", "active"], "two workers after the restart")
+
+
+def test_warm_start_corrupt_file_starts_min_workers(bouncer):
+    b = bouncer(ini_overrides={"min_workers": 1, "max_workers": 2}, start=False)
+    path = b.dir / "workers.state"
+    b.run_as.write(path, "pgbouncer-workers 1\ncount two\n")
+    b.update(worker_state_file=str(path))
+    b.write_ini()
+    b.start()
+    b.wait_log(r"warm start: .*; starting 1 workers \(min_workers\)")
+    assert states(b) == ["active"]
+
+
+def test_warm_start_clamped_to_max(bouncer):
+    b = bouncer(ini_overrides={"min_workers": 1, "max_workers": 1}, start=False)
+    path = b.dir / "workers.state"
+    b.run_as.write(path, "pgbouncer-workers 1\ncount 2\n")
+    b.update(worker_state_file=str(path))
+    b.write_ini()
+    b.start()
+    b.wait_log(r"warm start: 1 workers \(saved 2 in ")
+    assert states(b) == ["active"]
+
+
+def test_broken_reload_changes_nothing(bouncer):
+    b = bouncer(ini_overrides={"min_workers": 1, "max_workers": 2, "default_pool_size": 20})
+    b.update(default_pool_size=5, max_workers="two")
+    b.write_ini()
+    mark = b.log_mark()
+    b.reload()
+    b.wait_log(r"pgbouncer\.ini:\d+: invalid value \"two\" for parameter max_workers", after=mark)
+    with b.admin() as conn:
+        rows = dict((r[0], r[1]) for r in conn.execute("SHOW CONFIG").fetchall())
+    assert rows["default_pool_size"] == "20"
+    assert rows["max_workers"] == "2"
+
+
+def test_sigterm_stops_every_worker(bouncer):
+    b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2})
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    pids = [w["pid"] for w in workers(b)]
+    assert b.stop(signal.SIGTERM) == 0
+    for pid in pids:
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}"), f"worker {pid} to exit")

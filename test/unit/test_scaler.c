@@ -1,0 +1,559 @@
+/*
+ * Unit tests for scaler.c: the exact decision and reason for each rule of
+ * DESIGN.md §4, stability under a simulated load, the settings checks, and
+ * the physical core count on a fake sysfs tree.
+ */
+#include "config.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "master/scaler.h"
+#include "shm.h"
+
+#define SEC 1000000LL
+
+/* The defaults of DESIGN.md §4, with max_workers = 4. */
+static ScalerConfig defaults(void)
+{
+	ScalerConfig cf = {
+	    .min_workers = 1,
+	    .max_workers = 4,
+	    .up_threshold = 0.75,
+	    .up_samples = 2,
+	    .down_threshold = 0.50,
+	    .down_samples = 30,
+	    .cooldown_us = 10 * SEC,
+	};
+	return cf;
+}
+
+/* Add a sample at second `t` of n workers each `busy` busy. */
+static void add(ScalerHistory *h, int64_t t, int n, double busy)
+{
+	ScalerSample s = scaler_sample_make(t * SEC, n, n * busy);
+	scaler_history_add(h, &s);
+}
+
+#define assert_decision(r, d, text)                                                                                    \
+	do {                                                                                                           \
+		ScalerResult r_ = (r);                                                                                 \
+		assert_string_equal(scaler_decision_name(r_.decision), scaler_decision_name(d));                       \
+		assert_string_equal(r_.reason, (text));                                                                \
+	} while (0)
+
+static void test_sample_make(void **state)
+{
+	ScalerSample s = scaler_sample_make(5, 4, 2.0);
+	assert_int_equal(s.time_us, 5);
+	assert_int_equal(s.n_workers, 4);
+	assert_true(s.sum_busy == 2.0);
+	assert_true(s.mean_busy == 0.5);
+	s = scaler_sample_make(5, 0, 0.0);
+	assert_true(s.mean_busy == 0.0);
+}
+
+static void test_up_after_exactly_n_samples(void **state)
+{
+	ScalerConfig cf = defaults();
+	ScalerHistory h = {0};
+
+	assert_decision(scaler_decide(&h, &cf, 2, 1 * SEC), SCALE_HOLD, "no samples with 2 workers yet");
+	add(&h, 1, 2, 0.90);
+	assert_decision(scaler_decide(&h, &cf, 2, 1 * SEC), SCALE_HOLD, "mean busy 0.90 > 0.75 for 1 of 2 samples");
+	add(&h, 2, 2, 0.90);
+	assert_decision(scaler_decide(&h, &cf, 2, 2 * SEC), SCALE_UP, "mean busy 0.90 > 0.75 for 2 samples");
+
+	/* with 5 samples needed: 4 are not enough */
+	cf.up_samples = 5;
+	scaler_history_reset(&h);
+	for (int t = 1; t <= 4; t++)
+		add(&h, t, 3, 0.80);
+	assert_decision(scaler_decide(&h, &cf, 3, 4 * SEC), SCALE_HOLD, "mean busy 0.80 > 0.75 for 4 of 5 samples");
+	add(&h, 5, 3, 0.80);
+	assert_decision(scaler_decide(&h, &cf, 3, 5 * SEC), SCALE_UP, "mean busy 0.80 > 0.75 for 5 samples");
+}
+
+static void test_dip_resets_the_count(void **state)
+{
+	ScalerConfig cf = defaults();
+	ScalerHistory h = {0};
+	cf.up_samples = 3;
+
+	add(&h, 1, 2, 0.90);
+	add(&h, 2, 2, 0.90);
+	add(&h, 3, 2, 0.70); /* one dip */
+	add(&h, 4, 2, 0.90);
+	add(&h, 5, 2, 0.90);
+	assert_decision(scaler_decide(&h, &cf, 2, 5 * SEC), SCALE_HOLD, "mean busy 0.90 > 0.75 for 2 of 3 samples");
+	add(&h, 6, 2, 0.75); /* exactly at the threshold is not above it */
+	assert_decision(scaler_decide(&h, &cf, 2, 6 * SEC), SCALE_HOLD, "steady: mean busy 0.75 on 2 workers");
+	add(&h, 7, 2, 0.95);
+	add(&h, 8, 2, 0.95);
+	add(&h, 9, 2, 0.95);
+	assert_decision(scaler_decide(&h, &cf, 2, 9 * SEC), SCALE_UP, "mean busy 0.95 > 0.75 for 3 samples");
+
+	/* the same for the way down */
+	scaler_history_reset(&h);
+	for (int t = 1; t <= 29; t++)
+		add(&h, t, 2, 0.20);
+	add(&h, 30, 2, 0.26); /* 0.52 on one worker: does not fit */
+	for (int t = 31; t <= 59; t++)
+		add(&h, t, 2, 0.20);
+	assert_decision(scaler_decide(&h, &cf, 2, 59 * SEC), SCALE_HOLD,
+	                "load 0.40 would fit on 1 worker (0.40 < 0.50) for 29 of 30 samples");
+	add(&h, 60, 2, 0.20);
+	assert_decision(scaler_decide(&h, &cf, 2, 60 * SEC), SCALE_DOWN,
+	                "load 0.40 would fit on 1 worker (0.40 < 0.50) for 30 samples");
+}
+
+static void test_down_only_when_the_load_fits(void **state)
+{
+	ScalerConfig cf = defaults();
+	ScalerHistory h = {0};
+
+	/* 2 x 0.30 = 0.60 on one worker >= 0.50: stay, however long */
+	for (int t = 1; t <= 100; t++)
+		add(&h, t, 2, 0.30);
+	assert_decision(scaler_decide(&h, &cf, 2, 100 * SEC), SCALE_HOLD, "steady: mean busy 0.30 on 2 workers");
+
+	/* 2 x 0.20 = 0.40 < 0.50: down after exactly 30 samples */
+	scaler_history_reset(&h);
+	for (int t = 1; t <= 29; t++)
+		add(&h, t, 2, 0.20);
+	assert_decision(scaler_decide(&h, &cf, 2, 29 * SEC), SCALE_HOLD,
+	                "load 0.40 would fit on 1 worker (0.40 < 0.50) for 29 of 30 samples");
+	add(&h, 30, 2, 0.20);
+	assert_decision(scaler_decide(&h, &cf, 2, 30 * SEC), SCALE_DOWN,
+	                "load 0.40 would fit on 1 worker (0.40 < 0.50) for 30 samples");
+
+	/* 3 x 0.30 = 0.90 on two workers = 0.45 each: fits */
+	scaler_history_reset(&h);
+	for (int t = 1; t <= 30; t++)
+		add(&h, t, 3, 0.30);
+	assert_decision(scaler_decide(&h, &cf, 3, 30 * SEC), SCALE_DOWN,
+	                "load 0.90 would fit on 2 workers (0.45 < 0.50) for 30 samples");
+
+	/* 3 x 0.34 = 1.02 on two workers = 0.51 each: does not */
+	scaler_history_reset(&h);
+	for (int t = 1; t <= 30; t++)
+		add(&h, t, 3, 0.34);
+	assert_decision(scaler_decide(&h, &cf, 3, 30 * SEC), SCALE_HOLD, "steady: mean busy 0.34 on 3 workers");
+
+	/* one worker never drains below itself, even idle */
+	scaler_history_reset(&h);
+	for (int t = 1; t <= 30; t++)
+		add(&h, t, 1, 0.0);
+	assert_decision(scaler_decide(&h, &cf, 1, 30 * SEC), SCALE_HOLD, "steady: mean busy 0.00 on 1 worker");
+}
+
+static void test_clamps(void **state)
+{
+	ScalerConfig cf = defaults();
+	ScalerHistory h = {0};
+
+	/* below min: up at once, with no samples, within the cooldown, under no load */
+	cf.min_workers = 2;
+	scaler_note_change(&h, 100 * SEC);
+	add(&h, 101, 1, 0.0);
+	assert_decision(scaler_decide(&h, &cf, 1, 101 * SEC), SCALE_UP, "below min_workers (1 < 2)");
+	assert_decision(scaler_decide(&h, &cf, 0, 101 * SEC), SCALE_UP, "below min_workers (0 < 2)");
+
+	/* above max: down at once, even under full load and within the cooldown */
+	add(&h, 102, 5, 1.0);
+	add(&h, 103, 5, 1.0);
+	assert_decision(scaler_decide(&h, &cf, 5, 103 * SEC), SCALE_DOWN, "above max_workers (5 > 4)");
+
+	/* at max: no up, however busy */
+	scaler_history_reset(&h);
+	for (int t = 200; t < 210; t++)
+		add(&h, t, 4, 0.99);
+	assert_decision(scaler_decide(&h, &cf, 4, 210 * SEC), SCALE_HOLD, "at max_workers (4): mean busy 0.99 > 0.75");
+
+	/* at min: no down, however idle */
+	scaler_history_reset(&h);
+	for (int t = 300; t < 340; t++)
+		add(&h, t, 2, 0.05);
+	assert_decision(scaler_decide(&h, &cf, 2, 340 * SEC), SCALE_HOLD,
+	                "at min_workers (2): load 0.10 would fit on 1 worker");
+
+	/* min == max == 1 with a busy worker: nothing to do */
+	cf.min_workers = cf.max_workers = 1;
+	scaler_history_reset(&h);
+	add(&h, 400, 1, 1.0);
+	add(&h, 401, 1, 1.0);
+	assert_decision(scaler_decide(&h, &cf, 1, 401 * SEC), SCALE_HOLD, "at max_workers (1): mean busy 1.00 > 0.75");
+}
+
+static void test_cooldown(void **state)
+{
+	ScalerConfig cf = defaults();
+	ScalerHistory h = {0};
+
+	/* up blocked: a change at 100 s, busy samples right after */
+	scaler_note_change(&h, 100 * SEC);
+	add(&h, 101, 3, 0.95);
+	add(&h, 102, 3, 0.95);
+	assert_decision(scaler_decide(&h, &cf, 3, 105 * SEC + 800000), SCALE_HOLD, "cooldown: 4.2 s left");
+	/* rounded up: never "0.0 s left" while still waiting */
+	assert_decision(scaler_decide(&h, &cf, 3, 110 * SEC - 1), SCALE_HOLD, "cooldown: 0.1 s left");
+	/* samples taken during the cooldown count once it is over */
+	assert_decision(scaler_decide(&h, &cf, 3, 110 * SEC), SCALE_UP, "mean busy 0.95 > 0.75 for 2 samples");
+
+	/* down blocked the same way */
+	scaler_note_change(&h, 200 * SEC);
+	assert_int_equal(h.n, 0);
+	for (int t = 201; t <= 209; t++)
+		add(&h, t, 3, 0.10);
+	cf.down_samples = 5;
+	assert_decision(scaler_decide(&h, &cf, 3, 209 * SEC), SCALE_HOLD, "cooldown: 1.0 s left");
+	assert_decision(scaler_decide(&h, &cf, 3, 210 * SEC), SCALE_DOWN,
+	                "load 0.30 would fit on 2 workers (0.15 < 0.50) for 5 samples");
+
+	/* a cooldown of 0 never blocks */
+	cf.cooldown_us = 0;
+	assert_decision(scaler_decide(&h, &cf, 3, 200 * SEC), SCALE_DOWN,
+	                "load 0.30 would fit on 2 workers (0.15 < 0.50) for 5 samples");
+}
+
+static void test_other_worker_counts_ignored(void **state)
+{
+	ScalerConfig cf = defaults();
+	ScalerHistory h = {0};
+
+	add(&h, 1, 2, 0.95);
+	add(&h, 2, 2, 0.95);
+	assert_decision(scaler_decide(&h, &cf, 3, 3 * SEC), SCALE_HOLD, "no samples with 3 workers yet");
+	add(&h, 3, 3, 0.90);
+	assert_decision(scaler_decide(&h, &cf, 3, 3 * SEC), SCALE_HOLD, "mean busy 0.90 > 0.75 for 1 of 2 samples");
+
+	/* a sample with another count breaks the run */
+	add(&h, 4, 4, 0.90);
+	add(&h, 5, 3, 0.90);
+	assert_decision(scaler_decide(&h, &cf, 3, 5 * SEC), SCALE_HOLD, "mean busy 0.90 > 0.75 for 1 of 2 samples");
+
+	/* samples older than the last change do not count, even with the same count */
+	scaler_history_reset(&h);
+	add(&h, 10, 3, 0.95);
+	add(&h, 11, 3, 0.95);
+	h.last_change_us = 12 * SEC; /* a caller that kept the samples */
+	assert_decision(scaler_decide(&h, &cf, 3, 30 * SEC), SCALE_HOLD, "no samples with 3 workers yet");
+	add(&h, 31, 3, 0.95);
+	add(&h, 32, 3, 0.95);
+	assert_decision(scaler_decide(&h, &cf, 3, 32 * SEC), SCALE_UP, "mean busy 0.95 > 0.75 for 2 samples");
+}
+
+static void test_history_keeps_the_newest(void **state)
+{
+	ScalerHistory h = {0};
+	for (int t = 1; t <= SCALER_HISTORY + 72; t++)
+		add(&h, t, 2, 0.5);
+	assert_int_equal(h.n, SCALER_HISTORY);
+	assert_int_equal(h.samples[0].time_us, 73 * SEC);
+	assert_int_equal(h.samples[SCALER_HISTORY - 1].time_us, (SCALER_HISTORY + 72) * SEC);
+
+	/* the full history still decides on its newest samples */
+	ScalerConfig cf = defaults();
+	cf.down_samples = SCALER_HISTORY;
+	for (int t = 1; t <= SCALER_HISTORY; t++)
+		add(&h, 1000 + t, 3, 0.1);
+	assert_decision(scaler_decide(&h, &cf, 3, 2000 * SEC), SCALE_DOWN,
+	                "load 0.30 would fit on 2 workers (0.15 < 0.50) for 128 samples");
+}
+
+/*
+ * A load model: total work W (in workers' worth of CPU) spread evenly over
+ * n workers, each at most fully busy. One sample per second, decisions
+ * carried out at once. Returns the number of changes; *n ends at the final
+ * count, *reversals counts an up after a down or a down after an up.
+ */
+static int simulate(const ScalerConfig *cf, int *n, int ticks, double (*load)(int t), int *reversals)
+{
+	ScalerHistory h = {0};
+	int changes = 0;
+	ScaleDecision last = SCALE_HOLD;
+	*reversals = 0;
+	for (int t = 1; t <= ticks; t++) {
+		double w = load(t);
+		double busy = w / *n < 1.0 ? w / *n : 1.0;
+		add(&h, t, *n, busy);
+		ScalerResult r = scaler_decide(&h, cf, *n, t * SEC);
+		if (r.decision == SCALE_HOLD)
+			continue;
+		if (last != SCALE_HOLD && last != r.decision)
+			(*reversals)++;
+		last = r.decision;
+		*n += r.decision == SCALE_UP ? 1 : -1;
+		scaler_note_change(&h, t * SEC);
+		changes++;
+	}
+	return changes;
+}
+
+static double const_load; /* for load_const() */
+
+static double load_const(int t)
+{
+	return const_load;
+}
+
+/* around the up threshold of 2 workers (1.5): 1.45 and 1.55 every other second */
+static double load_flicker_up(int t)
+{
+	return t % 2 ? 1.55 : 1.45;
+}
+
+/* the same in blocks of 5 s: long enough to scale up */
+static double load_blocks_up(int t)
+{
+	return (t / 5) % 2 ? 1.4 : 1.6;
+}
+
+/* around the down threshold of 3 workers (1.0 on two): 0.9 and 1.1 in blocks of 40 s */
+static double load_blocks_down(int t)
+{
+	return (t / 40) % 2 ? 1.1 : 0.9;
+}
+
+/* a slow triangle wave between 0.2 and 3.2 workers' worth, period 10 min */
+static double load_wave(int t)
+{
+	double phase = (t % 600) / 300.0; /* 0..2 */
+	return 0.2 + 3.0 * (phase < 1.0 ? phase : 2.0 - phase);
+}
+
+static void test_no_oscillation(void **state)
+{
+	ScalerConfig cf = defaults();
+	int n, rev, changes;
+
+	n = 2;
+	changes = simulate(&cf, &n, 400, load_flicker_up, &rev);
+	assert_int_equal(changes, 0);
+	assert_int_equal(n, 2);
+
+	n = 2;
+	changes = simulate(&cf, &n, 400, load_blocks_up, &rev);
+	assert_int_equal(changes, 1);
+	assert_int_equal(n, 3);
+
+	n = 3;
+	changes = simulate(&cf, &n, 400, load_blocks_down, &rev);
+	assert_int_equal(changes, 1);
+	assert_int_equal(n, 2);
+
+	/* under any constant load the count moves one way only, and settles */
+	for (int tenth = 0; tenth <= 45; tenth++) {
+		const_load = tenth / 10.0;
+		for (int start = 1; start <= 4; start++) {
+			n = start;
+			changes = simulate(&cf, &n, 300, load_const, &rev);
+			assert_int_equal(rev, 0);
+			assert_true(changes <= 3);
+			/* settled: the last 100 ticks change nothing */
+			int settled = n;
+			assert_int_equal(simulate(&cf, &n, 100, load_const, &rev), 0);
+			assert_int_equal(n, settled);
+		}
+	}
+
+	/* a slow wave: follows it up and down, once per direction per period */
+	n = 1;
+	changes = simulate(&cf, &n, 1200, load_wave, &rev);
+	assert_true(changes >= 4);
+	assert_true(changes <= 2 * 3 * 2); /* at most 3 steps each way per period, 2 periods */
+}
+
+static void test_config_valid(void **state)
+{
+	char err[256];
+	ScalerConfig cf = defaults();
+	assert_true(scaler_config_valid(&cf, err, sizeof(err)));
+	cf.up_threshold = 1.0; /* the upper bound is allowed */
+	cf.up_samples = SCALER_HISTORY;
+	cf.down_samples = 1;
+	cf.cooldown_us = 0;
+	cf.min_workers = cf.max_workers = SHM_MAX_WORKERS;
+	assert_true(scaler_config_valid(&cf, err, sizeof(err)));
+
+#define BAD(field, value, text)                                                                                        \
+	do {                                                                                                           \
+		ScalerConfig c_ = defaults();                                                                          \
+		c_.field = (value);                                                                                    \
+		err[0] = '\0';                                                                                         \
+		assert_false(scaler_config_valid(&c_, err, sizeof(err)));                                              \
+		assert_string_equal(err, (text));                                                                      \
+	} while (0)
+
+	BAD(min_workers, 0, "min_workers must be at least 1 (got 0)");
+	BAD(max_workers, 0, "max_workers (0) must not be below min_workers (1)");
+	BAD(max_workers, 65, "max_workers (65) must not exceed 64");
+	BAD(up_threshold, 0.0, "worker_scale_up_threshold must be above 0 and at most 1 (got 0)");
+	BAD(up_threshold, 1.5, "worker_scale_up_threshold must be above 0 and at most 1 (got 1.5)");
+	BAD(up_threshold, NAN, "worker_scale_up_threshold must be above 0 and at most 1 (got nan)");
+	BAD(down_threshold, 0.0, "worker_scale_down_threshold must be above 0 (got 0)");
+	BAD(down_threshold, 0.75,
+	    "worker_scale_down_threshold (0.75) must be below worker_scale_up_threshold (0.75), "
+	    "or workers would be added and drained in turn");
+	BAD(down_threshold, 0.9,
+	    "worker_scale_down_threshold (0.9) must be below worker_scale_up_threshold (0.75), "
+	    "or workers would be added and drained in turn");
+	BAD(up_samples, 0, "worker_scale_up_samples must be between 1 and 128 (got 0)");
+	BAD(up_samples, 129, "worker_scale_up_samples must be between 1 and 128 (got 129)");
+	BAD(down_samples, 0, "worker_scale_down_samples must be between 1 and 128 (got 0)");
+	BAD(down_samples, 1000, "worker_scale_down_samples must be between 1 and 128 (got 1000)");
+	BAD(cooldown_us, -1, "worker_scale_cooldown must not be negative");
+#undef BAD
+
+	/* min > max names both */
+	cf = defaults();
+	cf.min_workers = 3;
+	cf.max_workers = 2;
+	assert_false(scaler_config_valid(&cf, err, sizeof(err)));
+	assert_string_equal(err, "max_workers (2) must not be below min_workers (3)");
+	/* no buffer: still false, no crash */
+	assert_false(scaler_config_valid(&cf, NULL, 0));
+}
+
+static void test_decision_names(void **state)
+{
+	assert_string_equal(scaler_decision_name(SCALE_HOLD), "hold");
+	assert_string_equal(scaler_decision_name(SCALE_UP), "up");
+	assert_string_equal(scaler_decision_name(SCALE_DOWN), "down");
+	assert_string_equal(scaler_decision_name((ScaleDecision)7), "unknown");
+}
+
+/* ---- a fake /sys/devices/system/cpu ---- */
+
+static void put(const char *root, const char *rel, const char *text)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/%s", root, rel);
+	/* mkdir -p of the parents */
+	for (char *p = path + strlen(root) + 1; (p = strchr(p, '/')) != NULL; p++) {
+		*p = '\0';
+		assert_true(mkdir(path, 0755) == 0 || access(path, F_OK) == 0);
+		*p = '/';
+	}
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* a CPU with its package and core id */
+static void put_cpu(const char *root, int cpu, const char *package, const char *core)
+{
+	char rel[64];
+	snprintf(rel, sizeof(rel), "cpu%d/topology/physical_package_id", cpu);
+	put(root, rel, package);
+	snprintf(rel, sizeof(rel), "cpu%d/topology/core_id", cpu);
+	put(root, rel, core);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	return remove(path);
+}
+
+static void rm_tree(const char *root)
+{
+	assert_int_equal(nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
+}
+
+static int sysconf_cores(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n < 1 ? 1 : (int)n;
+}
+
+static void test_physical_cores(void **state)
+{
+	char root[] = "/tmp/test_scaler_sysfs.XXXXXX";
+	assert_non_null(mkdtemp(root));
+
+	/* 4 logical CPUs = 2 cores with a hyperthread sibling each */
+	put_cpu(root, 0, "0\n", "0\n");
+	put_cpu(root, 1, "0\n", "1\n");
+	put_cpu(root, 2, "0\n", "0\n");
+	put_cpu(root, 3, "0\n", "1\n");
+	put(root, "cpu1/online", "1\n");
+	/* not CPUs */
+	put(root, "cpufreq/policy0/x", "1\n");
+	put(root, "cpuidle/current_driver", "none\n");
+	put(root, "online", "0-3\n");
+	put(root, "possible", "0-7\n");
+	assert_int_equal(scaler_physical_cores_at(root), 2);
+
+	/* an offline CPU does not count (its topology may be stale) */
+	put_cpu(root, 4, "0\n", "7\n");
+	put(root, "cpu4/online", "0\n");
+	assert_int_equal(scaler_physical_cores_at(root), 2);
+	put(root, "cpu4/online", "1\n");
+	assert_int_equal(scaler_physical_cores_at(root), 3);
+
+	/* the same core id in another package is another core */
+	put_cpu(root, 5, "1\n", "0\n");
+	put_cpu(root, 6, "1\n", "0\n");
+	assert_int_equal(scaler_physical_cores_at(root), 4);
+	/* ... and in another die of the same package */
+	put(root, "cpu6/topology/die_id", "1\n");
+	assert_int_equal(scaler_physical_cores_at(root), 5);
+
+	/* an online CPU without topology: do not guess, fall back */
+	put(root, "cpu7/online", "1\n");
+	assert_int_equal(scaler_physical_cores_at(root), sysconf_cores());
+	/* ... or without its package */
+	put(root, "cpu7/topology/core_id", "9\n");
+	assert_int_equal(scaler_physical_cores_at(root), sysconf_cores());
+	put(root, "cpu7/topology/physical_package_id", "0\n");
+	assert_int_equal(scaler_physical_cores_at(root), 6);
+	rm_tree(root);
+
+	/* a garbage id: fall back */
+	assert_non_null(mkdtemp(strcpy(root, "/tmp/test_scaler_sysfs.XXXXXX")));
+	put_cpu(root, 0, "0\n", "zero\n");
+	assert_int_equal(scaler_physical_cores_at(root), sysconf_cores());
+	rm_tree(root);
+
+	/* no such directory, or no CPUs in it: fall back */
+	assert_int_equal(scaler_physical_cores_at("/nonexistent/cpu"), sysconf_cores());
+	assert_non_null(mkdtemp(strcpy(root, "/tmp/test_scaler_sysfs.XXXXXX")));
+	assert_int_equal(scaler_physical_cores_at(root), sysconf_cores());
+	rm_tree(root);
+
+	/* the real machine: at least one, at most the logical CPUs */
+	int real = scaler_physical_cores();
+	assert_true(real >= 1);
+	assert_true(real <= sysconf_cores());
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_sample_make),
+	    cmocka_unit_test(test_up_after_exactly_n_samples),
+	    cmocka_unit_test(test_dip_resets_the_count),
+	    cmocka_unit_test(test_down_only_when_the_load_fits),
+	    cmocka_unit_test(test_clamps),
+	    cmocka_unit_test(test_cooldown),
+	    cmocka_unit_test(test_other_worker_counts_ignored),
+	    cmocka_unit_test(test_history_keeps_the_newest),
+	    cmocka_unit_test(test_no_oscillation),
+	    cmocka_unit_test(test_config_valid),
+	    cmocka_unit_test(test_decision_names),
+	    cmocka_unit_test(test_physical_cores),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
