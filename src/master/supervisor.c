@@ -573,6 +573,10 @@ bool supervisor_reap(bool shutting_down)
 			continue;
 		WorkerProc *w = &sv.w[i];
 		bool expected = w->draining || shutting_down;
+		/* a worker that ran for a while starts the back-off afresh */
+		uint64_t started = atomic_load(&sv.shm->slots[i].start_time_us);
+		if (started && (uint64_t)get_time_usec() - started > 30 * (uint64_t)USEC_PER_SEC)
+			w->crashes = 0;
 		w->pid = 0;
 		close(w->ctl);
 		w->ctl = -1;
