@@ -143,11 +143,12 @@ struct PgSocket {
 	SBuf sb;   /* the socket */
 	SocketState state;
 	bool is_server;
-	PgPool *pool;       /* NULL while logging in (clients) */
-	PgSocket *link;     /* linked peer */
-	PgUser *login_user; /* clients: who logged in; servers: pool user */
-	PgDatabase *db;     /* clients: chosen database (maybe placeholder) */
-	uint64_t id;        /* SHOW CLIENTS/SERVERS id (shared counter) */
+	PgPool *pool;                /* NULL while logging in (clients) */
+	PgSocket *link;              /* linked peer */
+	PgUser *login_user;          /* clients: who logged in; servers: pool user */
+	PgDatabase *db;              /* clients: chosen database (maybe placeholder) */
+	PgDatabase *own_placeholder; /* clients: stand-in for an unknown database, freed with the socket */
+	uint64_t id;                 /* SHOW CLIENTS/SERVERS id (shared counter) */
 
 	struct sockaddr_storage remote; /* peer address */
 	struct sockaddr_storage local;  /* our address */
@@ -180,18 +181,16 @@ struct PgSocket {
 	/* protocol state */
 	bool wait_for_welcome; /* client waits for the pool's first server */
 	bool sent_ssl_answer;
-	bool setting_vars;         /* server: running SET for tracked parameters */
-	bool resetting;            /* server: running reset/check query */
-	bool close_needed;         /* server: close when released */
-	bool ready;                /* server: saw ReadyForQuery, no query running */
-	char txn_status;           /* last ReadyForQuery status: I, T, E */
-	int expect_rfq;            /* server: ReadyForQuery messages to swallow */
-	bool copy_mode;            /* COPY in progress */
-	bool wait_notice_sent;     /* query_wait_notify NOTICE sent */
-	bool is_cancel;            /* a CancelRequest connection */
-	bool console_pause_waiter; /* admin: waiting for PAUSE/SUSPEND to finish */
-	int pending_admin_cmd;     /* admin: delayed command in progress */
-	PgSocket *cancel_target;   /* cancel request: the server to cancel */
+	bool setting_vars;       /* server: running SET for tracked parameters */
+	bool resetting;          /* server: running reset/check query */
+	bool close_needed;       /* server: close when released */
+	bool ready;              /* server: saw ReadyForQuery, no query running */
+	char txn_status;         /* last ReadyForQuery status: I, T, E */
+	int expect_rfq;          /* server: ReadyForQuery messages to swallow */
+	bool copy_mode;          /* COPY in progress */
+	bool wait_notice_sent;   /* query_wait_notify NOTICE sent */
+	bool is_cancel;          /* a CancelRequest connection */
+	PgSocket *cancel_target; /* cancel request: the server to cancel */
 	uint8_t cancel_server_key[MAX_SERVER_KEY];
 	uint32_t cancel_server_key_len;
 	uint32_t cancel_server_pid;

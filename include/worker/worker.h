@@ -67,11 +67,9 @@ typedef struct Worker {
 
 	RunState run_state;
 	PauseMode pause_mode;
-	PgSocket *pause_waiter;  /* console that issued PAUSE/SUSPEND (reply pending) */
-	List wait_close_waiters; /* not used: WAIT_CLOSE waiters are scanned from clients */
-	uint64_t next_id;        /* SHOW CLIENTS/SERVERS id counter */
-	int client_count;        /* all client connections (for max_client_conn) */
-	usec_t now;              /* time at the start of the current callback */
+	uint64_t next_id; /* SHOW CLIENTS/SERVERS id counter */
+	int client_count; /* all client connections (for max_client_conn) */
+	usec_t now;       /* time at the start of the current callback */
 	usec_t start_time;
 	int master_fd;                  /* control pipe to the master (-1 = none) */
 	uint64_t accepted;              /* accepted connections */
@@ -150,6 +148,7 @@ bool admin_handle_query(PgSocket *c, const char *query);
 void admin_pause_done_check(void);
 void admin_wait_close_check(void);
 void admin_console_cancel(PgSocket *console);
+void admin_resume_all(void); /* leave PAUSE/SUSPEND, wake waiting clients */
 
 /* admin_workers.c */
 bool admin_show_workers(PgSocket *c);

@@ -40,7 +40,6 @@ typedef struct Master {
 	bool quiet;               /* -q */
 	bool daemon;              /* -d */
 	bool shutting_down;       /* SIGTERM/SIGINT received */
-	bool paused;              /* SIGUSR1 without SIGUSR2 yet */
 	pid_t worker_pid;         /* the worker process, 0 if none */
 	int worker_ctl;           /* write end of the worker's control pipe */
 	struct event *respawn_ev; /* delayed respawn after a crash */
@@ -246,24 +245,14 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 		master_exit(0);
 		break;
 	case SIGUSR1:
-		if (master.paused) {
-			log_info("got SIGUSR1, but already paused/suspended");
-		} else {
-			master.paused = true;
-			log_info("got SIGUSR1, pausing all activity");
-			forward_signal(SIGUSR1);
-		}
+		/* PAUSE state lives in the workers (the console changes it too): they log the outcome */
+		forward_signal(SIGUSR1);
 		break;
 	case SIGUSR2:
-		if (master.shutting_down) {
+		if (master.shutting_down)
 			log_info("got SIGUSR2 while shutting down, ignoring");
-		} else if (!master.paused) {
-			log_info("got SIGUSR2, but not paused/suspended");
-		} else {
-			master.paused = false;
-			log_info("got SIGUSR2, continuing from PAUSE/SUSPEND");
+		else
 			forward_signal(SIGUSR2);
-		}
 		break;
 	}
 }

@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,10 +20,29 @@
 #include "common/util.h"
 #include "worker/worker.h"
 
-void worker_close_idle_servers(void);
-void worker_start_shutdown(RunState mode);
+void worker_close_idle_servers(void); /* worker.c */
 
-/* ---- reply helpers ---- */
+/*
+ * ---- reply helpers ----
+ *
+ * Every function that answers a console returns false only when it had to
+ * close the connection (the caller must not touch the client afterwards).
+ */
+
+/* A failed send closes the console: nothing else would notice. */
+static bool sent(PgSocket *c, bool ok)
+{
+	if (!ok)
+		disconnect_client(c, false, "client send failed");
+	return ok;
+}
+
+static bool send_pktbuf(PgSocket *c, PktBuf *pb)
+{
+	bool ok = sbuf_send(&c->sb, pb->buf, pb->len);
+	pktbuf_free(pb);
+	return sent(c, ok);
+}
 
 typedef struct Reply {
 	PgSocket *c;
@@ -50,9 +70,7 @@ static bool reply_end(Reply *r, const char *tag)
 {
 	pktbuf_write_command_complete(&r->pb, tag);
 	pktbuf_write_ready(&r->pb, 'I');
-	bool ok = sbuf_send(&r->c->sb, r->pb.buf, r->pb.len);
-	pktbuf_free(&r->pb);
-	return ok;
+	return send_pktbuf(r->c, &r->pb);
 }
 
 static bool send_simple(PgSocket *c, const char *tag)
@@ -61,22 +79,26 @@ static bool send_simple(PgSocket *c, const char *tag)
 	pktbuf_init(&pb, 64);
 	pktbuf_write_command_complete(&pb, tag);
 	pktbuf_write_ready(&pb, 'I');
-	bool ok = sbuf_send(&c->sb, pb.buf, pb.len);
-	pktbuf_free(&pb);
-	return ok;
+	return send_pktbuf(c, &pb);
 }
 
+/* ERROR (S, C, M only) + ReadyForQuery; logged like every pooler error. */
 static bool admin_error(PgSocket *c, const char *sqlstate, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static bool admin_error(PgSocket *c, const char *sqlstate, const char *fmt, ...)
 {
-	char msg[512];
+	char msg[1024];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	log_error("%s", msg);
-	client_send_error(c, false, sqlstate ? sqlstate : "08P01", "%s", msg);
-	return true;
+	if (wk.cf.g.log_pooler_errors)
+		slog(LG_WARNING, c, "pooler error: %s", msg);
+	PktBuf pb;
+	pktbuf_init(&pb, 64 + strlen(msg));
+	pktbuf_write_error(&pb, "ERROR", sqlstate ? sqlstate : "08P01", msg);
+	pktbuf_write_ready(&pb, 'I');
+	return send_pktbuf(c, &pb);
 }
 
 /* Formatters with rotating static buffers, enough for one row. */
@@ -127,6 +149,7 @@ static bool show_help(PgSocket *c)
 	pktbuf_write_notice_detail(&pb, "Console usage",
 	                           "\n\tSHOW HELP|CONFIG|USERS|DATABASES|POOLS|CLIENTS|SERVERS|USERS|VERSION\n"
 	                           "\tSHOW PEERS|PEER_POOLS\n"
+	                           "\tSHOW WORKERS|SCALER\n"
 	                           "\tSHOW FDS|SOCKETS|ACTIVE_SOCKETS|LISTS|MEM|STATE\n"
 	                           "\tSHOW DNS_HOSTS|DNS_ZONES\n"
 	                           "\tSHOW STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS\n"
@@ -145,9 +168,7 @@ static bool show_help(PgSocket *c)
 	                           "\tWAIT_CLOSE [<db>]");
 	pktbuf_write_command_complete(&pb, "SHOW");
 	pktbuf_write_ready(&pb, 'I');
-	bool ok = sbuf_send(&c->sb, pb.buf, pb.len);
-	pktbuf_free(&pb);
-	return ok;
+	return send_pktbuf(c, &pb);
 }
 
 static bool show_config(PgSocket *c)
@@ -724,16 +745,97 @@ static bool show_empty(PgSocket *c, const char *types, const char *const *names)
 	return reply_end(&r, "SHOW");
 }
 
+static int cmp_peer_id(const void *a, const void *b)
+{
+	const CfPeer *x = *(const CfPeer *const *)a, *y = *(const CfPeer *const *)b;
+	return (x->id > y->id) - (x->id < y->id);
+}
+
 static bool show_peers(PgSocket *c)
 {
 	static const char *const names[] = {"peer_id", "host", "port", "pool_size"};
+	const CfPeer **sorted = xcalloc((size_t)wk.cf.n_peers + 1, sizeof(*sorted));
+	for (int k = 0; k < wk.cf.n_peers; k++)
+		sorted[k] = &wk.cf.peers[k];
+	qsort(sorted, (size_t)wk.cf.n_peers, sizeof(*sorted), cmp_peer_id);
 	Reply r;
 	reply_begin(&r, c, "iTii", names);
 	for (int k = 0; k < wk.cf.n_peers; k++) {
-		const CfPeer *p = &wk.cf.peers[k];
+		const CfPeer *p = sorted[k];
 		const char *v[] = {fmt_int(p->id), p->host, fmt_int(p->port),
 		                   fmt_int(p->pool_size != CF_UNSET ? p->pool_size : wk.cf.g.default_pool_size)};
 		reply_row(&r, v);
+	}
+	free(sorted);
+	return reply_end(&r, "SHOW");
+}
+
+/*
+ * SHOW FDS: the sockets an online reboot would take over. The fds themselves
+ * are not passed (no SCM_RIGHTS): -R is refused at start-up anyway.
+ */
+static void fds_row(Reply *r, int fd, const char *task, const PgSocket *s, const char *addr, int port)
+{
+	char cancel[24] = "0";
+	const char *user = NULL, *db = NULL, *enc = NULL, *std = NULL, *ds = NULL, *tz = NULL;
+	int link = 0;
+	if (s) {
+		uint64_t key = 0;
+		for (uint32_t k = 0; k < 8 && k < s->cancel_key_len; k++)
+			key = key << 8 | s->cancel_key[k];
+		snprintf(cancel, sizeof(cancel), "%llu", (unsigned long long)key);
+		user = s->login_user ? s->login_user->name : NULL;
+		db = s->pool ? s->pool->db->name : NULL;
+		link = s->link ? s->link->sb.fd : 0;
+		const int idx[] = {var_index("client_encoding"), var_index("standard_conforming_strings"),
+		                   var_index("DateStyle"), var_index("TimeZone")};
+		const char **dst[] = {&enc, &std, &ds, &tz};
+		for (int k = 0; k < 4; k++)
+			if (idx[k] >= 0)
+				*dst[k] = s->vars[idx[k]].value;
+	}
+	const char *v[] = {fmt_int(fd), task, user, db, addr, fmt_int(port), cancel, fmt_int(link),
+	                   enc,         std,  ds,   tz, NULL, NULL,          NULL};
+	reply_row(r, v);
+}
+
+static void fds_socket_row(Reply *r, const PgSocket *s)
+{
+	char addr[80];
+	int port;
+	format_addr(&s->remote, addr, sizeof(addr), &port);
+	fds_row(r, s->sb.fd, s->is_server ? "server" : "client", s, addr, port);
+}
+
+static bool show_fds(PgSocket *c)
+{
+	static const char *const names[] = {
+	    "fd",        "task",     "user",     "database",         "addr",
+	    "port",      "cancel",   "link",     "client_encoding",  "std_strings",
+	    "datestyle", "timezone", "password", "scram_client_key", "scram_server_key"};
+	Reply r;
+	reply_begin(&r, c, "iTTTTiqiTTTTTbb", names);
+	for (int k = 0; k < wk.n_listeners; k++) {
+		const WorkerListener *l = &wk.listeners[k];
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+		char addr[80] = "unix";
+		int port = wk.cf.g.listen_port;
+		if (l->fd < 0)
+			continue;
+		if (!l->is_unix && getsockname(l->fd, (struct sockaddr *)&ss, &len) == 0)
+			format_addr(&ss, addr, sizeof(addr), &port);
+		fds_row(&r, l->fd, "pooler", NULL, addr, port);
+	}
+	List *i, *j;
+	list_for_each(i, &wk.login_clients) fds_socket_row(&r, container_of(i, PgSocket, node));
+	list_for_each(i, &wk.pools)
+	{
+		PgPool *p = container_of(i, PgPool, node);
+		List *lists[] = {&p->active_clients, &p->waiting_clients, &p->active_servers, &p->idle_servers,
+		                 &p->used_servers,   &p->tested_servers,  &p->new_servers};
+		for (int l = 0; l < 7; l++)
+			list_for_each(j, lists[l]) fds_socket_row(&r, container_of(j, PgSocket, node));
 	}
 	return reply_end(&r, "SHOW");
 }
@@ -811,25 +913,14 @@ static bool at_end(const char *p)
 	return *p == '\0';
 }
 
-static bool need_admin(PgSocket *c)
-{
-	if (c->admin_user)
-		return true;
-	admin_error(c, NULL, "admin access needed");
-	return false;
-}
-
-static PgDatabase *find_db_arg(PgSocket *c, const char *name)
+static PgDatabase *find_or_register_db(const char *name)
 {
 	PgDatabase *db = db_find(name);
-	if (!db)
-		db = db_register_auto(name);
-	if (!db)
-		admin_error(c, NULL, "no such database: %s", name);
-	return db;
+	return db ? db : db_register_auto(name);
 }
 
-static int servers_in_use(PgDatabase *only)
+/* Servers still serving a client (PAUSE waits for them); only = one db or every non-admin db. */
+static int servers_in_use(const PgDatabase *only)
 {
 	int n = 0;
 	List *i;
@@ -843,23 +934,7 @@ static int servers_in_use(PgDatabase *only)
 	return n;
 }
 
-void admin_pause_done_check(void)
-{
-	PgSocket *c = wk.pause_waiter;
-	if (!c || c->state == CL_JUSTFREE)
-		return;
-	if (wk.pause_mode == P_PAUSE && servers_in_use(NULL) == 0) {
-		wk.pause_waiter = NULL;
-		if (!send_simple(c, "PAUSE"))
-			disconnect_client(c, false, "client send failed");
-	} else if (wk.pause_mode == P_SUSPEND) {
-		wk.pause_waiter = NULL;
-		if (!send_simple(c, "SUSPEND"))
-			disconnect_client(c, false, "client send failed");
-	}
-}
-
-static int close_needed_count(PgDatabase *only)
+static int close_needed_count(const PgDatabase *only)
 {
 	int n = 0;
 	List *i;
@@ -878,34 +953,253 @@ static int close_needed_count(PgDatabase *only)
 	return n;
 }
 
-/* WAIT_CLOSE waiters: clients with pending_admin_cmd set (1 = all dbs, db pointer kept in cancel_target). */
-void admin_wait_close_check(void)
+/* Close the unused servers of one database (PAUSE db). */
+static void close_idle_servers_of(const PgDatabase *db)
 {
 	List *i;
 	list_for_each(i, &wk.pools)
 	{
 		PgPool *p = container_of(i, PgPool, node);
-		if (!p->db->admin)
+		if (p->db != db)
 			continue;
-		List *j;
-		list_for_each(j, &p->active_clients)
-		{
-			PgSocket *c = container_of(j, PgSocket, node);
-			if (c->pending_admin_cmd != 1)
-				continue;
-			if (close_needed_count((PgDatabase *)c->cancel_target) == 0) {
-				c->pending_admin_cmd = 0;
-				c->cancel_target = NULL;
-				if (!send_simple(c, "WAIT_CLOSE"))
-					disconnect_client(c, false, "client send failed");
-				else
-					sbuf_continue(&c->sb);
-			}
+		List *lists[] = {&p->idle_servers, &p->used_servers};
+		for (int l = 0; l < 2; l++) {
+			List *j, *t;
+			list_for_each_safe(j, lists[l], t)
+			    disconnect_server(container_of(j, PgSocket, node), true, "pause mode");
 		}
 	}
 }
 
-static void mark_close_needed(PgDatabase *only)
+static void wake_all_pools(void)
+{
+	List *i, *t;
+	list_for_each_safe(i, &wk.pools, t) pool_wake_waiters(container_of(i, PgPool, node));
+}
+
+/* ---- delayed replies ---- */
+
+/*
+ * Consoles waiting for a delayed reply, kept by client id rather than by
+ * pointer: a console may disconnect while it waits, and its PgSocket is
+ * freed with it.
+ */
+typedef enum WaitKind {
+	WAIT_PAUSE,    /* global PAUSE: until no server is in use */
+	WAIT_PAUSE_DB, /* PAUSE db: until no server of db is in use */
+	WAIT_CLOSE,    /* WAIT_CLOSE [db]: until no server has close_needed */
+	WAIT_SHUTDOWN, /* SHUTDOWN WAIT_FOR_*: until the master's signal has put this worker into shutdown */
+} WaitKind;
+
+typedef struct ConsoleWait {
+	uint64_t client_id;
+	WaitKind kind;
+	char db[CF_MAX_DBNAME]; /* the database, "" = all */
+} ConsoleWait;
+
+static ConsoleWait *waits;
+static int n_waits, cap_waits;
+static uint64_t suspend_owner; /* console whose SUSPEND is in force (0 = none): its disconnect resumes */
+
+/* Sockets SUSPEND stopped reading (by id), to be resumed by RESUME. */
+static uint64_t *suspended;
+static int n_suspended, cap_suspended;
+
+static PgSocket *console_by_id(uint64_t id)
+{
+	PgPool *p = pool_find(wk.admin_db, wk.admin_user);
+	List *i;
+	if (!p)
+		return NULL;
+	list_for_each(i, &p->active_clients)
+	{
+		PgSocket *c = container_of(i, PgSocket, node);
+		if (c->id == id)
+			return c;
+	}
+	return NULL;
+}
+
+static void add_wait(PgSocket *c, WaitKind kind, const PgDatabase *db)
+{
+	if (n_waits == cap_waits) {
+		cap_waits = cap_waits ? cap_waits * 2 : 8;
+		waits = xrealloc(waits, sizeof(*waits) * (size_t)cap_waits);
+	}
+	ConsoleWait *w = &waits[n_waits++];
+	w->client_id = c->id;
+	w->kind = kind;
+	pgb_strlcpy(w->db, db ? db->name : "", sizeof(w->db));
+}
+
+/* A waiting console whose command was aborted (RESUME, cancel) gets a bare ReadyForQuery. */
+static void send_ready(PgSocket *c)
+{
+	PktBuf pb;
+	pktbuf_init(&pb, 8);
+	pktbuf_write_ready(&pb, 'I');
+	(void)send_pktbuf(c, &pb);
+}
+
+/* Tag to answer w with now; NULL = keep waiting; "" = aborted. */
+static const char *wait_outcome(const ConsoleWait *w)
+{
+	PgDatabase *db = w->db[0] ? db_find(w->db) : NULL;
+	switch (w->kind) {
+	case WAIT_PAUSE:
+		if (wk.pause_mode != P_PAUSE)
+			return "";
+		return servers_in_use(NULL) == 0 ? "PAUSE" : NULL;
+	case WAIT_PAUSE_DB:
+		if (!db || !db->paused)
+			return "";
+		return servers_in_use(db) == 0 ? "PAUSE" : NULL;
+	case WAIT_CLOSE:
+		if (w->db[0] && !db)
+			return "WAIT_CLOSE";
+		return close_needed_count(db) == 0 ? "WAIT_CLOSE" : NULL;
+	case WAIT_SHUTDOWN:
+		return wk.run_state == RUN_SHUTDOWN_SERVERS || wk.run_state == RUN_SHUTDOWN_CLIENTS ? "SHUTDOWN" : NULL;
+	}
+	return "";
+}
+
+/* Answer the waits that are done; forget those of departed consoles. */
+static void check_waits(void)
+{
+	for (int k = 0; k < n_waits;) {
+		ConsoleWait w = waits[k];
+		PgSocket *c = console_by_id(w.client_id);
+		const char *tag = c ? wait_outcome(&w) : "";
+		if (!tag) {
+			k++;
+			continue;
+		}
+		waits[k] = waits[--n_waits];
+		if (!c)
+			continue;
+		if (*tag)
+			(void)send_simple(c, tag);
+		else
+			send_ready(c);
+	}
+}
+
+/* The pooled sockets (not the consoles), in SHOW FDS order; fn may not close them. */
+static void for_each_pooled_socket(void (*fn)(PgSocket *s))
+{
+	List *i, *j;
+	list_for_each(i, &wk.login_clients)
+	{
+		PgSocket *s = container_of(i, PgSocket, node);
+		if (!s->db || !s->db->admin)
+			fn(s);
+	}
+	list_for_each(i, &wk.pools)
+	{
+		PgPool *p = container_of(i, PgPool, node);
+		if (p->db->admin)
+			continue;
+		List *lists[] = {&p->active_clients, &p->waiting_clients, &p->active_servers, &p->idle_servers,
+		                 &p->used_servers,   &p->tested_servers,  &p->new_servers};
+		for (int l = 0; l < 7; l++)
+			list_for_each(j, lists[l]) fn(container_of(j, PgSocket, node));
+	}
+}
+
+static void suspend_socket(PgSocket *s)
+{
+	if (s->sb.fd < 0 || s->sb.paused)
+		return; /* already waiting for something else, which will not happen while suspended */
+	if (n_suspended == cap_suspended) {
+		cap_suspended = cap_suspended ? cap_suspended * 2 : 64;
+		suspended = xrealloc(suspended, sizeof(*suspended) * (size_t)cap_suspended);
+	}
+	suspended[n_suspended++] = s->id;
+	sbuf_pause(&s->sb);
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+static void resume_socket(PgSocket *s)
+{
+	if (s->sb.fd >= 0 && s->sb.paused &&
+	    bsearch(&s->id, suspended, (size_t)n_suspended, sizeof(*suspended), cmp_id))
+		sbuf_continue(&s->sb);
+}
+
+static void resume_sockets(void)
+{
+	if (n_suspended == 0)
+		return;
+	qsort(suspended, (size_t)n_suspended, sizeof(*suspended), cmp_id);
+	for_each_pooled_socket(resume_socket);
+	n_suspended = 0;
+}
+
+void admin_resume_all(void)
+{
+	if (wk.pause_mode == P_SUSPEND)
+		worker_listen_pause(false);
+	wk.pause_mode = P_NONE;
+	resume_sockets();
+	suspend_owner = 0;
+	wake_all_pools();
+	check_waits();
+}
+
+void admin_pause_done_check(void)
+{
+	/* a SIGUSR2 ended the SUSPEND behind the console's back */
+	if (wk.pause_mode != P_SUSPEND)
+		resume_sockets();
+	/* the console that suspended the pooler went away: nobody would resume it */
+	if (suspend_owner && !console_by_id(suspend_owner)) {
+		suspend_owner = 0;
+		if (wk.pause_mode == P_SUSPEND && wk.run_state == RUN_ACTIVE) {
+			log_info("suspending console is gone, resuming");
+			admin_resume_all();
+		}
+	}
+	check_waits();
+}
+
+void admin_wait_close_check(void)
+{
+	check_waits();
+}
+
+void admin_console_cancel(PgSocket *c)
+{
+	if (wk.run_state != RUN_ACTIVE)
+		return;
+	for (int k = 0; k < n_waits; k++) {
+		ConsoleWait *w = &waits[k];
+		if (w->client_id != c->id || w->kind == WAIT_SHUTDOWN)
+			continue;
+		if (w->kind == WAIT_PAUSE_DB) {
+			PgDatabase *db = db_find(w->db);
+			if (db)
+				db->paused = false;
+		}
+		waits[k] = waits[--n_waits];
+		log_info("console command cancelled, resuming");
+		if (wk.pause_mode != P_NONE)
+			admin_resume_all();
+		else
+			wake_all_pools();
+		send_ready(c);
+		return;
+	}
+}
+
+/* ---- process control ---- */
+
+static void mark_close_needed(const PgDatabase *only)
 {
 	List *i;
 	list_for_each(i, &wk.pools)
@@ -953,6 +1247,13 @@ static void kill_db(PgDatabase *db)
 	}
 }
 
+static bool db_has_pools(const PgDatabase *db)
+{
+	List *i;
+	list_for_each(i, &wk.pools) if (container_of(i, PgPool, node)->db == db) return true;
+	return false;
+}
+
 static PgSocket *find_client_by_id(uint64_t id)
 {
 	List *i;
@@ -971,6 +1272,199 @@ static PgSocket *find_client_by_id(uint64_t id)
 		}
 	}
 	return NULL;
+}
+
+static bool invalid_command(PgSocket *c, const char *query)
+{
+	return admin_error(c, NULL, "invalid command '%s', use SHOW HELP;", query);
+}
+
+static bool cmd_pause(PgSocket *c, const char *arg)
+{
+	if (wk.pause_mode != P_NONE)
+		return admin_error(c, NULL, "already suspended/paused");
+	if (*arg) {
+		PgDatabase *db = find_or_register_db(arg);
+		if (!db)
+			return admin_error(c, NULL, "no such database: %s", arg);
+		if (db->admin)
+			return admin_error(c, NULL, "cannot pause admin db: %s", arg);
+		db->paused = true;
+		close_idle_servers_of(db);
+		if (servers_in_use(db) == 0)
+			return send_simple(c, "PAUSE");
+		add_wait(c, WAIT_PAUSE_DB, db);
+		return true;
+	}
+	wk.pause_mode = P_PAUSE;
+	worker_close_idle_servers();
+	if (servers_in_use(NULL) == 0)
+		return send_simple(c, "PAUSE");
+	add_wait(c, WAIT_PAUSE, NULL);
+	return true;
+}
+
+static bool cmd_resume(PgSocket *c, const char *arg)
+{
+	if (wk.run_state != RUN_ACTIVE)
+		return admin_error(c, NULL, "pooler is shutting down");
+	if (*arg) {
+		PgDatabase *db = db_find(arg);
+		if (!db)
+			return admin_error(c, NULL, "no such database: %s", arg);
+		if (!db->paused)
+			return admin_error(c, NULL, "database %s is not paused", arg);
+		db->paused = false;
+		wake_all_pools();
+		check_waits();
+	} else {
+		if (wk.pause_mode == P_NONE)
+			return admin_error(c, NULL, "pooler is not paused/suspended");
+		admin_resume_all();
+	}
+	return send_simple(c, "RESUME");
+}
+
+static bool cmd_suspend(PgSocket *c)
+{
+	if (wk.pause_mode != P_NONE)
+		return admin_error(c, NULL, "already suspended/paused");
+	List *i;
+	list_for_each(i, &wk.databases)
+	{
+		if (container_of(i, PgDatabase, node)->paused)
+			return admin_error(c, NULL, "cannot suspend with paused databases");
+	}
+	/* stop reading: what is buffered still goes out, nothing new comes in */
+	wk.pause_mode = P_SUSPEND;
+	worker_listen_pause(true);
+	for_each_pooled_socket(suspend_socket);
+	suspend_owner = c->id;
+	return send_simple(c, "SUSPEND");
+}
+
+static bool cmd_kill(PgSocket *c, const char *arg)
+{
+	if (wk.pause_mode != P_NONE)
+		return admin_error(c, NULL, "already suspended/paused");
+	if (*arg) {
+		PgDatabase *db = find_or_register_db(arg);
+		if (!db)
+			return admin_error(c, NULL, "no such database: %s", arg);
+		if (db->admin)
+			return admin_error(c, NULL, "cannot kill admin db: %s", arg);
+		kill_db(db);
+	} else {
+		List *i, *t;
+		list_for_each_safe(i, &wk.databases, t)
+		{
+			PgDatabase *db = container_of(i, PgDatabase, node);
+			if (!db->admin && db_has_pools(db))
+				kill_db(db);
+		}
+	}
+	return send_simple(c, "KILL");
+}
+
+static bool cmd_kill_client(PgSocket *c, const char *arg)
+{
+	char *end;
+	errno = 0;
+	unsigned long long id = strtoull(arg, &end, 10);
+	if (!*arg || *end || errno || !isdigit((unsigned char)*arg))
+		return admin_error(c, NULL, "invalid client pointer supplied");
+	PgSocket *target = find_client_by_id(id);
+	if (!target)
+		return admin_error(c, NULL, "client not found");
+	disconnect_client(target, true, "admin forced disconnect");
+	if (target == c)
+		return false;
+	return send_simple(c, "KILL_CLIENT");
+}
+
+/* DISABLE db / ENABLE db (1.25 words the admin-db error "disable" for both). */
+static bool cmd_disable(PgSocket *c, const char *arg, bool disable)
+{
+	if (!*arg)
+		return admin_error(c, NULL, "a database is required");
+	PgDatabase *db = db_find(arg);
+	if (!db)
+		return admin_error(c, NULL, "no such database: %s", arg);
+	if (db->admin)
+		return admin_error(c, NULL, "cannot disable admin db: %s", arg);
+	db->disabled = disable;
+	return send_simple(c, disable ? "DISABLE" : "ENABLE");
+}
+
+static bool cmd_reconnect(PgSocket *c, const char *arg)
+{
+	PgDatabase *db = NULL;
+	if (*arg) {
+		db = db_find(arg);
+		if (!db)
+			return admin_error(c, NULL, "no such database: %s", arg);
+		if (db->admin)
+			return admin_error(c, NULL, "cannot reconnect admin db: %s", arg);
+	}
+	mark_close_needed(db);
+	return send_simple(c, "RECONNECT");
+}
+
+static bool cmd_wait_close(PgSocket *c, const char *arg)
+{
+	PgDatabase *db = NULL;
+	if (*arg) {
+		db = db_find(arg);
+		if (!db)
+			return admin_error(c, NULL, "no such database: %s", arg);
+		if (db->admin)
+			return admin_error(c, NULL, "cannot wait in admin db: %s", arg);
+	}
+	if (close_needed_count(db) == 0)
+		return send_simple(c, "WAIT_CLOSE");
+	add_wait(c, WAIT_CLOSE, db);
+	return true;
+}
+
+static bool cmd_reload(PgSocket *c)
+{
+	Config probe;
+	char err[CF_ERRMSG_LEN];
+	const char *path = wk.cf.g.conffile ? wk.cf.g.conffile : wk.cf.path;
+	config_init(&probe);
+	bool ok = config_load(&probe, path, err, sizeof(err));
+	config_free(&probe);
+	if (!ok) {
+		log_error("%s", err);
+		return admin_error(c, "F0000", "RELOAD failed, see logs for additional details");
+	}
+	/* applied here before the reply, so the next command sees it; the master re-reads for itself */
+	log_info("RELOAD command issued");
+	worker_reload();
+	kill(getppid(), SIGHUP);
+	return send_simple(c, "RELOAD");
+}
+
+static bool cmd_shutdown(PgSocket *c, const char *arg, const char *query)
+{
+	/* the master runs shutdowns: it closes its listener copies and tells every worker */
+	if (!*arg) {
+		log_info("shutdown requested by admin console");
+		/* no reply: the connection stays open until the process exits */
+		kill(getppid(), SIGQUIT);
+		return true;
+	}
+	int sig;
+	if (strcasecmp(arg, "WAIT_FOR_SERVERS") == 0)
+		sig = SIGINT;
+	else if (strcasecmp(arg, "WAIT_FOR_CLIENTS") == 0)
+		sig = SIGTERM;
+	else
+		return invalid_command(c, query);
+	/* the reply waits until the master's signal is back, so the next command sees the shutdown */
+	kill(getppid(), sig);
+	add_wait(c, WAIT_SHUTDOWN, NULL);
+	return true;
 }
 
 static bool cmd_set(PgSocket *c, const char *p, const char *query)
@@ -1022,12 +1516,10 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 		pktbuf_write_notice(&pb, "SET ignored");
 		pktbuf_write_command_complete(&pb, "SET");
 		pktbuf_write_ready(&pb, 'I');
-		bool ok = sbuf_send(&c->sb, pb.buf, pb.len);
-		pktbuf_free(&pb);
-		return ok;
+		return send_pktbuf(c, &pb);
 	}
-	if (!need_admin(c))
-		return true;
+	if (!c->admin_user)
+		return admin_error(c, NULL, "admin access needed");
 	const CfParam *param = config_find_param(key);
 	char err[CF_ERRMSG_LEN];
 	if (!param)
@@ -1041,280 +1533,140 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 	return send_simple(c, tag);
 }
 
+/* SHOW x / SELECT x. */
+static bool cmd_show(PgSocket *c, const char *arg, const char *query)
+{
+	const char *fake = fake_param(arg);
+	if (fake) {
+		char name[MAX_WORD];
+		size_t k;
+		for (k = 0; arg[k] && k + 1 < sizeof(name); k++)
+			name[k] = (char)tolower((unsigned char)arg[k]);
+		name[k] = '\0';
+		const char *names[] = {name};
+		const char *v[] = {fake};
+		Reply r;
+		reply_begin(&r, c, "T", names);
+		reply_row(&r, v);
+		return reply_end(&r, "SHOW");
+	}
+	if (strcasecmp(arg, "HELP") == 0)
+		return show_help(c);
+	if (strcasecmp(arg, "WORKERS") == 0)
+		return admin_show_workers(c);
+	if (strcasecmp(arg, "SCALER") == 0)
+		return admin_show_scaler(c);
+	if (strcasecmp(arg, "VERSION") == 0)
+		return show_version(c);
+	if (strcasecmp(arg, "CONFIG") == 0)
+		return show_config(c);
+	if (strcasecmp(arg, "DATABASES") == 0)
+		return show_databases(c);
+	if (strcasecmp(arg, "POOLS") == 0)
+		return show_pools(c);
+	if (strcasecmp(arg, "CLIENTS") == 0)
+		return show_sockets_generic(c, true, false, false, false);
+	if (strcasecmp(arg, "SERVERS") == 0)
+		return show_sockets_generic(c, false, true, false, false);
+	if (strcasecmp(arg, "SOCKETS") == 0)
+		return show_sockets_generic(c, true, true, true, false);
+	if (strcasecmp(arg, "ACTIVE_SOCKETS") == 0)
+		return show_sockets_generic(c, true, true, true, true);
+	if (strcasecmp(arg, "USERS") == 0)
+		return show_users(c);
+	if (strcasecmp(arg, "STATS") == 0)
+		return show_stats(c, 0);
+	if (strcasecmp(arg, "STATS_TOTALS") == 0)
+		return show_stats(c, 1);
+	if (strcasecmp(arg, "STATS_AVERAGES") == 0)
+		return show_stats(c, 2);
+	if (strcasecmp(arg, "TOTALS") == 0)
+		return show_totals(c);
+	if (strcasecmp(arg, "LISTS") == 0)
+		return show_lists(c);
+	if (strcasecmp(arg, "STATE") == 0)
+		return show_state(c);
+	if (strcasecmp(arg, "MEM") == 0)
+		return show_mem(c);
+	if (strcasecmp(arg, "PEERS") == 0)
+		return show_peers(c);
+	if (strcasecmp(arg, "PEER_POOLS") == 0) {
+		static const char *const n[] = {"peer_id", "cl_active_cancel_req", "cl_waiting_cancel_req",
+		                                "sv_active_cancel", "sv_login"};
+		return show_empty(c, "iiiii", n);
+	}
+	if (strcasecmp(arg, "DNS_HOSTS") == 0) {
+		static const char *const n[] = {"hostname", "ttl", "addrs"};
+		return show_empty(c, "TqT", n);
+	}
+	if (strcasecmp(arg, "DNS_ZONES") == 0) {
+		static const char *const n[] = {"zonename", "serial", "count"};
+		return show_empty(c, "Tqi", n);
+	}
+	if (strcasecmp(arg, "WORKERS") == 0)
+		return sent(c, admin_show_workers(c));
+	if (strcasecmp(arg, "SCALER") == 0)
+		return sent(c, admin_show_scaler(c));
+	if (strcasecmp(arg, "FDS") == 0) {
+		if (!c->admin_user)
+			return admin_error(c, NULL, "admin access needed");
+		return show_fds(c);
+	}
+	return invalid_command(c, query);
+}
+
+/* One console command. Returns false only if the console was closed. */
 bool admin_handle_query(PgSocket *c, const char *query)
 {
-	char cmd[MAX_WORD], arg[MAX_WORD] = "";
+	char cmd[16], arg[MAX_WORD] = "";
 	const char *p = query;
-	bool too_long, has_arg = false;
+	bool too_long;
 	wk.now = get_time_usec();
 	log_debug("admin command: %s", query);
 
-	if (!read_ident(&p, cmd, 16, &too_long)) {
-		if (too_long)
-			return admin_error(c, NULL, "bad arguments") || true;
-		return admin_error(c, NULL, "invalid command '%s', use SHOW HELP;", query);
-	}
+	if (!read_ident(&p, cmd, sizeof(cmd), &too_long))
+		return too_long ? admin_error(c, NULL, "bad arguments") : invalid_command(c, query);
 	if (strcasecmp(cmd, "SET") == 0)
 		return cmd_set(c, p, query);
 	if (!at_end(p)) {
-		if (!read_ident(&p, arg, sizeof(arg), &too_long)) {
-			if (too_long)
-				return admin_error(c, NULL, "bad arguments");
-			return admin_error(c, NULL, "invalid command '%s', use SHOW HELP;", query);
-		}
-		has_arg = true;
-		if (!at_end(p))
-			return admin_error(c, NULL, "invalid command '%s', use SHOW HELP;", query);
+		if (!read_ident(&p, arg, sizeof(arg), &too_long))
+			return too_long ? admin_error(c, NULL, "bad arguments") : invalid_command(c, query);
+		if (!at_end(p) || !arg[0])
+			return invalid_command(c, query);
 	}
+	bool has_arg = arg[0] != '\0';
 
-	if (strcasecmp(cmd, "SHOW") == 0 || strcasecmp(cmd, "SELECT") == 0) {
-		if (!has_arg)
-			return admin_error(c, NULL, "invalid command '%s', use SHOW HELP;", query);
-		const char *fake = fake_param(arg);
-		if (fake) {
-			Reply r;
-			const char *names[] = {arg};
-			for (char *q = (char *)names[0]; *q; q++)
-				*q = (char)tolower((unsigned char)*q);
-			reply_begin(&r, c, "T", names);
-			const char *v[] = {fake};
-			reply_row(&r, v);
-			return reply_end(&r, "SHOW");
-		}
-		if (strcasecmp(arg, "HELP") == 0)
-			return show_help(c);
-		if (strcasecmp(arg, "VERSION") == 0)
-			return show_version(c);
-		if (strcasecmp(arg, "CONFIG") == 0)
-			return show_config(c);
-		if (strcasecmp(arg, "DATABASES") == 0)
-			return show_databases(c);
-		if (strcasecmp(arg, "POOLS") == 0)
-			return show_pools(c);
-		if (strcasecmp(arg, "CLIENTS") == 0)
-			return show_sockets_generic(c, true, false, false, false);
-		if (strcasecmp(arg, "SERVERS") == 0)
-			return show_sockets_generic(c, false, true, false, false);
-		if (strcasecmp(arg, "SOCKETS") == 0)
-			return show_sockets_generic(c, true, true, true, false);
-		if (strcasecmp(arg, "ACTIVE_SOCKETS") == 0)
-			return show_sockets_generic(c, true, true, true, true);
-		if (strcasecmp(arg, "USERS") == 0)
-			return show_users(c);
-		if (strcasecmp(arg, "STATS") == 0)
-			return show_stats(c, 0);
-		if (strcasecmp(arg, "STATS_TOTALS") == 0)
-			return show_stats(c, 1);
-		if (strcasecmp(arg, "STATS_AVERAGES") == 0)
-			return show_stats(c, 2);
-		if (strcasecmp(arg, "TOTALS") == 0)
-			return show_totals(c);
-		if (strcasecmp(arg, "LISTS") == 0)
-			return show_lists(c);
-		if (strcasecmp(arg, "STATE") == 0)
-			return show_state(c);
-		if (strcasecmp(arg, "MEM") == 0)
-			return show_mem(c);
-		if (strcasecmp(arg, "PEERS") == 0)
-			return show_peers(c);
-		if (strcasecmp(arg, "PEER_POOLS") == 0) {
-			static const char *const n[] = {"peer_id", "cl_active_cancel_req", "cl_waiting_cancel_req",
-			                                "sv_active_cancel", "sv_login"};
-			return show_empty(c, "iiiii", n);
-		}
-		if (strcasecmp(arg, "DNS_HOSTS") == 0) {
-			static const char *const n[] = {"hostname", "ttl", "addrs"};
-			return show_empty(c, "TqT", n);
-		}
-		if (strcasecmp(arg, "DNS_ZONES") == 0) {
-			static const char *const n[] = {"zonename", "serial", "count"};
-			return show_empty(c, "Tqi", n);
-		}
-		if (strcasecmp(arg, "FDS") == 0) {
-			if (!need_admin(c))
-				return true;
-			static const char *const n[] = {
-			    "fd",        "task",     "user",     "database",         "addr",
-			    "port",      "cancel",   "link",     "client_encoding",  "std_strings",
-			    "datestyle", "timezone", "password", "scram_client_key", "scram_server_key"};
-			return show_empty(c, "iTTTTiqiTTTTTbb", n);
-		}
-		return admin_error(c, NULL, "invalid command '%s', use SHOW HELP;", query);
-	}
+	if (strcasecmp(cmd, "SHOW") == 0 || strcasecmp(cmd, "SELECT") == 0)
+		return has_arg ? cmd_show(c, arg, query) : invalid_command(c, query);
 
-	/* everything below needs admin rights */
-	if (!need_admin(c))
-		return true;
+	static const char *const known[] = {"PAUSE",  "RESUME",    "SUSPEND", "KILL",     "KILL_CLIENT", "DISABLE",
+	                                    "ENABLE", "RECONNECT", "RELOAD",  "SHUTDOWN", "WAIT_CLOSE"};
+	bool is_known = false;
+	for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
+		is_known |= strcasecmp(cmd, known[k]) == 0;
+	if (!is_known)
+		return invalid_command(c, query);
+	/* everything but SHOW and the fake SETs needs admin rights */
+	if (!c->admin_user)
+		return admin_error(c, NULL, "admin access needed");
 
-	if (strcasecmp(cmd, "PAUSE") == 0) {
-		if (wk.pause_mode != P_NONE)
-			return admin_error(c, NULL, "already suspended/paused");
-		if (has_arg) {
-			PgDatabase *db = find_db_arg(c, arg);
-			if (!db)
-				return true;
-			if (db->admin)
-				return admin_error(c, NULL, "cannot pause admin db: %s", arg);
-			db->paused = true;
-			return send_simple(c, "PAUSE");
-		}
-		wk.pause_mode = P_PAUSE;
-		worker_close_idle_servers();
-		wk.pause_waiter = c;
-		admin_pause_done_check();
-		return true;
-	}
-	if (strcasecmp(cmd, "RESUME") == 0) {
-		if (wk.run_state != RUN_ACTIVE)
-			return admin_error(c, NULL, "pooler is shutting down");
-		if (has_arg) {
-			PgDatabase *db = db_find(arg);
-			if (!db)
-				return admin_error(c, NULL, "no such database: %s", arg);
-			if (!db->paused)
-				return admin_error(c, NULL, "database %s is not paused", arg);
-			db->paused = false;
-		} else {
-			if (wk.pause_mode == P_NONE)
-				return admin_error(c, NULL, "pooler is not paused/suspended");
-			if (wk.pause_mode == P_SUSPEND)
-				worker_listen_pause(false);
-			wk.pause_mode = P_NONE;
-			wk.pause_waiter = NULL;
-		}
-		List *i;
-		list_for_each(i, &wk.pools) pool_wake_waiters(container_of(i, PgPool, node));
-		return send_simple(c, "RESUME");
-	}
-	if (strcasecmp(cmd, "SUSPEND") == 0) {
-		if (has_arg)
-			return admin_error(c, NULL, "invalid command '%s', use SHOW HELP;", query);
-		if (wk.pause_mode != P_NONE)
-			return admin_error(c, NULL, "already suspended/paused");
-		List *i;
-		list_for_each(i, &wk.databases) if (container_of(i, PgDatabase, node)->paused) return admin_error(
-		    c, NULL, "cannot suspend with paused databases");
-		wk.pause_mode = P_SUSPEND;
-		worker_listen_pause(true);
-		wk.pause_waiter = c;
-		admin_pause_done_check();
-		return true;
-	}
-	if (strcasecmp(cmd, "KILL") == 0) {
-		if (wk.pause_mode != P_NONE)
-			return admin_error(c, NULL, "already suspended/paused");
-		if (has_arg) {
-			PgDatabase *db = find_db_arg(c, arg);
-			if (!db)
-				return true;
-			if (db->admin)
-				return admin_error(c, NULL, "cannot kill admin db: %s", arg);
-			kill_db(db);
-		} else {
-			List *i, *t;
-			list_for_each_safe(i, &wk.databases, t)
-			{
-				PgDatabase *db = container_of(i, PgDatabase, node);
-				bool has_pools = false;
-				List *j;
-				list_for_each(j, &wk.pools) if (container_of(j, PgPool, node)->db == db) has_pools =
-				    true;
-				if (!db->admin && has_pools)
-					kill_db(db);
-			}
-		}
-		return send_simple(c, "KILL");
-	}
-	if (strcasecmp(cmd, "KILL_CLIENT") == 0) {
-		if (!has_arg)
-			return admin_error(c, NULL, "invalid command '%s', use SHOW HELP;", query);
-		char *end;
-		unsigned long long id = strtoull(arg, &end, 10);
-		if (*end || end == arg)
-			return admin_error(c, NULL, "invalid client pointer supplied");
-		PgSocket *target = find_client_by_id(id);
-		if (!target)
-			return admin_error(c, NULL, "client not found");
-		bool self = target == c;
-		disconnect_client(target, true, "admin forced disconnect");
-		if (self)
-			return false;
-		return send_simple(c, "KILL_CLIENT");
-	}
-	if (strcasecmp(cmd, "DISABLE") == 0 || strcasecmp(cmd, "ENABLE") == 0) {
-		if (!has_arg)
-			return admin_error(c, NULL, "a database is required");
-		PgDatabase *db = db_find(arg);
-		if (!db)
-			return admin_error(c, NULL, "no such database: %s", arg);
-		if (db->admin)
-			return admin_error(c, NULL, "cannot disable admin db: %s", arg);
-		db->disabled = strcasecmp(cmd, "DISABLE") == 0;
-		return send_simple(c, db->disabled ? "DISABLE" : "ENABLE");
-	}
-	if (strcasecmp(cmd, "RECONNECT") == 0) {
-		PgDatabase *db = NULL;
-		if (has_arg) {
-			db = db_find(arg);
-			if (!db)
-				return admin_error(c, NULL, "no such database: %s", arg);
-			if (db->admin)
-				return admin_error(c, NULL, "cannot reconnect admin db: %s", arg);
-		}
-		mark_close_needed(db);
-		return send_simple(c, "RECONNECT");
-	}
-	if (strcasecmp(cmd, "WAIT_CLOSE") == 0) {
-		PgDatabase *db = NULL;
-		if (has_arg) {
-			db = db_find(arg);
-			if (!db)
-				return admin_error(c, NULL, "no such database: %s", arg);
-			if (db->admin)
-				return admin_error(c, NULL, "cannot wait in admin db: %s", arg);
-		}
-		if (close_needed_count(db) == 0)
-			return send_simple(c, "WAIT_CLOSE");
-		c->pending_admin_cmd = 1;
-		c->cancel_target = (PgSocket *)db;
-		return true;
-	}
-	if (strcasecmp(cmd, "RELOAD") == 0) {
-		if (has_arg)
-			return admin_error(c, NULL, "invalid command '%s', use SHOW HELP;", query);
-		Config probe;
-		char err[CF_ERRMSG_LEN];
-		config_init(&probe);
-		bool ok = config_load(&probe, wk.cf.g.conffile ? wk.cf.g.conffile : wk.cf.path, err, sizeof(err));
-		config_free(&probe);
-		if (!ok) {
-			log_error("%s", err);
-			return admin_error(c, "F0000", "RELOAD failed, see logs for additional details");
-		}
-		/* the master re-reads the file too and passes SIGHUP on to the worker */
-		kill(getppid(), SIGHUP);
-		return send_simple(c, "RELOAD");
-	}
-	if (strcasecmp(cmd, "SHUTDOWN") == 0) {
-		if (!has_arg) {
-			log_info("shutdown requested by admin console");
-			/* no reply: the connection stays open until the process exits */
-			kill(getppid(), SIGQUIT);
-			return true;
-		}
-		if (strcasecmp(arg, "WAIT_FOR_SERVERS") == 0) {
-			if (!send_simple(c, "SHUTDOWN"))
-				return false;
-			kill(getppid(), SIGINT);
-			return true;
-		}
-		if (strcasecmp(arg, "WAIT_FOR_CLIENTS") == 0) {
-			if (!send_simple(c, "SHUTDOWN"))
-				return false;
-			kill(getppid(), SIGTERM);
-			return true;
-		}
-		return admin_error(c, NULL, "invalid command '%s', use SHOW HELP;", query);
-	}
-	return admin_error(c, NULL, "invalid command '%s', use SHOW HELP;", query);
+	if (strcasecmp(cmd, "PAUSE") == 0)
+		return cmd_pause(c, arg);
+	if (strcasecmp(cmd, "RESUME") == 0)
+		return cmd_resume(c, arg);
+	if (strcasecmp(cmd, "SUSPEND") == 0)
+		return has_arg ? invalid_command(c, query) : cmd_suspend(c);
+	if (strcasecmp(cmd, "KILL") == 0)
+		return cmd_kill(c, arg);
+	if (strcasecmp(cmd, "KILL_CLIENT") == 0)
+		return has_arg ? cmd_kill_client(c, arg) : invalid_command(c, query);
+	if (strcasecmp(cmd, "DISABLE") == 0 || strcasecmp(cmd, "ENABLE") == 0)
+		return cmd_disable(c, arg, strcasecmp(cmd, "DISABLE") == 0);
+	if (strcasecmp(cmd, "RECONNECT") == 0)
+		return cmd_reconnect(c, arg);
+	if (strcasecmp(cmd, "WAIT_CLOSE") == 0)
+		return cmd_wait_close(c, arg);
+	if (strcasecmp(cmd, "RELOAD") == 0)
+		return has_arg ? invalid_command(c, query) : cmd_reload(c);
+	return cmd_shutdown(c, arg, query);
 }

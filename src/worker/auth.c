@@ -48,9 +48,16 @@ void auth_login_complete(PgSocket *c)
 			disconnect_client(c, true, "not allowed");
 			return;
 		}
+		/* admin_users are exempt from max_db_client_connections on the console */
+		if (!c->admin_user && wk.cf.g.max_db_client_connections > 0 &&
+		    db->client_count >= wk.cf.g.max_db_client_connections) {
+			disconnect_client(c, true, "client connections exceeded (max_db_client_connections)");
+			return;
+		}
 		if (!c->login_user)
 			c->login_user = user_add(uname);
-		c->pool = pool_get(db, c->login_user);
+		/* one console pool, whoever logs in */
+		c->pool = pool_get(db, wk.admin_user);
 		db->client_count++;
 		c->login_user->client_count++;
 		client_send_welcome(c);
@@ -64,7 +71,8 @@ void auth_login_complete(PgSocket *c)
 		disconnect_client(c, true, "database \"%s\" is disabled", db->name);
 		return;
 	}
-	if (wk.run_state != RUN_ACTIVE) {
+	/* a draining worker still serves the clients it already accepted */
+	if (wk.run_state != RUN_ACTIVE && wk.run_state != RUN_DRAINING) {
 		disconnect_client(c, true, "pooler is shutting down");
 		return;
 	}
@@ -83,6 +91,8 @@ void auth_login_complete(PgSocket *c)
 	}
 	PgUser *pool_user = db->forced_user ? db->forced_user : u;
 	c->pool = pool_get(db, pool_user);
+	if (!c->pool->welcome_ready && pool_fast_fail(c))
+		return;
 	db->client_count++;
 	u->client_count++;
 	if (c->pool->welcome_ready) {

@@ -104,12 +104,8 @@ void cancel_handle_request(PgSocket *req, const uint8_t *key)
 		return;
 	}
 	if (c->db && c->db->admin) {
-		/* a cancel aimed at a console session aborts a pending PAUSE/SUSPEND */
-		if (wk.pause_waiter == c && wk.run_state == RUN_ACTIVE) {
-			wk.pause_mode = P_NONE;
-			wk.pause_waiter = NULL;
-			worker_listen_pause(false);
-		}
+		/* a cancel aimed at a console session aborts its pending PAUSE/WAIT_CLOSE */
+		admin_console_cancel(c);
 		disconnect_client(req, false, "cancel request for console client");
 		return;
 	}

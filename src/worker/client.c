@@ -78,9 +78,11 @@ bool client_send_welcome(PgSocket *c)
 		PgPool *pool = c->pool;
 		pktbuf_put_bytes(&pb, pool->welcome_params.buf, pool->welcome_params.len);
 		for (int i = 0; i < var_count(); i++) {
-			const char *v = c->vars[i].value ? c->vars[i].value : pool->defaults[i].value;
-			if (v)
-				pktbuf_write_param_status(&pb, var_name(i), v);
+			/* what the client is told is what it gets: servers are SET to it when they differ */
+			if (!c->vars[i].value && pool->defaults[i].value)
+				var_set(&c->vars[i], pool->defaults[i].value);
+			if (c->vars[i].value)
+				pktbuf_write_param_status(&pb, var_name(i), c->vars[i].value);
 		}
 	}
 	cancel_gen_key(c);
@@ -90,14 +92,15 @@ bool client_send_welcome(PgSocket *c)
 	if (wk.cf.g.login_notify_message && wk.cf.g.login_notify_message[0])
 		pktbuf_write_notice(&pb, wk.cf.g.login_notify_message);
 	pktbuf_write_ready(&pb, 'I');
+	/* active before sending, so that a failed send is accounted as a logged-in client */
+	c->wait_for_welcome = false;
+	change_state(c, CL_ACTIVE);
 	bool ok = sbuf_send(&c->sb, pb.buf, pb.len);
 	pktbuf_free(&pb);
 	if (!ok) {
 		disconnect_client(c, false, "client unexpected eof");
 		return false;
 	}
-	c->wait_for_welcome = false;
-	change_state(c, CL_ACTIVE);
 	return true;
 }
 
@@ -286,10 +289,13 @@ static SBufAction handle_startup(PgSocket *c, const PktHdr *hdr, const uint8_t *
 	PgUser *u = user_find(user);
 	c->login_user = u;
 	if (!db) {
-		static PgDatabase placeholder;
-		placeholder.placeholder = true;
-		pgb_strlcpy(placeholder.name, dbname, sizeof(placeholder.name));
-		c->db = &placeholder;
+		/* one per login: concurrent logins must not share the name */
+		PgDatabase *ph = xcalloc(1, sizeof(*ph));
+		list_init(&ph->node);
+		ph->placeholder = true;
+		pgb_strlcpy(ph->name, dbname, sizeof(ph->name));
+		c->own_placeholder = ph;
+		c->db = ph;
 	} else {
 		c->db = db;
 	}

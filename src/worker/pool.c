@@ -127,6 +127,20 @@ static bool start_check(PgSocket *s)
 	return true;
 }
 
+bool pool_fast_fail(PgSocket *c)
+{
+	PgPool *pool = c->pool;
+	if (!pool->last_login_failed || wk.now - pool->last_failed_time >= wk.cf.g.server_login_retry ||
+	    pool_paused(pool))
+		return false;
+	/* servers still logging in do not count: they may fail the same way */
+	if (pool_server_count(pool) > list_count(&pool->new_servers))
+		return false;
+	disconnect_client(c, true, "server login has been failing, cached error: %.99s (server_login_retry)",
+	                  pool->failed_msg);
+	return true;
+}
+
 bool pool_find_server(PgSocket *c)
 {
 	PgPool *pool = c->pool;
@@ -146,13 +160,8 @@ bool pool_find_server(PgSocket *c)
 			}
 		}
 	}
-	/* fast fail while the server keeps refusing logins */
-	if (pool->last_login_failed && list_empty(&pool->idle_servers) && list_empty(&pool->active_servers) &&
-	    list_empty(&pool->tested_servers) && list_empty(&pool->used_servers) && !pool_paused(pool)) {
-		disconnect_client(c, true, "server login has been failing, cached error: %.99s (server_login_retry)",
-		                  pool->failed_msg);
+	if (pool_fast_fail(c))
 		return false;
-	}
 	c->wait_start = wk.now;
 	c->wait_notice_sent = false;
 	change_state(c, CL_WAITING);
@@ -171,6 +180,11 @@ void pool_server_ready(PgSocket *s)
 	                                                   : wk.cf.g.server_lifetime;
 	if (s->close_needed) {
 		disconnect_server(s, true, "database configuration changed");
+		return;
+	}
+	/* PAUSE and the safe shutdown close every server their client releases */
+	if (wk.pause_mode != P_NONE || pool->db->paused || wk.run_state == RUN_SHUTDOWN_SERVERS) {
+		disconnect_server(s, true, "pause mode");
 		return;
 	}
 	if (lifetime == 0 || (lifetime > 0 && wk.now - s->connect_time >= lifetime &&

@@ -342,12 +342,17 @@ static void sbuf_process(SBuf *sb, bool do_read)
 		}
 		if (st == STEP_CLOSED) {
 			if (sb->fd >= 0 && (sb->send_pos != sb->send_end)) {
-				/* the peer failed while we forwarded to it */
+				/*
+				 * The peer failed while we forwarded to it. Its owner is told
+				 * while our unsent bytes are still visible, so that it does not
+				 * take this socket (stopped mid-packet) for a reusable one.
+				 */
 				SBuf *dst = sb->dst;
-				sb->send_pos = sb->send_end = 0;
 				sb->in_process = false;
 				if (dst && dst->cb)
 					dst->cb(dst, SBEV_SEND_FAILED, NULL, NULL, 0);
+				if (sb->fd >= 0)
+					sb->send_pos = sb->send_end = 0;
 				return;
 			}
 			return; /* the sbuf may be freed: don't touch it */
@@ -456,7 +461,7 @@ bool sbuf_send_pktbuf(SBuf *sb, PktBuf *pb)
 
 bool sbuf_is_flushed(const SBuf *sb)
 {
-	return sb->out_pos >= sb->out.len && !sb->waiting_src;
+	return sb->out_pos >= sb->out.len && !sb->waiting_src && sb->send_pos == sb->send_end;
 }
 
 void sbuf_notify_flush(SBuf *sb)

@@ -169,10 +169,13 @@ static bool send_password_msg(PgSocket *s, const void *data, size_t len)
 	return ok;
 }
 
-static SBufAction login_fail(PgSocket *s, const char *msg)
+/* We cannot log in (no usable password, protocol trouble): clients waiting for this pool are told why. */
+static SBufAction login_fail(PgSocket *s, const char *why)
 {
-	slog(LG_WARNING, s, "server login failed: %s", msg);
-	pool_login_failed(s->pool, NULL, msg, false);
+	char msg[128];
+	snprintf(msg, sizeof(msg), "server login failed: %s", why);
+	slog(LG_WARNING, s, "%s", msg);
+	pool_login_failed(s->pool, "08P01", msg, true);
 	disconnect_server(s, false, "%s", msg);
 	return SB_CLOSED;
 }
@@ -193,7 +196,7 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
 		return SB_CONSUMED;
 	case 3: /* cleartext */
 		if (!pw || u->kind != SECRET_PLAIN)
-			return login_fail(s, "server login failed: wrong password type");
+			return login_fail(s, "wrong password type");
 		return send_password_msg(s, pw, strlen(pw) + 1) ? SB_CONSUMED : SB_CLOSED;
 	case 5: { /* md5 */
 		const uint8_t *salt;
@@ -201,7 +204,7 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
 			return login_fail(s, "bad md5 auth packet");
 		SecretKind kind = pw == u->secret ? u->kind : userlist_secret_kind(pw ? pw : "");
 		if (!pw || (kind != SECRET_PLAIN && kind != SECRET_MD5))
-			return login_fail(s, "server login failed: wrong password type");
+			return login_fail(s, "wrong password type");
 		char resp[MD5_PASSWD_LEN + 1];
 		md5_salted_response(pw, kind == SECRET_MD5, u->name, salt, resp);
 		return send_password_msg(s, resp, strlen(resp) + 1) ? SB_CONSUMED : SB_CLOSED;
@@ -213,8 +216,7 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
 			if (strcmp(mech, "SCRAM-SHA-256") == 0)
 				found = true;
 		if (!found)
-			return login_fail(s, "server login failed: none of the server's SASL authentication mechanisms "
-			                     "are supported");
+			return login_fail(s, "none of the server's SASL authentication mechanisms are supported");
 		free(s->scram_cli);
 		s->scram_cli = xcalloc(1, sizeof(*s->scram_cli));
 		SecretKind kind = pw == u->secret ? u->kind : userlist_secret_kind(pw ? pw : "");
@@ -223,7 +225,7 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
 		else if (kind == SECRET_SCRAM && u->has_scram_keys && !s->pool->db->cf.user)
 			scram_client_init_keys(s->scram_cli, u->scram_client_key, u->scram_server_key);
 		else
-			return login_fail(s, "server login failed: wrong password type");
+			return login_fail(s, "wrong password type");
 		char first[SCRAM_MAX_MSG];
 		if (!scram_client_first(s->scram_cli, first, sizeof(first)))
 			return login_fail(s, "SCRAM initialization failed");
@@ -248,12 +250,12 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
 	case 12: /* SASL final */
 		if (!s->scram_cli ||
 		    !scram_client_verify_final(s->scram_cli, (const char *)body + 4, len - 4, err, sizeof(err)))
-			return login_fail(s, "server login failed: invalid server signature");
+			return login_fail(s, "invalid server signature");
 		free(s->scram_cli);
 		s->scram_cli = NULL;
 		return SB_CONSUMED;
 	default:
-		return login_fail(s, "server login failed: wrong password type");
+		return login_fail(s, "wrong password type");
 	}
 }
 
@@ -418,6 +420,7 @@ static SBufAction handle_active_packet(PgSocket *s, const PktHdr *hdr, const uin
 		char st = hdr->len > 5 ? (char)data[5] : 'I';
 		s->txn_status = st;
 		s->ready = true;
+		s->copy_mode = false; /* a COPY that failed ends without CommandComplete */
 		if (c && c->query_start) {
 			pool->stats.query_time += (uint64_t)(wk.now - c->query_start);
 			c->query_start = 0;
@@ -460,9 +463,8 @@ SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *d
 		return SB_CONSUMED;
 	}
 	case SBEV_CONNECT_FAILED:
-		slog(LG_LOG, s, "closing because: connect failed: %s", strerror(sb->last_errno));
 		pool_login_failed(s->pool, NULL, "server connect failed", false);
-		disconnect_server(s, false, "connect failed");
+		disconnect_server(s, false, "connect failed: %s", strerror(sb->last_errno));
 		return SB_CLOSED;
 	case SBEV_EOF:
 	case SBEV_SEND_FAILED:

@@ -187,18 +187,22 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	case SIGQUIT:
 		exit(0);
 	case SIGUSR1:
-		if (wk.pause_mode == P_NONE) {
+		if (wk.pause_mode != P_NONE) {
+			log_info("got SIGUSR1, but already paused/suspended");
+		} else {
+			log_info("got SIGUSR1, pausing all activity");
 			wk.pause_mode = P_PAUSE;
 			worker_close_idle_servers();
 		}
 		break;
 	case SIGUSR2:
-		if (wk.run_state == RUN_ACTIVE && wk.pause_mode != P_NONE) {
-			if (wk.pause_mode == P_SUSPEND)
-				worker_listen_pause(false);
-			wk.pause_mode = P_NONE;
-			List *i;
-			list_for_each(i, &wk.pools) pool_wake_waiters(container_of(i, PgPool, node));
+		if (wk.run_state == RUN_SHUTDOWN_CLIENTS || wk.run_state == RUN_SHUTDOWN_SERVERS) {
+			log_info("got SIGUSR2 while shutting down, ignoring");
+		} else if (wk.pause_mode == P_NONE) {
+			log_info("got SIGUSR2, but not paused/suspended");
+		} else {
+			log_info("got SIGUSR2, continuing from PAUSE/SUSPEND");
+			admin_resume_all();
 		}
 		break;
 	}

@@ -1,0 +1,301 @@
+"""Client authentication against the auth_file (trust, plain, md5,
+scram-sha-256; spec/behaviours.md §2, errors of spec/cli.md §7) and the
+pooler's own login to a PostgreSQL that asks for md5 or SCRAM passwords,
+including SCRAM pass-through with only a stored SCRAM secret."""
+
+import hashlib
+import re
+
+import psycopg
+import pytest
+
+from conftest import Postgres, wait_for
+from test_bad_input import PgWire, error_fields, message
+
+PASSWORD = "s3cret pw"
+
+
+def md5_secret(user, password):
+    return "md5" + hashlib.md5((password + user).encode()).hexdigest()
+
+
+def scram_secret_of(server, role, password):
+    """A SCRAM verifier made by PostgreSQL itself (pg_authid.rolpassword)."""
+    server.create_role(role, password=password)
+    (secret,) = server.sql("SELECT rolpassword FROM pg_authid WHERE rolname = %s", [role])[0]
+    assert secret.startswith("SCRAM-SHA-256$"), secret
+    return secret
+
+
+def userlist(*entries):
+    return "".join(f'"{u}" "{p}"\n' for u, p in entries) + '"pgbouncer" "pgbouncer"\n'
+
+
+def raw_login_error(b, user, password, database="postgres"):
+    """Logs in over a raw socket; returns the ErrorResponse fields (asserting it was FATAL and final)."""
+    w = PgWire(b.port)
+    w.startup(user=user, database=database)
+    first = w.authenticate(user, password)
+    assert first is not None and first[0] == b"E", f"expected a login error, got {first!r}"
+    err = error_fields(first[1])
+    assert err["S"] == "FATAL", err
+    assert set(err) == {"S", "C", "M"}, err
+    assert w.at_eof()
+    return err
+
+
+def can_login(b, user, password, database="postgres"):
+    with b.connect(dbname=database, user=user, password=password, autocommit=True) as conn:
+        return conn.execute("SELECT current_user").fetchone()[0]
+
+
+@pytest.fixture(scope="module")
+def secrets(pg):
+    """Stored secrets of PASSWORD for user postgres, one per kind."""
+    return {
+        "plain": PASSWORD,
+        "md5": md5_secret("postgres", PASSWORD),
+        # a SCRAM verifier does not depend on the role name
+        "scram": scram_secret_of(pg, "pgb_auth_scram_src", PASSWORD),
+    }
+
+
+# ---------------------------------------------------------------------------
+# client authentication (the session cluster trusts the pooler)
+
+
+def test_trust_known_user(bouncer):
+    b = bouncer(ini_overrides={"auth_type": "trust"})
+    assert can_login(b, "postgres", None) == "postgres"
+    assert can_login(b, "postgres", "any password is ignored") == "postgres"
+
+
+def test_trust_unknown_user(bouncer):
+    b = bouncer(ini_overrides={"auth_type": "trust"})
+    with pytest.raises(psycopg.OperationalError, match='"trust" authentication failed'):
+        can_login(b, "nobody_here", None)
+    err = raw_login_error(b, "nobody_here", None)
+    assert (err["C"], err["M"]) == ("08P01", '"trust" authentication failed')
+
+
+# (auth_type, stored secret kind) -> message for a wrong password, or the exchange expected
+MATRIX = [
+    ("plain", "plain", "password authentication failed"),
+    ("plain", "md5", "password authentication failed"),
+    ("plain", "scram", "password authentication failed"),
+    ("md5", "plain", "password authentication failed"),
+    ("md5", "md5", "password authentication failed"),
+    ("md5", "scram", "SASL authentication failed"),  # md5 is upgraded to SCRAM for a SCRAM secret
+    ("scram-sha-256", "plain", "SASL authentication failed"),
+    ("scram-sha-256", "scram", "SASL authentication failed"),
+]
+
+
+@pytest.mark.parametrize("auth_type,kind,wrong_msg", MATRIX, ids=[f"{a}-{k}" for a, k, _ in MATRIX])
+def test_password_methods(bouncer, secrets, auth_type, kind, wrong_msg):
+    b = bouncer(ini_overrides={"auth_type": auth_type}, users_txt=userlist(("postgres", secrets[kind])))
+    assert can_login(b, "postgres", PASSWORD) == "postgres"
+    with pytest.raises(psycopg.OperationalError, match=re.escape(wrong_msg)):
+        can_login(b, "postgres", PASSWORD + "x")
+    err = raw_login_error(b, "postgres", "wrong")
+    assert (err["C"], err["M"]) == ("08P01", wrong_msg)
+    # a second client after the failures still logs in, and shares the pool
+    assert can_login(b, "postgres", PASSWORD) == "postgres"
+
+
+def test_scram_with_md5_secret_fails(bouncer, secrets):
+    b = bouncer(ini_overrides={"auth_type": "scram-sha-256"}, users_txt=userlist(("postgres", secrets["md5"])))
+    err = raw_login_error(b, "postgres", PASSWORD)
+    assert (err["C"], err["M"]) == ("08P01", "SASL authentication failed")
+
+
+@pytest.mark.parametrize("auth_type,msg", [("plain", "password authentication failed"),
+                                           ("md5", "password authentication failed"),
+                                           ("scram-sha-256", "SASL authentication failed")])
+def test_unknown_user_looks_like_wrong_password(bouncer, secrets, auth_type, msg):
+    b = bouncer(ini_overrides={"auth_type": auth_type}, users_txt=userlist(("postgres", secrets["plain"])))
+    wrong = raw_login_error(b, "postgres", "wrong")
+    unknown = raw_login_error(b, "no_such_user_anywhere", PASSWORD)
+    assert wrong == unknown == {"S": "FATAL", "C": "08P01", "M": msg}
+    # nothing in the exchange reveals that the user is unknown: same request types
+    for user in ("postgres", "no_such_user_anywhere"):
+        w = PgWire(b.port)
+        w.startup(user=user)
+        m = w.read_msg()
+        assert m[0] == b"R"
+        assert m[1][:4] == {"plain": b"\0\0\0\x03", "md5": b"\0\0\0\x05",
+                            "scram-sha-256": b"\0\0\0\x0a"}[auth_type]
+        w.close()
+
+
+@pytest.mark.parametrize("auth_type", ["plain", "md5"])
+def test_empty_password_message(bouncer, auth_type):
+    b = bouncer(ini_overrides={"auth_type": auth_type})
+    w = PgWire(b.port)
+    w.startup()
+    assert w.read_msg()[0] == b"R"
+    w.send(message(b"p", b"\0"))
+    w.expect_fatal("empty password returned by client")
+
+
+@pytest.mark.parametrize("auth_type,msg", [("plain", "password authentication failed"),
+                                           ("md5", "password authentication failed"),
+                                           ("scram-sha-256", "SASL authentication failed")])
+def test_stored_empty_password_never_matches(bouncer, auth_type, msg):
+    b = bouncer(ini_overrides={"auth_type": auth_type}, users_txt=userlist(("postgres", "")))
+    err = raw_login_error(b, "postgres", "x")
+    assert (err["C"], err["M"]) == ("08P01", msg)
+
+
+def test_scram_invalid_mechanism(bouncer):
+    b = bouncer(ini_overrides={"auth_type": "scram-sha-256"}, users_txt=userlist(("postgres", PASSWORD)))
+    w = PgWire(b.port)
+    w.startup()
+    m = w.read_msg()
+    assert m[0] == b"R" and m[1][:4] == b"\0\0\0\x0a"
+    assert m[1][4:] == b"SCRAM-SHA-256\0\0", "only SCRAM-SHA-256 is offered (no -PLUS)"
+    first = b"n,,n=,r=abcdefghijklmnop"
+    w.send(message(b"p", b"SCRAM-SHA-256-PLUS\0" + len(first).to_bytes(4, "big") + first))
+    w.expect_fatal("client selected an invalid SASL authentication mechanism")
+
+
+def test_scram_garbage_client_first(bouncer):
+    b = bouncer(ini_overrides={"auth_type": "scram-sha-256"}, users_txt=userlist(("postgres", PASSWORD)))
+    w = PgWire(b.port)
+    w.startup()
+    assert w.read_msg()[0] == b"R"
+    junk = b"this is not scram"
+    w.send(message(b"p", b"SCRAM-SHA-256\0" + len(junk).to_bytes(4, "big") + junk))
+    w.expect_fatal("SASL authentication failed")
+
+
+def test_admin_console_requires_admin_user(bouncer):
+    b = bouncer(ini_overrides={"auth_type": "md5"},
+                users_txt=userlist(("postgres", PASSWORD), ("someone", "pw2")))
+    with b.admin(password="pgbouncer") as admin:
+        assert admin.execute("SHOW VERSION").fetchone()
+    err = raw_login_error(b, "someone", "pw2", database="pgbouncer")
+    assert (err["C"], err["M"]) == ("08P01", "not allowed")
+    err = raw_login_error(b, "pgbouncer", "wrong", database="pgbouncer")
+    assert (err["C"], err["M"]) == ("08P01", "password authentication failed")
+
+
+# ---------------------------------------------------------------------------
+# the pooler's login to a PostgreSQL that wants passwords
+
+
+@pytest.fixture(scope="module")
+def pwpg(run_as, session_dir):
+    """A cluster of its own whose TCP logins need md5 or SCRAM passwords
+    (except for the superuser that sets it up)."""
+    server = Postgres(run_as, session_dir)
+    try:
+        server.start()
+        with server.connect() as conn:
+            conn.execute("SET password_encryption = 'md5'")
+            conn.execute("CREATE ROLE pgb_md5 LOGIN PASSWORD 'md5-pw'")
+            conn.execute("SET password_encryption = 'scram-sha-256'")
+            conn.execute("CREATE ROLE pgb_scram LOGIN PASSWORD 'scram-pw'")
+        run_as.write(server.datadir / "pg_hba.conf",
+                     "local all all trust\n"
+                     "host all postgres 127.0.0.1/32 trust\n"
+                     "host all pgb_md5 127.0.0.1/32 md5\n"
+                     "host all all 127.0.0.1/32 scram-sha-256\n", mode=0o600)
+        server.sql("SELECT pg_reload_conf()")
+
+        def needs_password():
+            try:
+                server.connect(user="pgb_scram").close()
+                return False
+            except psycopg.OperationalError:
+                return True
+
+        wait_for(needs_password, "the new pg_hba.conf to be in effect")
+        server.scram_secret = server.sql("SELECT rolpassword FROM pg_authid WHERE rolname = 'pgb_scram'")[0][0]
+        yield server
+    finally:
+        server.stop()
+
+
+def pw_bouncer(bouncer, pwpg, auth_type, users):
+    return bouncer(ini_overrides={"auth_type": auth_type}, users_txt=userlist(*users),
+                   databases={"postgres": pwpg.connstr("postgres")})
+
+
+@pytest.mark.parametrize("auth_type", ["trust", "scram-sha-256"])
+def test_server_scram_login_with_plain_password(bouncer, pwpg, auth_type):
+    b = pw_bouncer(bouncer, pwpg, auth_type, [("pgb_scram", "scram-pw")])
+    assert can_login(b, "pgb_scram", "scram-pw") == "pgb_scram"
+    assert can_login(b, "pgb_scram", "scram-pw") == "pgb_scram"
+
+
+@pytest.mark.parametrize("stored", ["plain", "md5"])
+def test_server_md5_login(bouncer, pwpg, stored):
+    secret = "md5-pw" if stored == "plain" else md5_secret("pgb_md5", "md5-pw")
+    b = pw_bouncer(bouncer, pwpg, "md5", [("pgb_md5", secret)])
+    assert can_login(b, "pgb_md5", "md5-pw") == "pgb_md5"
+
+
+@pytest.mark.parametrize("auth_type", ["scram-sha-256", "md5"])
+def test_scram_pass_through(bouncer, pwpg, auth_type):
+    """Only the role's SCRAM secret is stored: the client's proof gives the
+    pooler the keys to log into PostgreSQL."""
+    b = pw_bouncer(bouncer, pwpg, auth_type, [("pgb_scram", pwpg.scram_secret)])
+    with b.connect(user="pgb_scram", password="scram-pw", autocommit=True) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == ("pgb_scram",)
+    assert can_login(b, "pgb_scram", "scram-pw") == "pgb_scram"
+    # a second server of the pool logs in with the same keys
+    c1 = b.connect(user="pgb_scram", password="scram-pw", autocommit=True)
+    c2 = b.connect(user="pgb_scram", password="scram-pw", autocommit=True)
+    pids = {c.execute("SELECT pg_backend_pid()").fetchone()[0] for c in (c1, c2)}
+    assert len(pids) == 2
+    with pytest.raises(psycopg.OperationalError, match="SASL authentication failed"):
+        can_login(b, "pgb_scram", "wrong")
+
+
+def test_server_rejects_wrong_stored_password(bouncer, pwpg):
+    """The server's own error (text and SQLSTATE) reaches the waiting client."""
+    b = pw_bouncer(bouncer, pwpg, "trust", [("pgb_scram", "not-the-password")])
+    err = raw_login_error(b, "pgb_scram", None)
+    assert err["C"] == "28P01", err
+    assert err["M"] == 'password authentication failed for user "pgb_scram"', err
+    b.wait_log(r"server login failed: FATAL password authentication failed for user \"pgb_scram\"")
+
+
+def test_server_login_failure_fast_fail(bouncer, pwpg):
+    """Within server_login_retry, the next client gets the cached error at once."""
+    b = bouncer(ini_overrides={"auth_type": "trust", "server_login_retry": 30},
+                users_txt=userlist(("pgb_scram", "not-the-password")),
+                databases={"postgres": pwpg.connstr("postgres")})
+    err = raw_login_error(b, "pgb_scram", None)
+    assert err["C"] == "28P01"
+    err = raw_login_error(b, "pgb_scram", None)
+    assert (err["C"], err["M"]) == (
+        "08P01", 'server login has been failing, cached error: password authentication failed for user '
+                 '"pgb_scram" (server_login_retry)')
+
+
+def test_server_wants_password_we_do_not_have(bouncer, pwpg):
+    """A SCRAM secret without pass-through keys (trust client) cannot log in."""
+    b = pw_bouncer(bouncer, pwpg, "trust", [("pgb_scram", pwpg.scram_secret)])
+    err = raw_login_error(b, "pgb_scram", None)
+    assert (err["C"], err["M"]) == ("08P01", "server login failed: wrong password type")
+
+
+def test_server_login_recovers_after_retry(bouncer, pwpg):
+    """Once server_login_retry has passed, a new client triggers a new login attempt."""
+    b = bouncer(ini_overrides={"auth_type": "trust", "server_login_retry": 1},
+                users_txt=userlist(("pgb_scram", "not-the-password")),
+                databases={"postgres": pwpg.connstr("postgres")})
+    assert raw_login_error(b, "pgb_scram", None)["C"] == "28P01"
+    b.run_as.write(b.userlist, userlist(("pgb_scram", "scram-pw")), mode=0o600)
+    b.reload()
+
+    def works():
+        try:
+            return can_login(b, "pgb_scram", None) == "pgb_scram"
+        except psycopg.OperationalError as e:
+            assert "password authentication failed" in str(e) or "server_login_retry" in str(e), e
+            return False
+
+    wait_for(works, "the pool to log in again after server_login_retry", interval=0.3)

@@ -1,0 +1,606 @@
+"""Malformed and hostile input on the client port (spec/behaviours.md §1,
+spec/cli.md §7): every bad packet gets the documented FATAL (SQLSTATE 08P01)
+or a silent close, and neither the pooler nor a well-behaved client that is
+connected at the same time notices anything.
+
+The raw-protocol helper (PgWire and friends) is also used by test_auth.py and
+test_pooling.py where a test needs the exact SQLSTATE of a login error, which
+libpq does not expose for failed connection attempts.
+"""
+
+import base64
+import hashlib
+import hmac
+import os
+import re
+import socket
+import struct
+
+import pytest
+
+from conftest import DEADLINE
+
+PROTO_V3 = 0x00030000
+PROTO_V2 = 0x00020000
+SSL_REQUEST = 80877103
+GSSENC_REQUEST = 80877104
+CANCEL_REQUEST = 80877102
+
+
+# ---------------------------------------------------------------------------
+# a tiny raw PostgreSQL protocol client
+
+
+def startup_packet(params, code=PROTO_V3):
+    """A StartupMessage: int32 length, int32 code, key\\0value\\0 pairs, \\0."""
+    body = struct.pack("!I", code)
+    for key, value in params.items():
+        body += key.encode() + b"\0" + value.encode() + b"\0"
+    body += b"\0"
+    return struct.pack("!I", len(body) + 4) + body
+
+
+def request_packet(code, extra=b""):
+    """SSLRequest, GSSENCRequest or CancelRequest (length, code, payload)."""
+    return struct.pack("!II", 8 + len(extra), code) + extra
+
+
+def message(mtype, body=b""):
+    """A typed message: type byte, int32 length (counting itself), body."""
+    return mtype + struct.pack("!I", len(body) + 4) + body
+
+
+def query_message(sql):
+    return message(b"Q", sql.encode() + b"\0")
+
+
+def error_fields(body):
+    """Fields of an ErrorResponse/NoticeResponse body: {'S': ..., 'C': ..., 'M': ...}."""
+    fields = {}
+    for part in body.split(b"\0"):
+        if part:
+            fields[chr(part[0])] = part[1:].decode(errors="replace")
+    return fields
+
+
+def md5_response(user, password, salt):
+    inner = hashlib.md5((password + user).encode()).hexdigest()
+    return "md5" + hashlib.md5(inner.encode() + salt).hexdigest()
+
+
+class PgWire:
+    """One raw connection to the pooler (TCP, or its Unix socket when host is a directory)."""
+
+    def __init__(self, port, host="127.0.0.1"):
+        if str(host).startswith("/"):
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(10)
+            self.sock.connect(f"{host}/.s.PGSQL.{port}")
+        else:
+            self.sock = socket.create_connection((host, port), timeout=10)
+        self.sock.settimeout(DEADLINE)
+        self.buf = b""
+
+    def close(self):
+        self.sock.close()
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def _fill(self, n):
+        """Buffers at least n bytes; False on EOF."""
+        while len(self.buf) < n:
+            try:
+                chunk = self.sock.recv(65536)
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                return False
+            self.buf += chunk
+        return True
+
+    def read_byte(self):
+        """One byte (the answer to SSLRequest/GSSENCRequest), or None on EOF."""
+        if not self._fill(1):
+            return None
+        b, self.buf = self.buf[:1], self.buf[1:]
+        return b
+
+    def read_msg(self):
+        """(type, body) of the next message, or None when the connection closed."""
+        if not self._fill(5):
+            return None
+        mtype = self.buf[:1]
+        (length,) = struct.unpack("!I", self.buf[1:5])
+        if not self._fill(1 + length):
+            return None
+        body = self.buf[5 : 1 + length]
+        self.buf = self.buf[1 + length :]
+        return mtype, body
+
+    def at_eof(self):
+        """True when the peer has closed the connection and nothing is left to read."""
+        return not self.buf and not self._fill(1)
+
+    def read_until(self, *types):
+        """Messages up to and including the first one of `types` (or until EOF)."""
+        got = []
+        while True:
+            m = self.read_msg()
+            if m is None:
+                return got
+            got.append(m)
+            if m[0] in types:
+                return got
+
+    def expect_fatal(self, text, sqlstate="08P01"):
+        """Reads until an ErrorResponse, checks it, then checks that the pooler closed the connection."""
+        msgs = self.read_until(b"E")
+        assert msgs and msgs[-1][0] == b"E", f"expected an ErrorResponse, got {msgs!r}"
+        err = error_fields(msgs[-1][1])
+        assert err.get("S") == "FATAL", err
+        assert err.get("C") == sqlstate, err
+        if isinstance(text, re.Pattern):
+            assert text.fullmatch(err.get("M", "")), err
+        else:
+            assert err.get("M") == text, err
+        assert set(err) == {"S", "C", "M"}, f"pooler errors carry only S, C and M: {err}"
+        assert self.at_eof(), "the connection should be closed after a FATAL error"
+        return err
+
+    def expect_closed(self):
+        """The pooler closes without answering (anything it sent is returned)."""
+        msgs = []
+        while True:
+            m = self.read_msg()
+            if m is None:
+                return msgs
+            msgs.append(m)
+
+    def startup(self, user="postgres", database="postgres", **params):
+        p = {"user": user, "database": database} if user is not None else {"database": database}
+        p.update(params)
+        self.send(startup_packet(p))
+
+    def authenticate(self, user="postgres", password=None, scram_password=None, first=None):
+        """Answers the pooler's authentication requests (starting with `first`
+        if it was already read); returns the first message that is not an
+        authentication step (AuthenticationOk, or an ErrorResponse)."""
+        scram = None
+        while True:
+            m, first = first or self.read_msg(), None
+            if m is None or m[0] != b"R":
+                return m
+            (code,) = struct.unpack("!I", m[1][:4])
+            if code == 0:
+                return m
+            if code == 3:
+                self.send(message(b"p", password.encode() + b"\0"))
+            elif code == 5:
+                self.send(message(b"p", md5_response(user, password, m[1][4:8]).encode() + b"\0"))
+            elif code == 10:
+                mechs = m[1][4:].split(b"\0")
+                assert b"SCRAM-SHA-256" in mechs, mechs
+                scram = ScramClient(scram_password if scram_password is not None else password)
+                client_first = scram.first().encode()
+                self.send(message(b"p", b"SCRAM-SHA-256\0" + struct.pack("!I", len(client_first)) + client_first))
+            elif code == 11:
+                self.send(message(b"p", scram.final(m[1][4:].decode()).encode()))
+            elif code == 12:
+                scram.verify(m[1][4:].decode())
+            else:
+                raise AssertionError(f"unexpected authentication request {code}")
+
+    def login(self, user="postgres", database="postgres", password=None, **params):
+        """Startup + authentication + welcome; returns the welcome messages up to ReadyForQuery."""
+        self.startup(user, database, **params)
+        first = self.authenticate(user, password)
+        assert first is not None and first[0] == b"R", f"login failed: {first!r} " + (
+            repr(error_fields(first[1])) if first and first[0] == b"E" else "")
+        msgs = self.read_until(b"Z", b"E")
+        assert msgs and msgs[-1][0] == b"Z", f"no ReadyForQuery after login: {msgs!r}"
+        return msgs
+
+    def simple_query(self, sql):
+        """Sends a Query; returns (rows as lists of str/None, error fields or None)."""
+        self.send(query_message(sql))
+        rows, err = [], None
+        for mtype, body in self.read_until(b"Z"):
+            if mtype == b"D":
+                (n,) = struct.unpack("!H", body[:2])
+                pos, row = 2, []
+                for _ in range(n):
+                    (ln,) = struct.unpack("!i", body[pos : pos + 4])
+                    pos += 4
+                    if ln < 0:
+                        row.append(None)
+                    else:
+                        row.append(body[pos : pos + ln].decode())
+                        pos += ln
+                rows.append(row)
+            elif mtype == b"E":
+                err = error_fields(body)
+        return rows, err
+
+
+class ScramClient:
+    """Client side of SCRAM-SHA-256 without channel binding (RFC 5802/7677)."""
+
+    def __init__(self, password):
+        self.password = password.encode()
+        self.nonce = base64.b64encode(os.urandom(18)).decode()
+
+    def first(self):
+        self.bare = f"n=,r={self.nonce}"
+        return "n,," + self.bare
+
+    def final(self, server_first):
+        attrs = dict(kv.split("=", 1) for kv in server_first.split(","))
+        assert attrs["r"].startswith(self.nonce)
+        salted = hashlib.pbkdf2_hmac("sha256", self.password, base64.b64decode(attrs["s"]), int(attrs["i"]))
+        client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+        stored_key = hashlib.sha256(client_key).digest()
+        without_proof = f"c=biws,r={attrs['r']}"
+        auth_message = f"{self.bare},{server_first},{without_proof}".encode()
+        signature = hmac.new(stored_key, auth_message, hashlib.sha256).digest()
+        proof = bytes(a ^ b for a, b in zip(client_key, signature))
+        server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+        self.expected_server_sig = base64.b64encode(hmac.new(server_key, auth_message, hashlib.sha256).digest())
+        return f"{without_proof},p={base64.b64encode(proof).decode()}"
+
+    def verify(self, server_final):
+        assert server_final == "v=" + self.expected_server_sig.decode(), server_final
+
+
+# ---------------------------------------------------------------------------
+# fixtures
+
+
+@pytest.fixture
+def with_bystander(bouncer):
+    """A running pooler plus a well-behaved client that has already used a server.
+
+    Returns (bouncer, bystander); call check_unharmed() at the end of a test."""
+
+    def make(**ini):
+        b = bouncer(ini_overrides=ini)
+        bystander = b.connect(autocommit=True, password="postgres")
+        assert bystander.execute("SELECT 1").fetchone() == (1,)
+        return b, bystander
+
+    return make
+
+
+def check_unharmed(b, bystander):
+    """The pooler is up, the bystander keeps working, and a new client can log in."""
+    assert b.alive(), f"pooler died\n{b.describe()}"
+    for i in range(3):
+        assert bystander.execute("SELECT %s::int * 2", [i]).fetchone() == (i * 2,)
+    assert bystander.execute("SELECT 'still here'").fetchone() == ("still here",)
+    with b.connect(autocommit=True, password="postgres") as fresh:
+        assert fresh.execute("SELECT 42").fetchone() == (42,)
+    w = PgWire(b.port)
+    w.login(password="postgres")
+    assert w.simple_query("SELECT 7") == ([["7"]], None)
+    w.close()
+
+
+BAD_HEADER = re.compile(r"bad packet header: '[0-9a-f]+'")
+
+
+# ---------------------------------------------------------------------------
+# startup phase
+
+
+def test_garbage_startup_packet(with_bystander):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    err = w.expect_fatal(BAD_HEADER)
+    assert err["M"].startswith("bad packet header: '47455420"), err
+    check_unharmed(b, bystander)
+
+
+@pytest.mark.parametrize("length", [0, 4, 7, -1, -8], ids=["zero", "four", "seven", "minus1", "minus8"])
+def test_startup_length_out_of_range(with_bystander, length):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.send(struct.pack("!iI", length, PROTO_V3) + b"user\0postgres\0\0")
+    w.expect_fatal(BAD_HEADER)
+    check_unharmed(b, bystander)
+
+
+def test_startup_longer_than_startup_limit(with_bystander):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.send(struct.pack("!II", 70000, PROTO_V3) + b"x" * 100)
+    w.expect_fatal(BAD_HEADER)
+    check_unharmed(b, bystander)
+
+
+def test_truncated_startup_then_close(with_bystander):
+    b, bystander = with_bystander()
+    pkt = startup_packet({"user": "postgres", "database": "postgres"})
+    mark = b.log_mark()
+    w = PgWire(b.port)
+    w.send(pkt[: len(pkt) // 2])
+    w.close()
+    b.wait_log(r"C-0x[0-9a-f]+: .*closing because: client unexpected eof", after=mark)
+    check_unharmed(b, bystander)
+
+
+def test_header_only_then_close(with_bystander):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.send(b"\x00\x00")
+    w.close()
+    check_unharmed(b, bystander)
+
+
+def test_old_v2_protocol(with_bystander):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.send(startup_packet({"user": "postgres", "database": "postgres"}, code=PROTO_V2))
+    w.expect_fatal("old V2 protocol not supported")
+    check_unharmed(b, bystander)
+
+
+def test_unknown_protocol_version(with_bystander):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.send(startup_packet({"user": "postgres", "database": "postgres"}, code=0x00040000))
+    w.expect_fatal(BAD_HEADER)
+    check_unharmed(b, bystander)
+
+
+@pytest.mark.parametrize("minor,pq_params", [(2, {}), (0, {"_pq_.some_extension": "on"}),
+                                              (2, {"_pq_.a": "1", "_pq_.b": "2"})],
+                         ids=["3.2", "3.0-with-pq", "3.2-with-pq"])
+def test_newer_protocol_is_negotiated_down(with_bystander, minor, pq_params):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    params = {"user": "postgres", "database": "postgres", **pq_params}
+    w.send(startup_packet(params, code=PROTO_V3 | minor))
+    mtype, body = w.read_msg()
+    assert mtype == b"v", (mtype, body)
+    newest, count = struct.unpack("!II", body[:8])
+    assert newest == PROTO_V3
+    assert count == len(pq_params)
+    assert body[8:].split(b"\0")[:count] == [k.encode() for k in pq_params]
+    assert w.authenticate() == (b"R", b"\0\0\0\0")
+    assert w.read_until(b"Z")[-1][0] == b"Z"
+    assert w.simple_query("SELECT 'negotiated'") == ([["negotiated"]], None)
+    check_unharmed(b, bystander)
+
+
+def test_ssl_request_answered_n_then_startup(with_bystander):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.send(request_packet(SSL_REQUEST))
+    assert w.read_byte() == b"N"
+    w.login()
+    assert w.simple_query("SELECT 'plain'") == ([["plain"]], None)
+    check_unharmed(b, bystander)
+
+
+def test_gssenc_request_answered_n_then_startup(with_bystander):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.send(request_packet(GSSENC_REQUEST))
+    assert w.read_byte() == b"N"
+    w.send(request_packet(SSL_REQUEST))
+    assert w.read_byte() == b"N"
+    w.login()
+    assert w.simple_query("SELECT 1") == ([["1"]], None)
+    check_unharmed(b, bystander)
+
+
+def test_data_after_ssl_request(with_bystander):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.send(request_packet(SSL_REQUEST) + startup_packet({"user": "postgres", "database": "postgres"}))
+    w.expect_fatal("received unencrypted data after SSL request")
+    check_unharmed(b, bystander)
+
+
+def test_data_after_gssenc_request(with_bystander):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.send(request_packet(GSSENC_REQUEST) + startup_packet({"user": "postgres", "database": "postgres"}))
+    w.expect_fatal("received unencrypted data after GSSAPI encryption request")
+    check_unharmed(b, bystander)
+
+
+def test_missing_user(with_bystander):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.startup(user=None)
+    w.expect_fatal("no username supplied")
+    check_unharmed(b, bystander)
+
+
+def test_empty_user(with_bystander):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.startup(user="")
+    w.expect_fatal("no username supplied")
+    check_unharmed(b, bystander)
+
+
+def test_username_too_long(with_bystander):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.startup(user="u" * 200)
+    w.expect_fatal("username too long")
+    check_unharmed(b, bystander)
+
+
+def test_startup_without_terminator(with_bystander):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    body = struct.pack("!I", PROTO_V3) + b"user\0postgres\0database\0postgres\0"  # no final NUL
+    w.send(struct.pack("!I", len(body) + 4) + body)
+    w.expect_fatal("invalid startup packet layout: expected terminator as last byte")
+    check_unharmed(b, bystander)
+
+
+def test_unsupported_startup_parameter(with_bystander):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.startup(extra_float_digits="2")
+    w.expect_fatal("unsupported startup parameter: extra_float_digits")
+    check_unharmed(b, bystander)
+
+
+def test_ignored_startup_parameter(with_bystander):
+    b, bystander = with_bystander(ignore_startup_parameters="extra_float_digits")
+    w = PgWire(b.port)
+    w.login(extra_float_digits="2")
+    assert w.simple_query("SELECT 5") == ([["5"]], None)
+    check_unharmed(b, bystander)
+
+
+def test_bad_options_parameter(with_bystander):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.startup(options="DateStyle=ISO")
+    w.expect_fatal("unsupported options startup parameter: only '-c config=val' and '--config=val' are allowed")
+    w = PgWire(b.port)
+    w.startup(options="-c work_mem=8MB")
+    w.expect_fatal("unsupported startup parameter in options: work_mem")
+    check_unharmed(b, bystander)
+
+
+def test_cancel_request_with_unknown_key_is_not_answered(with_bystander):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.send(request_packet(CANCEL_REQUEST, struct.pack("!I", 12345) + b"abcd"))
+    assert w.expect_closed() == []
+    check_unharmed(b, bystander)
+
+
+def test_cancel_request_with_wrong_length_is_closed(with_bystander):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.send(request_packet(CANCEL_REQUEST, b"\0" * 12))
+    assert w.expect_closed() == []
+    check_unharmed(b, bystander)
+
+
+def test_second_startup_is_rejected_during_auth(with_bystander):
+    b, bystander = with_bystander(auth_type="md5")
+    w = PgWire(b.port)
+    w.startup()
+    m = w.read_msg()
+    assert m[0] == b"R" and struct.unpack("!I", m[1][:4])[0] == 5
+    # a second StartupMessage arrives where a PasswordMessage belongs
+    w.send(startup_packet({"user": "postgres", "database": "postgres"}))
+    msgs = w.expect_closed()
+    assert all(t != b"Z" for t, _ in msgs), msgs
+    check_unharmed(b, bystander)
+
+
+def test_wrong_password(with_bystander):
+    b, bystander = with_bystander(auth_type="md5")
+    w = PgWire(b.port)
+    w.startup()
+    first = w.authenticate(password="not-the-password")
+    assert first[0] == b"E"
+    err = error_fields(first[1])
+    assert (err["S"], err["C"], err["M"]) == ("FATAL", "08P01", "password authentication failed")
+    assert w.at_eof()
+    check_unharmed(b, bystander)
+
+
+# ---------------------------------------------------------------------------
+# after login
+
+
+def test_unknown_message_type(with_bystander):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.login()
+    w.send(message(b"z"))
+    w.expect_fatal("unknown pkt")
+    check_unharmed(b, bystander)
+
+
+@pytest.mark.parametrize("length", [0, 3, -5], ids=["zero", "three", "negative"])
+def test_message_length_out_of_range(with_bystander, length):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.login()
+    w.send(b"Q" + struct.pack("!i", length) + b"SELECT 1\0")
+    w.expect_fatal(BAD_HEADER)
+    check_unharmed(b, bystander)
+
+
+def test_message_longer_than_max_packet_size(with_bystander):
+    b, bystander = with_bystander(max_packet_size=2048)
+    w = PgWire(b.port)
+    w.login()
+    assert w.simple_query("SELECT 'small enough'") == ([["small enough"]], None)
+    w.send(query_message("SELECT '" + "x" * 5000 + "'"))
+    err = w.expect_fatal(BAD_HEADER)
+    assert err["M"].startswith("bad packet header: '51"), err  # the type byte 'Q' comes first
+    check_unharmed(b, bystander)
+
+
+def test_disconnect_mid_packet(with_bystander):
+    """A client that dies halfway through a query must not leave a half
+    message on a server that is then given to the next client."""
+    b, bystander = with_bystander(default_pool_size=2)
+    for _ in range(3):
+        w = PgWire(b.port)
+        w.login()
+        assert w.simple_query("SELECT 1") == ([["1"]], None)
+        full = query_message("SELECT '" + "y" * 200 + "'")
+        w.send(full[:60])
+        w.close()
+        # a new client gets a server (the same or a fresh one) that answers normally
+        w2 = PgWire(b.port)
+        w2.login()
+        assert w2.simple_query("SELECT 'clean'") == ([["clean"]], None)
+        w2.close()
+    check_unharmed(b, bystander)
+
+
+def test_disconnect_mid_packet_before_server(with_bystander):
+    b, bystander = with_bystander()
+    w = PgWire(b.port)
+    w.login()
+    w.send(query_message("SELECT 1")[:3])
+    w.close()
+    check_unharmed(b, bystander)
+
+
+def test_disconnect_during_auth(with_bystander):
+    b, bystander = with_bystander(auth_type="md5")
+    w = PgWire(b.port)
+    w.startup()
+    assert w.read_msg()[0] == b"R"
+    w.send(b"p\x00\x00")
+    w.close()
+    check_unharmed(b, bystander)
+
+
+def test_garbage_instead_of_password(with_bystander):
+    b, bystander = with_bystander(auth_type="md5")
+    w = PgWire(b.port)
+    w.startup()
+    assert w.read_msg()[0] == b"R"
+    w.send(message(b"Q", b"SELECT 1\0"))
+    msgs = w.expect_closed()
+    assert all(t != b"Z" for t, _ in msgs), msgs
+    check_unharmed(b, bystander)
+
+
+def test_terminate_mid_stream_of_many_clients(with_bystander):
+    """Many clients that log in and vanish without Terminate."""
+    b, bystander = with_bystander(default_pool_size=3)
+    for _ in range(10):
+        w = PgWire(b.port)
+        w.login()
+        w.send(query_message("SELECT pg_sleep(0.01)"))
+        w.close()
+    check_unharmed(b, bystander)
