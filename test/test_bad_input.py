@@ -512,6 +512,29 @@ def test_wrong_password(with_bystander):
     check_unharmed(b, bystander)
 
 
+def test_oversized_password_message(with_bystander):
+    """A password message far larger than any secret is refused before it is buffered."""
+    b, bystander = with_bystander(auth_type="plain")
+    w = PgWire(b.port)
+    w.startup()
+    kind, body = w.read_msg()
+    assert kind == b"R"
+    w.send(message(b"p", b"x" * 100000 + b"\0"))
+    w.expect_fatal("password too long")
+    assert "login failed" not in b.log_text()
+    check_unharmed(b, bystander)
+
+
+def test_unknown_user_is_logged(with_bystander):
+    b, bystander = with_bystander(auth_type="md5")
+    w = PgWire(b.port)
+    w.startup(user="nobody_here")
+    w.authenticate(user="nobody_here", password="x")
+    b.wait_log(r"login failed: db=postgres user=nobody_here")
+    b.wait_log(r"no such user: nobody_here")
+    check_unharmed(b, bystander)
+
+
 # ---------------------------------------------------------------------------
 # after login
 

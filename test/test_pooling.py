@@ -959,3 +959,20 @@ def test_unix_socket_client(bouncer):
                          autocommit=True) as conn:
         assert conn.execute("SELECT 'via unix'").fetchone() == ("via unix",)
     b.wait_log(r"C-0x[0-9a-f]+: postgres/postgres@unix\(\d+\):\d+ login attempt")
+
+
+def test_tcp_keepalive_options_applied(bouncer):
+    """tcp_keepidle reaches the client socket: the kernel's keepalive timer shows it."""
+    import subprocess
+    b = bouncer(ini_overrides={"tcp_keepalive": 1, "tcp_keepidle": 77, "tcp_keepintvl": 13})
+    conn = b.connect()
+    conn.execute("SELECT 1")
+
+    def keepalive_timer():
+        out = subprocess.run(["ss", "-tnoH", "state", "established", "sport", "=", f":{b.port}"],
+                             capture_output=True, text=True).stdout
+        return "timer:(keepalive," in out and out
+
+    out = wait_for(keepalive_timer, "the keepalive timer on the client socket")
+    # idle time 77 s: the first probe is due in a bit more than a minute
+    assert "timer:(keepalive,1min" in out, out

@@ -118,6 +118,7 @@ int var_index(const char *name);
 const char *var_name(int idx);
 int var_count(void);
 void var_set(VarValue *v, const char *value);
+void tune_tcp_socket(int fd);
 
 /* client.c */
 void client_accept(int fd, bool is_unix);

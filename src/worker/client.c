@@ -41,10 +41,7 @@ void client_accept(int fd, bool is_unix)
 			c->peer_uid = (uid_t)-1;
 		}
 	} else {
-		int on = 1;
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
-		if (wk.cf.g.tcp_keepalive)
-			setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+		tune_tcp_socket(fd);
 	}
 	wk.client_count++;
 	wk.accepted++;
@@ -299,17 +296,13 @@ static SBufAction handle_startup(PgSocket *c, const PktHdr *hdr, const uint8_t *
 	} else {
 		c->db = db;
 	}
-	if (!u) {
-		/* keep the name for logs and the mock exchange */
-		static PgUser unknown;
-		pgb_strlcpy(unknown.name, user, sizeof(unknown.name));
-		unknown.secret = NULL;
-		c->login_user = NULL;
-		c->auth_method = -1;
-		(void)unknown;
-	}
 	if (wk.cf.g.log_connections)
 		slog(LG_LOG, c, "login attempt: db=%s user=%s tls=no replication=no", dbname, user);
+	if (wk.cf.g.log_connections && (!db || !u)) {
+		slog(LG_LOG, c, "login failed: db=%s user=%s", dbname, user);
+		if (!u)
+			slog(LG_LOG, c, "no such user: %s", user);
+	}
 
 	if (!(db && db->admin) && wk.client_count > wk.cf.g.max_client_conn) {
 		disconnect_client(c, true, "no more connections allowed (max_client_conn)");
@@ -416,8 +409,14 @@ static bool known_client_type(char t)
 static SBufAction handle_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
 {
 	if (c->state == CL_LOGIN) {
-		if (hdr->type == 'p')
+		if (hdr->type == 'p') {
+			/* no password or SASL message of a real client comes near this */
+			if (hdr->len > 5 + USERLIST_MAX_SECRET + 1 && hdr->len > 5 + SCRAM_MAX_MSG + 64) {
+				disconnect_client(c, true, "password too long");
+				return SB_CLOSED;
+			}
 			return avail < hdr->len ? SB_NEED_FULL : auth_handle_password_msg(c, data, avail);
+		}
 		if (hdr->type == 'X') {
 			disconnect_client(c, false, "client close request");
 			return SB_CLOSED;

@@ -14,6 +14,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <netinet/tcp.h>
 
 #include "common/log.h"
 #include "common/pktbuf.h"
@@ -689,4 +690,27 @@ void disconnect_server(PgSocket *s, bool notify, const char *fmt, ...)
 	if (s->pool)
 		pool_maybe_launch(s->pool);
 	worker_check_shutdown();
+}
+
+/* TCP options of spec/config.md (tcp_keepalive, tcp_keep*, tcp_user_timeout, tcp_socket_buffer). */
+void tune_tcp_socket(int fd)
+{
+	const CfGlobals *g = &wk.cf.g;
+	int on = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+	if (g->tcp_keepalive) {
+		setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+		if (g->tcp_keepcnt > 0)
+			setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &g->tcp_keepcnt, sizeof(int));
+		if (g->tcp_keepidle > 0)
+			setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &g->tcp_keepidle, sizeof(int));
+		if (g->tcp_keepintvl > 0)
+			setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &g->tcp_keepintvl, sizeof(int));
+	}
+	if (g->tcp_user_timeout > 0)
+		setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &g->tcp_user_timeout, sizeof(int));
+	if (g->tcp_socket_buffer > 0) {
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &g->tcp_socket_buffer, sizeof(int));
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &g->tcp_socket_buffer, sizeof(int));
+	}
 }

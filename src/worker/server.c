@@ -138,12 +138,8 @@ bool server_launch(PgPool *pool)
 		disconnect_server(s, false, "connect failed");
 		return false;
 	}
-	if (!s->is_unix) {
-		int on = 1;
-		setsockopt(s->sb.fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
-		if (wk.cf.g.tcp_keepalive)
-			setsockopt(s->sb.fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
-	}
+	if (!s->is_unix)
+		tune_tcp_socket(s->sb.fd);
 	return true;
 }
 
