@@ -229,3 +229,37 @@ def test_sigterm_stops_every_worker(bouncer):
     assert b.stop(signal.SIGTERM) == 0
     for pid in pids:
         wait_for(lambda: not os.path.exists(f"/proc/{pid}"), f"worker {pid} to exit")
+
+
+def test_show_workers_same_from_every_worker(bouncer):
+    b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2})
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    answers, landed = set(), set()
+    for _ in range(30):
+        with b.admin() as conn:
+            landed.add(worker_of(conn))
+            rows = conn.execute("SHOW WORKERS").fetchall()
+            answers.add(tuple((r[0], r[1], r[2]) for r in rows))
+        if len(landed) == 2:
+            break
+    assert landed == {0, 1}, "console connections should land on both workers"
+    assert len(answers) == 1
+
+
+def test_cpu_affinity_cores(bouncer):
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2, "worker_cpu_affinity": "cores"})
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    pinned = {}
+    for w in workers(b):
+        with open(f"/proc/{w['pid']}/status") as f:
+            line = next(l for l in f if l.startswith("Cpus_allowed_list:"))
+        pinned[w["worker"]] = line.split(":")[1].strip()
+    assert len(set(pinned.values())) == 2, pinned
+    assert all("-" not in v and "," not in v for v in pinned.values()), pinned
+    # the master itself is not pinned
+    with open(f"/proc/{b.pid}/status") as f:
+        master = next(l for l in f if l.startswith("Cpus_allowed_list:")).split(":")[1].strip()
+    assert master not in pinned.values()
