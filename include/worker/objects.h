@@ -41,14 +41,6 @@ typedef enum SocketState {
 	SV_BEING_CANCELED, /* released but cancels for it are in flight (pool->being_canceled_servers) */
 } SocketState;
 
-/* Why a connection was closed: one enum so logs, SHOW and errors agree. */
-typedef enum CloseReason {
-	CR_CLIENT_CLOSE,      /* "client close request" */
-	CR_CLIENT_UNEXPECTED, /* "client unexpected eof" */
-	CR_SERVER_CLOSED,     /* "server conn crashed?" */
-	CR_OTHER,             /* free text */
-} CloseReason;
-
 typedef struct PgPool PgPool;
 typedef struct PgSocket PgSocket;
 
@@ -179,23 +171,16 @@ struct PgSocket {
 	bool stats_user;        /* console: read-only */
 
 	/* protocol state */
-	bool wait_for_welcome; /* client waits for the pool's first server */
-	bool sent_ssl_answer;
-	bool setting_vars;       /* server: running SET for tracked parameters */
-	bool resetting;          /* server: running reset/check query */
-	bool close_needed;       /* server: close when released */
-	bool ready;              /* server: saw ReadyForQuery, no query running */
-	char txn_status;         /* last ReadyForQuery status: I, T, E */
-	int expect_rfq;          /* server: ReadyForQuery messages to swallow */
-	bool copy_mode;          /* COPY in progress */
-	bool wait_notice_sent;   /* query_wait_notify NOTICE sent */
-	bool is_cancel;          /* a CancelRequest connection */
-	PgSocket *cancel_target; /* cancel request: the server to cancel */
+	bool setting_vars;     /* server: running SET for tracked parameters */
+	bool resetting;        /* server: running reset/check query */
+	bool close_needed;     /* server: close when released */
+	bool ready;            /* server: saw ReadyForQuery, no query running */
+	char txn_status;       /* last ReadyForQuery status: I, T, E */
+	bool copy_mode;        /* COPY in progress */
+	bool wait_notice_sent; /* query_wait_notify NOTICE sent */
 	uint8_t cancel_server_key[MAX_SERVER_KEY];
 	uint32_t cancel_server_key_len;
 	uint32_t cancel_server_pid;
-	CloseReason close_reason;
-	char close_msg[128];
 };
 
 #endif

@@ -100,7 +100,6 @@ void auth_login_complete(PgSocket *c)
 		return;
 	}
 	/* no server has logged in for this pool yet: wait for the first one */
-	c->wait_for_welcome = true;
 	c->wait_start = wk.now;
 	change_state(c, CL_WAITING_LOGIN);
 	sbuf_pause(&c->sb);

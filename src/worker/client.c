@@ -90,7 +90,6 @@ bool client_send_welcome(PgSocket *c)
 		pktbuf_write_notice(&pb, wk.cf.g.login_notify_message);
 	pktbuf_write_ready(&pb, 'I');
 	/* active before sending, so that a failed send is accounted as a logged-in client */
-	c->wait_for_welcome = false;
 	change_state(c, CL_ACTIVE);
 	bool ok = sbuf_send(&c->sb, pb.buf, pb.len);
 	pktbuf_free(&pb);
@@ -342,7 +341,6 @@ static SBufAction handle_startup_phase(PgSocket *c, const PktHdr *hdr, const uin
 		}
 		if (avail < hdr->len)
 			return SB_NEED_FULL;
-		c->is_cancel = true;
 		cancel_handle_request(c, data + 8);
 		return SB_CLOSED;
 	default:

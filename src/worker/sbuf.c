@@ -294,9 +294,14 @@ static Step process_buffer(SBuf *sb)
 	return STEP_NEED;
 }
 
-/* Read once into the buffer. STEP_OK = got data, STEP_NEED = nothing now, STEP_CLOSED = EOF/error reported. */
-static Step read_some(SBuf *sb)
+/*
+ * Read once into the buffer. STEP_OK = got data, STEP_NEED = nothing now,
+ * STEP_CLOSED = EOF/error reported. *filled tells whether the read filled
+ * all free space (only then may more be waiting in the socket).
+ */
+static Step read_some(SBuf *sb, bool *filled)
 {
+	*filled = false;
 	if (sb->pos == sb->end && sb->send_pos == sb->send_end) {
 		sb->pos = sb->end = 0;
 		if (sb->size > sb->base_size && sb->pkt_remain == 0) {
@@ -311,8 +316,10 @@ static Step read_some(SBuf *sb)
 	if (sb->end == sb->size)
 		return STEP_NEED; /* full and waiting on the peer */
 	for (;;) {
-		ssize_t n = recv(sb->fd, sb->buf + sb->end, sb->size - sb->end, 0);
+		size_t space = sb->size - sb->end;
+		ssize_t n = recv(sb->fd, sb->buf + sb->end, space, 0);
 		if (n > 0) {
+			*filled = (size_t)n == space;
 			sb->end += (uint32_t)n;
 			sb->bytes_in += (uint64_t)n;
 			return STEP_OK;
@@ -377,12 +384,14 @@ static void sbuf_process(SBuf *sb, bool do_read)
 		enable_read(sb);
 		if (!do_read)
 			break;
-		st = read_some(sb);
+		bool filled;
+		st = read_some(sb, &filled);
 		if (st == STEP_CLOSED)
 			return;
 		if (st == STEP_NEED)
 			break;
-		do_read = ++loops < 5;
+		/* a short read emptied the socket: the event loop tells us when there is more */
+		do_read = filled && ++loops < 5;
 	}
 	sb->in_process = false;
 }
