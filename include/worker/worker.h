@@ -87,6 +87,8 @@ int worker_main(int id, Config *cf, WorkerListener *listeners, int n_listeners, 
                 ShmSegment *shm);
 void worker_listen_pause(bool pause);
 void worker_check_shutdown(void);
+void worker_close_idle_servers(void);      /* PAUSE and the safe shutdown */
+void worker_start_shutdown(RunState mode); /* SIGTERM / SIGINT semantics */
 void worker_reload(void);
 
 /* objects.c */

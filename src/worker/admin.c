@@ -20,8 +20,6 @@
 #include "common/util.h"
 #include "worker/worker.h"
 
-void worker_close_idle_servers(void); /* worker.c */
-
 /*
  * ---- reply helpers ----
  *

@@ -109,7 +109,6 @@ static void drop_waiting_clients(const char *reason)
 }
 
 /* Close idle servers (used by PAUSE and the safe shutdown). */
-void worker_close_idle_servers(void);
 void worker_close_idle_servers(void)
 {
 	List *i;
@@ -125,7 +124,6 @@ void worker_close_idle_servers(void)
 	}
 }
 
-void worker_start_shutdown(RunState mode);
 void worker_start_shutdown(RunState mode)
 {
 	if (wk.run_state != RUN_ACTIVE && wk.run_state != RUN_DRAINING)
