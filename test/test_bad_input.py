@@ -18,7 +18,7 @@ import struct
 
 import pytest
 
-from conftest import DEADLINE
+from conftest import DEADLINE, wait_for
 
 PROTO_V3 = 0x00030000
 PROTO_V2 = 0x00020000
@@ -627,3 +627,30 @@ def test_terminate_mid_stream_of_many_clients(with_bystander):
         w.send(query_message("SELECT pg_sleep(0.01)"))
         w.close()
     check_unharmed(b, bystander)
+
+
+def test_client_tls_required_refuses_plain_tcp(with_bystander):
+    """Until TLS is on the wire, client_tls_sslmode=require refuses plain TCP instead of serving it."""
+    b, bystander = with_bystander()
+    b.update(client_tls_sslmode="require", client_tls_key_file="/nonexistent.key",
+             client_tls_cert_file="/nonexistent.crt")
+    b.write_ini()
+    b.reload()
+    b.wait_log(r"got SIGHUP")
+    w = wait_for(lambda: _refused_plain(b), "plain TCP logins to be refused after the reload")
+    assert w
+    check_unharmed_after_tls(b, bystander)
+
+
+def _refused_plain(b):
+    w = PgWire(b.port)
+    w.startup()
+    kind, body = w.read_msg()
+    w.close()
+    return kind == b"E" and error_fields(body)["M"] == "SSL required"
+
+
+def check_unharmed_after_tls(b, bystander):
+    # the already-connected client keeps working; the pooler is still up
+    assert bystander.execute("SELECT 1").fetchone() == (1,)
+    assert b.alive()

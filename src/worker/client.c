@@ -275,6 +275,11 @@ static SBufAction handle_startup(PgSocket *c, const PktHdr *hdr, const uint8_t *
 			snprintf(buf, sizeof(buf), "%s - %s:%d", app, host, port);
 		var_set(&c->vars[app_idx], buf);
 	}
+	/* TLS is not on the wire yet: a TCP client that must use it is refused, never served in the clear */
+	if (!c->is_unix && wk.cf.g.client_tls_sslmode >= SSLMODE_REQUIRE) {
+		disconnect_client(c, true, "SSL required");
+		return SB_CLOSED;
+	}
 	if (minor > 0 || has_pq)
 		send_negotiate(c, params, n);
 

@@ -131,6 +131,12 @@ bool server_launch(PgPool *pool)
 	}
 	s->remote = ss;
 	s->is_unix = ss.ss_family == AF_UNIX;
+	if (!s->is_unix && wk.cf.g.server_tls_sslmode >= SSLMODE_REQUIRE) {
+		/* server TLS is not on the wire yet: never fall back to plain text when it is required */
+		pool_login_failed(pool, NULL, "server_tls_sslmode requires TLS, which is not supported yet", false);
+		disconnect_server(s, false, "server_tls_sslmode requires TLS, which is not supported yet");
+		return false;
+	}
 	if (!sbuf_connect(&s->sb, wk.base, (struct sockaddr *)&ss, len, (uint32_t)wk.cf.g.pkt_buf,
 	                  wk.cf.g.max_packet_size, server_cb, s)) {
 		slog(LG_LOG, s, "connect failed: %s", strerror(s->sb.last_errno));
