@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/pktbuf.h"
 #include "common/util.h"
+#include "worker/dns.h"
 #include "worker/worker.h"
 
 /*
@@ -681,9 +682,9 @@ static bool show_lists(PgSocket *c)
 	                         {"login_clients", fmt_int(list_count(&wk.login_clients))},
 	                         {"free_servers", fmt_int(0)},
 	                         {"used_servers", fmt_int(used_servers)},
-	                         {"dns_names", fmt_int(0)},
+	                         {"dns_names", fmt_int(dns_name_count())},
 	                         {"dns_zones", fmt_int(0)},
-	                         {"dns_queries", fmt_int(0)},
+	                         {"dns_queries", fmt_int(dns_pending_count())},
 	                         {"dns_pending", fmt_int(0)}};
 	Reply r;
 	reply_begin(&r, c, "Ti", names);
@@ -747,6 +748,21 @@ static int cmp_peer_id(const void *a, const void *b)
 {
 	const CfPeer *x = *(const CfPeer *const *)a, *y = *(const CfPeer *const *)b;
 	return (x->id > y->id) - (x->id < y->id);
+}
+
+static void dns_host_row(void *arg, const char *name, long long ttl, const char *addrs)
+{
+	const char *v[] = {name, fmt_int(ttl), addrs};
+	reply_row(arg, v);
+}
+
+static bool show_dns_hosts(PgSocket *c)
+{
+	static const char *const names[] = {"hostname", "ttl", "addrs"};
+	Reply r;
+	reply_begin(&r, c, "TqT", names);
+	dns_foreach_host(dns_host_row, &r);
+	return reply_end(&r, "SHOW");
 }
 
 static bool show_peers(PgSocket *c)
@@ -1593,10 +1609,8 @@ static bool cmd_show(PgSocket *c, const char *arg, const char *query)
 		                                "sv_active_cancel", "sv_login"};
 		return show_empty(c, "iiiii", n);
 	}
-	if (strcasecmp(arg, "DNS_HOSTS") == 0) {
-		static const char *const n[] = {"hostname", "ttl", "addrs"};
-		return show_empty(c, "TqT", n);
-	}
+	if (strcasecmp(arg, "DNS_HOSTS") == 0)
+		return show_dns_hosts(c);
 	if (strcasecmp(arg, "DNS_ZONES") == 0) {
 		static const char *const n[] = {"zonename", "serial", "count"};
 		return show_empty(c, "Tqi", n);

@@ -20,10 +20,11 @@
 #include "common/log.h"
 #include "common/pktbuf.h"
 #include "common/util.h"
+#include "worker/dns.h"
 #include "worker/worker.h"
 
 /* Pick the host for a new connection (host lists rotate per pool's database). */
-static bool pick_address(PgPool *pool, struct sockaddr_storage *ss, socklen_t *len, char *desc, size_t desclen)
+static DnsResult pick_address(PgPool *pool, struct sockaddr_storage *ss, socklen_t *len, char *err, size_t errlen)
 {
 	PgDatabase *db = pool->db;
 	int port = db->cf.port > 0 ? db->cf.port : 5432;
@@ -35,8 +36,6 @@ static bool pick_address(PgPool *pool, struct sockaddr_storage *ss, socklen_t *l
 			if (*p == ',')
 				n++;
 		int want = db->host_index % n;
-		if (db->cf.load_balance_hosts == LB_ROUND_ROBIN)
-			db->host_index++;
 		const char *p = db->cf.host;
 		for (int i = 0; i < want; i++)
 			p = strchr(p, ',') + 1;
@@ -45,8 +44,10 @@ static bool pick_address(PgPool *pool, struct sockaddr_storage *ss, socklen_t *l
 			p++, l--;
 		while (l > 0 && p[l - 1] == ' ')
 			l--;
-		if (l >= sizeof(host))
-			return false;
+		if (l >= sizeof(host)) {
+			snprintf(err, errlen, "host name too long");
+			return DNS_FAIL;
+		}
 		memcpy(host, p, l);
 		host[l] = '\0';
 	} else {
@@ -55,33 +56,40 @@ static bool pick_address(PgPool *pool, struct sockaddr_storage *ss, socklen_t *l
 			pgb_strlcpy(host, "/tmp", sizeof(host));
 	}
 	memset(ss, 0, sizeof(*ss));
+	DnsResult r = DNS_OK;
 	if (host[0] == '/' || host[0] == '@') {
 		struct sockaddr_un *un = (struct sockaddr_un *)ss;
 		un->sun_family = AF_UNIX;
 		int n = snprintf(un->sun_path, sizeof(un->sun_path), "%s/.s.PGSQL.%d", host, port);
-		if (n < 0 || (size_t)n >= sizeof(un->sun_path))
-			return false;
-		snprintf(desc, desclen, "%s", un->sun_path);
+		if (n < 0 || (size_t)n >= sizeof(un->sun_path)) {
+			snprintf(err, errlen, "unix socket path too long");
+			return DNS_FAIL;
+		}
 		if (host[0] == '@') {
 			un->sun_path[0] = '\0';
 			*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n);
 		} else {
 			*len = sizeof(*un);
 		}
-		return true;
+	} else if (inet_pton(AF_INET, host, &((struct sockaddr_in *)ss)->sin_addr) == 1) {
+		struct sockaddr_in *in = (struct sockaddr_in *)ss;
+		in->sin_family = AF_INET;
+		in->sin_port = htons((uint16_t)port);
+		*len = sizeof(*in);
+	} else if (inet_pton(AF_INET6, host, &((struct sockaddr_in6 *)ss)->sin6_addr) == 1) {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons((uint16_t)port);
+		*len = sizeof(*in6);
+	} else {
+		/* a name: asynchronous lookup through c-ares, cached */
+		r = dns_lookup(host, port, ss, len, err, errlen);
 	}
-	/* TODO(dns): names are resolved with getaddrinfo; c-ares arrives with the DNS work */
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-	struct addrinfo *res = NULL;
-	char portstr[16];
-	snprintf(portstr, sizeof(portstr), "%d", port);
-	if (getaddrinfo(host, portstr, &hints, &res) != 0 || !res)
-		return false;
-	memcpy(ss, res->ai_addr, res->ai_addrlen);
-	*len = res->ai_addrlen;
-	freeaddrinfo(res);
-	snprintf(desc, desclen, "%s:%d", host, port);
-	return true;
+	if (r == DNS_OK && db->cf.load_balance_hosts == LB_ROUND_ROBIN)
+		db->host_index++;
+	else if (r == DNS_FAIL && db->cf.load_balance_hosts == LB_DISABLE)
+		db->host_index++; /* stick to a host until it fails */
+	return r;
 }
 
 static void send_startup(PgSocket *s)
@@ -115,7 +123,18 @@ bool server_launch(PgPool *pool)
 {
 	struct sockaddr_storage ss;
 	socklen_t len;
-	char desc[300];
+	char err[320];
+	DnsResult r = pick_address(pool, &ss, &len, err, sizeof(err));
+	if (r == DNS_PENDING)
+		return false; /* the lookup's end wakes the pool again */
+	if (r == DNS_FAIL) {
+		pool_login_failed(pool, NULL, err, false);
+		/* nothing will connect before dns_nxdomain_ttl passes: don't keep clients waiting */
+		List *i, *tmp;
+		list_for_each_safe(i, &pool->waiting_clients, tmp)
+		    disconnect_client(container_of(i, PgSocket, node), true, "%s", err);
+		return false;
+	}
 	PgSocket *s = socket_new(true);
 	s->pool = pool;
 	s->login_user = pool->user;
@@ -123,12 +142,6 @@ bool server_launch(PgPool *pool)
 	pool->db->server_count++;
 	pool->user->server_count++;
 	change_state(s, SV_LOGIN);
-	if (!pick_address(pool, &ss, &len, desc, sizeof(desc))) {
-		s->remote.ss_family = AF_UNSPEC;
-		pool_login_failed(pool, NULL, "could not resolve server address", false);
-		disconnect_server(s, false, "could not resolve server address");
-		return false;
-	}
 	s->remote = ss;
 	s->is_unix = ss.ss_family == AF_UNIX;
 	if (!s->is_unix && wk.cf.g.server_tls_sslmode >= SSLMODE_REQUIRE) {

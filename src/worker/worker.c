@@ -19,6 +19,7 @@
 #include "common/channel.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "worker/dns.h"
 #include "worker/worker.h"
 
 Worker wk;
@@ -393,6 +394,7 @@ int worker_main(int id, Config *cf, WorkerListener *listeners, int n_listeners, 
 	if (!wk.base)
 		fatal("event_base_new() failed");
 	objects_init();
+	dns_init();
 
 	static const int sigs[] = {SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2};
 	signal(SIGPIPE, SIG_IGN);

@@ -1,0 +1,239 @@
+/*
+ * c-ares in the worker's event loop: one channel, its sockets watched with
+ * libevent, its timeouts on a timer; answers cached per name. When a lookup
+ * ends, every pool with waiting clients gets another chance to connect.
+ */
+#include "config.h"
+
+#include "worker/dns.h"
+
+#include <ares.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "worker/worker.h"
+
+#define DNS_MAX_ADDRS 16
+#define DNS_MAX_SOCKS 16
+
+typedef struct DnsEntry {
+	List node;
+	char name[256];
+	struct sockaddr_storage addrs[DNS_MAX_ADDRS]; /* port 0; set per lookup */
+	int n_addrs;
+	int next;       /* round-robin position */
+	usec_t expires; /* answer (or failure) valid until */
+	bool pending;   /* lookup in flight */
+	bool failed;    /* last lookup failed */
+	char err[320];
+} DnsEntry;
+
+static ares_channel channel;
+static List entries;
+static struct event *timer;
+static struct {
+	int fd;
+	struct event *ev;
+} socks[DNS_MAX_SOCKS];
+
+static void arm_timer(void)
+{
+	struct timeval max = {1, 0}, tv;
+	struct timeval *t = ares_timeout(channel, &max, &tv);
+	evtimer_add(timer, t);
+}
+
+static void on_sock(evutil_socket_t fd, short what, void *arg)
+{
+	ares_process_fd(channel, (what & EV_READ) ? fd : ARES_SOCKET_BAD, (what & EV_WRITE) ? fd : ARES_SOCKET_BAD);
+	arm_timer();
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+	ares_process_fd(channel, ARES_SOCKET_BAD, ARES_SOCKET_BAD);
+	arm_timer();
+}
+
+/* c-ares tells which of its sockets want reading/writing. */
+static void sock_state(void *data, ares_socket_t fd, int readable, int writable)
+{
+	int slot = -1, free_slot = -1;
+	for (int i = 0; i < DNS_MAX_SOCKS; i++) {
+		if (socks[i].ev && socks[i].fd == fd)
+			slot = i;
+		else if (!socks[i].ev && free_slot < 0)
+			free_slot = i;
+	}
+	if (slot >= 0) {
+		event_free(socks[slot].ev);
+		socks[slot].ev = NULL;
+	}
+	if (!readable && !writable)
+		return;
+	if (slot < 0)
+		slot = free_slot;
+	if (slot < 0) {
+		log_warning("dns: too many resolver sockets");
+		return;
+	}
+	short what = (short)(EV_PERSIST | (readable ? EV_READ : 0) | (writable ? EV_WRITE : 0));
+	socks[slot].fd = fd;
+	socks[slot].ev = event_new(wk.base, fd, what, on_sock, NULL);
+	event_add(socks[slot].ev, NULL);
+}
+
+void dns_init(void)
+{
+	list_init(&entries);
+	int rc = ares_library_init(ARES_LIB_INIT_ALL);
+	if (rc != ARES_SUCCESS)
+		fatal("ares_library_init() failed: %s", ares_strerror(rc));
+	struct ares_options opts = {.sock_state_cb = sock_state};
+	int mask = ARES_OPT_SOCK_STATE_CB;
+	if (wk.cf.g.resolv_conf && *wk.cf.g.resolv_conf) {
+		opts.resolvconf_path = wk.cf.g.resolv_conf;
+		mask |= ARES_OPT_RESOLVCONF;
+	}
+	rc = ares_init_options(&channel, &opts, mask);
+	if (rc != ARES_SUCCESS)
+		fatal("ares_init_options() failed: %s", ares_strerror(rc));
+	timer = evtimer_new(wk.base, on_timer, NULL);
+}
+
+static DnsEntry *find(const char *name)
+{
+	List *i;
+	list_for_each(i, &entries)
+	{
+		DnsEntry *e = container_of(i, DnsEntry, node);
+		if (strcmp(e->name, name) == 0)
+			return e;
+	}
+	return NULL;
+}
+
+static void wake_pools(void)
+{
+	List *i;
+	list_for_each(i, &wk.pools)
+	{
+		PgPool *p = container_of(i, PgPool, node);
+		if (!list_empty(&p->waiting_clients))
+			pool_maybe_launch(p);
+	}
+}
+
+static void on_answer(void *arg, int status, int timeouts, struct ares_addrinfo *res)
+{
+	DnsEntry *e = arg;
+	usec_t now = get_time_usec();
+	e->pending = false;
+	e->n_addrs = 0;
+	if (status == ARES_SUCCESS && res) {
+		for (struct ares_addrinfo_node *n = res->nodes; n && e->n_addrs < DNS_MAX_ADDRS; n = n->ai_next) {
+			if (n->ai_family != AF_INET && n->ai_family != AF_INET6)
+				continue;
+			memset(&e->addrs[e->n_addrs], 0, sizeof(e->addrs[0]));
+			memcpy(&e->addrs[e->n_addrs], n->ai_addr, n->ai_addrlen);
+			e->n_addrs++;
+		}
+	}
+	if (res)
+		ares_freeaddrinfo(res);
+	if (e->n_addrs > 0) {
+		e->failed = false;
+		e->expires = now + wk.cf.g.dns_max_ttl;
+	} else {
+		e->failed = true;
+		snprintf(e->err, sizeof(e->err), "could not resolve host \"%s\": %s", e->name,
+		         status == ARES_SUCCESS ? "no addresses" : ares_strerror(status));
+		log_warning("%s", e->err);
+		e->expires = now + wk.cf.g.dns_nxdomain_ttl;
+	}
+	wake_pools();
+}
+
+DnsResult dns_lookup(const char *name, int port, struct sockaddr_storage *ss, socklen_t *len, char *err, size_t errlen)
+{
+	DnsEntry *e = find(name);
+	usec_t now = get_time_usec();
+	if (e && e->pending)
+		return DNS_PENDING;
+	if (e && now < e->expires) {
+		if (e->failed) {
+			snprintf(err, errlen, "%s", e->err);
+			return DNS_FAIL;
+		}
+		*ss = e->addrs[e->next++ % e->n_addrs];
+		if (ss->ss_family == AF_INET) {
+			((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+			*len = sizeof(struct sockaddr_in);
+		} else {
+			((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+			*len = sizeof(struct sockaddr_in6);
+		}
+		return DNS_OK;
+	}
+	if (!e) {
+		if (strlen(name) >= sizeof(e->name)) {
+			snprintf(err, errlen, "host name too long");
+			return DNS_FAIL;
+		}
+		e = xcalloc(1, sizeof(*e));
+		pgb_strlcpy(e->name, name, sizeof(e->name));
+		list_append(&entries, &e->node);
+	}
+	e->pending = true;
+	struct ares_addrinfo_hints hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+	ares_getaddrinfo(channel, name, NULL, &hints, on_answer, e);
+	if (e->pending) {
+		arm_timer();
+		return DNS_PENDING;
+	}
+	/* answered at once (e.g. from /etc/hosts) */
+	return dns_lookup(name, port, ss, len, err, errlen);
+}
+
+void dns_foreach_host(void (*fn)(void *arg, const char *name, long long ttl, const char *addrs), void *arg)
+{
+	usec_t now = get_time_usec();
+	List *i;
+	list_for_each(i, &entries)
+	{
+		DnsEntry *e = container_of(i, DnsEntry, node);
+		if (e->pending)
+			continue;
+		char addrs[DNS_MAX_ADDRS * 48] = "";
+		size_t off = 0;
+		for (int k = 0; k < e->n_addrs && off < sizeof(addrs); k++) {
+			char host[INET6_ADDRSTRLEN] = "";
+			const struct sockaddr_storage *a = &e->addrs[k];
+			if (a->ss_family == AF_INET)
+				inet_ntop(AF_INET, &((const struct sockaddr_in *)a)->sin_addr, host, sizeof(host));
+			else
+				inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)a)->sin6_addr, host, sizeof(host));
+			off += (size_t)snprintf(addrs + off, sizeof(addrs) - off, "%s%s", k ? "," : "", host);
+		}
+		long long ttl = e->expires > now ? (e->expires - now) / USEC_PER_SEC : 0;
+		fn(arg, e->name, ttl, addrs);
+	}
+}
+
+int dns_name_count(void)
+{
+	return list_count(&entries);
+}
+
+int dns_pending_count(void)
+{
+	int n = 0;
+	List *i;
+	list_for_each(i, &entries) n += container_of(i, DnsEntry, node)->pending;
+	return n;
+}
