@@ -36,3 +36,19 @@ def test_unresolvable_host_fails_the_client(bouncer, pg):
     # the pooler is fine and other databases still work
     with b.connect() as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_host_list_disable_moves_on_after_a_failure(bouncer, pg):
+    """load_balance_hosts=disable: a dead first host is left for the next one after it fails."""
+    # PostgreSQL listens on 127.0.0.1 only, so 127.0.0.2 refuses the connection
+    b = bouncer(databases={"pair": f"host=127.0.0.2,127.0.0.1 port={pg.port} dbname=postgres "
+                                   f"load_balance_hosts=disable"},
+                ini_overrides={"server_login_retry": 0.2})
+    with b.connect(dbname="pair") as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    with b.admin() as admin:
+        servers = admin.execute("SHOW SERVERS").fetchall()
+        dbs = {r[0]: r for r in admin.execute("SHOW DATABASES").fetchall()}
+    assert [r[5] for r in servers] == ["127.0.0.1"]
+    assert dbs["pair"][10] == "disable"
+    b.wait_log(r"connect failed")

@@ -478,6 +478,9 @@ SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *d
 		return SB_CONSUMED;
 	}
 	case SBEV_CONNECT_FAILED:
+		/* load_balance_hosts=disable sticks to one host of a list until it fails */
+		if (s->pool->db->cf.load_balance_hosts == LB_DISABLE)
+			s->pool->db->host_index++;
 		pool_login_failed(s->pool, NULL, "server connect failed", false);
 		disconnect_server(s, false, "connect failed: %s", strerror(sb->last_errno));
 		return SB_CLOSED;
