@@ -263,3 +263,20 @@ def test_cpu_affinity_cores(bouncer):
     with open(f"/proc/{b.pid}/status") as f:
         master = next(l for l in f if l.startswith("Cpus_allowed_list:")).split(":")[1].strip()
     assert master not in pinned.values()
+
+
+def test_cancel_reaches_the_owner_worker(bouncer):
+    """A CancelRequest lands on whichever worker the kernel picks; it must reach the query anyway."""
+    b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2})
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    for owner in (0, 1):
+        conn = wait_for(lambda: next((c for c in [b.connect(autocommit=True)] if worker_of(c) == owner), None),
+                        f"a client on worker {owner}")
+        for attempt in range(6):  # each cancel is a new connection: both workers receive some
+            timer = threading.Timer(0.3, conn.cancel)
+            timer.start()
+            with pytest.raises(psycopg.errors.QueryCanceled) as exc:
+                conn.execute("SELECT pg_sleep(20)")
+            timer.join()
+            assert exc.value.sqlstate == "57014"
+        conn.close()

@@ -159,6 +159,7 @@ bool admin_show_scaler(PgSocket *c);
 
 /* cancel.c */
 void cancel_handle_request(PgSocket *req, const uint8_t *key);
+void cancel_forwarded(const uint8_t *key); /* a cancel another worker received for our client */
 void cancel_gen_key(PgSocket *c);
 
 /* auth.c */

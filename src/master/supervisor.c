@@ -39,6 +39,7 @@ typedef struct WorkerProc {
 	bool wanted;   /* the slot should have a worker (respawn after a crash) */
 	int crashes;   /* consecutive crashes, for back-off */
 	struct event *respawn_ev;
+	struct event *ctl_ev;    /* messages from the worker (forwarded cancels) */
 	uint64_t prev_busy_ns;   /* busy counter at the previous tick */
 	uint64_t prev_sample_ns; /* the worker's sample time at the previous tick */
 	double busy;             /* last busy ratio */
@@ -270,6 +271,8 @@ static void pin_to_core(int i)
 
 /* ---- fork ---- */
 
+static void on_ctl(evutil_socket_t fd, short what, void *arg);
+
 static bool spawn(int i)
 {
 	if (n_addrs() > 0 && !ensure_listener_slot(i)) {
@@ -293,6 +296,14 @@ static bool spawn(int i)
 		return false;
 	}
 	if (pid == 0) {
+		/*
+		 * The worker builds its own loop. The master's must let go of its
+		 * signals and events without touching the epoll instance it shares
+		 * with the parent (reinit gives it a private one), and before the
+		 * fds it watches are closed below.
+		 */
+		event_reinit(sv.base);
+		event_base_free(sv.base);
 		/* the worker: keep our listener slot, the unix socket and our channel end only */
 		close(ctl[0]);
 		for (int j = 0; j < SHM_MAX_WORKERS; j++)
@@ -313,16 +324,17 @@ static bool spawn(int i)
 			wl[k++] = (WorkerListener){.fd = sv.ls->unix_sock.fd, .is_unix = true, .id = UINT32_MAX};
 		if (sv.cf->g.worker_cpu_affinity == AFFINITY_CORES)
 			pin_to_core(i);
-		/* the worker builds its own loop: the master's must let go of the signals
-		 * without touching the epoll instance it shares with the parent */
-		event_reinit(sv.base);
-		event_base_free(sv.base);
 		log_set_fatal_hook(NULL);
 		exit(worker_main(i, sv.cf, wl, k, ctl[1], sv.cmdline_verbose, sv.shm));
 	}
 	close(ctl[1]);
 	sv.w[i].pid = pid;
 	sv.w[i].ctl = ctl[0];
+	fcntl(ctl[0], F_SETFL, fcntl(ctl[0], F_GETFL) | O_NONBLOCK);
+	if (sv.w[i].ctl_ev)
+		event_free(sv.w[i].ctl_ev);
+	sv.w[i].ctl_ev = event_new(sv.base, ctl[0], EV_READ | EV_PERSIST, on_ctl, (void *)(intptr_t)i);
+	event_add(sv.w[i].ctl_ev, NULL);
 	sv.w[i].draining = false;
 	sv.w[i].wanted = true;
 	atomic_store(&sv.shm->slots[i].pid, pid);
@@ -333,6 +345,36 @@ static bool spawn(int i)
 	sv.served_by[i] = i;
 	log_info("worker %d started, pid %d", i, (int)pid);
 	return true;
+}
+
+/* A worker got a cancel for another worker's client: pass it on to the owner (key byte 3). */
+static void on_ctl(evutil_socket_t fd, short what, void *arg)
+{
+	for (;;) {
+		ChannelMsg m;
+		int rfd;
+		int r = channel_recv(fd, &m, &rfd);
+		if (rfd >= 0)
+			close(rfd);
+		if (r <= 0) {
+			if (r == 0) {
+				int i = (int)(intptr_t)arg;
+				event_del(sv.w[i].ctl_ev); /* the worker is gone; the reaper cleans up */
+			}
+			return;
+		}
+		if (m.type != CH_CANCEL)
+			continue;
+		uint8_t key[8];
+		memcpy(key, &m.arg, sizeof(key));
+		int owner = key[3];
+		if (owner >= SHM_MAX_WORKERS || sv.w[owner].pid <= 0 || sv.w[owner].ctl < 0) {
+			log_debug("cancel request for worker %d, which is not running", owner);
+			continue;
+		}
+		if (!channel_send(sv.w[owner].ctl, &m, -1))
+			log_warning("could not forward a cancel request to worker %d: %s", owner, strerror(errno));
+	}
 }
 
 static int lowest_free_slot(void)
@@ -578,6 +620,10 @@ bool supervisor_reap(bool shutting_down)
 		if (started && (uint64_t)get_time_usec() - started > 30 * (uint64_t)USEC_PER_SEC)
 			w->crashes = 0;
 		w->pid = 0;
+		if (w->ctl_ev) {
+			event_free(w->ctl_ev);
+			w->ctl_ev = NULL;
+		}
 		close(w->ctl);
 		w->ctl = -1;
 		slot_reset(i);

@@ -9,8 +9,10 @@
 #include <openssl/rand.h>
 #include <sys/un.h>
 #include <netinet/in.h>
+#include <errno.h>
 #include <string.h>
 
+#include "common/channel.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "worker/worker.h"
@@ -96,24 +98,20 @@ static SBufAction cancel_conn_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, cons
 	}
 }
 
-void cancel_handle_request(PgSocket *req, const uint8_t *key)
+/* Cancel the query of the client holding `key` in this worker; the reason for the log. */
+static const char *cancel_by_key(const uint8_t *key)
 {
 	PgSocket *c = find_client_by_key(key);
-	if (!c) {
-		disconnect_client(req, false, "cancel request for unknown client");
-		return;
-	}
+	if (!c)
+		return "cancel request for unknown client";
 	if (c->db && c->db->admin) {
 		/* a cancel aimed at a console session aborts its pending PAUSE/WAIT_CLOSE */
 		admin_console_cancel(c);
-		disconnect_client(req, false, "cancel request for console client");
-		return;
+		return "cancel request for console client";
 	}
 	PgSocket *server = c->link;
-	if (!server || server->setting_vars) {
-		disconnect_client(req, false, "cancel request for idle client");
-		return;
-	}
+	if (!server || server->setting_vars)
+		return "cancel request for idle client";
 	PgSocket *cs = socket_new(true);
 	cs->pool = NULL;
 	cs->db = server->db;
@@ -129,5 +127,25 @@ void cancel_handle_request(PgSocket *req, const uint8_t *key)
 		sbuf_close(&cs->sb);
 		change_state(cs, SV_JUSTFREE);
 	}
-	disconnect_client(req, false, "cancel request handled");
+	return "cancel request handled";
+}
+
+void cancel_handle_request(PgSocket *req, const uint8_t *key)
+{
+	/* byte 3 names the worker that handed out the key: a foreign key goes there through the master */
+	if (key[3] != (uint8_t)wk.id && wk.master_fd >= 0) {
+		ChannelMsg m = {.type = CH_CANCEL};
+		memcpy(&m.arg, key, CANCEL_KEY_LEN);
+		if (!channel_send(wk.master_fd, &m, -1))
+			log_warning("could not forward a cancel request to worker %d: %s", key[3], strerror(errno));
+		disconnect_client(req, false, "cancel request forwarded to worker %d", key[3]);
+		return;
+	}
+	disconnect_client(req, false, "%s", cancel_by_key(key));
+}
+
+void cancel_forwarded(const uint8_t *key)
+{
+	const char *what = cancel_by_key(key);
+	log_debug("forwarded %s", what);
 }

@@ -370,6 +370,12 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 		case CH_DRAIN:
 			start_drain(m.arg);
 			break;
+		case CH_CANCEL: {
+			uint8_t key[CANCEL_KEY_LEN];
+			memcpy(key, &m.arg, CANCEL_KEY_LEN);
+			cancel_forwarded(key);
+			break;
+		}
 		default:
 			if (rfd >= 0)
 				close(rfd);
