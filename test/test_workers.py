@@ -280,3 +280,21 @@ def test_cancel_reaches_the_owner_worker(bouncer):
             timer.join()
             assert exc.value.sqlstate == "57014"
         conn.close()
+
+
+def test_drain_timeout_closes_remaining_clients(bouncer):
+    """A reload that lowers max_workers drains a worker; worker_drain_timeout bounds the wait."""
+    b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2, "worker_drain_timeout": 1})
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    held = wait_for(lambda: next((c for c in [b.connect(autocommit=True)] if worker_of(c) == 1), None),
+                    "a client on worker 1")
+    held.execute("SELECT 1")
+    b.update(min_workers=1, max_workers=1)
+    b.write_ini()
+    b.reload()
+    b.wait_log(r"draining worker 1")
+    b.wait_log(r"worker_drain_timeout reached, closing the remaining clients")
+    with pytest.raises(psycopg.OperationalError) as exc:
+        held.execute("SELECT 1")
+    assert "server shutting down" in str(exc.value)
+    wait_for(lambda: states(b) == ["active"], "one worker left")

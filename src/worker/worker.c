@@ -97,16 +97,17 @@ void worker_check_shutdown(void)
 	}
 }
 
+/* Close every client of one state list with `reason`. */
+static void close_clients(List *list, const char *reason)
+{
+	List *j, *t;
+	list_for_each_safe(j, list, t) disconnect_client(container_of(j, PgSocket, node), true, "%s", reason);
+}
+
 static void drop_waiting_clients(const char *reason)
 {
 	List *i;
-	list_for_each(i, &wk.pools)
-	{
-		PgPool *p = container_of(i, PgPool, node);
-		List *j, *t;
-		list_for_each_safe(j, &p->waiting_clients, t)
-		    disconnect_client(container_of(j, PgSocket, node), true, "%s", reason);
-	}
+	list_for_each(i, &wk.pools) close_clients(&container_of(i, PgPool, node)->waiting_clients, reason);
 }
 
 /* Close idle servers (used by PAUSE and the safe shutdown). */
@@ -298,19 +299,13 @@ static void drop_listener(uint32_t id)
 static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
 {
 	log_info("worker_drain_timeout reached, closing the remaining clients");
-	List *i, *t;
-	list_for_each_safe(i, &wk.login_clients, t)
-	    disconnect_client(container_of(i, PgSocket, node), true, "server shutting down");
+	close_clients(&wk.login_clients, "server shutting down");
 	List *p;
 	list_for_each(p, &wk.pools)
 	{
 		PgPool *pool = container_of(p, PgPool, node);
-		List *lists[] = {&pool->active_clients, &pool->waiting_clients};
-		for (int l = 0; l < 2; l++) {
-			List *j, *t2;
-			list_for_each_safe(j, lists[l], t2)
-			    disconnect_client(container_of(j, PgSocket, node), true, "server shutting down");
-		}
+		close_clients(&pool->active_clients, "server shutting down");
+		close_clients(&pool->waiting_clients, "server shutting down");
 	}
 	worker_check_shutdown();
 }
