@@ -23,6 +23,10 @@ void *xmalloc(size_t size);
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t size);
 char *xstrdup(const char *s);
+char *xstrdup_or_null(const char *s); /* NULL stays NULL */
+
+/* Format a reason into err (when err is non-NULL and errlen > 0) and return false. */
+bool set_error(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Read a whole file into a NUL-terminated malloc'd buffer; NULL with errno on failure. */
 char *read_file(const char *path, size_t *len_out);

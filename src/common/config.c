@@ -217,23 +217,6 @@ const CfParam cf_params[] = {
 /* ---------------------------------------------------------------------- */
 /* small helpers */
 
-static void seterr(char *errbuf, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-	if (!errbuf || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(errbuf, errlen, fmt, ap);
-	va_end(ap);
-}
-
-static char *strdup_or_null(const char *s)
-{
-	return s ? xstrdup(s) : NULL;
-}
-
 static bool is_blank(char c)
 {
 	return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f';
@@ -550,11 +533,11 @@ bool config_set(Config *cf, const char *name, const char *value, char *errbuf, s
 	CfValue v;
 
 	if (!p) {
-		seterr(errbuf, errlen, "unknown parameter: pgbouncer/%s", name);
+		set_error(errbuf, errlen, "unknown parameter: pgbouncer/%s", name);
 		return false;
 	}
 	if (!value || !parse_value(p, value, &v)) {
-		seterr(errbuf, errlen, "invalid value \"%s\" for parameter %s", value ? value : "(null)", name);
+		set_error(errbuf, errlen, "invalid value \"%s\" for parameter %s", value ? value : "(null)", name);
 		return false;
 	}
 	if (p->unimplemented && !is_default_value(p, v))
@@ -672,14 +655,14 @@ static int next_conn_pair(char **pos, char **key, char **val, char *errbuf, size
 	while (*p && !is_blank(*p) && *p != '=')
 		p++;
 	if (p == *key) {
-		seterr(errbuf, errlen, "syntax error in connection string: missing key before \"=\"");
+		set_error(errbuf, errlen, "syntax error in connection string: missing key before \"=\"");
 		return -1;
 	}
 	kend = p;
 	p = skip_blanks(p);
 	if (*p != '=') {
 		*kend = '\0';
-		seterr(errbuf, errlen, "syntax error in connection string: missing \"=\" after \"%s\"", *key);
+		set_error(errbuf, errlen, "syntax error in connection string: missing \"=\" after \"%s\"", *key);
 		return -1;
 	}
 	*kend = '\0';
@@ -690,8 +673,8 @@ static int next_conn_pair(char **pos, char **key, char **val, char *errbuf, size
 		*val = w;
 		for (p++;; p++) {
 			if (!*p) {
-				seterr(errbuf, errlen,
-				       "syntax error in connection string: unterminated quoted value for %s", *key);
+				set_error(errbuf, errlen,
+				          "syntax error in connection string: unterminated quoted value for %s", *key);
 				return -1;
 			}
 			if (*p == '\'') {
@@ -703,8 +686,8 @@ static int next_conn_pair(char **pos, char **key, char **val, char *errbuf, size
 		}
 		p++; /* the closing quote */
 		if (*p && !is_blank(*p)) {
-			seterr(errbuf, errlen, "syntax error in connection string: garbage after quoted value of %s",
-			       *key);
+			set_error(errbuf, errlen, "syntax error in connection string: garbage after quoted value of %s",
+			          *key);
 			return -1;
 		}
 		if (*p)
@@ -718,7 +701,7 @@ static int next_conn_pair(char **pos, char **key, char **val, char *errbuf, size
 			*p++ = '\0';
 	}
 	if (!**val) {
-		seterr(errbuf, errlen, "empty value for connection parameter: %s", *key);
+		set_error(errbuf, errlen, "empty value for connection parameter: %s", *key);
 		return -1;
 	}
 	*pos = p;
@@ -746,7 +729,7 @@ static bool apply_connstr(const char *connstr, const ConnKey *keys, void *entry,
 			if (strcmp(k->name, key) == 0)
 				break;
 		if (!k->name) {
-			seterr(errbuf, errlen, "unrecognized %s parameter: %s", what, key);
+			set_error(errbuf, errlen, "unrecognized %s parameter: %s", what, key);
 			ok = false;
 			break;
 		}
@@ -762,7 +745,7 @@ static bool apply_connstr(const char *connstr, const ConnKey *keys, void *entry,
 		case CK_PORT:
 			ival = atoi(val);
 			if (ival <= 0 || ival > 65535) {
-				seterr(errbuf, errlen, "invalid port: \"%s\"", val);
+				set_error(errbuf, errlen, "invalid port: \"%s\"", val);
 				ok = false;
 			}
 			*(int *)f = ival;
@@ -770,7 +753,7 @@ static bool apply_connstr(const char *connstr, const ConnKey *keys, void *entry,
 		case CK_POOL_MODE:
 		case CK_LB:
 			if (!config_enum_parse(k->kind == CK_LB ? load_balance_modes : cf_pool_modes, val, &ival)) {
-				seterr(errbuf, errlen, "invalid value \"%s\" for %s", val, key);
+				set_error(errbuf, errlen, "invalid value \"%s\" for %s", val, key);
 				ok = false;
 				break;
 			}
@@ -804,7 +787,7 @@ static void copy_conn_strings(const ConnKey *keys, void *dst, const void *src)
 		if (k->kind == CK_STR) {
 			char **d = (char **)((char *)dst + k->offset);
 			char *const *s = (char *const *)((const char *)src + k->offset);
-			*d = strdup_or_null(*s);
+			*d = xstrdup_or_null(*s);
 		}
 	}
 }
@@ -857,15 +840,15 @@ static bool add_database(Config *cf, const char *name, const char *connstr, int 
 	CfDatabase db;
 
 	if (!*name) {
-		seterr(errbuf, errlen, "empty database name");
+		set_error(errbuf, errlen, "empty database name");
 		return false;
 	}
 	if (strcmp(name, "pgbouncer") == 0) {
-		seterr(errbuf, errlen, "database name \"pgbouncer\" is reserved");
+		set_error(errbuf, errlen, "database name \"pgbouncer\" is reserved");
 		return false;
 	}
 	if (strlen(name) >= CF_MAX_DBNAME) {
-		seterr(errbuf, errlen, "database name \"%s\" is too long (max %d bytes)", name, CF_MAX_DBNAME - 1);
+		set_error(errbuf, errlen, "database name \"%s\" is too long (max %d bytes)", name, CF_MAX_DBNAME - 1);
 		return false;
 	}
 	init_db(&db);
@@ -893,7 +876,7 @@ static bool add_user(Config *cf, const char *name, const char *connstr, int line
 	CfUser u;
 
 	if (!*name) {
-		seterr(errbuf, errlen, "empty user name");
+		set_error(errbuf, errlen, "empty user name");
 		return false;
 	}
 	init_user(&u);
@@ -926,7 +909,7 @@ static bool add_peer(Config *cf, const char *key, const char *connstr, int line,
 		id = id * 10 + (*p - '0');
 	}
 	if (!*key || id < 1 || id > 65535) {
-		seterr(errbuf, errlen, "invalid peer id \"%s\": must be an integer from 1 to 65535", key);
+		set_error(errbuf, errlen, "invalid peer id \"%s\": must be an integer from 1 to 65535", key);
 		return false;
 	}
 	memset(&peer, 0, sizeof(peer));
@@ -939,7 +922,7 @@ static bool add_peer(Config *cf, const char *key, const char *connstr, int line,
 		return false;
 	}
 	if (!peer.host) {
-		seterr(errbuf, errlen, "host was not provided for peer %d", id);
+		set_error(errbuf, errlen, "host was not provided for peer %d", id);
 		return false;
 	}
 	for (int i = 0; i < cf->n_peers; i++) {
@@ -984,7 +967,7 @@ static void line_error(Loader *ld, const char *file, int line, const char *fmt, 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	seterr(ld->errbuf, ld->errlen, "%s:%d: %s", file, line, msg);
+	set_error(ld->errbuf, ld->errlen, "%s:%d: %s", file, line, msg);
 }
 
 static bool load_file(Loader *ld, const char *path, int depth, const char *from_file, int from_line);
@@ -1153,7 +1136,7 @@ static bool load_file(Loader *ld, const char *path, int depth, const char *from_
 			line_error(ld, from_file, from_line, "could not read included file \"%s\": %s", path,
 			           strerror(errno));
 		else
-			seterr(ld->errbuf, ld->errlen, "%s: could not read config file: %s", path, strerror(errno));
+			set_error(ld->errbuf, ld->errlen, "%s: could not read config file: %s", path, strerror(errno));
 		return false;
 	}
 	for (line = buf; ok && line; line = next) {
@@ -1180,11 +1163,11 @@ bool config_load(Config *cf, const char *path, char *errbuf, size_t errlen)
 	if (!load_file(&ld, path, 0, NULL, 0))
 		return false;
 	if (!ld.seen_main) {
-		seterr(errbuf, errlen, "%s: main section missing", path);
+		set_error(errbuf, errlen, "%s: main section missing", path);
 		return false;
 	}
 	if (!config_validate(cf, msg, sizeof(msg))) {
-		seterr(errbuf, errlen, "%s: %s", path, msg);
+		set_error(errbuf, errlen, "%s: %s", path, msg);
 		return false;
 	}
 	return true;
@@ -1228,15 +1211,15 @@ bool config_copy(Config *dst, const Config *src)
 	for (const CfParam *p = cf_params; p->name; p++) {
 		if (is_string_type(p->type)) {
 			char **f = field_of(&dst->g, p);
-			*f = strdup_or_null(*f);
+			*f = xstrdup_or_null(*f);
 		}
 	}
 	if (src->n_dbs > 0) {
 		dst->dbs = xmalloc(sizeof(CfDatabase) * (size_t)src->n_dbs);
 		for (int i = 0; i < src->n_dbs; i++) {
 			dst->dbs[i] = src->dbs[i];
-			dst->dbs[i].name = strdup_or_null(src->dbs[i].name);
-			dst->dbs[i].connstr = strdup_or_null(src->dbs[i].connstr);
+			dst->dbs[i].name = xstrdup_or_null(src->dbs[i].name);
+			dst->dbs[i].connstr = xstrdup_or_null(src->dbs[i].connstr);
 			copy_conn_strings(db_keys, &dst->dbs[i], &src->dbs[i]);
 		}
 		dst->n_dbs = src->n_dbs;
@@ -1245,7 +1228,7 @@ bool config_copy(Config *dst, const Config *src)
 		dst->users = xmalloc(sizeof(CfUser) * (size_t)src->n_users);
 		for (int i = 0; i < src->n_users; i++) {
 			dst->users[i] = src->users[i];
-			dst->users[i].name = strdup_or_null(src->users[i].name);
+			dst->users[i].name = xstrdup_or_null(src->users[i].name);
 		}
 		dst->n_users = src->n_users;
 	}
@@ -1257,7 +1240,7 @@ bool config_copy(Config *dst, const Config *src)
 		}
 		dst->n_peers = src->n_peers;
 	}
-	dst->path = strdup_or_null(src->path);
+	dst->path = xstrdup_or_null(src->path);
 	return true;
 }
 
@@ -1269,7 +1252,7 @@ void config_keep_boot_values(Config *loaded, const Config *running)
 			continue;
 		v = get_value(&running->g, p);
 		if (is_string_type(p->type))
-			v.s = strdup_or_null(v.s);
+			v.s = xstrdup_or_null(v.s);
 		put_value(&loaded->g, p, v);
 	}
 }
@@ -1279,68 +1262,69 @@ bool config_validate(const Config *cf, char *errbuf, size_t errlen)
 	const CfGlobals *g = &cf->g;
 
 	if (g->auth_dbname && strcmp(g->auth_dbname, "pgbouncer") == 0) {
-		seterr(errbuf, errlen,
-		       "auth_dbname cannot be \"pgbouncer\": that name is reserved for the admin console");
+		set_error(errbuf, errlen,
+		          "auth_dbname cannot be \"pgbouncer\": that name is reserved for the admin console");
 		return false;
 	}
 	if (g->listen_port < 1 || g->listen_port > 65535) {
-		seterr(errbuf, errlen, "listen_port (%d) must be between 1 and 65535", g->listen_port);
+		set_error(errbuf, errlen, "listen_port (%d) must be between 1 and 65535", g->listen_port);
 		return false;
 	}
 	if (g->pkt_buf < 512) {
-		seterr(errbuf, errlen, "pkt_buf (%d) must be at least 512", g->pkt_buf);
+		set_error(errbuf, errlen, "pkt_buf (%d) must be at least 512", g->pkt_buf);
 		return false;
 	}
 	if (g->unix_socket_mode < 0 || g->unix_socket_mode > 07777) {
-		seterr(errbuf, errlen, "unix_socket_mode (%o) is not a valid file mode",
-		       (unsigned int)g->unix_socket_mode);
+		set_error(errbuf, errlen, "unix_socket_mode (%o) is not a valid file mode",
+		          (unsigned int)g->unix_socket_mode);
 		return false;
 	}
 	if (g->peer_id < 0 || g->peer_id > 16383) {
-		seterr(errbuf, errlen, "peer_id (%d) must be between 0 and 16383", g->peer_id);
+		set_error(errbuf, errlen, "peer_id (%d) must be between 0 and 16383", g->peer_id);
 		return false;
 	}
 	if (g->min_workers < 1) {
-		seterr(errbuf, errlen, "min_workers (%d) must be at least 1", g->min_workers);
+		set_error(errbuf, errlen, "min_workers (%d) must be at least 1", g->min_workers);
 		return false;
 	}
 	if (g->max_workers < 0) {
-		seterr(errbuf, errlen, "max_workers (%d) must be 0 (one per physical core) or more", g->max_workers);
+		set_error(errbuf, errlen, "max_workers (%d) must be 0 (one per physical core) or more", g->max_workers);
 		return false;
 	}
 	if (g->max_workers > 0 && g->min_workers > g->max_workers) {
-		seterr(errbuf, errlen, "min_workers (%d) is greater than max_workers (%d)", g->min_workers,
-		       g->max_workers);
+		set_error(errbuf, errlen, "min_workers (%d) is greater than max_workers (%d)", g->min_workers,
+		          g->max_workers);
 		return false;
 	}
 	if (!(g->worker_scale_down_threshold > 0)) {
-		seterr(errbuf, errlen, "worker_scale_down_threshold (%g) must be greater than 0",
-		       g->worker_scale_down_threshold);
+		set_error(errbuf, errlen, "worker_scale_down_threshold (%g) must be greater than 0",
+		          g->worker_scale_down_threshold);
 		return false;
 	}
 	if (!(g->worker_scale_up_threshold <= 1)) {
-		seterr(errbuf, errlen, "worker_scale_up_threshold (%g) must not be greater than 1",
-		       g->worker_scale_up_threshold);
+		set_error(errbuf, errlen, "worker_scale_up_threshold (%g) must not be greater than 1",
+		          g->worker_scale_up_threshold);
 		return false;
 	}
 	if (!(g->worker_scale_down_threshold < g->worker_scale_up_threshold)) {
-		seterr(errbuf, errlen,
-		       "worker_scale_down_threshold (%g) must be less than worker_scale_up_threshold (%g)",
-		       g->worker_scale_down_threshold, g->worker_scale_up_threshold);
+		set_error(errbuf, errlen,
+		          "worker_scale_down_threshold (%g) must be less than worker_scale_up_threshold (%g)",
+		          g->worker_scale_down_threshold, g->worker_scale_up_threshold);
 		return false;
 	}
 	if (g->worker_scale_up_samples < 1) {
-		seterr(errbuf, errlen, "worker_scale_up_samples (%d) must be at least 1", g->worker_scale_up_samples);
+		set_error(errbuf, errlen, "worker_scale_up_samples (%d) must be at least 1",
+		          g->worker_scale_up_samples);
 		return false;
 	}
 	if (g->worker_scale_down_samples < 1) {
-		seterr(errbuf, errlen, "worker_scale_down_samples (%d) must be at least 1",
-		       g->worker_scale_down_samples);
+		set_error(errbuf, errlen, "worker_scale_down_samples (%d) must be at least 1",
+		          g->worker_scale_down_samples);
 		return false;
 	}
 	if (g->worker_scale_interval <= 0) {
-		seterr(errbuf, errlen, "worker_scale_interval (%g) must be greater than 0",
-		       (double)g->worker_scale_interval / (double)USEC_PER_SEC);
+		set_error(errbuf, errlen, "worker_scale_interval (%g) must be greater than 0",
+		          (double)g->worker_scale_interval / (double)USEC_PER_SEC);
 		return false;
 	}
 	return true;

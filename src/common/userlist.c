@@ -269,19 +269,6 @@ static void merge_repeats(UserList *ul)
 	ul->n_users = out;
 }
 
-static void set_error(char *errbuf, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void set_error(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!errbuf || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(errbuf, errlen, fmt, ap);
-	va_end(ap);
-}
-
 /* The list is (re)initialised here: any previous contents must have been freed. */
 bool userlist_parse(UserList *ul, const char *text, char *errbuf, size_t errlen)
 {

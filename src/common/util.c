@@ -7,6 +7,8 @@
 #include "common/util.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +75,11 @@ char *xstrdup(const char *s)
 	return p;
 }
 
+char *xstrdup_or_null(const char *s)
+{
+	return s ? xstrdup(s) : NULL;
+}
+
 char *read_file(const char *path, size_t *len_out)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -104,4 +111,15 @@ char *read_file(const char *path, size_t *len_out)
 	if (len_out)
 		*len_out = len;
 	return buf;
+}
+
+bool set_error(char *err, size_t errlen, const char *fmt, ...)
+{
+	if (err && errlen > 0) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return false;
 }

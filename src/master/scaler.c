@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include "master/scaler.h"
+#include "common/util.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -158,47 +159,35 @@ ScalerResult scaler_decide(const ScalerHistory *h, const ScalerConfig *cf, int c
 	return r;
 }
 
-static bool fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static bool fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-	if (err && errlen > 0) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return false;
-}
-
 bool scaler_config_valid(const ScalerConfig *cf, char *err, size_t errlen)
 {
 	if (cf->min_workers < 1)
-		return fail(err, errlen, "min_workers must be at least 1 (got %d)", cf->min_workers);
+		return set_error(err, errlen, "min_workers must be at least 1 (got %d)", cf->min_workers);
 	if (cf->max_workers < cf->min_workers)
-		return fail(err, errlen, "max_workers (%d) must not be below min_workers (%d)", cf->max_workers,
-		            cf->min_workers);
+		return set_error(err, errlen, "max_workers (%d) must not be below min_workers (%d)", cf->max_workers,
+		                 cf->min_workers);
 	if (cf->max_workers > SHM_MAX_WORKERS)
-		return fail(err, errlen, "max_workers (%d) must not exceed %d", cf->max_workers, SHM_MAX_WORKERS);
+		return set_error(err, errlen, "max_workers (%d) must not exceed %d", cf->max_workers, SHM_MAX_WORKERS);
 	/* written as !(a < b) so that NaN fails too */
 	if (!(cf->up_threshold > 0.0 && cf->up_threshold <= 1.0))
-		return fail(err, errlen, "worker_scale_up_threshold must be above 0 and at most 1 (got %g)",
-		            cf->up_threshold);
+		return set_error(err, errlen, "worker_scale_up_threshold must be above 0 and at most 1 (got %g)",
+		                 cf->up_threshold);
 	if (!(cf->down_threshold > 0.0))
-		return fail(err, errlen, "worker_scale_down_threshold must be above 0 (got %g)", cf->down_threshold);
+		return set_error(err, errlen, "worker_scale_down_threshold must be above 0 (got %g)",
+		                 cf->down_threshold);
 	if (!(cf->down_threshold < cf->up_threshold))
-		return fail(err, errlen,
-		            "worker_scale_down_threshold (%g) must be below worker_scale_up_threshold (%g), "
-		            "or workers would be added and drained in turn",
-		            cf->down_threshold, cf->up_threshold);
+		return set_error(err, errlen,
+		                 "worker_scale_down_threshold (%g) must be below worker_scale_up_threshold (%g), "
+		                 "or workers would be added and drained in turn",
+		                 cf->down_threshold, cf->up_threshold);
 	if (cf->up_samples < 1 || cf->up_samples > SCALER_HISTORY)
-		return fail(err, errlen, "worker_scale_up_samples must be between 1 and %d (got %d)", SCALER_HISTORY,
-		            cf->up_samples);
+		return set_error(err, errlen, "worker_scale_up_samples must be between 1 and %d (got %d)",
+		                 SCALER_HISTORY, cf->up_samples);
 	if (cf->down_samples < 1 || cf->down_samples > SCALER_HISTORY)
-		return fail(err, errlen, "worker_scale_down_samples must be between 1 and %d (got %d)", SCALER_HISTORY,
-		            cf->down_samples);
+		return set_error(err, errlen, "worker_scale_down_samples must be between 1 and %d (got %d)",
+		                 SCALER_HISTORY, cf->down_samples);
 	if (cf->cooldown_us < 0)
-		return fail(err, errlen, "worker_scale_cooldown must not be negative");
+		return set_error(err, errlen, "worker_scale_cooldown must not be negative");
 	return true;
 }
 

@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include "master/warmstart.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,19 +22,6 @@
 #define WARMSTART_MAX_FILE   128 /* a valid file is far smaller */
 #define WARMSTART_MAX_DIGITS 9   /* more cannot be in range, and cannot overflow a long */
 
-static bool fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static bool fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-	if (err && errlen > 0) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return false;
-}
-
 /*
  * Parse line `lineno` ("<key> <digits>\n") starting at *pos and advance past
  * it. The value is checked for form here, for range by the caller.
@@ -44,27 +32,27 @@ static bool parse_line(const char *buf, size_t len, size_t *pos, int lineno, con
 	const char *line = buf + *pos;
 	size_t left = len - *pos;
 	if (left == 0)
-		return fail(err, errlen, "truncated: line %d (\"%s ...\") is missing", lineno, key);
+		return set_error(err, errlen, "truncated: line %d (\"%s ...\") is missing", lineno, key);
 	const char *nl = memchr(line, '\n', left);
 	if (!nl)
-		return fail(err, errlen, "truncated: line %d does not end in a newline", lineno);
+		return set_error(err, errlen, "truncated: line %d does not end in a newline", lineno);
 	size_t line_len = (size_t)(nl - line);
 	size_t klen = strlen(key);
 	if (line_len <= klen || memcmp(line, key, klen) != 0 || line[klen] != ' ')
-		return fail(err, errlen, "line %d: expected \"%s <number>\"", lineno, key);
+		return set_error(err, errlen, "line %d: expected \"%s <number>\"", lineno, key);
 
 	const char *digits = line + klen + 1;
 	size_t ndigits = line_len - klen - 1;
 	if (ndigits == 0)
-		return fail(err, errlen, "line %d: %s has no value", lineno, key);
+		return set_error(err, errlen, "line %d: %s has no value", lineno, key);
 	if (digits[0] == '-')
-		return fail(err, errlen, "line %d: %s is negative", lineno, key);
+		return set_error(err, errlen, "line %d: %s is negative", lineno, key);
 	for (size_t i = 0; i < ndigits; i++)
 		if (digits[i] < '0' || digits[i] > '9')
-			return fail(err, errlen, "line %d: %s must be decimal digits only", lineno, key);
+			return set_error(err, errlen, "line %d: %s must be decimal digits only", lineno, key);
 	if (ndigits > WARMSTART_MAX_DIGITS)
-		return fail(err, errlen, "line %d: %s %.*s... is absurdly large", lineno, key, WARMSTART_MAX_DIGITS,
-		            digits);
+		return set_error(err, errlen, "line %d: %s %.*s... is absurdly large", lineno, key,
+		                 WARMSTART_MAX_DIGITS, digits);
 	long v = 0;
 	for (size_t i = 0; i < ndigits; i++)
 		v = v * 10 + (digits[i] - '0');
@@ -81,7 +69,7 @@ bool warmstart_read(const char *path, int *count, char *err, size_t errlen)
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		int e = errno;
-		fail(err, errlen, "open() failed: %s", strerror(e));
+		set_error(err, errlen, "open() failed: %s", strerror(e));
 		errno = e;
 		return false;
 	}
@@ -93,7 +81,7 @@ bool warmstart_read(const char *path, int *count, char *err, size_t errlen)
 		if (got < 0) {
 			int e = errno;
 			close(fd);
-			return fail(err, errlen, "read() failed: %s", strerror(e));
+			return set_error(err, errlen, "read() failed: %s", strerror(e));
 		}
 		if (got == 0)
 			break;
@@ -102,22 +90,23 @@ bool warmstart_read(const char *path, int *count, char *err, size_t errlen)
 	close(fd);
 
 	if (len == 0)
-		return fail(err, errlen, "empty file");
+		return set_error(err, errlen, "empty file");
 	if (len > WARMSTART_MAX_FILE)
-		return fail(err, errlen, "longer than %d bytes: not a worker state file", WARMSTART_MAX_FILE);
+		return set_error(err, errlen, "longer than %d bytes: not a worker state file", WARMSTART_MAX_FILE);
 
 	size_t pos = 0;
 	long version, value;
 	if (!parse_line(buf, len, &pos, 1, WARMSTART_MAGIC, &version, err, errlen))
 		return false;
 	if (version != WARMSTART_VERSION)
-		return fail(err, errlen, "unsupported format version %ld (expected %d)", version, WARMSTART_VERSION);
+		return set_error(err, errlen, "unsupported format version %ld (expected %d)", version,
+		                 WARMSTART_VERSION);
 	if (!parse_line(buf, len, &pos, 2, "count", &value, err, errlen))
 		return false;
 	if (pos != len)
-		return fail(err, errlen, "trailing data after the count");
+		return set_error(err, errlen, "trailing data after the count");
 	if (value < 1 || value > WARMSTART_MAX_COUNT)
-		return fail(err, errlen, "count %ld out of range 1..%d", value, WARMSTART_MAX_COUNT);
+		return set_error(err, errlen, "count %ld out of range 1..%d", value, WARMSTART_MAX_COUNT);
 	*count = (int)value;
 	return true;
 }
@@ -150,12 +139,12 @@ static bool sync_parent_dir(const char *path, char *err, size_t errlen)
 
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
-		return fail(err, errlen, "open() of the directory failed: %s", strerror(errno));
+		return set_error(err, errlen, "open() of the directory failed: %s", strerror(errno));
 	/* EINVAL: a file system that cannot sync directories; nothing more to do there */
 	if (fsync(fd) < 0 && errno != EINVAL) {
 		int e = errno;
 		close(fd);
-		return fail(err, errlen, "fsync() of the directory failed: %s", strerror(e));
+		return set_error(err, errlen, "fsync() of the directory failed: %s", strerror(e));
 	}
 	close(fd);
 	return true;
@@ -169,14 +158,14 @@ bool warmstart_write(const char *path, int count, char *err, size_t errlen)
 	int e;
 
 	if (count < 1 || count > WARMSTART_MAX_COUNT)
-		return fail(err, errlen, "count %d out of range 1..%d", count, WARMSTART_MAX_COUNT);
+		return set_error(err, errlen, "count %d out of range 1..%d", count, WARMSTART_MAX_COUNT);
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
-		return fail(err, errlen, "path too long");
+		return set_error(err, errlen, "path too long");
 	int tlen = snprintf(text, sizeof(text), "%s %d\ncount %d\n", WARMSTART_MAGIC, WARMSTART_VERSION, count);
 
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0)
-		return fail(err, errlen, "open() of the temporary file failed: %s", strerror(errno));
+		return set_error(err, errlen, "open() of the temporary file failed: %s", strerror(errno));
 	if (!write_all(fd, text, (size_t)tlen)) {
 		call = "write()";
 		goto failed;
@@ -202,7 +191,7 @@ failed:
 	if (fd >= 0)
 		close(fd);
 	unlink(tmp);
-	return fail(err, errlen, "%s failed: %s", call, strerror(e));
+	return set_error(err, errlen, "%s failed: %s", call, strerror(e));
 }
 
 int warmstart_clamp(int count, int min, int max)

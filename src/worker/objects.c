@@ -268,28 +268,23 @@ PgDatabase *db_find(const char *name)
 	return NULL;
 }
 
-static char *dup_or_null(const char *s)
-{
-	return s ? xstrdup(s) : NULL;
-}
-
 static void db_copy_cf(CfDatabase *dst, const CfDatabase *src)
 {
 	*dst = *src;
-	dst->name = dup_or_null(src->name);
-	dst->dbname = dup_or_null(src->dbname);
-	dst->host = dup_or_null(src->host);
-	dst->user = dup_or_null(src->user);
-	dst->password = dup_or_null(src->password);
-	dst->auth_user = dup_or_null(src->auth_user);
-	dst->auth_query = dup_or_null(src->auth_query);
-	dst->auth_dbname = dup_or_null(src->auth_dbname);
-	dst->connect_query = dup_or_null(src->connect_query);
-	dst->client_encoding = dup_or_null(src->client_encoding);
-	dst->datestyle = dup_or_null(src->datestyle);
-	dst->timezone = dup_or_null(src->timezone);
-	dst->application_name = dup_or_null(src->application_name);
-	dst->connstr = dup_or_null(src->connstr);
+	dst->name = xstrdup_or_null(src->name);
+	dst->dbname = xstrdup_or_null(src->dbname);
+	dst->host = xstrdup_or_null(src->host);
+	dst->user = xstrdup_or_null(src->user);
+	dst->password = xstrdup_or_null(src->password);
+	dst->auth_user = xstrdup_or_null(src->auth_user);
+	dst->auth_query = xstrdup_or_null(src->auth_query);
+	dst->auth_dbname = xstrdup_or_null(src->auth_dbname);
+	dst->connect_query = xstrdup_or_null(src->connect_query);
+	dst->client_encoding = xstrdup_or_null(src->client_encoding);
+	dst->datestyle = xstrdup_or_null(src->datestyle);
+	dst->timezone = xstrdup_or_null(src->timezone);
+	dst->application_name = xstrdup_or_null(src->application_name);
+	dst->connstr = xstrdup_or_null(src->connstr);
 }
 
 static void db_free_cf(CfDatabase *c)

@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include "worker/scram.h"
+#include "common/util.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -32,21 +33,6 @@
 #define AUTH_MSG_MAX (3 * SCRAM_MAX_MSG + 3)
 
 static char test_nonce[64]; /* scram_set_test_nonce(); "" = random */
-
-static bool fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-/* Put a short reason into err (if given) and return false. */
-static bool fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err != NULL && errlen > 0) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return false;
-}
 
 static bool b64_char(char c)
 {
@@ -224,11 +210,11 @@ static bool parse_iterations(const char *s, size_t len, int *out)
 static bool take_message(const char *in, size_t len, char *buf, char *err, size_t errlen)
 {
 	if (in == NULL)
-		return fail(err, errlen, "missing SCRAM message");
+		return set_error(err, errlen, "missing SCRAM message");
 	if (len > SCRAM_MAX_MSG)
-		return fail(err, errlen, "SCRAM message too long");
+		return set_error(err, errlen, "SCRAM message too long");
 	if (memchr(in, '\0', len) != NULL)
-		return fail(err, errlen, "malformed SCRAM message: NUL byte");
+		return set_error(err, errlen, "malformed SCRAM message: NUL byte");
 	memcpy(buf, in, len);
 	buf[len] = '\0';
 	return true;
@@ -245,15 +231,15 @@ static const char *read_attr(const char *p, char name, const char **val, size_t 
 	const char *end;
 
 	if (*p == '\0') {
-		fail(err, errlen, "malformed SCRAM message: missing attribute '%c'", name);
+		set_error(err, errlen, "malformed SCRAM message: missing attribute '%c'", name);
 		return NULL;
 	}
 	if (p[0] != name || p[1] != '=') {
 		if (p[0] >= 'a' && p[0] <= 'z' && p[1] == '=')
-			fail(err, errlen, "malformed SCRAM message: unexpected attribute '%c', expected '%c'", p[0],
-			     name);
+			set_error(err, errlen, "malformed SCRAM message: unexpected attribute '%c', expected '%c'",
+			          p[0], name);
 		else
-			fail(err, errlen, "malformed SCRAM message: expected attribute '%c'", name);
+			set_error(err, errlen, "malformed SCRAM message: expected attribute '%c'", name);
 		return NULL;
 	}
 	*val = p + 2;
@@ -409,7 +395,7 @@ bool scram_server_first(ScramServer *st, const ScramSecret *secret, const char *
 	OPENSSL_cleanse(&sec, sizeof(sec));
 	secret = &st->secret;
 	if (secret->iterations < 1 || secret->salt_len == 0 || secret->salt_len > SCRAM_MAX_SALT)
-		return fail(err, errlen, "invalid SCRAM secret");
+		return set_error(err, errlen, "invalid SCRAM secret");
 	if (!take_message(client_first, len, msg, err, errlen))
 		return false;
 
@@ -421,21 +407,21 @@ bool scram_server_first(ScramServer *st, const ScramSecret *secret, const char *
 		st->cbind_flag = *p;
 		break;
 	case 'p':
-		return fail(err, errlen, "channel binding is not supported");
+		return set_error(err, errlen, "channel binding is not supported");
 	default:
-		return fail(err, errlen, "malformed SCRAM message: invalid channel binding flag");
+		return set_error(err, errlen, "malformed SCRAM message: invalid channel binding flag");
 	}
 	if (*++p != ',')
-		return fail(err, errlen, "malformed SCRAM message: comma expected after channel binding flag");
+		return set_error(err, errlen, "malformed SCRAM message: comma expected after channel binding flag");
 	p++;
 	if (p[0] == 'a' && p[1] == '=')
-		return fail(err, errlen, "authorization identity is not supported");
+		return set_error(err, errlen, "authorization identity is not supported");
 	if (*p != ',')
-		return fail(err, errlen, "malformed SCRAM message: comma expected after gs2 header");
+		return set_error(err, errlen, "malformed SCRAM message: comma expected after gs2 header");
 	bare = ++p;
 
 	if (p[0] == 'm' && p[1] == '=')
-		return fail(err, errlen, "unsupported SCRAM extension");
+		return set_error(err, errlen, "unsupported SCRAM extension");
 	/* the user name: PostgreSQL takes it from the startup packet instead */
 	p = read_attr(p, 'n', &val, &vlen, err, errlen);
 	if (p == NULL)
@@ -444,23 +430,23 @@ bool scram_server_first(ScramServer *st, const ScramSecret *secret, const char *
 	if (p == NULL)
 		return false;
 	if (!valid_nonce(val, vlen))
-		return fail(err, errlen, "malformed SCRAM message: invalid nonce");
+		return set_error(err, errlen, "malformed SCRAM message: invalid nonce");
 	if (*p != '\0')
-		return fail(err, errlen, "malformed SCRAM message: unexpected data after nonce");
+		return set_error(err, errlen, "malformed SCRAM message: unexpected data after nonce");
 
 	memcpy(st->client_nonce, val, vlen);
 	st->client_nonce[vlen] = '\0';
 	memcpy(st->client_first_bare, bare, strlen(bare) + 1);
 
 	if (!make_nonce(st->server_nonce, sizeof(st->server_nonce)))
-		return fail(err, errlen, "could not generate nonce");
+		return set_error(err, errlen, "could not generate nonce");
 	if (!b64_encode(secret->salt, secret->salt_len, salt, sizeof(salt)))
-		return fail(err, errlen, "invalid SCRAM secret");
+		return set_error(err, errlen, "invalid SCRAM secret");
 	n = snprintf(st->server_first, sizeof(st->server_first), "r=%s%s,s=%s,i=%d", st->client_nonce, st->server_nonce,
 	             salt, secret->iterations);
 	if (n < 0 || (size_t)n >= sizeof(st->server_first)) {
 		st->server_first[0] = '\0';
-		return fail(err, errlen, "SCRAM message too long");
+		return set_error(err, errlen, "SCRAM message too long");
 	}
 	return true;
 }
@@ -477,7 +463,7 @@ bool scram_server_final(ScramServer *st, const char *client_final, size_t len, c
 	int n;
 
 	if (st->server_first[0] == '\0' || st->done)
-		return fail(err, errlen, "unexpected SCRAM message");
+		return set_error(err, errlen, "unexpected SCRAM message");
 	if (!take_message(client_final, len, msg, err, errlen))
 		return false;
 
@@ -490,9 +476,9 @@ bool scram_server_final(ScramServer *st, const char *client_final, size_t len, c
 		size_t rawlen;
 
 		if (!b64_decode(val, vlen, raw, sizeof(raw), &rawlen))
-			return fail(err, errlen, "malformed SCRAM message: invalid base64 in channel binding");
+			return set_error(err, errlen, "malformed SCRAM message: invalid base64 in channel binding");
 		if (vlen != strlen(want) || memcmp(val, want, vlen) != 0)
-			return fail(err, errlen, "SCRAM channel binding check failed");
+			return set_error(err, errlen, "SCRAM channel binding check failed");
 	}
 
 	p = read_attr(next_attr(p), 'r', &val, &vlen, err, errlen);
@@ -502,49 +488,49 @@ bool scram_server_final(ScramServer *st, const char *client_final, size_t len, c
 	sn_len = strlen(st->server_nonce);
 	if (vlen != cn_len + sn_len || memcmp(val, st->client_nonce, cn_len) != 0 ||
 	    memcmp(val + cn_len, st->server_nonce, sn_len) != 0)
-		return fail(err, errlen, "SCRAM nonce mismatch");
+		return set_error(err, errlen, "SCRAM nonce mismatch");
 
 	proof_attr = next_attr(p);
 	p = read_attr(proof_attr, 'p', &val, &vlen, err, errlen);
 	if (p == NULL)
 		return false;
 	if (*p != '\0')
-		return fail(err, errlen, "malformed SCRAM message: unexpected data after proof");
+		return set_error(err, errlen, "malformed SCRAM message: unexpected data after proof");
 	if (!b64_decode_exact(val, vlen, proof, sizeof(proof)))
-		return fail(err, errlen, "malformed SCRAM message: invalid client proof");
+		return set_error(err, errlen, "malformed SCRAM message: invalid client proof");
 
 	/* client-final-without-proof ends before the ',' in front of "p=" */
 	if (!auth_message(authmsg, st->client_first_bare, st->server_first, msg, (size_t)(proof_attr - 1 - msg),
 	                  &amlen)) {
-		fail(err, errlen, "SCRAM message too long");
+		set_error(err, errlen, "SCRAM message too long");
 		goto out;
 	}
 
 	/* ClientKey = ClientProof XOR HMAC(StoredKey, AuthMessage); H(ClientKey) must be StoredKey */
 	if (!hmac_sha256(st->secret.stored_key, SCRAM_KEY_LEN, authmsg, amlen, sig)) {
-		fail(err, errlen, "SCRAM computation failed");
+		set_error(err, errlen, "SCRAM computation failed");
 		goto out;
 	}
 	for (size_t i = 0; i < SCRAM_KEY_LEN; i++)
 		client_key[i] = proof[i] ^ sig[i];
 	if (!sha256(client_key, SCRAM_KEY_LEN, check)) {
-		fail(err, errlen, "SCRAM computation failed");
+		set_error(err, errlen, "SCRAM computation failed");
 		goto out;
 	}
 	if (!scram_secure_equal(check, st->secret.stored_key, SCRAM_KEY_LEN)) {
-		fail(err, errlen, "SCRAM client proof does not match");
+		set_error(err, errlen, "SCRAM client proof does not match");
 		goto out;
 	}
 
 	/* ServerSignature = HMAC(ServerKey, AuthMessage) */
 	if (!hmac_sha256(st->secret.server_key, SCRAM_KEY_LEN, authmsg, amlen, sig) ||
 	    !b64_encode(sig, SCRAM_KEY_LEN, sigtext, sizeof(sigtext))) {
-		fail(err, errlen, "SCRAM computation failed");
+		set_error(err, errlen, "SCRAM computation failed");
 		goto out;
 	}
 	n = snprintf(server_final, server_final_len, "v=%s", sigtext);
 	if (n < 0 || (size_t)n >= server_final_len) {
-		fail(err, errlen, "SCRAM output buffer too small");
+		set_error(err, errlen, "SCRAM output buffer too small");
 		goto out;
 	}
 	memcpy(st->client_key, client_key, SCRAM_KEY_LEN);
@@ -639,46 +625,46 @@ bool scram_client_final(ScramClient *st, const char *server_first, size_t len, c
 	bool ok = false;
 
 	if (st->client_first_bare[0] == '\0' || st->server_first[0] != '\0')
-		return fail(err, errlen, "unexpected SCRAM message");
+		return set_error(err, errlen, "unexpected SCRAM message");
 	if (!take_message(server_first, len, msg, err, errlen))
 		return false;
 
 	if (msg[0] == 'm' && msg[1] == '=')
-		return fail(err, errlen, "unsupported SCRAM extension");
+		return set_error(err, errlen, "unsupported SCRAM extension");
 	p = read_attr(msg, 'r', &nonce, &nonce_len, err, errlen);
 	if (p == NULL)
 		return false;
 	cn_len = strlen(st->client_nonce);
 	if (!valid_nonce(nonce, nonce_len))
-		return fail(err, errlen, "malformed SCRAM message: invalid nonce");
+		return set_error(err, errlen, "malformed SCRAM message: invalid nonce");
 	if (nonce_len <= cn_len || memcmp(nonce, st->client_nonce, cn_len) != 0)
-		return fail(err, errlen, "SCRAM server nonce does not extend client nonce");
+		return set_error(err, errlen, "SCRAM server nonce does not extend client nonce");
 
 	p = read_attr(next_attr(p), 's', &val, &vlen, err, errlen);
 	if (p == NULL)
 		return false;
 	if (!b64_decode(val, vlen, salt, sizeof(salt), &salt_len) || salt_len == 0)
-		return fail(err, errlen, "malformed SCRAM message: invalid salt");
+		return set_error(err, errlen, "malformed SCRAM message: invalid salt");
 
 	p = read_attr(next_attr(p), 'i', &val, &vlen, err, errlen);
 	if (p == NULL)
 		return false;
 	if (!parse_iterations(val, vlen, &iterations))
-		return fail(err, errlen, "malformed SCRAM message: invalid iteration count");
+		return set_error(err, errlen, "malformed SCRAM message: invalid iteration count");
 	if (*p != '\0')
-		return fail(err, errlen, "malformed SCRAM message: unexpected data after iteration count");
+		return set_error(err, errlen, "malformed SCRAM message: unexpected data after iteration count");
 
 	if (st->have_password) {
 		if (!salted_password(st->password, salt, salt_len, iterations, salted) ||
 		    !derive_keys(salted, client_key, stored_key, server_key)) {
-			fail(err, errlen, "SCRAM computation failed");
+			set_error(err, errlen, "SCRAM computation failed");
 			goto out;
 		}
 	} else {
 		memcpy(client_key, st->client_key, SCRAM_KEY_LEN);
 		memcpy(server_key, st->server_key, SCRAM_KEY_LEN);
 		if (!sha256(client_key, SCRAM_KEY_LEN, stored_key)) {
-			fail(err, errlen, "SCRAM computation failed");
+			set_error(err, errlen, "SCRAM computation failed");
 			goto out;
 		}
 	}
@@ -687,25 +673,25 @@ bool scram_client_final(ScramClient *st, const char *server_first, size_t len, c
 	n = snprintf(final_wo_proof, sizeof(final_wo_proof), "c=" CBIND_N ",r=%.*s", (int)nonce_len, nonce);
 	if (n < 0 || (size_t)n >= sizeof(final_wo_proof) ||
 	    !auth_message(authmsg, st->client_first_bare, msg, final_wo_proof, (size_t)n, &amlen)) {
-		fail(err, errlen, "SCRAM message too long");
+		set_error(err, errlen, "SCRAM message too long");
 		goto out;
 	}
 
 	/* ClientProof = ClientKey XOR HMAC(StoredKey, AuthMessage) */
 	if (!hmac_sha256(stored_key, SCRAM_KEY_LEN, authmsg, amlen, sig) ||
 	    !hmac_sha256(server_key, SCRAM_KEY_LEN, authmsg, amlen, st->expected_server_sig)) {
-		fail(err, errlen, "SCRAM computation failed");
+		set_error(err, errlen, "SCRAM computation failed");
 		goto out;
 	}
 	for (size_t i = 0; i < SCRAM_KEY_LEN; i++)
 		proof[i] = client_key[i] ^ sig[i];
 	if (!b64_encode(proof, SCRAM_KEY_LEN, prooftext, sizeof(prooftext))) {
-		fail(err, errlen, "SCRAM computation failed");
+		set_error(err, errlen, "SCRAM computation failed");
 		goto out;
 	}
 	n = snprintf(buf, buflen, "%s,p=%s", final_wo_proof, prooftext);
 	if (n < 0 || (size_t)n >= buflen) {
-		fail(err, errlen, "SCRAM output buffer too small");
+		set_error(err, errlen, "SCRAM output buffer too small");
 		goto out;
 	}
 	memcpy(st->server_first, msg, strlen(msg) + 1);
@@ -726,20 +712,20 @@ bool scram_client_verify_final(ScramClient *st, const char *server_final, size_t
 	size_t vlen;
 
 	if (st->server_first[0] == '\0')
-		return fail(err, errlen, "unexpected SCRAM message");
+		return set_error(err, errlen, "unexpected SCRAM message");
 	if (!take_message(server_final, len, msg, err, errlen))
 		return false;
 	if (msg[0] == 'e' && msg[1] == '=')
-		return fail(err, errlen, "SCRAM error from server: %s", msg + 2);
+		return set_error(err, errlen, "SCRAM error from server: %s", msg + 2);
 	p = read_attr(msg, 'v', &val, &vlen, err, errlen);
 	if (p == NULL)
 		return false;
 	if (*p != '\0')
-		return fail(err, errlen, "malformed SCRAM message: unexpected data after server signature");
+		return set_error(err, errlen, "malformed SCRAM message: unexpected data after server signature");
 	if (!b64_decode_exact(val, vlen, sig, sizeof(sig)))
-		return fail(err, errlen, "malformed SCRAM message: invalid server signature");
+		return set_error(err, errlen, "malformed SCRAM message: invalid server signature");
 	if (!scram_secure_equal(sig, st->expected_server_sig, SCRAM_KEY_LEN))
-		return fail(err, errlen, "SCRAM server signature does not match");
+		return set_error(err, errlen, "SCRAM server signature does not match");
 	return true;
 }
 

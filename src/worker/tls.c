@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include "worker/tls.h"
+#include "common/util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -79,21 +80,6 @@ static const struct {
     {TLS1_3_VERSION, SSL_OP_NO_TLSv1_3},
 };
 
-static bool fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-/* Put a reason into err (if given) and return false. */
-static bool fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err != NULL && errlen > 0) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return false;
-}
-
 /* The reason of OpenSSL's most recent error (its queue is emptied). */
 static const char *ssl_reason(char *buf, size_t len)
 {
@@ -141,8 +127,8 @@ bool tls_parse_protocols(const char *setting, const char *value, unsigned *mask,
 		while (p[n] != '\0' && p[n] != ',' && p[n] != ':' && p[n] != ' ' && p[n] != '\t')
 			n++;
 		if (n == 0 || n >= sizeof(word))
-			return fail(err, errlen, "%s: unknown protocol \"%.*s\" in \"%s\"", setting,
-			            (int)(n < 32 ? n : 32), p, value);
+			return set_error(err, errlen, "%s: unknown protocol \"%.*s\" in \"%s\"", setting,
+			                 (int)(n < 32 ? n : 32), p, value);
 		memcpy(word, p, n);
 		word[n] = '\0';
 		p += n;
@@ -157,10 +143,10 @@ bool tls_parse_protocols(const char *setting, const char *value, unsigned *mask,
 			}
 		}
 		if (!known)
-			return fail(err, errlen, "%s: unknown protocol \"%s\" in \"%s\"", setting, word, value);
+			return set_error(err, errlen, "%s: unknown protocol \"%s\" in \"%s\"", setting, word, value);
 	}
 	if (m == 0)
-		return fail(err, errlen, "%s: \"%s\" enables no protocol", setting, value);
+		return set_error(err, errlen, "%s: \"%s\" enables no protocol", setting, value);
 	*mask = m;
 	return true;
 }
@@ -183,7 +169,7 @@ static bool apply_protocols(SSL_CTX *ctx, const char *setting, const char *value
 	}
 	if (!SSL_CTX_set_min_proto_version(ctx, proto_versions[lo].version) ||
 	    !SSL_CTX_set_max_proto_version(ctx, proto_versions[hi].version))
-		return fail(err, errlen, "%s \"%s\": %s", setting, value, ssl_reason(r, sizeof(r)));
+		return set_error(err, errlen, "%s \"%s\": %s", setting, value, ssl_reason(r, sizeof(r)));
 	for (int i = lo + 1; i < hi; i++) {
 		if (!(mask & (1u << i)))
 			SSL_CTX_set_options(ctx, proto_versions[i].no_option);
@@ -202,12 +188,12 @@ static bool apply_ciphers(SSL_CTX *ctx, const char *setting, const char *value, 
 		const char *list = strcasecmp(value, "all") == 0 ? "ALL" : value;
 
 		if (!SSL_CTX_set_cipher_list(ctx, list))
-			return fail(err, errlen, "%s \"%s\" selects no usable cipher: %s", setting, value,
-			            ssl_reason(r, sizeof(r)));
+			return set_error(err, errlen, "%s \"%s\" selects no usable cipher: %s", setting, value,
+			                 ssl_reason(r, sizeof(r)));
 	}
 	if (is_set(value13) && !SSL_CTX_set_ciphersuites(ctx, value13))
-		return fail(err, errlen, "%s \"%s\" selects no usable cipher suite: %s", setting13, value13,
-		            ssl_reason(r, sizeof(r)));
+		return set_error(err, errlen, "%s \"%s\" selects no usable cipher suite: %s", setting13, value13,
+		                 ssl_reason(r, sizeof(r)));
 	return true;
 }
 
@@ -222,7 +208,7 @@ static bool apply_ecdhcurve(SSL_CTX *ctx, const char *value, char *err, size_t e
 		snprintf(list, sizeof(list), "%s", FFDHE_GROUPS);
 	} else {
 		if (strlen(value) >= sizeof(list))
-			return fail(err, errlen, "client_tls_ecdhcurve \"%s\" is too long", value);
+			return set_error(err, errlen, "client_tls_ecdhcurve \"%s\" is too long", value);
 		snprintf(list, sizeof(list), "%s", value);
 		for (char *c = list; *c != '\0'; c++) {
 			if (*c == ',')
@@ -230,8 +216,8 @@ static bool apply_ecdhcurve(SSL_CTX *ctx, const char *value, char *err, size_t e
 		}
 	}
 	if (!SSL_CTX_set1_groups_list(ctx, list))
-		return fail(err, errlen, "client_tls_ecdhcurve \"%s\" is not usable: %s", value,
-		            ssl_reason(r, sizeof(r)));
+		return set_error(err, errlen, "client_tls_ecdhcurve \"%s\" is not usable: %s", value,
+		                 ssl_reason(r, sizeof(r)));
 	return true;
 }
 
@@ -260,18 +246,19 @@ static bool apply_dheparams(SSL_CTX *ctx, int dhe, char *err, size_t errlen)
 	group = dhe == DHE_LEGACY ? "dh_1024_160" : "ffdhe2048";
 	pkey = dh_named_group(group);
 	if (pkey == NULL)
-		return fail(err, errlen, "client_tls_dheparams: cannot build DH group %s: %s", group,
-		            ssl_reason(r, sizeof(r)));
+		return set_error(err, errlen, "client_tls_dheparams: cannot build DH group %s: %s", group,
+		                 ssl_reason(r, sizeof(r)));
 	bits = EVP_PKEY_get_bits(pkey);
 	if (!SSL_CTX_set0_tmp_dh_pkey(ctx, pkey)) {
 		EVP_PKEY_free(pkey);
-		return fail(err, errlen, "client_tls_dheparams=%s: OpenSSL refused DH group %s: %s%s",
-		            dhe == DHE_LEGACY ? "legacy" : "auto", group, ssl_reason(r, sizeof(r)),
-		            dhe == DHE_LEGACY ? " (a 1024-bit group needs @SECLEVEL=1 in client_tls_ciphers)" : "");
+		return set_error(err, errlen, "client_tls_dheparams=%s: OpenSSL refused DH group %s: %s%s",
+		                 dhe == DHE_LEGACY ? "legacy" : "auto", group, ssl_reason(r, sizeof(r)),
+		                 dhe == DHE_LEGACY ? " (a 1024-bit group needs @SECLEVEL=1 in client_tls_ciphers)"
+		                                   : "");
 	}
 	slot = dh_bits_slot();
 	if (slot < 0 || !SSL_CTX_set_ex_data(ctx, slot, (void *)(intptr_t)bits))
-		return fail(err, errlen, "SSL_CTX_set_ex_data() failed: %s", ssl_reason(r, sizeof(r)));
+		return set_error(err, errlen, "SSL_CTX_set_ex_data() failed: %s", ssl_reason(r, sizeof(r)));
 	return true;
 }
 
@@ -282,10 +269,10 @@ static bool check_readable(const char *setting, const char *path, char *err, siz
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
-		return fail(err, errlen, "cannot read %s %s: %s", setting, path, strerror(errno));
+		return set_error(err, errlen, "cannot read %s %s: %s", setting, path, strerror(errno));
 	if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
 		close(fd);
-		return fail(err, errlen, "cannot read %s %s: %s", setting, path, strerror(EISDIR));
+		return set_error(err, errlen, "cannot read %s %s: %s", setting, path, strerror(EISDIR));
 	}
 	close(fd);
 	return true;
@@ -326,35 +313,37 @@ static bool load_keypair(SSL_CTX *ctx, const char *key_setting, const char *key_
 	    !check_readable(key_setting, key_path, err, errlen))
 		return false;
 	if (SSL_CTX_use_certificate_chain_file(ctx, cert_path) != 1)
-		return fail(err, errlen, "cannot load a certificate from %s %s: %s", cert_setting, cert_path,
-		            ssl_reason(r, sizeof(r)));
+		return set_error(err, errlen, "cannot load a certificate from %s %s: %s", cert_setting, cert_path,
+		                 ssl_reason(r, sizeof(r)));
 	bio = BIO_new_file(key_path, "r");
 	if (bio != NULL) {
 		pkey = PEM_read_bio_PrivateKey(bio, NULL, no_password, NULL);
 		BIO_free(bio);
 	}
 	if (pkey == NULL)
-		return fail(err, errlen, "cannot load a private key from %s %s: %s", key_setting, key_path,
-		            ssl_reason(r, sizeof(r)));
+		return set_error(err, errlen, "cannot load a private key from %s %s: %s", key_setting, key_path,
+		                 ssl_reason(r, sizeof(r)));
 	cert = SSL_CTX_get0_certificate(ctx);
 	if (cert == NULL || X509_check_private_key(cert, pkey) != 1) {
 		EVP_PKEY_free(pkey);
 		ERR_clear_error();
-		return fail(err, errlen, "%s %s does not match %s %s", key_setting, key_path, cert_setting, cert_path);
+		return set_error(err, errlen, "%s %s does not match %s %s", key_setting, key_path, cert_setting,
+		                 cert_path);
 	}
 	if (SSL_CTX_use_PrivateKey(ctx, pkey) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
 		EVP_PKEY_free(pkey);
-		return fail(err, errlen, "%s %s does not match %s %s: %s", key_setting, key_path, cert_setting,
-		            cert_path, ssl_reason(r, sizeof(r)));
+		return set_error(err, errlen, "%s %s does not match %s %s: %s", key_setting, key_path, cert_setting,
+		                 cert_path, ssl_reason(r, sizeof(r)));
 	}
 	EVP_PKEY_free(pkey); /* ctx holds its own reference */
 	if (X509_cmp_current_time(X509_get0_notAfter(cert)) <= 0) {
 		format_asn1_time(X509_get0_notAfter(cert), when, sizeof(when));
-		return fail(err, errlen, "certificate in %s %s expired on %s", cert_setting, cert_path, when);
+		return set_error(err, errlen, "certificate in %s %s expired on %s", cert_setting, cert_path, when);
 	}
 	if (X509_cmp_current_time(X509_get0_notBefore(cert)) >= 0) {
 		format_asn1_time(X509_get0_notBefore(cert), when, sizeof(when));
-		return fail(err, errlen, "certificate in %s %s is not valid before %s", cert_setting, cert_path, when);
+		return set_error(err, errlen, "certificate in %s %s is not valid before %s", cert_setting, cert_path,
+		                 when);
 	}
 	return true;
 }
@@ -368,14 +357,14 @@ static bool load_ca(SSL_CTX *ctx, const char *setting, const char *path, bool li
 	if (!check_readable(setting, path, err, errlen))
 		return false;
 	if (SSL_CTX_load_verify_locations(ctx, path, NULL) != 1)
-		return fail(err, errlen, "cannot load CA certificates from %s %s: %s", setting, path,
-		            ssl_reason(r, sizeof(r)));
+		return set_error(err, errlen, "cannot load CA certificates from %s %s: %s", setting, path,
+		                 ssl_reason(r, sizeof(r)));
 	if (list_for_clients) {
 		STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(path);
 
 		if (names == NULL)
-			return fail(err, errlen, "cannot load CA certificates from %s %s: %s", setting, path,
-			            ssl_reason(r, sizeof(r)));
+			return set_error(err, errlen, "cannot load CA certificates from %s %s: %s", setting, path,
+			                 ssl_reason(r, sizeof(r)));
 		SSL_CTX_set_client_CA_list(ctx, names);
 	}
 	return true;
@@ -441,30 +430,30 @@ bool tls_build_client_ctx(const CfGlobals *g, bool need_client_cert_verify, SSL_
 	char r[256];
 
 	if (g->auth_type == AUTH_CERT && g->client_tls_sslmode != SSLMODE_VERIFY_FULL)
-		return fail(err, errlen, "auth_type=cert requires client_tls_sslmode=verify-full");
+		return set_error(err, errlen, "auth_type=cert requires client_tls_sslmode=verify-full");
 	if (g->client_tls_sslmode == SSLMODE_DISABLE) {
 		*out = NULL;
 		return true;
 	}
 	if (!is_set(g->client_tls_key_file))
-		return fail(err, errlen,
-		            "client TLS is enabled (client_tls_sslmode=%s) but client_tls_key_file is not set",
-		            config_enum_name(cf_sslmodes, g->client_tls_sslmode));
+		return set_error(err, errlen,
+		                 "client TLS is enabled (client_tls_sslmode=%s) but client_tls_key_file is not set",
+		                 config_enum_name(cf_sslmodes, g->client_tls_sslmode));
 	if (!is_set(g->client_tls_cert_file))
-		return fail(err, errlen,
-		            "client TLS is enabled (client_tls_sslmode=%s) but client_tls_cert_file is not set",
-		            config_enum_name(cf_sslmodes, g->client_tls_sslmode));
+		return set_error(err, errlen,
+		                 "client TLS is enabled (client_tls_sslmode=%s) but client_tls_cert_file is not set",
+		                 config_enum_name(cf_sslmodes, g->client_tls_sslmode));
 	if (reason != NULL && !is_set(g->client_tls_ca_file))
-		return fail(err, errlen, "client certificates must be verified (%s) but client_tls_ca_file is not set",
-		            reason);
+		return set_error(err, errlen,
+		                 "client certificates must be verified (%s) but client_tls_ca_file is not set", reason);
 
 	ctx = SSL_CTX_new(TLS_server_method());
 	if (ctx == NULL)
-		return fail(err, errlen, "SSL_CTX_new() failed: %s", ssl_reason(r, sizeof(r)));
+		return set_error(err, errlen, "SSL_CTX_new() failed: %s", ssl_reason(r, sizeof(r)));
 	common_setup(ctx);
 	SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
 	if (!SSL_CTX_set_session_id_context(ctx, session_id_ctx, sizeof(session_id_ctx) - 1)) {
-		fail(err, errlen, "SSL_CTX_set_session_id_context() failed: %s", ssl_reason(r, sizeof(r)));
+		set_error(err, errlen, "SSL_CTX_set_session_id_context() failed: %s", ssl_reason(r, sizeof(r)));
 		goto failed;
 	}
 	/* ciphers first: an @SECLEVEL in them governs the key sizes accepted below */
@@ -510,16 +499,17 @@ bool tls_build_server_ctx(const CfGlobals *g, SSL_CTX **out, char *err, size_t e
 		return true;
 	}
 	if (verify && !is_set(g->server_tls_ca_file))
-		return fail(err, errlen, "server_tls_sslmode=%s verifies servers but server_tls_ca_file is not set",
-		            config_enum_name(cf_sslmodes, g->server_tls_sslmode));
+		return set_error(err, errlen,
+		                 "server_tls_sslmode=%s verifies servers but server_tls_ca_file is not set",
+		                 config_enum_name(cf_sslmodes, g->server_tls_sslmode));
 	if (has_key != has_cert)
-		return fail(err, errlen, "%s is set but %s is not",
-		            has_key ? "server_tls_key_file" : "server_tls_cert_file",
-		            has_key ? "server_tls_cert_file" : "server_tls_key_file");
+		return set_error(err, errlen, "%s is set but %s is not",
+		                 has_key ? "server_tls_key_file" : "server_tls_cert_file",
+		                 has_key ? "server_tls_cert_file" : "server_tls_key_file");
 
 	ctx = SSL_CTX_new(TLS_client_method());
 	if (ctx == NULL)
-		return fail(err, errlen, "SSL_CTX_new() failed: %s", ssl_reason(r, sizeof(r)));
+		return set_error(err, errlen, "SSL_CTX_new() failed: %s", ssl_reason(r, sizeof(r)));
 	common_setup(ctx);
 	if (!apply_ciphers(ctx, "server_tls_ciphers", g->server_tls_ciphers, "server_tls13_ciphers",
 	                   g->server_tls13_ciphers, err, errlen) ||
@@ -537,7 +527,7 @@ bool tls_build_server_ctx(const CfGlobals *g, SSL_CTX **out, char *err, size_t e
 	}
 	/* PostgreSQL 17+ checks it when offered; older servers ignore it */
 	if (SSL_CTX_set_alpn_protos(ctx, alpn_wire, sizeof(alpn_wire) - 1) != 0) {
-		fail(err, errlen, "SSL_CTX_set_alpn_protos() failed: %s", ssl_reason(r, sizeof(r)));
+		set_error(err, errlen, "SSL_CTX_set_alpn_protos() failed: %s", ssl_reason(r, sizeof(r)));
 		goto failed;
 	}
 	*out = ctx;
@@ -604,7 +594,7 @@ bool tls_contexts_reload(TlsContexts *cur, const CfGlobals *g, bool need_client_
 	if (key == NULL) {
 		SSL_CTX_free(client_ctx);
 		SSL_CTX_free(server_ctx);
-		return fail(err, errlen, "out of memory");
+		return set_error(err, errlen, "out of memory");
 	}
 	cur->server_changed = cur->server_key == NULL || strcmp(cur->server_key, key) != 0;
 	SSL_CTX_free(cur->client_ctx);
@@ -636,12 +626,12 @@ SSL *tls_server_ssl_new(const TlsContexts *t, const char *host, char *err, size_
 	SSL *ssl;
 
 	if (t->server_ctx == NULL) {
-		fail(err, errlen, "server TLS is disabled");
+		set_error(err, errlen, "server TLS is disabled");
 		return NULL;
 	}
 	ssl = SSL_new(t->server_ctx);
 	if (ssl == NULL) {
-		fail(err, errlen, "SSL_new() failed: %s", ssl_reason(r, sizeof(r)));
+		set_error(err, errlen, "SSL_new() failed: %s", ssl_reason(r, sizeof(r)));
 		return NULL;
 	}
 	if (!tls_set_server_hostname(ssl, host, t->server_sslmode == SSLMODE_VERIFY_FULL, err, errlen)) {
@@ -659,23 +649,23 @@ bool tls_set_server_hostname(SSL *ssl, const char *host, bool verify_name, char 
 
 	if (!is_set(host) || host[0] == '/' || host[0] == '@') {
 		if (verify_name)
-			return fail(err, errlen, "server_tls_sslmode=verify-full: no host name to verify");
+			return set_error(err, errlen, "server_tls_sslmode=verify-full: no host name to verify");
 		return true;
 	}
 	is_ip = inet_pton(AF_INET, host, addr) == 1 || inet_pton(AF_INET6, host, addr) == 1;
 	if (!is_ip && SSL_set_tlsext_host_name(ssl, host) != 1)
-		return fail(err, errlen, "cannot set TLS server name \"%s\": %s", host, ssl_reason(r, sizeof(r)));
+		return set_error(err, errlen, "cannot set TLS server name \"%s\": %s", host, ssl_reason(r, sizeof(r)));
 	if (!verify_name)
 		return true;
 	if (is_ip) {
 		if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host) != 1)
-			return fail(err, errlen, "cannot verify against IP address \"%s\": %s", host,
-			            ssl_reason(r, sizeof(r)));
+			return set_error(err, errlen, "cannot verify against IP address \"%s\": %s", host,
+			                 ssl_reason(r, sizeof(r)));
 	} else {
 		SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
 		if (SSL_set1_host(ssl, host) != 1)
-			return fail(err, errlen, "cannot verify against host name \"%s\": %s", host,
-			            ssl_reason(r, sizeof(r)));
+			return set_error(err, errlen, "cannot verify against host name \"%s\": %s", host,
+			                 ssl_reason(r, sizeof(r)));
 	}
 	return true;
 }
