@@ -933,6 +933,21 @@ static PgDatabase *find_or_register_db(const char *name)
 	return db ? db : db_register_auto(name);
 }
 
+/*
+ * The database named by a command's argument: found (or, with `auto`,
+ * registered through "*"), and not the admin db. On failure the console has
+ * its error ("no such database", "cannot <verb> admin db") and NULL is returned.
+ */
+static PgDatabase *db_arg(PgSocket *c, const char *arg, bool autodb, const char *verb)
+{
+	PgDatabase *db = autodb ? find_or_register_db(arg) : db_find(arg);
+	if (!db)
+		admin_error(c, NULL, "no such database: %s", arg);
+	else if (db->admin)
+		admin_error(c, NULL, "cannot %s admin db: %s", verb, arg);
+	return db && !db->admin ? db : NULL;
+}
+
 /* Servers still serving a client (PAUSE waits for them); only = one db or every non-admin db. */
 static int servers_in_use(const PgDatabase *only)
 {
@@ -1298,11 +1313,9 @@ static bool cmd_pause(PgSocket *c, const char *arg)
 	if (wk.pause_mode != P_NONE)
 		return admin_error(c, NULL, "already suspended/paused");
 	if (*arg) {
-		PgDatabase *db = find_or_register_db(arg);
+		PgDatabase *db = db_arg(c, arg, true, "pause");
 		if (!db)
-			return admin_error(c, NULL, "no such database: %s", arg);
-		if (db->admin)
-			return admin_error(c, NULL, "cannot pause admin db: %s", arg);
+			return c->state != CL_JUSTFREE; /* false: the error could not be sent */
 		db->paused = true;
 		close_idle_servers_of(db);
 		if (servers_in_use(db) == 0)
@@ -1362,11 +1375,9 @@ static bool cmd_kill(PgSocket *c, const char *arg)
 	if (wk.pause_mode != P_NONE)
 		return admin_error(c, NULL, "already suspended/paused");
 	if (*arg) {
-		PgDatabase *db = find_or_register_db(arg);
+		PgDatabase *db = db_arg(c, arg, true, "kill");
 		if (!db)
-			return admin_error(c, NULL, "no such database: %s", arg);
-		if (db->admin)
-			return admin_error(c, NULL, "cannot kill admin db: %s", arg);
+			return c->state != CL_JUSTFREE; /* false: the error could not be sent */
 		kill_db(db);
 	} else {
 		List *i, *t;
@@ -1401,11 +1412,9 @@ static bool cmd_disable(PgSocket *c, const char *arg, bool disable)
 {
 	if (!*arg)
 		return admin_error(c, NULL, "a database is required");
-	PgDatabase *db = db_find(arg);
+	PgDatabase *db = db_arg(c, arg, false, "disable");
 	if (!db)
-		return admin_error(c, NULL, "no such database: %s", arg);
-	if (db->admin)
-		return admin_error(c, NULL, "cannot disable admin db: %s", arg);
+		return c->state != CL_JUSTFREE; /* false: the error could not be sent */
 	db->disabled = disable;
 	return send_simple(c, disable ? "DISABLE" : "ENABLE");
 }
@@ -1414,11 +1423,9 @@ static bool cmd_reconnect(PgSocket *c, const char *arg)
 {
 	PgDatabase *db = NULL;
 	if (*arg) {
-		db = db_find(arg);
+		db = db_arg(c, arg, false, "reconnect");
 		if (!db)
-			return admin_error(c, NULL, "no such database: %s", arg);
-		if (db->admin)
-			return admin_error(c, NULL, "cannot reconnect admin db: %s", arg);
+			return c->state != CL_JUSTFREE; /* false: the error could not be sent */
 	}
 	mark_close_needed(db);
 	return send_simple(c, "RECONNECT");
@@ -1428,11 +1435,9 @@ static bool cmd_wait_close(PgSocket *c, const char *arg)
 {
 	PgDatabase *db = NULL;
 	if (*arg) {
-		db = db_find(arg);
+		db = db_arg(c, arg, false, "wait in");
 		if (!db)
-			return admin_error(c, NULL, "no such database: %s", arg);
-		if (db->admin)
-			return admin_error(c, NULL, "cannot wait in admin db: %s", arg);
+			return c->state != CL_JUSTFREE; /* false: the error could not be sent */
 	}
 	if (close_needed_count(db) == 0)
 		return send_simple(c, "WAIT_CLOSE");
