@@ -183,4 +183,10 @@ struct PgSocket {
 	uint32_t cancel_server_pid;
 };
 
+/* Whether the connection runs over TLS (hostssl/hostnossl rules, SHOW `tls`). */
+static inline bool socket_is_tls(const PgSocket *s)
+{
+	return s->sb.ssl != NULL;
+}
+
 #endif

@@ -15,6 +15,7 @@
 
 #include <event2/event.h>
 #include <event2/event_struct.h>
+#include <openssl/ssl.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -86,6 +87,8 @@ struct SBuf {
 	int last_errno;     /* errno of the last failure */
 	uint64_t bytes_in;  /* bytes received */
 	uint64_t bytes_out; /* bytes forwarded out of this buffer to the peer */
+
+	SSL *ssl; /* TLS on this socket (owned), or NULL for plain */
 };
 
 /* Attach an accepted socket (non-blocking is set here) and start reading. */
