@@ -10,9 +10,10 @@
 
 #include "common/config.h"
 #include "master/listen.h"
+#include "worker/tls.h"
 
 /* Create the shm segment and remember what workers need; call before supervisor_start(). */
-void supervisor_init(struct event_base *base, Config *cf, ListenSet *ls, int cmdline_verbose);
+void supervisor_init(struct event_base *base, Config *cf, const TlsContexts *tls, ListenSet *ls, int cmdline_verbose);
 
 /* Start the initial workers (warm start count, clamped) and the scaler tick. */
 void supervisor_start(void);

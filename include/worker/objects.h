@@ -121,7 +121,7 @@ struct PgPool {
 
 	bool last_login_failed; /* within server_login_retry of a failure */
 	usec_t last_failed_time;
-	char failed_msg[128];       /* cached reason for the fast-fail message */
+	char failed_msg[256];       /* cached reason for the fast-fail message */
 	usec_t last_lifetime_close; /* spacing of server_lifetime closes */
 
 	PgStats stats;       /* totals */
@@ -181,6 +181,10 @@ struct PgSocket {
 	uint8_t cancel_server_key[MAX_SERVER_KEY];
 	uint32_t cancel_server_key_len;
 	uint32_t cancel_server_pid;
+
+	/* TLS */
+	bool tls_direct;  /* clients: TLS started without SSLRequest (ALPN must say postgresql) */
+	SSL *tls_pending; /* servers: the SSL to use once PostgreSQL answers 'S' to the SSLRequest */
 };
 
 /* Whether the connection runs over TLS (hostssl/hostnossl rules, SHOW `tls`). */

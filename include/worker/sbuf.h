@@ -43,6 +43,10 @@ typedef enum SBufEvent {
 	SBEV_CONNECTED,      /* outgoing connect() completed */
 	SBEV_CONNECT_FAILED, /* outgoing connect() failed (errno in sb->last_errno) */
 	SBEV_FLUSHED,        /* all queued output is written (only after sbuf_notify_flush()) */
+	SBEV_RAW_BYTE,       /* sbuf_expect_byte(): data[0] is the byte (avail = all bytes buffered) */
+	SBEV_DIRECT_TLS,     /* sbuf_detect_tls(): the first byte is a TLS handshake record */
+	SBEV_TLS_READY,      /* the TLS handshake finished */
+	SBEV_TLS_FAILED,     /* the TLS handshake failed (sbuf_tls_error() says why) */
 } SBufEvent;
 
 /*
@@ -54,17 +58,22 @@ typedef enum SBufEvent {
 typedef SBufAction (*sbuf_cb_t)(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
 
 struct SBuf {
-	int fd;                /* -1 when closed */
-	struct event ev_read;  /* EV_READ|EV_PERSIST, armed while reading */
-	struct event ev_write; /* armed while output is blocked or connecting */
-	bool reading;          /* ev_read is armed */
-	bool writing;          /* ev_write is armed */
-	bool connecting;       /* waiting for connect() to finish */
-	bool startup;          /* packets have no type byte (startup phase) */
-	bool paused;           /* owner asked to stop reading (SB_WAIT or sbuf_pause) */
-	bool notify_flush;     /* owner wants SBEV_FLUSHED */
-	bool in_process;       /* guards against re-entering sbuf_process */
-	bool resume_pending;   /* sbuf_continue() was called from inside a callback */
+	int fd;                    /* -1 when closed */
+	struct event ev_read;      /* EV_READ|EV_PERSIST, armed while reading */
+	struct event ev_write;     /* armed while output is blocked or connecting */
+	bool reading;              /* ev_read is armed */
+	bool writing;              /* ev_write is armed */
+	bool connecting;           /* waiting for connect() to finish */
+	bool startup;              /* packets have no type byte (startup phase) */
+	bool paused;               /* owner asked to stop reading (SB_WAIT or sbuf_pause) */
+	bool notify_flush;         /* owner wants SBEV_FLUSHED */
+	bool in_process;           /* guards against re-entering sbuf_process */
+	bool resume_pending;       /* sbuf_continue() was called from inside a callback */
+	bool raw_byte;             /* deliver the next input byte as SBEV_RAW_BYTE (SSLRequest answer) */
+	bool detect_tls;           /* peek at the first byte for a direct TLS handshake */
+	bool tls_handshake;        /* the TLS handshake is in progress */
+	bool tls_read_wants_write; /* SSL_read needs the socket writable */
+	bool tls_failed;           /* a fatal TLS error: no close_notify at close */
 
 	uint8_t *buf;        /* input buffer */
 	uint32_t size;       /* its size (grows for a packet that must be held whole) */
@@ -88,7 +97,7 @@ struct SBuf {
 	uint64_t bytes_in;  /* bytes received */
 	uint64_t bytes_out; /* bytes forwarded out of this buffer to the peer */
 
-	SSL *ssl; /* TLS on this socket (owned), or NULL for plain */
+	SSL *ssl; /* TLS on this socket (owned) once sbuf_tls_start() ran, or NULL for plain */
 };
 
 /* Attach an accepted socket (non-blocking is set here) and start reading. */
@@ -124,6 +133,28 @@ static inline uint32_t sbuf_unprocessed(const SBuf *sb)
 {
 	return sb->end - sb->pos;
 }
+
+/*
+ * Ask for the next input byte as SBEV_RAW_BYTE instead of as a packet: the
+ * one-byte answer to an SSLRequest. The callback's SB_CONSUMED consumes
+ * exactly that byte; more buffered bytes are visible in `avail`.
+ */
+void sbuf_expect_byte(SBuf *sb);
+
+/* Before the first read of an accepted socket: report SBEV_DIRECT_TLS if the client starts with a TLS record. */
+void sbuf_detect_tls(SBuf *sb);
+
+/*
+ * Switch the socket to TLS (taking ownership of `ssl`) and run the handshake
+ * as the TLS server (`accept`) or client. Call it from the owner's callback
+ * once all plain input is consumed; queued plain output (the 'S' answer) is
+ * written first. SBEV_TLS_READY or SBEV_TLS_FAILED follows. False (ssl
+ * freed) if the plain output could not be written or the SSL not attached.
+ */
+bool sbuf_tls_start(SBuf *sb, SSL *ssl, bool accept) __attribute__((warn_unused_result));
+
+/* Why the last TLS handshake or TLS read/write failed (valid inside the callback). */
+const char *sbuf_tls_error(void);
 
 /* Close the socket and free buffers. Clears waiting links with the peer. */
 void sbuf_close(SBuf *sb);

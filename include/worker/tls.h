@@ -26,6 +26,7 @@
 #define TLS_ERR_LEN      512 /* enough for any error this module writes */
 #define TLS_DESCRIBE_LEN 128 /* enough for any tls_describe() text */
 #define TLS_ALPN_PROTO   "postgresql"
+#define TLS_NAME_LEN     256 /* longest certificate name tls_peer_cert_names() reports, plus one */
 
 /* Protocol versions of client_tls_protocols / server_tls_protocols, as bits. */
 enum {
@@ -119,6 +120,13 @@ SSL *tls_server_ssl_new(const TlsContexts *t, const char *host, char *err, size_
  */
 bool tls_set_server_hostname(SSL *ssl, const char *host, bool verify_name, char *err, size_t errlen)
     __attribute__((warn_unused_result));
+
+/*
+ * The names of a client's verified certificate for cert authentication:
+ * the subject's CN(s), then subjectAltName DNS and e-mail entries, at most
+ * `max`. 0 when there is no certificate or it did not verify.
+ */
+int tls_peer_cert_names(SSL *ssl, char names[][TLS_NAME_LEN], int max);
 
 /* Whether ALPN settled on "postgresql" (direct TLS requires it). */
 bool tls_alpn_is_postgresql(const SSL *ssl);

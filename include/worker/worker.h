@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "shm.h"
 #include "worker/objects.h"
+#include "worker/tls.h"
 
 #define WORKER_MAX_LISTENERS 256
 
@@ -45,6 +46,7 @@ typedef struct Worker {
 	int id;                  /* worker number (0..) */
 	struct event_base *base; /* the loop */
 	Config cf;               /* running configuration */
+	TlsContexts tls;         /* TLS contexts built from cf (the old ones stay if a reload fails) */
 	WorkerListener *listeners;
 	int n_listeners;
 	struct event *janitor_ev; /* maintenance tick, ~1/3 s */
@@ -83,9 +85,11 @@ typedef struct Worker {
 extern Worker wk;
 
 /* worker.c */
-int worker_main(int id, Config *cf, WorkerListener *listeners, int n_listeners, int master_fd, int cmdline_verbose,
-                ShmSegment *shm);
+int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerListener *listeners, int n_listeners, int master_fd,
+                int cmdline_verbose, ShmSegment *shm);
 void worker_listen_pause(bool pause);
+bool worker_tls_reload(char *err, size_t errlen); /* rebuild TLS from wk.cf; false keeps the old contexts */
+void worker_count_tls_handshake(void);
 void worker_check_shutdown(void);
 void worker_close_idle_servers(void);      /* PAUSE and the safe shutdown */
 void worker_start_shutdown(RunState mode); /* SIGTERM / SIGINT semantics */
@@ -141,6 +145,7 @@ void pool_wake_waiters(PgPool *pool);
 void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool from_server);
 bool pool_can_launch(PgPool *pool);
 void pool_maybe_launch(PgPool *pool);
+void pool_mark_close_needed(PgPool *pool); /* every server reconnects once it is free */
 
 /* janitor.c */
 void janitor_run(void);

@@ -32,6 +32,7 @@
 /* Everything the master owns. */
 typedef struct Master {
 	Config cf;               /* the running configuration */
+	TlsContexts tls;         /* checked at start and on reload; new workers start with them */
 	ListenSet listeners;     /* sockets created at start, kept until exit */
 	struct event_base *base; /* the master's event loop */
 	struct event *sig_events[8];
@@ -188,6 +189,10 @@ static bool reload_config(void)
 	config_free(&master.cf);
 	master.cf = next;
 	apply_log_settings(&master.cf);
+	/* each worker rebuilds its own; the master's are for workers started from now on */
+	char terr[TLS_ERR_LEN];
+	if (!tls_contexts_reload(&master.tls, &master.cf.g, false, terr, sizeof(terr)))
+		log_error("TLS configuration not changed: %s", terr);
 	supervisor_config_changed(&master.cf);
 	return true;
 }
@@ -358,12 +363,17 @@ int main(int argc, char **argv)
 	if (!master.base)
 		fatal("event_base_new() failed");
 	setup_signals();
+	/* 2. TLS, after the user switch so that the files are read as the running user */
+	char terr[TLS_ERR_LEN];
+	tls_contexts_init(&master.tls);
+	if (!tls_contexts_reload(&master.tls, &master.cf.g, false, terr, sizeof(terr)))
+		fatal("TLS setup failed: %s", terr);
 	listen_setup(&master.listeners, &master.cf.g);
 	pidfile_write(master.cf.g.pidfile);
 	log_info("process up: PgBouncer %s, libevent %s (%s), adns: c-ares %s, tls: %s", PACKAGE_VERSION,
 	         event_get_version(), event_base_get_method(master.base), ares_version(NULL),
 	         OpenSSL_version(OPENSSL_VERSION));
-	supervisor_init(master.base, &master.cf, &master.listeners, master.cmdline_verbose);
+	supervisor_init(master.base, &master.cf, &master.tls, &master.listeners, master.cmdline_verbose);
 	supervisor_start();
 
 	if (event_base_dispatch(master.base) < 0)

@@ -50,6 +50,7 @@ typedef struct WorkerProc {
 static struct {
 	struct event_base *base;
 	Config *cf;
+	const TlsContexts *tls; /* the master's, inherited by new workers */
 	ListenSet *ls;
 	int cmdline_verbose;
 	ShmSegment *shm;
@@ -325,7 +326,7 @@ static bool spawn(int i)
 		if (sv.cf->g.worker_cpu_affinity == AFFINITY_CORES)
 			pin_to_core(i);
 		log_set_fatal_hook(NULL);
-		exit(worker_main(i, sv.cf, wl, k, ctl[1], sv.cmdline_verbose, sv.shm));
+		exit(worker_main(i, sv.cf, sv.tls, wl, k, ctl[1], sv.cmdline_verbose, sv.shm));
 	}
 	close(ctl[1]);
 	sv.w[i].pid = pid;
@@ -529,11 +530,12 @@ static int read_migrate_req(void)
 	return v;
 }
 
-void supervisor_init(struct event_base *base, Config *cf, ListenSet *ls, int cmdline_verbose)
+void supervisor_init(struct event_base *base, Config *cf, const TlsContexts *tls, ListenSet *ls, int cmdline_verbose)
 {
 	memset(&sv, 0, sizeof(sv));
 	sv.base = base;
 	sv.cf = cf;
+	sv.tls = tls;
 	sv.ls = ls;
 	sv.cmdline_verbose = cmdline_verbose;
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {

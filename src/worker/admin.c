@@ -343,6 +343,9 @@ static void socket_row(Reply *r, PgSocket *s, bool sockets)
 		remote_pid = s->peer_pid;
 	const char *db = s->pool ? s->pool->db->name : (s->db ? s->db->name : "(nodb)");
 	const char *user = s->login_user ? s->login_user->name : (s->pool ? s->pool->user->name : "(nouser)");
+	char tls[TLS_DESCRIBE_LEN] = "";
+	if (socket_is_tls(s) && !s->sb.tls_handshake)
+		tls_describe(s->sb.ssl, tls, sizeof(tls));
 	const char *v[28] = {s->is_server ? "S" : "C",
 	                     user,
 	                     db,
@@ -360,7 +363,7 @@ static void socket_row(Reply *r, PgSocket *s, bool sockets)
 	                     fmt_ptr(s),
 	                     fmt_ptr(s->link),
 	                     fmt_int(remote_pid),
-	                     "",
+	                     tls,
 	                     appname,
 	                     fmt_int(0),
 	                     fmt_int((long long)s->id)};
@@ -1543,8 +1546,20 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 	char err[CF_ERRMSG_LEN];
 	if (!param)
 		return admin_error(c, NULL, "SET failed");
+	char old[1024];
+	bool is_tls = strstr(param->name, "_tls_") != NULL || strcmp(param->name, "auth_type") == 0;
+	if (is_tls && !config_format_value(&wk.cf, param, old, sizeof(old)))
+		return admin_error(c, NULL, "SET failed");
 	if (param->reloadable && !config_set(&wk.cf, key, val, err, sizeof(err))) {
 		log_warning("%s", err);
+		return admin_error(c, NULL, "SET failed");
+	}
+	if (param->reloadable && is_tls && !worker_tls_reload(err, sizeof(err))) {
+		/* the TLS contexts could not be built from the new value: keep the old one */
+		char ignored[CF_ERRMSG_LEN];
+		log_warning("TLS configuration not changed: %s", err);
+		if (!config_set(&wk.cf, key, old, ignored, sizeof(ignored)))
+			log_warning("%s", ignored);
 		return admin_error(c, NULL, "SET failed");
 	}
 	char tag[400];

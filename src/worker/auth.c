@@ -122,6 +122,19 @@ static SBufAction start_scram(PgSocket *c)
 	return SB_CONSUMED;
 }
 
+/* Whether the client's verified certificate names `user` (CN or subjectAltName). */
+static bool cert_names_user(PgSocket *c, const char *user)
+{
+	char names[8][TLS_NAME_LEN];
+	int n = socket_is_tls(c) ? tls_peer_cert_names(c->sb.ssl, names, 8) : 0;
+	for (int i = 0; i < n; i++)
+		if (strcmp(names[i], user) == 0)
+			return true;
+	if (wk.cf.g.verbose > 0)
+		slog(LG_DEBUG, c, "certificate names do not include user %s (%d names)", user, n);
+	return false;
+}
+
 SBufAction auth_start(PgSocket *c)
 {
 	PgUser *u = c->login_user;
@@ -180,8 +193,16 @@ SBufAction auth_start(PgSocket *c)
 		return SB_CONSUMED;
 	case AUTH_SCRAM_SHA_256:
 		return start_scram(c);
+	case AUTH_CERT:
+		if (!user_known(u) || !cert_names_user(c, uname)) {
+			disconnect_client(c, true, "certificate authentication failed");
+			return SB_CLOSED;
+		}
+		c->auth_method = AUTH_CERT;
+		auth_login_complete(c);
+		break;
 	default:
-		/* cert, hba, pam, ldap arrive with the TLS/auth issue */
+		/* hba, pam, ldap arrive with the TLS/auth issue */
 		disconnect_client(c, true, "login rejected");
 		return SB_CLOSED;
 	}

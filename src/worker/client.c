@@ -47,6 +47,41 @@ void client_accept(int fd, bool is_unix)
 	wk.accepted++;
 	change_state(c, CL_LOGIN);
 	sbuf_accept(&c->sb, wk.base, fd, (uint32_t)wk.cf.g.pkt_buf, wk.cf.g.max_packet_size, client_cb, c);
+	if (!is_unix && wk.tls.client_ctx)
+		sbuf_detect_tls(&c->sb);
+}
+
+/* ---- TLS ---- */
+
+/* Switch a client to TLS (after answering 'S', or for a direct TLS handshake). */
+static bool client_start_tls(PgSocket *c, bool direct)
+{
+	SSL *ssl = tls_client_ssl_new(&wk.tls);
+	if (!ssl) {
+		disconnect_client(c, false, "could not create TLS connection");
+		return false;
+	}
+	c->tls_direct = direct;
+	if (!sbuf_tls_start(&c->sb, ssl, true)) {
+		disconnect_client(c, false, "%s", sbuf_tls_error());
+		return false;
+	}
+	return true;
+}
+
+static SBufAction client_tls_ready(PgSocket *c)
+{
+	worker_count_tls_handshake();
+	if (c->tls_direct && !tls_alpn_is_postgresql(c->sb.ssl)) {
+		disconnect_client(c, true, "direct TLS connection without ALPN protocol \"%s\"", TLS_ALPN_PROTO);
+		return SB_CLOSED;
+	}
+	if (wk.cf.g.verbose > 0) {
+		char desc[TLS_DESCRIBE_LEN];
+		tls_describe(c->sb.ssl, desc, sizeof(desc));
+		slog(LG_DEBUG, c, "TLS established: %s", desc);
+	}
+	return SB_CONSUMED;
 }
 
 /* ---- the welcome ---- */
@@ -275,8 +310,7 @@ static SBufAction handle_startup(PgSocket *c, const PktHdr *hdr, const uint8_t *
 			snprintf(buf, sizeof(buf), "%s - %s:%d", app, host, port);
 		var_set(&c->vars[app_idx], buf);
 	}
-	/* TLS is not on the wire yet: a TCP client that must use it is refused, never served in the clear */
-	if (!c->is_unix && wk.cf.g.client_tls_sslmode >= SSLMODE_REQUIRE) {
+	if (!c->is_unix && !socket_is_tls(c) && wk.tls.client_sslmode >= SSLMODE_REQUIRE) {
 		disconnect_client(c, true, "SSL required");
 		return SB_CLOSED;
 	}
@@ -300,8 +334,12 @@ static SBufAction handle_startup(PgSocket *c, const PktHdr *hdr, const uint8_t *
 	} else {
 		c->db = db;
 	}
-	if (wk.cf.g.log_connections)
-		slog(LG_LOG, c, "login attempt: db=%s user=%s tls=no replication=no", dbname, user);
+	if (wk.cf.g.log_connections) {
+		char desc[TLS_DESCRIBE_LEN] = "no";
+		if (socket_is_tls(c))
+			tls_describe(c->sb.ssl, desc, sizeof(desc));
+		slog(LG_LOG, c, "login attempt: db=%s user=%s tls=%s replication=no", dbname, user, desc);
+	}
 	if (wk.cf.g.log_connections && (!db || !u)) {
 		slog(LG_LOG, c, "login failed: db=%s user=%s", dbname, user);
 		if (!u)
@@ -329,10 +367,22 @@ static SBufAction handle_startup_phase(PgSocket *c, const PktHdr *hdr, const uin
 			disconnect_client(c, false, "bad SSL request");
 			return SB_CLOSED;
 		}
+		if (socket_is_tls(c)) {
+			disconnect_client(c, false, "%s request inside TLS",
+			                  hdr->code == PROTO_SSL_CODE ? "SSL" : "GSSAPI encryption");
+			return SB_CLOSED;
+		}
 		if (sbuf_unprocessed(&c->sb) > hdr->len) {
 			disconnect_client(c, true, "received unencrypted data after %s request",
 			                  hdr->code == PROTO_SSL_CODE ? "SSL" : "GSSAPI encryption");
 			return SB_CLOSED;
+		}
+		if (hdr->code == PROTO_SSL_CODE && !c->is_unix && wk.tls.client_ctx) {
+			if (!sbuf_send(&c->sb, "S", 1)) {
+				disconnect_client(c, false, "client unexpected eof");
+				return SB_CLOSED;
+			}
+			return client_start_tls(c, false) ? SB_CONSUMED : SB_CLOSED;
 		}
 		if (!sbuf_send(&c->sb, "N", 1)) {
 			disconnect_client(c, false, "client unexpected eof");
@@ -493,9 +543,21 @@ SBufAction client_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *d
 	case SBEV_SEND_FAILED:
 		disconnect_client(c, false, "client send failed");
 		return SB_CLOSED;
+	case SBEV_DIRECT_TLS:
+		if (!wk.tls.client_ctx) {
+			disconnect_client(c, false, "direct TLS connection while TLS is off");
+			return SB_CLOSED;
+		}
+		return client_start_tls(c, true) ? SB_CONSUMED : SB_CLOSED;
+	case SBEV_TLS_READY:
+		return client_tls_ready(c);
+	case SBEV_TLS_FAILED:
+		disconnect_client(c, false, "%s", sbuf_tls_error());
+		return SB_CLOSED;
 	case SBEV_FLUSHED:
 	case SBEV_CONNECTED:
 	case SBEV_CONNECT_FAILED:
+	case SBEV_RAW_BYTE:
 		break;
 	}
 	return SB_CONSUMED;

@@ -383,11 +383,7 @@ void objects_load_databases(void)
 				PgPool *pool = container_of(i, PgPool, node);
 				if (pool->db != db)
 					continue;
-				List *j;
-				List *lists[] = {&pool->active_servers, &pool->idle_servers, &pool->used_servers,
-				                 &pool->tested_servers, &pool->new_servers};
-				for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++)
-					list_for_each(j, lists[l]) container_of(j, PgSocket, node)->close_needed = true;
+				pool_mark_close_needed(pool);
 				pool->welcome_ready = false;
 			}
 		}
@@ -579,6 +575,7 @@ static void free_socket(PgSocket *s)
 	free(s->own_placeholder);
 	free(s->scram_srv);
 	free(s->scram_cli);
+	SSL_free(s->tls_pending);
 	free(s);
 }
 
@@ -594,7 +591,7 @@ void socket_free_justfree(void)
 
 void client_send_error(PgSocket *c, bool fatal_err, const char *sqlstate, const char *fmt, ...)
 {
-	char msg[128];
+	char msg[256];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -618,7 +615,7 @@ static double age_seconds(const PgSocket *s)
 
 void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 {
-	char reason[128] = "";
+	char reason[256] = "";
 	if (c->state == CL_JUSTFREE || c->state == CL_FREE)
 		return;
 	if (fmt) {

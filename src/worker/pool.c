@@ -350,3 +350,13 @@ void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool
 		disconnect_client(c, false, "%s", m);
 	}
 }
+
+void pool_mark_close_needed(PgPool *pool)
+{
+	List *lists[] = {&pool->active_servers, &pool->idle_servers, &pool->used_servers, &pool->tested_servers,
+	                 &pool->new_servers};
+	for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++) {
+		List *j;
+		list_for_each(j, lists[l]) container_of(j, PgSocket, node)->close_needed = true;
+	}
+}

@@ -9,10 +9,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <openssl/err.h>
 
 #include "common/log.h"
 #include "common/util.h"
@@ -24,7 +28,11 @@ typedef enum Step {
 	STEP_BLOCKED, /* output to the peer is blocked; wait for it */
 	STEP_WAIT,    /* the owner asked to stop */
 	STEP_CLOSED,  /* the connection is gone */
+	STEP_TLS,     /* the owner switched the socket to TLS: run the handshake */
 } Step;
+
+/* The last TLS failure, for the owner's callback (one event loop per process). */
+static char tls_err[256];
 
 static void on_read(evutil_socket_t fd, short what, void *arg);
 static void on_write(evutil_socket_t fd, short what, void *arg);
@@ -35,6 +43,83 @@ static void set_nonblocking(int fd)
 	int fl = fcntl(fd, F_GETFL);
 	if (fl >= 0)
 		fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+/* Remember why a TLS call failed; `what` says which. */
+static void note_tls_error(SBuf *sb, const char *what, int sslerr)
+{
+	unsigned long e = ERR_peek_last_error();
+	char reason[200] = "";
+	const char *rs = e ? ERR_reason_error_string(e) : NULL;
+	long vr = sb->ssl ? SSL_get_verify_result(sb->ssl) : X509_V_OK;
+	if (rs && vr != X509_V_OK)
+		snprintf(reason, sizeof(reason), "%s: %s", rs, X509_verify_cert_error_string(vr));
+	else if (rs)
+		snprintf(reason, sizeof(reason), "%s", rs);
+	else if (e)
+		ERR_error_string_n(e, reason, sizeof(reason));
+	else if (sslerr == SSL_ERROR_SYSCALL)
+		snprintf(reason, sizeof(reason), "%s", errno ? strerror(errno) : "unexpected eof");
+	else
+		snprintf(reason, sizeof(reason), "SSL error %d", sslerr);
+	snprintf(tls_err, sizeof(tls_err), "%s: %s", what, reason);
+	ERR_clear_error();
+	sb->tls_failed = true;
+}
+
+const char *sbuf_tls_error(void)
+{
+	return tls_err;
+}
+
+/*
+ * recv()/send() semantics over plain TCP or TLS: >0 bytes, 0 = EOF (recv),
+ * -1 with errno (EAGAIN when the socket is not ready).
+ */
+static ssize_t io_recv(SBuf *sb, void *buf, size_t len)
+{
+	if (!sb->ssl)
+		return recv(sb->fd, buf, len, 0);
+	ERR_clear_error();
+	int n = SSL_read(sb->ssl, buf, len > INT_MAX ? INT_MAX : (int)len);
+	if (n > 0)
+		return n;
+	int e = SSL_get_error(sb->ssl, n);
+	switch (e) {
+	case SSL_ERROR_WANT_READ:
+		errno = EAGAIN;
+		return -1;
+	case SSL_ERROR_WANT_WRITE:
+		/* the read must wait for the socket to take TLS output (key update) */
+		sb->tls_read_wants_write = true;
+		errno = EAGAIN;
+		return -1;
+	case SSL_ERROR_ZERO_RETURN:
+		return 0; /* close_notify */
+	default:
+		note_tls_error(sb, "TLS read failed", e);
+		errno = ECONNRESET;
+		return -1;
+	}
+}
+
+static ssize_t io_send(SBuf *sb, const void *buf, size_t len)
+{
+	if (!sb->ssl)
+		return send(sb->fd, buf, len, MSG_NOSIGNAL);
+	ERR_clear_error();
+	int n = SSL_write(sb->ssl, buf, len > INT_MAX ? INT_MAX : (int)len);
+	if (n > 0)
+		return n;
+	int e = SSL_get_error(sb->ssl, n);
+	if (e == SSL_ERROR_WANT_WRITE) {
+		errno = EAGAIN;
+		return -1;
+	}
+	/* WANT_READ would mean renegotiation, which the contexts forbid */
+	note_tls_error(sb, "TLS write failed", e);
+	errno = ECONNRESET;
+	return -1;
 }
 
 static void sbuf_setup(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_buf, uint32_t max_len, sbuf_cb_t cb,
@@ -136,7 +221,7 @@ void sbuf_continue(SBuf *sb)
 static Step flush_out(SBuf *sb)
 {
 	while (sb->out_pos < sb->out.len) {
-		ssize_t n = send(sb->fd, sb->out.buf + sb->out_pos, sb->out.len - sb->out_pos, MSG_NOSIGNAL);
+		ssize_t n = io_send(sb, sb->out.buf + sb->out_pos, sb->out.len - sb->out_pos);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -174,7 +259,7 @@ static Step flush_pending(SBuf *sb)
 		return STEP_CLOSED;
 	}
 	while (st == STEP_OK && sb->send_pos < sb->send_end) {
-		ssize_t n = send(dst->fd, sb->buf + sb->send_pos, sb->send_end - sb->send_pos, MSG_NOSIGNAL);
+		ssize_t n = io_send(dst, sb->buf + sb->send_pos, sb->send_end - sb->send_pos);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -232,6 +317,15 @@ static Step process_buffer(SBuf *sb)
 {
 	while (sb->pos < sb->end) {
 		uint32_t avail = sb->end - sb->pos;
+		if (sb->raw_byte) {
+			sb->raw_byte = false;
+			if (sb->cb(sb, SBEV_RAW_BYTE, NULL, sb->buf + sb->pos, avail) == SB_CLOSED || sb->fd < 0)
+				return STEP_CLOSED;
+			sb->pos++;
+			if (sb->tls_handshake)
+				return STEP_TLS;
+			continue;
+		}
 		if (sb->pkt_remain > 0) {
 			uint32_t n = avail < sb->pkt_remain ? avail : sb->pkt_remain;
 			if (sb->pkt_forward && sb->dst) {
@@ -290,6 +384,8 @@ static Step process_buffer(SBuf *sb)
 		}
 		if (sb->fd < 0)
 			return STEP_CLOSED;
+		if (sb->tls_handshake)
+			return STEP_TLS;
 	}
 	return STEP_NEED;
 }
@@ -315,9 +411,22 @@ static Step read_some(SBuf *sb, bool *filled)
 	}
 	if (sb->end == sb->size)
 		return STEP_NEED; /* full and waiting on the peer */
+	if (sb->detect_tls) {
+		/* peek, so that OpenSSL reads the ClientHello from the socket itself */
+		uint8_t b;
+		ssize_t n = recv(sb->fd, &b, 1, MSG_PEEK);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			return STEP_NEED;
+		sb->detect_tls = false;
+		if (n == 1 && b == 0x16) {
+			if (sb->cb(sb, SBEV_DIRECT_TLS, NULL, NULL, 0) == SB_CLOSED || sb->fd < 0)
+				return STEP_CLOSED;
+			return sb->tls_handshake ? STEP_TLS : STEP_NEED;
+		}
+	}
 	for (;;) {
 		size_t space = sb->size - sb->end;
-		ssize_t n = recv(sb->fd, sb->buf + sb->end, space, 0);
+		ssize_t n = io_recv(sb, sb->buf + sb->end, space);
 		if (n > 0) {
 			*filled = (size_t)n == space;
 			sb->end += (uint32_t)n;
@@ -326,18 +435,33 @@ static Step read_some(SBuf *sb, bool *filled)
 		}
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			if (sb->tls_read_wants_write)
+				enable_write(sb);
 			return STEP_NEED;
+		}
 		sb->last_errno = n == 0 ? 0 : errno;
 		sb->cb(sb, SBEV_EOF, NULL, NULL, 0);
 		return STEP_CLOSED;
 	}
 }
 
+static void tls_step(SBuf *sb);
+
+/* Whether a read now could take bytes (the same test read_some makes). */
+static bool has_room(const SBuf *sb)
+{
+	return sb->end < sb->size || (sb->send_pos == sb->send_end && (sb->pos > 0 || sb->pos == sb->end));
+}
+
 static void sbuf_process(SBuf *sb, bool do_read)
 {
 	if (sb->in_process)
 		return;
+	if (sb->tls_handshake) {
+		tls_step(sb);
+		return;
+	}
 	sb->in_process = true;
 	int loops = 0;
 	for (;;) {
@@ -346,6 +470,13 @@ static void sbuf_process(SBuf *sb, bool do_read)
 			st = process_buffer(sb);
 			if (st == STEP_NEED)
 				st = flush_pending(sb);
+		}
+		if (st == STEP_TLS) {
+			/* the owner switched to TLS with all plain input consumed */
+			sb->pos = sb->end = 0;
+			sb->in_process = false;
+			tls_step(sb);
+			return;
 		}
 		if (st == STEP_CLOSED) {
 			if (sb->fd >= 0 && (sb->send_pos != sb->send_end)) {
@@ -388,18 +519,94 @@ static void sbuf_process(SBuf *sb, bool do_read)
 		st = read_some(sb, &filled);
 		if (st == STEP_CLOSED)
 			return;
+		if (st == STEP_TLS) {
+			sb->in_process = false;
+			tls_step(sb);
+			return;
+		}
 		if (st == STEP_NEED)
 			break;
 		/* a short read emptied the socket: the event loop tells us when there is more */
 		do_read = filled && ++loops < 5;
 	}
 	sb->in_process = false;
+	/*
+	 * OpenSSL may hold decrypted bytes the socket no longer signals: come
+	 * back for them from the event loop (not now, to let others run).
+	 */
+	if (sb->ssl && sb->reading && SSL_pending(sb->ssl) > 0 && has_room(sb))
+		event_active(&sb->ev_read, EV_READ, 0);
 }
 
 static void on_read(evutil_socket_t fd, short what, void *arg)
 {
 	SBuf *sb = arg;
 	sbuf_process(sb, true);
+}
+
+/* Advance the TLS handshake; report its end to the owner. */
+static void tls_step(SBuf *sb)
+{
+	ERR_clear_error();
+	int r = SSL_do_handshake(sb->ssl);
+	if (r == 1) {
+		sb->tls_handshake = false;
+		disable_write(sb);
+		if (sb->cb(sb, SBEV_TLS_READY, NULL, NULL, 0) == SB_CLOSED || sb->fd < 0)
+			return;
+		/* the first packet may already sit decrypted in OpenSSL */
+		if (!sb->paused)
+			sbuf_process(sb, true);
+		return;
+	}
+	int e = SSL_get_error(sb->ssl, r);
+	if (e == SSL_ERROR_WANT_READ) {
+		disable_write(sb);
+		enable_read(sb);
+		return;
+	}
+	if (e == SSL_ERROR_WANT_WRITE) {
+		disable_read(sb);
+		enable_write(sb);
+		return;
+	}
+	note_tls_error(sb, "TLS handshake failed", e);
+	disable_read(sb);
+	disable_write(sb);
+	sb->cb(sb, SBEV_TLS_FAILED, NULL, NULL, 0);
+}
+
+void sbuf_expect_byte(SBuf *sb)
+{
+	sb->raw_byte = true;
+}
+
+void sbuf_detect_tls(SBuf *sb)
+{
+	sb->detect_tls = true;
+}
+
+bool sbuf_tls_start(SBuf *sb, SSL *ssl, bool accept)
+{
+	/* the plain answer ('S') goes out before any TLS byte */
+	if (flush_out(sb) != STEP_OK) {
+		snprintf(tls_err, sizeof(tls_err), "could not send the SSL answer");
+		SSL_free(ssl);
+		return false;
+	}
+	if (SSL_set_fd(ssl, sb->fd) != 1) {
+		note_tls_error(sb, "SSL_set_fd", SSL_ERROR_SSL);
+		SSL_free(ssl);
+		return false;
+	}
+	if (accept)
+		SSL_set_accept_state(ssl);
+	else
+		SSL_set_connect_state(ssl);
+	sb->ssl = ssl;
+	sb->tls_handshake = true;
+	sb->tls_failed = false;
+	return true;
 }
 
 static void finish_connect(SBuf *sb)
@@ -428,6 +635,18 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 	if (sb->connecting) {
 		finish_connect(sb);
 		return;
+	}
+	if (sb->tls_handshake) {
+		tls_step(sb);
+		return;
+	}
+	if (sb->tls_read_wants_write) {
+		sb->tls_read_wants_write = false;
+		if (!sb->waiting_src && sb->out_pos >= sb->out.len && !sb->notify_flush)
+			disable_write(sb);
+		sbuf_process(sb, !sb->paused);
+		if (sb->fd < 0 || !sb->writing)
+			return;
 	}
 	Step st = flush_out(sb);
 	if (st == STEP_CLOSED) {
@@ -485,6 +704,17 @@ void sbuf_notify_flush(SBuf *sb)
 
 void sbuf_close(SBuf *sb)
 {
+	if (sb->ssl) {
+		/* one non-blocking close_notify, unless the TLS session is broken */
+		if (!sb->tls_failed && !sb->tls_handshake && sb->fd >= 0) {
+			ERR_clear_error();
+			(void)SSL_shutdown(sb->ssl);
+		}
+		ERR_clear_error();
+		SSL_free(sb->ssl);
+		sb->ssl = NULL;
+	}
+	sb->tls_handshake = sb->tls_read_wants_write = sb->raw_byte = sb->detect_tls = false;
 	if (sb->fd >= 0) {
 		disable_read(sb);
 		disable_write(sb);

@@ -24,11 +24,13 @@
 #include "worker/worker.h"
 
 /* Pick the host for a new connection (host lists rotate per pool's database). */
-static DnsResult pick_address(PgPool *pool, struct sockaddr_storage *ss, socklen_t *len, char *err, size_t errlen)
+/* `host` receives the host list entry used (the name TLS verify-full checks). */
+static DnsResult pick_address(PgPool *pool, struct sockaddr_storage *ss, socklen_t *len, char *host, size_t hostlen,
+                              char *err, size_t errlen)
 {
 	PgDatabase *db = pool->db;
 	int port = db->cf.port > 0 ? db->cf.port : 5432;
-	char host[256] = "";
+	host[0] = '\0';
 	if (db->cf.host && *db->cf.host) {
 		/* comma-separated list: choose one entry */
 		int n = 1;
@@ -44,16 +46,16 @@ static DnsResult pick_address(PgPool *pool, struct sockaddr_storage *ss, socklen
 			p++, l--;
 		while (l > 0 && p[l - 1] == ' ')
 			l--;
-		if (l >= sizeof(host)) {
+		if (l >= hostlen) {
 			snprintf(err, errlen, "host name too long");
 			return DNS_FAIL;
 		}
 		memcpy(host, p, l);
 		host[l] = '\0';
 	} else {
-		pgb_strlcpy(host, wk.cf.g.unix_socket_dir ? wk.cf.g.unix_socket_dir : "/tmp", sizeof(host));
+		pgb_strlcpy(host, wk.cf.g.unix_socket_dir ? wk.cf.g.unix_socket_dir : "/tmp", hostlen);
 		if (!host[0])
-			pgb_strlcpy(host, "/tmp", sizeof(host));
+			pgb_strlcpy(host, "/tmp", hostlen);
 	}
 	memset(ss, 0, sizeof(*ss));
 	DnsResult r = DNS_OK;
@@ -123,8 +125,8 @@ bool server_launch(PgPool *pool)
 {
 	struct sockaddr_storage ss;
 	socklen_t len;
-	char err[320];
-	DnsResult r = pick_address(pool, &ss, &len, err, sizeof(err));
+	char err[320], host[256];
+	DnsResult r = pick_address(pool, &ss, &len, host, sizeof(host), err, sizeof(err));
 	if (r == DNS_PENDING)
 		return false; /* the lookup's end wakes the pool again */
 	if (r == DNS_FAIL) {
@@ -144,11 +146,14 @@ bool server_launch(PgPool *pool)
 	change_state(s, SV_LOGIN);
 	s->remote = ss;
 	s->is_unix = ss.ss_family == AF_UNIX;
-	if (!s->is_unix && wk.cf.g.server_tls_sslmode >= SSLMODE_REQUIRE) {
-		/* server TLS is not on the wire yet: never fall back to plain text when it is required */
-		pool_login_failed(pool, NULL, "server_tls_sslmode requires TLS, which is not supported yet", false);
-		disconnect_server(s, false, "server_tls_sslmode requires TLS, which is not supported yet");
-		return false;
+	if (!s->is_unix && wk.tls.server_ctx) {
+		/* made now, while the host list entry is known: verify-full checks that name */
+		s->tls_pending = tls_server_ssl_new(&wk.tls, host, err, sizeof(err));
+		if (!s->tls_pending) {
+			pool_login_failed(pool, NULL, err, false);
+			disconnect_server(s, false, "%s", err);
+			return false;
+		}
 	}
 	if (!sbuf_connect(&s->sb, wk.base, (struct sockaddr *)&ss, len, (uint32_t)wk.cf.g.pkt_buf,
 	                  wk.cf.g.max_packet_size, server_cb, s)) {
@@ -163,6 +168,39 @@ bool server_launch(PgPool *pool)
 }
 
 /* ---- login ---- */
+
+/* PostgreSQL's one-byte answer to our SSLRequest. */
+static SBufAction handle_ssl_answer(PgSocket *s, uint8_t answer, uint32_t avail)
+{
+	const char *why = NULL;
+	if (answer == 'S') {
+		if (avail > 1) {
+			why = "server sent unencrypted data after its SSL answer";
+		} else {
+			SSL *ssl = s->tls_pending;
+			s->tls_pending = NULL;
+			if (sbuf_tls_start(&s->sb, ssl, false))
+				return SB_CONSUMED;
+			why = sbuf_tls_error();
+		}
+	} else if (answer == 'N') {
+		SSL_free(s->tls_pending);
+		s->tls_pending = NULL;
+		if (wk.tls.server_sslmode < SSLMODE_REQUIRE) {
+			send_startup(s);
+			return SB_CONSUMED;
+		}
+		why = "server refused SSL";
+	} else {
+		why = "bad SSL answer from server";
+	}
+	char msg[300];
+	snprintf(msg, sizeof(msg), "server login failed: %s", why);
+	slog(LG_WARNING, s, "%s", msg);
+	pool_login_failed(s->pool, "08P01", msg, true);
+	disconnect_server(s, false, "%s", msg);
+	return SB_CLOSED;
+}
 
 static const char *server_password(PgSocket *s)
 {
@@ -474,9 +512,42 @@ SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *d
 		socklen_t len;
 		if (sbuf_local_addr(sb, &ss, &len))
 			s->local = ss;
+		if (s->tls_pending) {
+			/* SSLRequest; the answer is one byte */
+			static const uint8_t ssl_request[8] = {0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f};
+			sbuf_expect_byte(sb);
+			if (!sbuf_send(sb, ssl_request, sizeof(ssl_request))) {
+				pool_login_failed(s->pool, NULL, "server connect failed", false);
+				disconnect_server(s, false, "send failed");
+				return SB_CLOSED;
+			}
+			return SB_CONSUMED;
+		}
 		send_startup(s);
 		return SB_CONSUMED;
 	}
+	case SBEV_RAW_BYTE:
+		return handle_ssl_answer(s, data[0], avail);
+	case SBEV_TLS_READY:
+		worker_count_tls_handshake();
+		if (wk.cf.g.log_connections) {
+			char desc[TLS_DESCRIBE_LEN];
+			tls_describe(sb->ssl, desc, sizeof(desc));
+			slog(LG_LOG, s, "SSL established: %s", desc);
+		}
+		send_startup(s);
+		return SB_CONSUMED;
+	case SBEV_TLS_FAILED: {
+		char msg[300];
+		snprintf(msg, sizeof(msg), "server login failed: %s", sbuf_tls_error());
+		slog(LG_WARNING, s, "%s", msg);
+		/* a certificate problem does not go away by waiting: queued clients hear it now */
+		pool_login_failed(s->pool, "08P01", msg, true);
+		disconnect_server(s, false, "%s", msg);
+		return SB_CLOSED;
+	}
+	case SBEV_DIRECT_TLS:
+		return SB_CONSUMED;
 	case SBEV_CONNECT_FAILED:
 		/* load_balance_hosts=disable sticks to one host of a list until it fails */
 		if (s->pool->db->cf.load_balance_hosts == LB_DISABLE)

@@ -470,7 +470,9 @@ bool tls_build_client_ctx(const CfGlobals *g, bool need_client_cert_verify, SSL_
 	if (is_set(g->client_tls_ca_file)) {
 		if (!load_ca(ctx, "client_tls_ca_file", g->client_tls_ca_file, true, err, errlen))
 			goto failed;
-		if (reason != NULL)
+		/* hba `cert` lines alone need a CA but not a certificate from every TLS client */
+		bool required = g->client_tls_sslmode >= SSLMODE_VERIFY_CA || g->auth_type == AUTH_CERT;
+		if (reason != NULL && required)
 			SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
 		else
 			SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL); /* asked for, optional; one sent must verify */
@@ -742,4 +744,45 @@ void tls_describe(const SSL *ssl, char *buf, size_t len)
 		return;
 	/* the getters are SSL_ctrl() macros, which take no const */
 	describe_kx((SSL *)ssl, cipher, buf + n, len - (size_t)n);
+}
+
+int tls_peer_cert_names(SSL *ssl, char names[][TLS_NAME_LEN], int max)
+{
+	int n = 0;
+	X509 *cert = ssl ? SSL_get1_peer_certificate(ssl) : NULL;
+
+	/* only a certificate that verified against client_tls_ca_file names anybody */
+	if (cert == NULL || SSL_get_verify_result(ssl) != X509_V_OK) {
+		X509_free(cert);
+		return 0;
+	}
+	X509_NAME *subj = X509_get_subject_name(cert);
+	int pos = -1;
+	while (n < max && (pos = X509_NAME_get_index_by_NID(subj, NID_commonName, pos)) >= 0) {
+		ASN1_STRING *d = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subj, pos));
+		unsigned char *utf8 = NULL;
+		int len = ASN1_STRING_to_UTF8(&utf8, d);
+		/* a name with an embedded NUL or one too long is nobody's */
+		if (len > 0 && len < TLS_NAME_LEN && memchr(utf8, 0, (size_t)len) == NULL) {
+			memcpy(names[n], utf8, (size_t)len);
+			names[n++][len] = '\0';
+		}
+		OPENSSL_free(utf8);
+	}
+	GENERAL_NAMES *sans = X509_get_ext_d2i(cert, NID_subject_alt_name, NULL, NULL);
+	for (int i = 0; sans && i < sk_GENERAL_NAME_num(sans) && n < max; i++) {
+		const GENERAL_NAME *gn = sk_GENERAL_NAME_value(sans, i);
+		if (gn->type != GEN_DNS && gn->type != GEN_EMAIL)
+			continue;
+		const ASN1_IA5STRING *s = gn->d.ia5;
+		int len = ASN1_STRING_length(s);
+		const unsigned char *p = ASN1_STRING_get0_data(s);
+		if (len > 0 && len < TLS_NAME_LEN && memchr(p, 0, (size_t)len) == NULL) {
+			memcpy(names[n], p, (size_t)len);
+			names[n++][len] = '\0';
+		}
+	}
+	GENERAL_NAMES_free(sans);
+	X509_free(cert);
+	return n;
 }

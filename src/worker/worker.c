@@ -165,6 +165,32 @@ void worker_reload(void)
 	log_configure(&ls);
 	objects_load_userlist(false);
 	objects_load_databases();
+	char terr[TLS_ERR_LEN];
+	if (!worker_tls_reload(terr, sizeof(terr)))
+		log_error("TLS configuration not changed: %s", terr);
+}
+
+bool worker_tls_reload(char *err, size_t errlen)
+{
+	if (!tls_contexts_reload(&wk.tls, &wk.cf.g, false, err, errlen))
+		return false;
+	if (wk.tls.server_changed) {
+		/* servers finish their current client, then reconnect with the new settings */
+		List *i;
+		list_for_each(i, &wk.pools)
+		{
+			PgPool *pool = container_of(i, PgPool, node);
+			pool_mark_close_needed(pool);
+			pool->last_login_failed = false; /* the new settings deserve a try */
+		}
+	}
+	return true;
+}
+
+void worker_count_tls_handshake(void)
+{
+	if (wk.slot)
+		atomic_fetch_add(&wk.slot->tls_handshakes, 1);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -379,12 +405,22 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-int worker_main(int id, Config *cf, WorkerListener *listeners, int n_listeners, int master_fd, int cmdline_verbose,
-                ShmSegment *shm)
+int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerListener *listeners, int n_listeners, int master_fd,
+                int cmdline_verbose, ShmSegment *shm)
 {
 	memset(&wk, 0, sizeof(wk));
 	wk.id = id;
 	wk.cf = *cf; /* the worker owns its copy from now on */
+	/* the master built (and checked) the contexts; the worker holds its own references */
+	tls_contexts_init(&wk.tls);
+	if (tls) {
+		wk.tls = *tls;
+		wk.tls.server_key = xstrdup_or_null(tls->server_key);
+		if (wk.tls.client_ctx)
+			SSL_CTX_up_ref(wk.tls.client_ctx);
+		if (wk.tls.server_ctx)
+			SSL_CTX_up_ref(wk.tls.server_ctx);
+	}
 	wk.cmdline_verbose = cmdline_verbose;
 	wk.listeners = xcalloc(WORKER_MAX_LISTENERS, sizeof(*wk.listeners));
 	wk.master_fd = master_fd;
