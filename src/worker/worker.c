@@ -164,6 +164,7 @@ void worker_reload(void)
 	                  .verbose = wk.cf.g.verbose};
 	log_configure(&ls);
 	objects_load_userlist(false);
+	auth_load_hba();
 	objects_load_databases();
 }
 
@@ -395,6 +396,7 @@ int worker_main(int id, Config *cf, WorkerListener *listeners, int n_listeners, 
 	if (!wk.base)
 		fatal("event_base_new() failed");
 	objects_init();
+	auth_load_hba();
 	dns_init();
 
 	static const int sigs[] = {SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2};
