@@ -14,6 +14,7 @@
 #include "common/list.h"
 #include "common/log.h"
 #include "shm.h"
+#include "worker/hba.h"
 #include "worker/objects.h"
 #include "worker/tls.h"
 
@@ -63,6 +64,8 @@ typedef struct Worker {
 	PgDatabase *admin_db;
 	PgUser *admin_user; /* the "pgbouncer" user */
 	UserList userlist;  /* auth_file contents */
+	HbaRules *hba;      /* auth_hba_file rules (auth_type=hba; NULL otherwise) */
+	IdentMap *ident;    /* auth_ident_file maps (auth_type=hba; NULL otherwise) */
 	struct stat_key {
 		long dev, ino, mode, uid, gid, mtime, size;
 	} auth_file_stat;
@@ -169,6 +172,11 @@ void cancel_gen_key(PgSocket *c);
 
 /* auth.c */
 SBufAction auth_start(PgSocket *c);
+/*
+ * (Re)read auth_hba_file and auth_ident_file when auth_type=hba (on start
+ * and every reload); a file that cannot be read keeps the previous contents.
+ */
+void auth_load_hba(void);
 SBufAction auth_handle_password_msg(PgSocket *c, const uint8_t *data, uint32_t len);
 void auth_login_complete(PgSocket *c);
 

@@ -28,6 +28,7 @@
 #include "master/listen.h"
 #include "master/pidfile.h"
 #include "master/supervisor.h"
+#include "worker/hba.h"
 
 /* Everything the master owns. */
 typedef struct Master {
@@ -191,7 +192,7 @@ static bool reload_config(void)
 	apply_log_settings(&master.cf);
 	/* each worker rebuilds its own; the master's are for workers started from now on */
 	char terr[TLS_ERR_LEN];
-	if (!tls_contexts_reload(&master.tls, &master.cf.g, false, terr, sizeof(terr)))
+	if (!tls_contexts_reload(&master.tls, &master.cf.g, hba_config_uses_cert(&master.cf.g), terr, sizeof(terr)))
 		log_error("TLS configuration not changed: %s", terr);
 	supervisor_config_changed(&master.cf);
 	return true;
@@ -366,7 +367,7 @@ int main(int argc, char **argv)
 	/* 2. TLS, after the user switch so that the files are read as the running user */
 	char terr[TLS_ERR_LEN];
 	tls_contexts_init(&master.tls);
-	if (!tls_contexts_reload(&master.tls, &master.cf.g, false, terr, sizeof(terr)))
+	if (!tls_contexts_reload(&master.tls, &master.cf.g, hba_config_uses_cert(&master.cf.g), terr, sizeof(terr)))
 		fatal("TLS setup failed: %s", terr);
 	listen_setup(&master.listeners, &master.cf.g);
 	pidfile_write(master.cf.g.pidfile);

@@ -1,11 +1,13 @@
 /*
  * Client authentication against auth_file users: trust, any, plain, md5
  * and scram-sha-256 (against plain passwords and SCRAM verifiers), with a
- * mock exchange for unknown users so that they cannot be told apart.
+ * mock exchange for unknown users so that they cannot be told apart; with
+ * auth_type=hba the method comes from the client's first matching hba rule.
  */
 #include "config.h"
 
 #include <openssl/rand.h>
+#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -122,16 +124,122 @@ static SBufAction start_scram(PgSocket *c)
 	return SB_CONSUMED;
 }
 
-/* Whether the client's verified certificate names `user` (CN or subjectAltName). */
-static bool cert_names_user(PgSocket *c, const char *user)
+static void log_file_warning(void *arg, const char *msg)
+{
+	(void)arg;
+	log_warning("%s", msg);
+}
+
+/* auth_hba_file: an empty setting means no rules, an unreadable file keeps the previous ones */
+static void load_hba_rules(void)
+{
+	const char *path = wk.cf.g.auth_hba_file;
+	HbaRules rules;
+	char err[512];
+
+	if (!path || !*path) {
+		log_warning("auth_type=hba but auth_hba_file is not set: no login can succeed");
+		hba_parse(&rules, "", NULL, NULL, NULL);
+	} else if (!hba_load(&rules, path, log_file_warning, NULL, err, sizeof(err))) {
+		log_warning("%s%s", err, wk.hba ? "; keeping the previous hba rules" : "");
+		if (wk.hba)
+			return;
+	}
+	if (wk.hba)
+		hba_free(wk.hba);
+	else
+		wk.hba = xcalloc(1, sizeof(*wk.hba));
+	*wk.hba = rules;
+}
+
+/* auth_ident_file, the same way */
+static void load_ident_maps(void)
+{
+	const char *path = wk.cf.g.auth_ident_file;
+	IdentMap map;
+	char err[512];
+
+	if (!path || !*path) {
+		ident_parse(&map, "", NULL, NULL);
+	} else if (!ident_load(&map, path, log_file_warning, NULL, err, sizeof(err))) {
+		log_warning("%s%s", err, wk.ident ? "; keeping the previous ident maps" : "");
+		if (wk.ident)
+			return;
+	}
+	if (wk.ident)
+		ident_free(wk.ident);
+	else
+		wk.ident = xcalloc(1, sizeof(*wk.ident));
+	*wk.ident = map;
+}
+
+void auth_load_hba(void)
+{
+	if (wk.cf.g.auth_type == AUTH_HBA) {
+		load_hba_rules();
+		load_ident_maps();
+		return;
+	}
+	/* not used by any other auth_type */
+	if (wk.hba) {
+		hba_free(wk.hba);
+		free(wk.hba);
+		wk.hba = NULL;
+	}
+	if (wk.ident) {
+		ident_free(wk.ident);
+		free(wk.ident);
+		wk.ident = NULL;
+	}
+}
+
+/* peer: the OS user of a Unix-socket client must be the database user, or be mapped to it. */
+static bool peer_allowed(PgSocket *c, const char *uname, const char *map)
+{
+	struct passwd pw, *found = NULL;
+	char buf[4096];
+
+	if (!c->is_unix || c->peer_uid == (uid_t)-1)
+		return false;
+	int rc = getpwuid_r(c->peer_uid, &pw, buf, sizeof(buf), &found);
+	if (rc != 0 || !found) {
+		slog(LG_WARNING, c, "peer authentication: no OS user name for uid %ld: %s", (long)c->peer_uid,
+		     rc ? strerror(rc) : "not found");
+		return false;
+	}
+	bool ok = map ? ident_map_allows(wk.ident, map, pw.pw_name, uname) : strcmp(pw.pw_name, uname) == 0;
+	if (!ok && wk.cf.g.log_connections) {
+		if (map)
+			slog(LG_LOG, c, "peer authentication: ident map \"%s\" does not allow OS user \"%s\" as \"%s\"",
+			     map, pw.pw_name, uname);
+		else
+			slog(LG_LOG, c, "peer authentication: OS user \"%s\" is not \"%s\"", pw.pw_name, uname);
+	}
+	return ok;
+}
+
+/*
+ * Whether the client's verified certificate names `user` (CN or
+ * subjectAltName), directly or through the hba rule's ident map.
+ */
+static bool cert_allowed(PgSocket *c, const char *user, const char *map)
 {
 	char names[8][TLS_NAME_LEN];
 	int n = socket_is_tls(c) ? tls_peer_cert_names(c->sb.ssl, names, 8) : 0;
 	for (int i = 0; i < n; i++)
-		if (strcmp(names[i], user) == 0)
+		if (map ? ident_map_allows(wk.ident, map, names[i], user) : strcmp(names[i], user) == 0)
 			return true;
-	if (wk.cf.g.verbose > 0)
-		slog(LG_DEBUG, c, "certificate names do not include user %s (%d names)", user, n);
+	if (!wk.cf.g.log_connections)
+		return false;
+	if (n == 0)
+		slog(LG_LOG, c, "certificate authentication: no verified client certificate");
+	else if (map)
+		slog(LG_LOG, c,
+		     "certificate authentication: ident map \"%s\" maps none of the certificate's names to \"%s\"", map,
+		     user);
+	else
+		slog(LG_LOG, c, "certificate authentication: no certificate name is \"%s\" (CN: \"%s\")", user,
+		     names[0]);
 	return false;
 }
 
@@ -140,6 +248,7 @@ SBufAction auth_start(PgSocket *c)
 	PgUser *u = c->login_user;
 	const char *uname = u ? u->name : c->app_name_raw;
 	int method = wk.cf.g.auth_type;
+	const char *map = NULL; /* ident map of the hba rule */
 
 	/* same-UID unix socket user "pgbouncer" gets the console without a password */
 	if (c->db && c->db->admin && c->is_unix && c->peer_uid == getuid() && strcmp(uname, "pgbouncer") == 0) {
@@ -148,6 +257,20 @@ SBufAction auth_start(PgSocket *c)
 			slog(LG_LOG, c, "pgbouncer access from unix socket");
 		auth_login_complete(c);
 		return c->state == CL_JUSTFREE ? SB_CLOSED : SB_CONSUMED;
+	}
+
+	if (method == AUTH_HBA) {
+		/* replication connections are refused before this point, so never physical replication yet */
+		const HbaRule *rule = hba_match(wk.hba, c->is_unix, socket_is_tls(c), c->db->name, uname, false,
+		                                (const struct sockaddr *)&c->remote);
+		if (!rule) {
+			disconnect_client(c, true, "no authentication method is found");
+			return SB_CLOSED;
+		}
+		if (log_enabled(LG_DEBUG))
+			slog(LG_DEBUG, c, "hba: line %d matched", rule->line);
+		method = rule->method;
+		map = rule->map;
 	}
 
 	switch (method) {
@@ -193,8 +316,16 @@ SBufAction auth_start(PgSocket *c)
 		return SB_CONSUMED;
 	case AUTH_SCRAM_SHA_256:
 		return start_scram(c);
+	case AUTH_PEER:
+		/* only from an hba rule; an unknown user fails like a wrong OS user */
+		if (!user_known(u) || !peer_allowed(c, uname, map)) {
+			disconnect_client(c, true, "unix socket login rejected");
+			return SB_CLOSED;
+		}
+		auth_login_complete(c);
+		break;
 	case AUTH_CERT:
-		if (!user_known(u) || !cert_names_user(c, uname)) {
+		if (!user_known(u) || !cert_allowed(c, uname, map)) {
 			disconnect_client(c, true, "certificate authentication failed");
 			return SB_CLOSED;
 		}
@@ -202,7 +333,7 @@ SBufAction auth_start(PgSocket *c)
 		auth_login_complete(c);
 		break;
 	default:
-		/* hba, pam, ldap arrive with the TLS/auth issue */
+		/* reject (hba), and methods this build does not support: pam, ldap */
 		disconnect_client(c, true, "login rejected");
 		return SB_CLOSED;
 	}

@@ -164,6 +164,7 @@ void worker_reload(void)
 	                  .verbose = wk.cf.g.verbose};
 	log_configure(&ls);
 	objects_load_userlist(false);
+	auth_load_hba();
 	objects_load_databases();
 	char terr[TLS_ERR_LEN];
 	if (!worker_tls_reload(terr, sizeof(terr)))
@@ -172,7 +173,8 @@ void worker_reload(void)
 
 bool worker_tls_reload(char *err, size_t errlen)
 {
-	if (!tls_contexts_reload(&wk.tls, &wk.cf.g, false, err, errlen))
+	bool hba_cert = wk.cf.g.auth_type == AUTH_HBA && wk.hba && hba_uses_cert(wk.hba);
+	if (!tls_contexts_reload(&wk.tls, &wk.cf.g, hba_cert, err, errlen))
 		return false;
 	if (wk.tls.server_changed) {
 		/* servers finish their current client, then reconnect with the new settings */
@@ -431,6 +433,7 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerListener *list
 	if (!wk.base)
 		fatal("event_base_new() failed");
 	objects_init();
+	auth_load_hba();
 	dns_init();
 
 	static const int sigs[] = {SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2};
