@@ -67,10 +67,11 @@ bool tls_parse_protocols(const char *setting, const char *value, unsigned *mask,
  * used on this side. Client certificates must be verified when
  * client_tls_sslmode is verify-ca/verify-full, auth_type is cert, or the
  * caller says so (`need_client_cert_verify`: hba `cert` rules); then a
- * missing client_tls_ca_file is an error, and a client without a valid
- * certificate fails the handshake. Otherwise: with a CA a certificate is
- * asked for but optional (one that is sent must verify); without a CA none
- * is asked for. auth_type=cert also needs client_tls_sslmode=verify-full.
+ * missing client_tls_ca_file is an error. Under verify-ca/verify-full and
+ * auth_type=cert a client without a valid certificate fails the handshake;
+ * otherwise, with a CA, a certificate is asked for but optional (one that
+ * is sent must verify; hba `cert` rules then reject a client without one).
+ * Without a CA none is asked for. auth_type=cert also needs client_tls_sslmode=verify-full.
  *
  * On failure returns false with a message naming the setting (and file) in
  * err; *out is left alone.
