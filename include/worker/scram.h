@@ -15,11 +15,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SCRAM_KEY_LEN   32 /* SHA-256 output */
-#define SCRAM_MAX_SALT  64
-#define SCRAM_NONCE_LEN 18   /* random bytes before base64 */
-#define SCRAM_MAX_MSG   1024 /* longer SCRAM messages are rejected as malformed */
-#define MD5_PASSWD_LEN  35   /* "md5" + 32 hex */
+#define SCRAM_KEY_LEN               32 /* SHA-256 output */
+#define SCRAM_MAX_SALT              64
+#define SCRAM_NONCE_LEN             18   /* random bytes before base64 */
+#define SCRAM_MAX_MSG               1024 /* longer SCRAM messages are rejected as malformed */
+/*
+ * Highest iteration count a server may ask of us: every server login
+ * computes the salted password inside the worker's event loop (about a
+ * second at this count), so a hostile or misconfigured server must not be
+ * able to stall a worker for longer.
+ */
+#define SCRAM_MAX_SERVER_ITERATIONS 1000000
+#define MD5_PASSWD_LEN              35 /* "md5" + 32 hex */
 
 /* A parsed SCRAM-SHA-256 verifier. */
 typedef struct ScramSecret {

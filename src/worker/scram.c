@@ -651,6 +651,9 @@ bool scram_client_final(ScramClient *st, const char *server_first, size_t len, c
 		return false;
 	if (!parse_iterations(val, vlen, &iterations))
 		return set_error(err, errlen, "malformed SCRAM message: invalid iteration count");
+	if (st->have_password && iterations > SCRAM_MAX_SERVER_ITERATIONS)
+		return set_error(err, errlen, "SCRAM iteration count %d is above the limit of %d", iterations,
+		                 SCRAM_MAX_SERVER_ITERATIONS);
 	if (*p != '\0')
 		return set_error(err, errlen, "malformed SCRAM message: unexpected data after iteration count");
 

@@ -225,7 +225,7 @@ static bool send_password_msg(PgSocket *s, const void *data, size_t len)
 /* We cannot log in (no usable password, protocol trouble): clients waiting for this pool are told why. */
 static SBufAction login_fail(PgSocket *s, const char *why)
 {
-	char msg[128];
+	char msg[256];
 	snprintf(msg, sizeof(msg), "server login failed: %s", why);
 	slog(LG_WARNING, s, "%s", msg);
 	pool_login_failed(s->pool, "08P01", msg, true);
@@ -296,14 +296,21 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
 	case 11: { /* SASL continue */
 		char final[SCRAM_MAX_MSG];
 		if (!s->scram_cli || !scram_client_final(s->scram_cli, (const char *)body + 4, len - 4, final,
-		                                         sizeof(final), err, sizeof(err)))
-			return login_fail(s, "SCRAM exchange with server failed");
+		                                         sizeof(final), err, sizeof(err))) {
+			char why[200];
+			snprintf(why, sizeof(why), "SCRAM exchange with server failed: %s",
+			         s->scram_cli ? err : "no exchange");
+			return login_fail(s, why);
+		}
 		return send_password_msg(s, final, strlen(final)) ? SB_CONSUMED : SB_CLOSED;
 	}
 	case 12: /* SASL final */
 		if (!s->scram_cli ||
-		    !scram_client_verify_final(s->scram_cli, (const char *)body + 4, len - 4, err, sizeof(err)))
-			return login_fail(s, "invalid server signature");
+		    !scram_client_verify_final(s->scram_cli, (const char *)body + 4, len - 4, err, sizeof(err))) {
+			char why[200];
+			snprintf(why, sizeof(why), "invalid server signature: %s", s->scram_cli ? err : "no exchange");
+			return login_fail(s, why);
+		}
 		free(s->scram_cli);
 		s->scram_cli = NULL;
 		return SB_CONSUMED;
@@ -352,8 +359,20 @@ static void handle_param_status(PgSocket *s, const uint8_t *body, uint32_t len, 
 	}
 }
 
+/*
+ * Login packets are held whole to be parsed; none of a real server (auth
+ * requests, ParameterStatus, errors) comes near this, so a bigger one is
+ * refused rather than buffered up to max_packet_size.
+ */
+#define SERVER_LOGIN_MAX_PACKET (64 * 1024)
+
 static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
 {
+	if (hdr->len > SERVER_LOGIN_MAX_PACKET) {
+		char why[96];
+		snprintf(why, sizeof(why), "login packet '%c' of %u bytes is too large", hdr->type, hdr->len);
+		return login_fail(s, why);
+	}
 	if (avail < hdr->len)
 		return SB_NEED_FULL;
 	const uint8_t *body = data + 5;

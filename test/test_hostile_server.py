@@ -1,0 +1,223 @@
+"""A server that misbehaves during the pooler's login to it.
+
+PostgreSQL itself never sends these answers, so a small scripted listener
+plays the server for one database of the pooler, while a real PostgreSQL
+serves a second database whose client (the bystander) must not notice
+anything. Each case expects a clean login failure for the client of the
+hostile database, a log line saying why, and a pooler that stays up.
+"""
+
+import base64
+import socket
+import struct
+import threading
+
+import psycopg
+import pytest
+
+from test_bad_input import check_unharmed
+
+
+class ScriptedServer:
+    """Listens on a free loopback port; every accepted connection runs `script(conn)` in a thread."""
+
+    def __init__(self, script):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.script = script
+        self.connections = 0
+        self.errors = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._run, args=(conn,), daemon=True).start()
+
+    def _run(self, conn):
+        conn.settimeout(30)
+        try:
+            self.script(Wire(conn))
+        except (OSError, EOFError) as e:
+            self.errors.append(e)
+        finally:
+            conn.close()
+
+    def close(self):
+        self.sock.close()
+
+
+class Wire:
+    """The server end of one connection."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def _recv(self, n):
+        data = b""
+        while len(data) < n:
+            chunk = self.conn.recv(n - len(data))
+            if not chunk:
+                raise EOFError("pooler closed the connection")
+            data += chunk
+        return data
+
+    def read_startup(self):
+        """The pooler's StartupMessage (answering an SSLRequest with 'N' first)."""
+        while True:
+            (length,) = struct.unpack("!I", self._recv(4))
+            body = self._recv(length - 4)
+            if struct.unpack("!I", body[:4])[0] == 80877103:
+                self.conn.sendall(b"N")
+                continue
+            return body
+
+    def read_msg(self):
+        kind = self._recv(1)
+        (length,) = struct.unpack("!I", self._recv(4))
+        return kind, self._recv(length - 4)
+
+    def send(self, kind, body):
+        self.conn.sendall(kind + struct.pack("!I", len(body) + 4) + body)
+
+    def auth(self, code, payload=b""):
+        self.send(b"R", struct.pack("!I", code) + payload)
+
+    def wait_close(self):
+        try:
+            while self.conn.recv(4096):
+                pass
+        except OSError:
+            pass
+
+
+def client_nonce_of(sasl_initial):
+    """The client nonce from a SASLInitialResponse body."""
+    mech_end = sasl_initial.index(b"\0")
+    (dlen,) = struct.unpack("!i", sasl_initial[mech_end + 1:mech_end + 5])
+    first = sasl_initial[mech_end + 5:mech_end + 5 + dlen].decode()
+    return dict(kv.split("=", 1) for kv in first.split(",")[2:])["r"]
+
+
+def scram_until_server_first(server_first_of):
+    """A script: SASL offer, then the server-first message made by server_first_of(client_nonce)."""
+
+    def script(w):
+        w.read_startup()
+        w.auth(10, b"SCRAM-SHA-256\0\0")
+        kind, body = w.read_msg()
+        assert kind == b"p"
+        w.auth(11, server_first_of(client_nonce_of(body)).encode())
+        w.wait_close()
+
+    return script
+
+
+SALT = base64.b64encode(b"0123456789abcdef").decode()
+
+
+@pytest.fixture
+def hostile(bouncer, pg):
+    """(bouncer, bystander, server) for a scripted server behind database `hostile`."""
+    made = []
+
+    def make(script):
+        server = ScriptedServer(script)
+        made.append(server)
+        b = bouncer(databases={
+            "postgres": pg.connstr("postgres"),
+            "hostile": f"host=127.0.0.1 port={server.port} dbname=postgres user=postgres password=secret",
+        }, ini_overrides={"max_workers": 1, "server_login_retry": 1})
+        bystander = b.connect(autocommit=True, password="postgres")
+        assert bystander.execute("SELECT 1").fetchone() == (1,)
+        return b, bystander, server
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def login_error(b):
+    with pytest.raises(psycopg.OperationalError) as e:
+        b.connect(dbname="hostile", password="postgres", autocommit=True).execute("SELECT 1")
+    return str(e.value)
+
+
+def test_overlong_server_nonce(hostile):
+    b, bystander, server = hostile(scram_until_server_first(
+        lambda cn: f"r={cn}{'x' * 5000},s={SALT},i=4096"))
+    mark = b.log_mark()
+    msg = login_error(b)
+    assert "server login failed" in msg, msg
+    line = b.wait_log(r"server login failed: SCRAM exchange with server failed: .*", after=mark).group(0)
+    assert "malformed" in line or "too long" in line, line
+    check_unharmed(b, bystander)
+
+
+def test_server_nonce_not_extending_ours(hostile):
+    b, bystander, server = hostile(scram_until_server_first(lambda cn: f"r=someoneelse,s={SALT},i=4096"))
+    mark = b.log_mark()
+    assert "server login failed" in login_error(b)
+    b.wait_log(r"SCRAM server nonce does not extend client nonce", after=mark)
+    check_unharmed(b, bystander)
+
+
+def test_absurd_iteration_count_is_refused_not_computed(hostile):
+    """2^31-1 PBKDF2 rounds would stall the worker for half an hour; the pooler refuses to start them."""
+    b, bystander, server = hostile(scram_until_server_first(lambda cn: f"r={cn}srv,s={SALT},i=2147483647"))
+    mark = b.log_mark()
+    assert "server login failed" in login_error(b)
+    b.wait_log(r"SCRAM iteration count 2147483647 is above the limit", after=mark)
+    check_unharmed(b, bystander)
+
+
+def test_garbage_server_first(hostile):
+    b, bystander, server = hostile(scram_until_server_first(lambda cn: "\x01\x02 not scram at all"))
+    mark = b.log_mark()
+    assert "server login failed" in login_error(b)
+    b.wait_log(r"SCRAM exchange with server failed", after=mark)
+    check_unharmed(b, bystander)
+
+
+def test_unknown_auth_request(hostile):
+    def script(w):
+        w.read_startup()
+        w.auth(99)
+        w.wait_close()
+
+    b, bystander, server = hostile(script)
+    assert "server login failed" in login_error(b)
+    check_unharmed(b, bystander)
+
+
+def test_oversized_server_packet_during_login(hostile):
+    """A length field far above max_packet_size: the server is dropped, not buffered."""
+
+    def script(w):
+        w.read_startup()
+        w.conn.sendall(b"R" + struct.pack("!I", 0x7FFFFFF0) + b"\0" * 1024)
+        w.wait_close()
+
+    b, bystander, server = hostile(script)
+    mark = b.log_mark()
+    login_error(b)
+    b.wait_log(r"server login failed: login packet 'R' of 2147483633 bytes is too large", after=mark)
+    check_unharmed(b, bystander)
+
+
+def test_server_closes_mid_login(hostile):
+    def script(w):
+        w.read_startup()
+        w.conn.sendall(b"R\0\0")  # half a header, then gone
+
+    b, bystander, server = hostile(script)
+    login_error(b)
+    check_unharmed(b, bystander)
