@@ -43,6 +43,7 @@ typedef enum SocketState {
 
 typedef struct PgPool PgPool;
 typedef struct PgSocket PgSocket;
+typedef struct AuthQuery AuthQuery; /* an auth_query lookup in progress (auth_query.c) */
 
 /* Value of one tracked parameter (client_encoding, DateStyle, ...). */
 typedef struct VarValue {
@@ -77,6 +78,7 @@ typedef struct PgUser {
 	uint8_t scram_client_key[SCRAM_KEY_LEN];
 	uint8_t scram_server_key[SCRAM_KEY_LEN];
 	ScramSecret *adhoc_scram; /* verifier built from a plain password (cached) */
+	bool from_auth_query;     /* secret came from auth_query: looked up again at each login */
 	int client_count;         /* current client connections of this login user */
 	int server_count;         /* current server connections of this pool user */
 } PgUser;
@@ -167,6 +169,7 @@ struct PgSocket {
 	uint8_t md5_salt[4];
 	ScramServer *scram_srv; /* client SCRAM exchange in progress */
 	ScramClient *scram_cli; /* server SCRAM login in progress */
+	AuthQuery *auth_query;  /* clients: their lookup (queued or running); servers: the lookup they run */
 	bool admin_user;        /* console: full access */
 	bool stats_user;        /* console: read-only */
 

@@ -108,6 +108,7 @@ PgDatabase *db_register_auto(const char *name);
 PgDatabase *db_add(const CfDatabase *cf);
 PgUser *user_find(const char *name);
 PgUser *user_add(const char *name);
+void user_set_secret(PgUser *u, const char *secret, SecretKind kind);
 PgPool *pool_get(PgDatabase *db, PgUser *user);
 PgPool *pool_find(PgDatabase *db, PgUser *user);
 void objects_load_databases(void);
@@ -139,6 +140,8 @@ void client_server_assigned(PgSocket *c);
 SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
 bool server_launch(PgPool *pool);
 void server_release(PgSocket *server);
+void server_reset_or_ready(PgSocket *server, bool always_reset); /* released and ready: reset query, then idle */
+void server_param_status(PgSocket *server, const uint8_t *body, uint32_t len);
 
 /* pool.c */
 bool pool_find_server(PgSocket *client);
@@ -149,6 +152,7 @@ void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool
 bool pool_can_launch(PgPool *pool);
 void pool_maybe_launch(PgPool *pool);
 void pool_mark_close_needed(PgPool *pool); /* every server reconnects once it is free */
+PgSocket *pool_take_idle(PgPool *pool);    /* for internal work; a used server is checked first (NULL meanwhile) */
 
 /* janitor.c */
 void janitor_run(void);
@@ -169,6 +173,16 @@ bool admin_show_scaler(PgSocket *c);
 void cancel_handle_request(PgSocket *req, const uint8_t *key);
 void cancel_forwarded(const uint8_t *key); /* a cancel another worker received for our client */
 void cancel_gen_key(PgSocket *c);
+
+/* auth_query.c: users not in auth_file looked up with auth_query on a pooled server */
+bool auth_query_wanted(const PgSocket *client);
+SBufAction auth_query_start(PgSocket *client); /* instead of auth_start(); the client waits */
+SBufAction auth_query_server_packet(PgSocket *server, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
+void auth_query_wake(PgPool *pool);          /* idle servers of the pool serve queued lookups */
+bool auth_query_waiting(const PgPool *pool); /* lookups wait for a server of this pool */
+void auth_query_pool_failed(PgPool *pool, const char *sqlstate, const char *msg);
+void auth_query_client_gone(PgSocket *client);
+void auth_query_server_gone(PgSocket *server);
 
 /* auth.c */
 SBufAction auth_start(PgSocket *c);

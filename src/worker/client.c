@@ -340,7 +340,12 @@ static SBufAction handle_startup(PgSocket *c, const PktHdr *hdr, const uint8_t *
 			tls_describe(c->sb.ssl, desc, sizeof(desc));
 		slog(LG_LOG, c, "login attempt: db=%s user=%s tls=%s replication=no", dbname, user, desc);
 	}
-	if (wk.cf.g.log_connections && (!db || !u)) {
+	/* a user not in auth_file may be found by auth_query: that tells whether it exists */
+	bool lookup = auth_query_wanted(c);
+	/* a secret that auth_query fetched counts only where auth_query runs */
+	if (u && u->from_auth_query && !lookup)
+		c->login_user = u = NULL;
+	if (wk.cf.g.log_connections && (!db || (!u && !lookup))) {
 		slog(LG_LOG, c, "login failed: db=%s user=%s", dbname, user);
 		if (!u)
 			slog(LG_LOG, c, "no such user: %s", user);
@@ -354,7 +359,7 @@ static SBufAction handle_startup(PgSocket *c, const PktHdr *hdr, const uint8_t *
 	/* remember the requested names for auth even if unknown */
 	free(c->app_name_raw);
 	c->app_name_raw = xstrdup(user);
-	SBufAction act = auth_start(c);
+	SBufAction act = lookup ? auth_query_start(c) : auth_start(c);
 	return act == SB_CLOSED ? SB_CLOSED : SB_CONSUMED;
 }
 

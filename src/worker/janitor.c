@@ -141,9 +141,8 @@ static void check_server_states(PgPool *pool)
 	    list_empty(&pool->new_servers) && !pool->db->admin &&
 	    !(pool->last_login_failed && now - pool->last_failed_time < wk.cf.g.server_login_retry))
 		server_launch(pool);
-	/* clients may wait for a retry after a failed login */
-	if (!list_empty(&pool->waiting_clients))
-		pool_maybe_launch(pool);
+	/* clients (or auth_query lookups) may wait for a retry after a failed login, or for room */
+	pool_maybe_launch(pool);
 }
 
 static void check_login_clients(void)

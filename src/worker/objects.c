@@ -200,7 +200,7 @@ PgUser *user_add(const char *name)
 	return u;
 }
 
-static void user_set_secret(PgUser *u, const char *secret, SecretKind kind)
+void user_set_secret(PgUser *u, const char *secret, SecretKind kind)
 {
 	if (u->secret && secret && strcmp(u->secret, secret) == 0)
 		return;
@@ -222,6 +222,8 @@ void objects_load_userlist(bool force)
 		PgUser *u = user_add(wk.cf.users[k].name);
 		u->cf = &wk.cf.users[k];
 	}
+	if (wk.cf.g.auth_user && *wk.cf.g.auth_user)
+		user_add(wk.cf.g.auth_user); /* a known user (SHOW USERS) */
 	if (!path || !*path)
 		return;
 	struct stat st;
@@ -249,6 +251,7 @@ void objects_load_userlist(bool force)
 	for (int k = 0; k < ul.n_users; k++) {
 		PgUser *u = user_add(ul.users[k].name);
 		user_set_secret(u, ul.users[k].secret, ul.users[k].kind);
+		u->from_auth_query = false;
 	}
 	userlist_free(&wk.userlist);
 	wk.userlist = ul;
@@ -310,6 +313,8 @@ static void db_apply_cf(PgDatabase *db, const CfDatabase *cf)
 	db_free_cf(&db->cf);
 	db_copy_cf(&db->cf, cf);
 	db->forced_user = NULL;
+	if (cf->auth_user && *cf->auth_user)
+		user_add(cf->auth_user); /* a known user (SHOW USERS) */
 	if (cf->user) {
 		db->forced_user = user_add(cf->user);
 		if (cf->password && *cf->password)
@@ -628,6 +633,7 @@ void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 		slog(LG_LOG, c, "closing because: %s (age=%.0fs)", reason, age_seconds(c));
 	if (notify && c->sb.fd >= 0 && reason[0])
 		client_send_error(c, true, "08P01", "%s", reason);
+	auth_query_client_gone(c);
 
 	PgSocket *server = c->link;
 	if (server) {
@@ -673,6 +679,7 @@ void disconnect_server(PgSocket *s, bool notify, const char *fmt, ...)
 		s->sb.dst = NULL;
 		disconnect_client(client, true, "%s", reason);
 	}
+	auth_query_server_gone(s);
 	if (s->pool) {
 		s->pool->db->server_count--;
 		s->pool->user->server_count--;

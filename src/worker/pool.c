@@ -127,6 +127,20 @@ static bool start_check(PgSocket *s)
 	return true;
 }
 
+PgSocket *pool_take_idle(PgPool *pool)
+{
+	PgSocket *s = take_idle_server(pool);
+	if (s)
+		return s;
+	List *n = list_first(&pool->used_servers);
+	if (n) {
+		PgSocket *u = container_of(n, PgSocket, node);
+		if (!start_check(u))
+			return u;
+	}
+	return NULL;
+}
+
 bool pool_fast_fail(PgSocket *c)
 {
 	PgPool *pool = c->pool;
@@ -215,6 +229,8 @@ void pool_wake_waiters(PgPool *pool)
 	}
 	if (pool_paused(pool))
 		return;
+	/* auth_query lookups first: they are short, and their clients are still logging in */
+	auth_query_wake(pool);
 	list_for_each_safe(i, &pool->waiting_clients, tmp)
 	{
 		PgSocket *c = container_of(i, PgSocket, node);
@@ -310,14 +326,7 @@ void pool_maybe_launch(PgPool *pool)
 {
 	if (pool->db->admin)
 		return;
-	bool need = false;
-	List *i;
-	list_for_each(i, &pool->waiting_clients)
-	{
-		need = true;
-		break;
-	}
-	if (!need)
+	if (list_empty(&pool->waiting_clients) && !auth_query_waiting(pool))
 		return;
 	if (pool_can_launch(pool))
 		server_launch(pool);
@@ -328,6 +337,7 @@ void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool
 	pool->last_login_failed = true;
 	pool->last_failed_time = wk.now;
 	pgb_strlcpy(pool->failed_msg, msg, sizeof(pool->failed_msg));
+	auth_query_pool_failed(pool, sqlstate, msg); /* lookups waiting for this pool fail at once */
 	if (!from_server || (sqlstate && strcmp(sqlstate, "57P03") == 0))
 		return;
 	bool usable = pool->welcome_ready && !list_empty(&pool->idle_servers);

@@ -205,7 +205,8 @@ static SBufAction handle_ssl_answer(PgSocket *s, uint8_t answer, uint32_t avail)
 static const char *server_password(PgSocket *s)
 {
 	PgUser *u = s->pool->user;
-	if (s->pool->db->cf.user && s->pool->db->cf.password && *s->pool->db->cf.password)
+	/* the database's password belongs to its forced user, not to the auth_user's pool of that database */
+	if (u == s->pool->db->forced_user && s->pool->db->cf.password && *s->pool->db->cf.password)
 		return s->pool->db->cf.password;
 	return u->secret;
 }
@@ -357,6 +358,11 @@ static void handle_param_status(PgSocket *s, const uint8_t *body, uint32_t len, 
 	} else if (login && !s->pool->welcome_ready) {
 		pktbuf_write_param_status(&s->pool->welcome_params, name, value);
 	}
+}
+
+void server_param_status(PgSocket *s, const uint8_t *body, uint32_t len)
+{
+	handle_param_status(s, body, len, false);
 }
 
 /*
@@ -596,6 +602,8 @@ SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *d
 	case SV_LOGIN:
 		return handle_login_packet(s, hdr, data, avail);
 	case SV_ACTIVE:
+		if (s->auth_query)
+			return auth_query_server_packet(s, hdr, data, avail);
 		return handle_active_packet(s, hdr, data, avail);
 	case SV_TESTED:
 		return handle_internal_query(s, hdr, data, avail);
@@ -631,9 +639,16 @@ void server_release(PgSocket *s)
 		disconnect_server(s, true, "client disconnect while server was not ready");
 		return;
 	}
+	server_reset_or_ready(s, false);
+}
+
+/* A released server that is ready: run server_reset_query (session mode, or always), then make it idle. */
+void server_reset_or_ready(PgSocket *s, bool always_reset)
+{
 	const char *reset = wk.cf.g.server_reset_query;
 	bool run_reset =
-	    reset && *reset && (pool_effective_mode(s->pool) == POOL_SESSION || wk.cf.g.server_reset_query_always);
+	    reset && *reset &&
+	    (always_reset || pool_effective_mode(s->pool) == POOL_SESSION || wk.cf.g.server_reset_query_always);
 	if (run_reset) {
 		PktBuf pb;
 		pktbuf_init(&pb, 64);
