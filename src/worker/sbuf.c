@@ -672,7 +672,8 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 
 bool sbuf_send(SBuf *sb, const void *data, size_t len)
 {
-	if (sb->fd < 0)
+	/* nothing can be said to a peer whose TLS handshake has not finished (or failed) */
+	if (sb->fd < 0 || sb->tls_handshake || sb->tls_failed)
 		return false;
 	pktbuf_put_bytes(&sb->out, data, len);
 	if (sb->connecting || sb->waiting_src)
