@@ -880,6 +880,17 @@ def test_show_clients_servers_pools_databases(bouncer, pg):
     assert [r for r in rows(conn, "SHOW CLIENTS") if r["database"] == "postgres"] == []
 
 
+def test_show_servers_over_unix_socket_shows_the_servers_port(bouncer, pg):
+    """A server reached through its socket directory is shown as unix with the server's port, not ours."""
+    b = bouncer(databases={"postgres": f"host={pg.sockdir} port={pg.port} dbname=postgres"})
+    conn = console(b)
+    client = pooled(b)
+    client.execute("SELECT 1")
+    s = row(conn, "SHOW SERVERS", database="postgres")
+    assert (s["addr"], s["port"]) == ("unix", pg.port)
+    assert row(conn, "SHOW CLIENTS", database="postgres")["port"] == local_port(client)
+
+
 def test_show_databases_overrides(bouncer, pg):
     b = bouncer(databases={
         "postgres": pg.connstr("postgres"),

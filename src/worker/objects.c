@@ -137,8 +137,11 @@ void format_addr(const struct sockaddr_storage *ss, char *buf, size_t len, int *
 		inet_ntop(AF_INET6, &in6->sin6_addr, buf, (socklen_t)len);
 		*port = ntohs(in6->sin6_port);
 	} else {
+		/* a server's socket file names its port (.s.PGSQL.N); a client's peer address is unnamed */
+		const struct sockaddr_un *un = (const void *)ss;
+		const char *dot = ss->ss_family == AF_UNIX ? strrchr(un->sun_path, '.') : NULL;
 		pgb_strlcpy(buf, "unix", len);
-		*port = wk.cf.g.listen_port;
+		*port = dot && strstr(un->sun_path, ".s.PGSQL.") ? atoi(dot + 1) : wk.cf.g.listen_port;
 	}
 }
 
