@@ -138,6 +138,7 @@ void client_server_assigned(PgSocket *c);
 /* server.c */
 SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
 bool server_launch(PgPool *pool);
+bool server_launch_replication(PgPool *pool, PgSocket *client); /* a dedicated server, linked to client */
 void server_release(PgSocket *server);
 
 /* pool.c */
@@ -148,7 +149,8 @@ void pool_wake_waiters(PgPool *pool);
 void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool from_server);
 bool pool_can_launch(PgPool *pool);
 void pool_maybe_launch(PgPool *pool);
-void pool_mark_close_needed(PgPool *pool); /* every server reconnects once it is free */
+void pool_mark_close_needed(PgPool *pool);     /* every server reconnects once it is free */
+void pool_replication_ready(PgSocket *server); /* its login is done: link it to its client, welcome the client */
 
 /* janitor.c */
 void janitor_run(void);

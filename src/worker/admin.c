@@ -349,7 +349,7 @@ static void socket_row(Reply *r, PgSocket *s, bool sockets)
 	const char *v[28] = {s->is_server ? "S" : "C",
 	                     user,
 	                     db,
-	                     "none",
+	                     proto_replication_show_name(s->replication),
 	                     state,
 	                     addr,
 	                     fmt_int(port),
@@ -1247,7 +1247,9 @@ static void mark_close_needed(const PgDatabase *only)
 			{
 				PgSocket *s = container_of(j, PgSocket, node);
 				s->close_needed = true;
-				if (s->state == SV_IDLE || s->state == SV_USED)
+				/* a streaming replication server is never released: it goes now too */
+				if (s->state == SV_IDLE || s->state == SV_USED ||
+				    (s->state == SV_ACTIVE && s->replication != REPLICATION_NONE))
 					disconnect_server(s, true, "RECONNECT");
 			}
 		}
