@@ -314,6 +314,11 @@ class Postgres:
                 "synchronous_commit = off\n"
                 "full_page_writes = off\n"
                 "logging_collector = off\n"
+                # replication through the pooler (test_replication.py): logical decoding
+                # needs wal_level=logical; initdb's pg_hba.conf already trusts replication
+                "wal_level = logical\n"
+                "max_wal_senders = 10\n"
+                "max_replication_slots = 10\n"
             )
         log = open(self.logfile, "ab")
         self.run_as.own(self.logfile)

@@ -1172,6 +1172,34 @@ def test_suspend_is_lifted_when_its_console_disconnects(bouncer):
     version_ok(console(b))
 
 
+def test_suspend_timeout_closes_unflushed_sockets(bouncer):
+    """SUSPEND answers once every socket has flushed its buffers; a client that does not read
+    its (large) result never flushes, so after suspend_timeout it is closed (with its server)
+    and SUSPEND completes. Other clients are unharmed and carry on after RESUME."""
+    b = bouncer(ini_overrides={"suspend_timeout": 1, "log_disconnections": 1})
+    conn = console(b)
+    bystander = pooled(b)
+    assert bystander.execute("SELECT 1").fetchone() == (1,)
+    stuck = Raw(b, user="postgres", dbname="postgres")
+    stuck.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    # ~50 MB, far more than the kernel buffers between us and the pooler hold
+    stuck.send_query("SELECT repeat('x', 1000) FROM generate_series(1, 50000)")
+    wait_for(lambda: any(r["send_remain"] > 0 for r in rows(conn, "SHOW SOCKETS") if r["type"] == "S"),
+             "the pooler to hold output the stuck client does not read")
+    mark = b.log_mark()
+    assert conn.execute("SUSPEND").statusmessage == "SUSPEND"
+    b.wait_log(r"SUSPEND: closing 2 sockets that did not flush within suspend_timeout", after=mark)
+    b.wait_log(r"C-0x[0-9a-f]+: postgres/postgres@127\.0\.0\.1:\d+ closing because: suspend_timeout", after=mark)
+    assert kv(conn, "SHOW STATE")["suspended"] == "yes"
+    # the stuck client gets what was already on its way, then the end of the connection
+    stuck.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    assert stuck.until_eof()[-1][0] == "EOF"
+    assert [c["state"] for c in rows(conn, "SHOW CLIENTS") if c["database"] == "postgres"] == ["active"]
+    assert conn.execute("RESUME").statusmessage == "RESUME"
+    assert bystander.execute("SELECT 2").fetchone() == (2,)
+    assert pooled(b).execute("SELECT 3").fetchone() == (3,)
+
+
 # ---------------------------------------------------------------------------
 # DISABLE / ENABLE, KILL, KILL_CLIENT
 

@@ -52,6 +52,22 @@ typedef struct StartupParam {
  */
 int proto_parse_startup(const uint8_t *body, size_t len, StartupParam *params, int max_params);
 
+/* What the `replication` startup parameter asks for (spec/behaviours.md §1.2, §8). */
+typedef enum ReplicationMode {
+	REPLICATION_NONE,     /* a normal connection (absent, false, or not a boolean) */
+	REPLICATION_PHYSICAL, /* a PostgreSQL boolean true: physical replication */
+	REPLICATION_LOGICAL,  /* "database": logical replication */
+} ReplicationMode;
+
+/* Read a `replication` value the way PostgreSQL does; NULL (absent) is REPLICATION_NONE. */
+ReplicationMode proto_parse_replication(const char *value);
+
+/* The `replication=` value of a mode in the "login attempt" log line and a server's startup: no, yes, database. */
+const char *proto_replication_value(ReplicationMode mode);
+
+/* The SHOW CLIENTS/SERVERS `replication` column: none, physical, logical. */
+const char *proto_replication_show_name(ReplicationMode mode);
+
 /* Hex dump of the first bytes for "bad packet header: '<hex>'" (e.g. "0000000c04d2162f"). */
 void proto_hex_prefix(const uint8_t *buf, size_t len, char *out, size_t outlen);
 

@@ -185,6 +185,11 @@ struct PgSocket {
 	uint32_t cancel_server_key_len;
 	uint32_t cancel_server_pid;
 
+	/* replication (spec/behaviours.md §8) */
+	ReplicationMode replication; /* clients: what the startup asked for; servers: dedicated to such a client */
+	char *repl_options;          /* replication clients: the `options` startup parameter, verbatim */
+	PktBuf repl_params;          /* replication servers: ParameterStatus of their login, their client's welcome */
+
 	/* TLS */
 	bool tls_direct;  /* clients: TLS started without SSLRequest (ALPN must say postgresql) */
 	SSL *tls_pending; /* servers: the SSL to use once PostgreSQL answers 'S' to the SSLRequest */

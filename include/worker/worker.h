@@ -139,6 +139,7 @@ void client_server_assigned(PgSocket *c);
 /* server.c */
 SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
 bool server_launch(PgPool *pool);
+bool server_launch_replication(PgPool *pool, PgSocket *client); /* a dedicated server, linked to client */
 void server_release(PgSocket *server);
 void server_reset_or_ready(PgSocket *server, bool always_reset); /* released and ready: reset query, then idle */
 void server_param_status(PgSocket *server, const uint8_t *body, uint32_t len);
@@ -151,8 +152,9 @@ void pool_wake_waiters(PgPool *pool);
 void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool from_server);
 bool pool_can_launch(PgPool *pool);
 void pool_maybe_launch(PgPool *pool);
-void pool_mark_close_needed(PgPool *pool); /* every server reconnects once it is free */
-PgSocket *pool_take_idle(PgPool *pool);    /* for internal work; a used server is checked first (NULL meanwhile) */
+void pool_mark_close_needed(PgPool *pool);     /* every server reconnects once it is free */
+PgSocket *pool_take_idle(PgPool *pool);        /* for internal work; a used server is checked first (NULL meanwhile) */
+void pool_replication_ready(PgSocket *server); /* its login is done: link it to its client, welcome the client */
 
 /* janitor.c */
 void janitor_run(void);

@@ -8,6 +8,7 @@
 #include "common/proto.h"
 
 #include <string.h>
+#include <strings.h>
 
 static uint32_t get_be32(const uint8_t *p)
 {
@@ -85,6 +86,67 @@ int proto_parse_startup(const uint8_t *body, size_t len, StartupParam *params, i
 		params[count].value = (const char *)(body + val_pos);
 		count++;
 		pos = (size_t)(val_end - body) + 1;
+	}
+}
+
+/*
+ * PostgreSQL's boolean words: any case-insensitive prefix of true, false,
+ * yes, no; "on"; a prefix of "off" of two letters or more; "1" and "0".
+ * Returns false for anything else.
+ */
+static bool parse_pg_bool(const char *v, bool *out)
+{
+	size_t n = strlen(v);
+	if (n == 0)
+		return false;
+	static const struct {
+		const char *word;
+		size_t min; /* shortest accepted prefix */
+		bool value;
+	} words[] = {{"true", 1, true}, {"false", 1, false}, {"yes", 1, true}, {"no", 1, false},
+	             {"on", 2, true},   {"off", 2, false},   {"1", 1, true},   {"0", 1, false}};
+	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+		if (n >= words[i].min && n <= strlen(words[i].word) && strncasecmp(v, words[i].word, n) == 0) {
+			*out = words[i].value;
+			return true;
+		}
+	}
+	return false;
+}
+
+ReplicationMode proto_parse_replication(const char *value)
+{
+	bool on;
+	if (!value)
+		return REPLICATION_NONE;
+	if (strcmp(value, "database") == 0)
+		return REPLICATION_LOGICAL;
+	if (parse_pg_bool(value, &on) && on)
+		return REPLICATION_PHYSICAL;
+	return REPLICATION_NONE;
+}
+
+const char *proto_replication_value(ReplicationMode mode)
+{
+	switch (mode) {
+	case REPLICATION_PHYSICAL:
+		return "yes";
+	case REPLICATION_LOGICAL:
+		return "database";
+	default:
+		return "no";
+	}
+}
+
+const char *proto_replication_show_name(ReplicationMode mode)
+{
+	switch (mode) {
+	case REPLICATION_PHYSICAL:
+		return "physical";
+	case REPLICATION_LOGICAL:
+		return "logical";
+	default:
+		return "none";
 	}
 }
 

@@ -349,7 +349,7 @@ static void socket_row(Reply *r, PgSocket *s, bool sockets)
 	const char *v[28] = {s->is_server ? "S" : "C",
 	                     user,
 	                     db,
-	                     "none",
+	                     proto_replication_show_name(s->replication),
 	                     state,
 	                     addr,
 	                     fmt_int(port),
@@ -1021,6 +1021,7 @@ typedef enum WaitKind {
 	WAIT_PAUSE_DB, /* PAUSE db: until no server of db is in use */
 	WAIT_CLOSE,    /* WAIT_CLOSE [db]: until no server has close_needed */
 	WAIT_SHUTDOWN, /* SHUTDOWN WAIT_FOR_*: until the master's signal has put this worker into shutdown */
+	WAIT_SUSPEND,  /* SUSPEND: until every pooled socket is flushed, or suspend_timeout closed the rest */
 } WaitKind;
 
 typedef struct ConsoleWait {
@@ -1032,6 +1033,7 @@ typedef struct ConsoleWait {
 static ConsoleWait *waits;
 static int n_waits, cap_waits;
 static uint64_t suspend_owner; /* console whose SUSPEND is in force (0 = none): its disconnect resumes */
+static usec_t suspend_start;   /* when that SUSPEND began (suspend_timeout counts from here) */
 
 /* Sockets SUSPEND stopped reading (by id), to be resumed by RESUME. */
 static uint64_t *suspended;
@@ -1073,6 +1075,8 @@ static void send_ready(PgSocket *c)
 	(void)send_pktbuf(c, &pb);
 }
 
+static bool suspend_flushed(void);
+
 /* Tag to answer w with now; NULL = keep waiting; "" = aborted. */
 static const char *wait_outcome(const ConsoleWait *w)
 {
@@ -1092,6 +1096,10 @@ static const char *wait_outcome(const ConsoleWait *w)
 		return close_needed_count(db) == 0 ? "WAIT_CLOSE" : NULL;
 	case WAIT_SHUTDOWN:
 		return wk.run_state == RUN_SHUTDOWN_SERVERS || wk.run_state == RUN_SHUTDOWN_CLIENTS ? "SHUTDOWN" : NULL;
+	case WAIT_SUSPEND:
+		if (wk.pause_mode != P_SUSPEND)
+			return "";
+		return suspend_flushed() ? "SUSPEND" : NULL;
 	}
 	return "";
 }
@@ -1149,6 +1157,48 @@ static void suspend_socket(PgSocket *s)
 	}
 	suspended[n_suspended++] = s->id;
 	sbuf_pause(&s->sb);
+}
+
+/* Pooled sockets with output still to write, collected by collect_unflushed(). */
+static PgSocket **unflushed;
+static int n_unflushed, cap_unflushed;
+
+static void collect_unflushed(PgSocket *s)
+{
+	if (s->sb.fd < 0 || sbuf_is_flushed(&s->sb))
+		return;
+	if (n_unflushed == cap_unflushed) {
+		cap_unflushed = cap_unflushed ? cap_unflushed * 2 : 16;
+		unflushed = xrealloc(unflushed, sizeof(*unflushed) * (size_t)cap_unflushed);
+	}
+	unflushed[n_unflushed++] = s;
+}
+
+/*
+ * Whether SUSPEND is complete: every pooled socket has written what it
+ * had. Once suspend_timeout has passed, the sockets that still have not
+ * are closed, and it is complete too.
+ */
+static bool suspend_flushed(void)
+{
+	n_unflushed = 0;
+	for_each_pooled_socket(collect_unflushed);
+	if (n_unflushed == 0)
+		return true;
+	if (wk.now - suspend_start < wk.cf.g.suspend_timeout)
+		return false;
+	log_warning("SUSPEND: closing %d socket%s that did not flush within suspend_timeout", n_unflushed,
+	            n_unflushed == 1 ? "" : "s");
+	/* closing one may close its peer too: those are skipped (freed only after this pass) */
+	for (int k = 0; k < n_unflushed; k++) {
+		PgSocket *s = unflushed[k];
+		if (s->is_server)
+			disconnect_server(s, false, "suspend_timeout");
+		else
+			disconnect_client(s, false, "suspend_timeout");
+	}
+	n_unflushed = 0;
+	return true;
 }
 
 static int cmp_id(const void *a, const void *b)
@@ -1247,7 +1297,9 @@ static void mark_close_needed(const PgDatabase *only)
 			{
 				PgSocket *s = container_of(j, PgSocket, node);
 				s->close_needed = true;
-				if (s->state == SV_IDLE || s->state == SV_USED)
+				/* a streaming replication server is never released: it goes now too */
+				if (s->state == SV_IDLE || s->state == SV_USED ||
+				    (s->state == SV_ACTIVE && s->replication != REPLICATION_NONE))
 					disconnect_server(s, true, "RECONNECT");
 			}
 		}
@@ -1370,7 +1422,12 @@ static bool cmd_suspend(PgSocket *c)
 	worker_listen_pause(true);
 	for_each_pooled_socket(suspend_socket);
 	suspend_owner = c->id;
-	return send_simple(c, "SUSPEND");
+	suspend_start = wk.now;
+	/* the reply waits until the buffers are flushed (checked by the janitor) */
+	if (suspend_flushed())
+		return send_simple(c, "SUSPEND");
+	add_wait(c, WAIT_SUSPEND, NULL);
+	return true;
 }
 
 static bool cmd_kill(PgSocket *c, const char *arg)

@@ -46,6 +46,10 @@ void auth_login_complete(PgSocket *c)
 	const char *uname = c->login_user ? c->login_user->name : c->app_name_raw;
 
 	if (db->admin) {
+		if (c->replication != REPLICATION_NONE) {
+			disconnect_client(c, true, "replication connections are not supported by the admin console");
+			return;
+		}
 		if (!c->admin_user && !c->stats_user && !console_access(c, uname)) {
 			disconnect_client(c, true, "not allowed");
 			return;
@@ -97,11 +101,14 @@ void auth_login_complete(PgSocket *c)
 		return;
 	db->client_count++;
 	u->client_count++;
-	if (c->pool->welcome_ready) {
+	if (c->pool->welcome_ready && c->replication == REPLICATION_NONE) {
 		client_send_welcome(c);
 		return;
 	}
-	/* no server has logged in for this pool yet: wait for the first one */
+	/*
+	 * No server has logged in for this pool yet: wait for the first one.
+	 * A replication client always waits, for a server of its own.
+	 */
 	c->wait_start = wk.now;
 	change_state(c, CL_WAITING_LOGIN);
 	sbuf_pause(&c->sb);
@@ -260,9 +267,10 @@ SBufAction auth_start(PgSocket *c)
 	}
 
 	if (method == AUTH_HBA) {
-		/* replication connections are refused before this point, so never physical replication yet */
-		const HbaRule *rule = hba_match(wk.hba, c->is_unix, socket_is_tls(c), c->db->name, uname, false,
-		                                (const struct sockaddr *)&c->remote);
+		/* the `replication` keyword is for physical replication; logical matches by database name */
+		const HbaRule *rule =
+		    hba_match(wk.hba, c->is_unix, socket_is_tls(c), c->db->name, uname,
+		              c->replication == REPLICATION_PHYSICAL, (const struct sockaddr *)&c->remote);
 		if (!rule) {
 			disconnect_client(c, true, "no authentication method is found");
 			return SB_CLOSED;

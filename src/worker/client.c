@@ -106,6 +106,13 @@ bool client_send_welcome(PgSocket *c)
 		for (int i = 0; i < var_count(); i++)
 			if (c->vars[i].value)
 				pktbuf_write_param_status(&pb, var_name(i), c->vars[i].value);
+	} else if (c->replication != REPLICATION_NONE && c->link) {
+		/* what its dedicated server said at login; tracked values came through to c->vars */
+		const PktBuf *params = &c->link->repl_params;
+		pktbuf_put_bytes(&pb, params->buf, params->len);
+		for (int i = 0; i < var_count(); i++)
+			if (c->vars[i].value)
+				pktbuf_write_param_status(&pb, var_name(i), c->vars[i].value);
 	} else {
 		PgPool *pool = c->pool;
 		pktbuf_put_bytes(&pb, pool->welcome_params.buf, pool->welcome_params.len);
@@ -276,12 +283,7 @@ static SBufAction handle_startup(PgSocket *c, const PktHdr *hdr, const uint8_t *
 			return SB_CLOSED;
 		}
 	}
-	if (replication && strcmp(replication, "false") != 0 && strcmp(replication, "0") != 0 &&
-	    strcasecmp(replication, "off") != 0 && strcasecmp(replication, "no") != 0) {
-		/* replication connections arrive with a later issue */
-		disconnect_client(c, true, "replication connections are not supported yet");
-		return SB_CLOSED;
-	}
+	c->replication = proto_parse_replication(replication);
 	if (!user || !*user) {
 		disconnect_client(c, true, "no username supplied");
 		return SB_CLOSED;
@@ -292,7 +294,10 @@ static SBufAction handle_startup(PgSocket *c, const PktHdr *hdr, const uint8_t *
 	}
 	if (!dbname || !*dbname)
 		dbname = user;
-	if (options && !apply_options(c, options)) {
+	if (options && c->replication != REPLICATION_NONE) {
+		/* goes verbatim into the dedicated server's startup: physical replication allows no SET */
+		c->repl_options = xstrdup(options);
+	} else if (options && !apply_options(c, options)) {
 		disconnect_client(c, false, "bad options");
 		return SB_CLOSED;
 	}
@@ -338,7 +343,8 @@ static SBufAction handle_startup(PgSocket *c, const PktHdr *hdr, const uint8_t *
 		char desc[TLS_DESCRIBE_LEN] = "no";
 		if (socket_is_tls(c))
 			tls_describe(c->sb.ssl, desc, sizeof(desc));
-		slog(LG_LOG, c, "login attempt: db=%s user=%s tls=%s replication=no", dbname, user, desc);
+		slog(LG_LOG, c, "login attempt: db=%s user=%s tls=%s replication=%s", dbname, user, desc,
+		     proto_replication_value(c->replication));
 	}
 	/* a user not in auth_file may be found by auth_query: that tells whether it exists */
 	bool lookup = auth_query_wanted(c);

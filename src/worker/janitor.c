@@ -80,6 +80,12 @@ static void check_linked_server_timeouts(PgPool *pool)
 	{
 		PgSocket *s = container_of(i, PgSocket, node);
 		PgSocket *c = s->link;
+		if (s->replication != REPLICATION_NONE) {
+			/* a stream is no query or transaction; it is never released, so close_needed acts now */
+			if (s->close_needed)
+				disconnect_server(s, true, "database configuration changed");
+			continue;
+		}
 		if (!c)
 			continue;
 		if (qt > 0 && c->query_start && now - c->query_start > qt) {

@@ -580,6 +580,8 @@ static void free_socket(PgSocket *s)
 	for (int i = 0; i < MAX_TRACKED; i++)
 		free(s->vars[i].value);
 	free(s->app_name_raw);
+	free(s->repl_options);
+	pktbuf_free(&s->repl_params);
 	free(s->own_placeholder);
 	free(s->scram_srv);
 	free(s->scram_cli);

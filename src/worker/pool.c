@@ -93,7 +93,8 @@ static void link_client_server(PgSocket *c, PgSocket *s)
 		c->wait_start = 0;
 	}
 	/* the server's parameter values become visible to the client through its own SETs */
-	replay_vars(c, s);
+	if (c->replication == REPLICATION_NONE)
+		replay_vars(c, s);
 }
 
 static PgSocket *take_idle_server(PgPool *pool)
@@ -221,7 +222,8 @@ void pool_wake_waiters(PgPool *pool)
 		list_for_each_safe(i, &pool->waiting_clients, tmp)
 		{
 			PgSocket *c = container_of(i, PgSocket, node);
-			if (c->state != CL_WAITING_LOGIN)
+			/* a replication client's welcome comes from its own server */
+			if (c->state != CL_WAITING_LOGIN || c->replication != REPLICATION_NONE)
 				continue;
 			if (client_send_welcome(c))
 				sbuf_continue(&c->sb);
@@ -289,7 +291,28 @@ static bool match_user(const PgPool *p, const void *u)
 	return p->user == u;
 }
 
-bool pool_can_launch(PgPool *pool)
+/* Close the longest-idle free server of this pool, to make room for a replication server. */
+static bool evict_idle_of_pool(PgPool *pool)
+{
+	PgSocket *oldest = NULL;
+	List *lists[] = {&pool->idle_servers, &pool->used_servers};
+	for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++) {
+		List *i;
+		list_for_each(i, lists[l])
+		{
+			PgSocket *s = container_of(i, PgSocket, node);
+			if (!oldest || s->request_time < oldest->request_time)
+				oldest = s;
+		}
+	}
+	if (!oldest)
+		return false;
+	disconnect_server(oldest, true, "evicted for a replication connection");
+	return true;
+}
+
+/* Whether a new server may be launched now; for a replication client, free servers make room. */
+static bool can_launch(PgPool *pool, bool for_replication)
 {
 	if (!list_empty(&pool->new_servers))
 		return false; /* one login in flight per pool */
@@ -299,7 +322,14 @@ bool pool_can_launch(PgPool *pool)
 		return false;
 	int size = pool_effective_size(pool);
 	int total = pool_server_count(pool);
-	if (size > 0 && total >= size) {
+	if (size > 0 && total >= size && for_replication) {
+		/* a replication server is never shared: an idle one of the pool gives way */
+		if (!evict_idle_of_pool(pool))
+			return false;
+		/* closing it woke this pool, which may have launched already */
+		if (!list_empty(&pool->new_servers))
+			return false;
+	} else if (size > 0 && total >= size) {
 		/* the reserve pool helps clients that waited long enough */
 		int reserve = pool->user->cf && pool->user->cf->reserve_pool_size != CF_UNSET
 		                  ? pool->user->cf->reserve_pool_size
@@ -322,14 +352,47 @@ bool pool_can_launch(PgPool *pool)
 	return true;
 }
 
+bool pool_can_launch(PgPool *pool)
+{
+	return can_launch(pool, false);
+}
+
 void pool_maybe_launch(PgPool *pool)
 {
 	if (pool->db->admin)
 		return;
-	if (list_empty(&pool->waiting_clients) && !auth_query_waiting(pool))
+	/* the first waiting client that needs a new server says which kind; auth_query lookups need a normal one */
+	PgSocket *first = NULL;
+	List *i;
+	list_for_each(i, &pool->waiting_clients)
+	{
+		PgSocket *c = container_of(i, PgSocket, node);
+		if (c->replication != REPLICATION_NONE && c->link)
+			continue; /* its own server is logging in */
+		first = c;
+		break;
+	}
+	if (!first && !auth_query_waiting(pool))
 		return;
-	if (pool_can_launch(pool))
+	if (first && first->replication != REPLICATION_NONE) {
+		if (can_launch(pool, true))
+			(void)server_launch_replication(pool, first);
+	} else if (can_launch(pool, false)) {
 		server_launch(pool);
+	}
+}
+void pool_replication_ready(PgSocket *s)
+{
+	PgSocket *c = s->link;
+	if (!c) {
+		disconnect_server(s, true, "replication client gone");
+		return;
+	}
+	link_client_server(c, s);
+	if (client_send_welcome(c))
+		sbuf_continue(&c->sb);
+	/* the next waiting client may launch its server */
+	pool_maybe_launch(s->pool);
 }
 
 void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool from_server)

@@ -94,10 +94,16 @@ static DnsResult pick_address(PgPool *pool, struct sockaddr_storage *ss, socklen
 	return r;
 }
 
+/*
+ * The StartupMessage. A replication server also carries `replication`, its
+ * client's tracked parameters (which win over the database's) and the
+ * client's `options` verbatim: a walsender takes no SET (spec §8).
+ */
 static void send_startup(PgSocket *s)
 {
 	PgPool *pool = s->pool;
 	PgDatabase *db = pool->db;
+	const PgSocket *repl = s->replication != REPLICATION_NONE ? s->link : NULL;
 	PktBuf pb;
 	pktbuf_init(&pb, 256);
 	pktbuf_start_msg(&pb, 0);
@@ -110,18 +116,36 @@ static void send_startup(PgSocket *s)
 	                          {"datestyle", db->cf.datestyle},
 	                          {"timezone", db->cf.timezone},
 	                          {"application_name", db->cf.application_name}};
-	for (size_t i = 0; i < 4; i++)
-		if (extra[i][1]) {
+	for (size_t i = 0; i < 4; i++) {
+		int idx = var_index(extra[i][0]);
+		if (extra[i][1] && !(repl && idx >= 0 && repl->vars[idx].value)) {
 			pktbuf_put_string(&pb, extra[i][0]);
 			pktbuf_put_string(&pb, extra[i][1]);
 		}
+	}
+	if (s->replication != REPLICATION_NONE) {
+		pktbuf_put_string(&pb, "replication");
+		pktbuf_put_string(&pb, proto_replication_value(s->replication));
+	}
+	if (repl) {
+		for (int i = 0; i < var_count(); i++)
+			if (repl->vars[i].value) {
+				pktbuf_put_string(&pb, var_name(i));
+				pktbuf_put_string(&pb, repl->vars[i].value);
+			}
+		if (repl->repl_options) {
+			pktbuf_put_string(&pb, "options");
+			pktbuf_put_string(&pb, repl->repl_options);
+		}
+	}
 	pktbuf_put_u8(&pb, 0);
 	pktbuf_finish_msg(&pb);
 	(void)sbuf_send(&s->sb, pb.buf, pb.len);
 	pktbuf_free(&pb);
 }
 
-bool server_launch(PgPool *pool)
+/* A new server connection of the pool; for a replication client (repl_client), its own one. */
+static bool launch(PgPool *pool, PgSocket *repl_client)
 {
 	struct sockaddr_storage ss;
 	socklen_t len;
@@ -144,6 +168,12 @@ bool server_launch(PgPool *pool)
 	pool->db->server_count++;
 	pool->user->server_count++;
 	change_state(s, SV_LOGIN);
+	if (repl_client) {
+		/* linked from the start: the two are closed together, even during the login */
+		s->replication = repl_client->replication;
+		s->link = repl_client;
+		repl_client->link = s;
+	}
 	s->remote = ss;
 	s->is_unix = ss.ss_family == AF_UNIX;
 	if (!s->is_unix && wk.tls.server_ctx) {
@@ -165,6 +195,16 @@ bool server_launch(PgPool *pool)
 	if (!s->is_unix)
 		tune_tcp_socket(s->sb.fd);
 	return true;
+}
+
+bool server_launch(PgPool *pool)
+{
+	return launch(pool, NULL);
+}
+
+bool server_launch_replication(PgPool *pool, PgSocket *client)
+{
+	return launch(pool, client);
 }
 
 /* ---- login ---- */
@@ -349,12 +389,16 @@ static void handle_param_status(PgSocket *s, const uint8_t *body, uint32_t len, 
 	if (!pktreader_get_string(&r, &name) || !pktreader_get_string(&r, &value))
 		return;
 	int idx = var_index(name);
+	/* a replication server's login parameters are its client's welcome, not the pool's */
+	bool repl = s->replication != REPLICATION_NONE;
 	if (idx >= 0) {
 		var_set(&s->vars[idx], value);
 		if (s->link)
 			var_set(&s->link->vars[idx], value);
-		if (login && !s->pool->welcome_ready)
+		if (login && !repl && !s->pool->welcome_ready)
 			var_set(&s->pool->defaults[idx], value);
+	} else if (login && repl) {
+		pktbuf_write_param_status(&s->repl_params, name, value);
 	} else if (login && !s->pool->welcome_ready) {
 		pktbuf_write_param_status(&s->pool->welcome_params, name, value);
 	}
@@ -404,7 +448,20 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 		const char *sev, *code, *msg;
 		parse_error(body, blen, &sev, &code, &msg);
 		slog(LG_WARNING, s, "server login failed: %s %s", sev, msg);
-		pool_login_failed(s->pool, code, msg, true);
+		PgSocket *c = s->link;
+		if (s->replication != REPLICATION_NONE && c) {
+			/*
+			 * Only its own client hears it: a refused walsender (no
+			 * replication hba line, max_wal_senders) says nothing about
+			 * the pool's normal logins.
+			 */
+			s->link = NULL;
+			c->link = NULL;
+			client_send_error(c, true, code, "%s", msg);
+			disconnect_client(c, false, "%s", msg);
+		} else {
+			pool_login_failed(s->pool, code, msg, true);
+		}
 		disconnect_server(s, false, "login failed");
 		return SB_CLOSED;
 	}
@@ -421,10 +478,15 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 		}
 		s->ready = true;
 		s->txn_status = blen > 0 ? (char)body[0] : 'I';
+		s->pool->last_login_failed = false;
+		if (s->replication != REPLICATION_NONE) {
+			/* no connect_query: a physical walsender runs no SQL */
+			pool_replication_ready(s);
+			return s->state == SV_JUSTFREE ? SB_CLOSED : SB_CONSUMED;
+		}
 		if (!s->pool->welcome_ready) {
 			s->pool->welcome_ready = true;
 		}
-		s->pool->last_login_failed = false;
 		if (s->pool->db->cf.connect_query && *s->pool->db->cf.connect_query) {
 			PktBuf pb;
 			pktbuf_init(&pb, 128);
@@ -630,6 +692,11 @@ void server_release(PgSocket *s)
 	s->link = NULL;
 	s->sb.dst = NULL;
 	s->setting_vars = false;
+	if (s->replication != REPLICATION_NONE) {
+		/* never pooled, never reused */
+		disconnect_server(s, true, "replication client closed");
+		return;
+	}
 	if (s->close_needed) {
 		disconnect_server(s, true, "close_needed");
 		return;

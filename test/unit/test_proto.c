@@ -297,6 +297,38 @@ static void test_msg_names(void **state)
 	assert_string_equal(proto_msg_name('T', false), "unknown");
 }
 
+/* ---- the replication startup parameter ---- */
+
+static void test_replication_values(void **state)
+{
+	(void)state;
+	assert_int_equal(proto_parse_replication(NULL), REPLICATION_NONE);
+	assert_int_equal(proto_parse_replication("database"), REPLICATION_LOGICAL);
+	/* PostgreSQL booleans, any case, and their prefixes */
+	static const char *const yes[] = {"true", "TRUE", "t", "tr", "on", "On", "yes", "y", "YE", "1"};
+	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
+		assert_int_equal(proto_parse_replication(yes[i]), REPLICATION_PHYSICAL);
+	static const char *const no[] = {"false", "f", "FALSE", "off", "of", "OFF", "no", "n", "0"};
+	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+		assert_int_equal(proto_parse_replication(no[i]), REPLICATION_NONE);
+	/* not a boolean: a normal connection (spec/behaviours.md §1.2) */
+	static const char *const garbage[] = {"",  "o",  "Database", "database ", "truex", "yess",
+	                                      "2", "10", " true",    "onn",       "offf",  "physical"};
+	for (size_t i = 0; i < sizeof(garbage) / sizeof(garbage[0]); i++)
+		assert_int_equal(proto_parse_replication(garbage[i]), REPLICATION_NONE);
+}
+
+static void test_replication_names(void **state)
+{
+	(void)state;
+	assert_string_equal(proto_replication_value(REPLICATION_NONE), "no");
+	assert_string_equal(proto_replication_value(REPLICATION_PHYSICAL), "yes");
+	assert_string_equal(proto_replication_value(REPLICATION_LOGICAL), "database");
+	assert_string_equal(proto_replication_show_name(REPLICATION_NONE), "none");
+	assert_string_equal(proto_replication_show_name(REPLICATION_PHYSICAL), "physical");
+	assert_string_equal(proto_replication_show_name(REPLICATION_LOGICAL), "logical");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -315,6 +347,8 @@ int main(void)
 	    cmocka_unit_test(test_startup_params_empty),
 	    cmocka_unit_test(test_hex_prefix),
 	    cmocka_unit_test(test_msg_names),
+	    cmocka_unit_test(test_replication_values),
+	    cmocka_unit_test(test_replication_names),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

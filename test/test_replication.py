@@ -1,0 +1,357 @@
+"""Replication connections through the pooler (spec/behaviours.md §1.2, §8;
+admin.md SHOW CLIENTS/SERVERS `replication`; cli.md "login attempt"): each
+replication client gets a server connection of its own that carries its
+startup parameters, the replication protocol streams through unchanged, and
+normal clients of the same pool do not notice. Real clients (psql,
+pg_recvlogical, pg_basebackup) and a raw protocol client, against the
+session's PostgreSQL (wal_level=logical, see conftest.py)."""
+
+import os
+import re
+import shutil
+import struct
+import subprocess
+import time
+
+import pytest
+
+from conftest import DEADLINE, child_env, pg_bindir, wait_for
+from test_bad_input import PgWire, error_fields, message, query_message
+
+
+def tool(name):
+    """A PostgreSQL client program of the same version as the server."""
+    path = pg_bindir() / name
+    if not path.exists():
+        found = shutil.which(name)
+        if not found:
+            pytest.skip(f"{name} is not installed")
+        return found
+    return str(path)
+
+
+def conninfo(b, dbname="postgres", **extra):
+    parts = [f"host=127.0.0.1 port={b.port} dbname={dbname} user=postgres connect_timeout=10"]
+    parts += [f"{k}={v}" for k, v in extra.items()]
+    return " ".join(parts)
+
+
+def run(args, timeout=DEADLINE * 2):
+    out = subprocess.run([str(a) for a in args], env=child_env(), capture_output=True, text=True,
+                         timeout=timeout, stdin=subprocess.DEVNULL)
+    return out
+
+
+def psql(b, sql, **extra):
+    """One command through psql (simple query protocol, as replication needs); returns its rows."""
+    out = run([tool("psql"), "-X", "-At", "-F", "|", "-d", conninfo(b, **extra), "-c", sql])
+    assert out.returncode == 0, f"psql failed ({out.returncode}):\n{out.stdout}{out.stderr}"
+    return [line.split("|") for line in out.stdout.splitlines()]
+
+
+def rows_of(conn, sql):
+    cur = conn.execute(sql)
+    names = [d.name for d in cur.description]
+    return [dict(zip(names, r)) for r in cur.fetchall()]
+
+
+def repl_wire(b, replication, **params):
+    """A raw replication connection through the pooler, logged in; returns (wire, welcome messages)."""
+    w = PgWire(b.port)
+    welcome = w.login(replication=replication, **params)
+    return w, welcome
+
+
+def read_copy_data(w, want, deadline):
+    """Reads CopyData until the decoded logical changes contain `want`; returns them.
+
+    Standby status updates are sent back for every keepalive that asks for one."""
+    text = ""
+    while want not in text:
+        assert time.monotonic() < deadline, f"no {want!r} in the stream; got {text!r}"
+        m = w.read_msg()
+        assert m is not None, f"connection closed while streaming; got {text!r}"
+        mtype, body = m
+        assert mtype == b"d", (mtype, body)
+        if body[:1] == b"w":  # XLogData: start, end, time, then the change
+            text += body[25:].decode() + "\n"
+        elif body[:1] == b"k" and body[17:18] == b"\x01":  # keepalive asking for a reply
+            w.send(standby_status(struct.unpack("!Q", body[1:9])[0]))
+    return text
+
+
+def standby_status(lsn):
+    """A Standby Status Update ('r') in a CopyData message from the client."""
+    return message(b"d", b"r" + struct.pack("!QQQQB", lsn, lsn, lsn, 0, 0))
+
+
+@pytest.fixture
+def repl_bouncer(bouncer, pg):
+    """A pooler with a `replication` database entry: physical replication tools (pg_basebackup,
+    pg_receivewal) always send the database name `replication`, which picks the pool."""
+    return bouncer(ini_overrides={"log_connections": 1, "log_disconnections": 1},
+                   databases={"postgres": pg.connstr("postgres"), "replication": pg.connstr("postgres")})
+
+
+@pytest.fixture
+def table(pg):
+    pg.sql("DROP TABLE IF EXISTS repl_t")
+    pg.sql("CREATE TABLE repl_t (id int PRIMARY KEY, v text)")
+    yield "repl_t"
+    pg.sql("DROP TABLE IF EXISTS repl_t")
+
+
+@pytest.fixture
+def slots(pg):
+    """Names of replication slots to drop after the test."""
+    names = []
+    yield names
+    for name in names:
+        wait_for(lambda: not pg.sql("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active",
+                                    [name]), f"slot {name} to be released")
+        pg.sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+               [name])
+
+
+# ---------------------------------------------------------------------------
+# the replication protocol through the pooler
+
+
+@pytest.mark.parametrize("replication,dbname", [("database", "postgres"), ("true", "")])
+def test_identify_system_matches_postgresql(repl_bouncer, pg, replication, dbname):
+    b = repl_bouncer
+    mark = b.log_mark()
+    ((systemid, timeline, xlogpos, db),) = psql(b, "IDENTIFY_SYSTEM", replication=replication)
+    assert systemid == str(pg.sql("SELECT system_identifier FROM pg_control_system()")[0][0])
+    assert int(timeline) >= 1 and re.fullmatch(r"[0-9A-F]+/[0-9A-F]+", xlogpos)
+    assert db == dbname  # logical replication is bound to the database, physical is not
+    logged = {"database": "database", "true": "yes"}[replication]
+    b.wait_log(rf"login attempt: db=postgres user=postgres tls=no replication={logged}$", after=mark)
+
+
+def test_replication_values_and_garbage(repl_bouncer):
+    """PostgreSQL booleans choose physical replication; false and non-booleans a normal connection."""
+    b = repl_bouncer
+    for value, logged in [("on", "yes"), ("1", "yes"), ("YES", "yes"), ("off", "no"), ("0", "no"),
+                          ("garbage", "no")]:
+        mark = b.log_mark()
+        w, _ = repl_wire(b, value)
+        rows, err = w.simple_query("SELECT 1" if logged == "no" else "IDENTIFY_SYSTEM")
+        assert err is None and len(rows) == 1, (value, rows, err)
+        w.close()
+        b.wait_log(rf"login attempt: db=postgres user=postgres tls=no replication={logged}$", after=mark)
+
+
+def test_welcome_and_startup_parameters_reach_the_walsender(repl_bouncer, pg):
+    """The dedicated server's StartupMessage carries the client's tracked parameters and its
+    `options` verbatim: a physical walsender accepts no SET, so they could not come later."""
+    b = repl_bouncer
+    w, welcome = repl_wire(b, "true", application_name="walrus", options="-c work_mem=7MB")
+    status = {body.split(b"\0")[0].decode(): body.split(b"\0")[1].decode()
+              for mtype, body in welcome if mtype == b"S"}
+    assert status["application_name"] == "walrus"
+    assert status["server_version"] == pg.sql("SHOW server_version")[0][0]
+    assert [m[0] for m in welcome][-2:] == [b"K", b"Z"]
+    assert w.simple_query("SHOW work_mem") == ([["7MB"]], None)
+    assert w.simple_query("SHOW application_name") == ([["walrus"]], None)
+    wait_for(lambda: pg.sql("SELECT application_name FROM pg_stat_replication") == [("walrus",)],
+             "the walsender of this client alone")
+    w.close()
+    wait_for(lambda: not pg.sql("SELECT 1 FROM pg_stat_replication"), "the walsender to exit")
+
+
+def test_logical_slot_and_stream_with_pg_recvlogical(repl_bouncer, pg, table, slots):
+    b = repl_bouncer
+    slots.append("recv_slot")
+    out = run([tool("pg_recvlogical"), "-d", conninfo(b), "-S", "recv_slot", "-P", "test_decoding",
+               "--create-slot"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert pg.sql("SELECT plugin, slot_type FROM pg_replication_slots WHERE slot_name = 'recv_slot'") == \
+        [("test_decoding", "logical")]
+    pg.sql("INSERT INTO repl_t VALUES (1, 'through the pooler')")
+    endpos = pg.sql("SELECT pg_current_wal_insert_lsn()::text")[0][0]
+    out = run([tool("pg_recvlogical"), "-d", conninfo(b), "-S", "recv_slot", "--start", "-f", "-",
+               f"--endpos={endpos}", "--no-loop"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "table public.repl_t: INSERT: id[integer]:1 v[text]:'through the pooler'" in out.stdout, out.stdout
+
+
+def test_logical_stream_both_ways_raw(bouncer, pg, table):
+    """CREATE_REPLICATION_SLOT and START_REPLICATION on one connection: CopyBoth, CopyData in
+    both directions and CopyDone pass unchanged; the stream outlives query_timeout; afterwards
+    the same connection runs replication commands again."""
+    b = bouncer(ini_overrides={"query_timeout": 1, "idle_transaction_timeout": 1})
+    w, _ = repl_wire(b, "database")
+    rows, err = w.simple_query("CREATE_REPLICATION_SLOT raw_slot TEMPORARY LOGICAL test_decoding")
+    assert err is None and rows[0][0] == "raw_slot", (rows, err)
+    pg.sql("INSERT INTO repl_t VALUES (2, 'streamed')")
+    w.send(query_message("START_REPLICATION SLOT raw_slot LOGICAL 0/0"))
+    m = w.read_msg()
+    assert m[0] == b"W", m  # CopyBothResponse
+    deadline = time.monotonic() + DEADLINE
+    text = read_copy_data(w, "INSERT", deadline)
+    assert "table public.repl_t: INSERT: id[integer]:2 v[text]:'streamed'" in text
+    # client -> server CopyData: a status update, then more changes flow
+    w.send(standby_status(0))
+    time.sleep(2.5)  # longer than query_timeout and idle_transaction_timeout
+    pg.sql("INSERT INTO repl_t VALUES (3, 'later')")
+    assert "v[text]:'later'" in read_copy_data(w, "'later'", deadline)
+    # end the stream: CopyDone from us, the server's CopyDone, then CommandComplete and ReadyForQuery
+    w.send(message(b"c"))
+    types = [t for t, _ in w.read_until(b"Z")]
+    assert types[-1:] == [b"Z"] and b"c" in types and b"C" in types, types
+    rows, err = w.simple_query("IDENTIFY_SYSTEM")
+    assert err is None and rows[0][3] == "postgres", (rows, err)
+    w.close()
+
+
+def test_physical_base_backup(repl_bouncer, pg, tmp_path):
+    """pg_basebackup -X stream: two replication connections at once (backup and WAL stream)."""
+    b = repl_bouncer
+    target = tmp_path / "backup"
+    out = run([tool("pg_basebackup"), "-d", conninfo(b), "-D", target, "-X", "stream", "-c", "fast",
+               "--no-sync", "--no-manifest"], timeout=max(DEADLINE * 4, 120))
+    assert out.returncode == 0, out.stdout + out.stderr
+    major = pg.sql("SHOW server_version_num")[0][0][:-4]
+    assert (target / "PG_VERSION").read_text().strip() == major
+    assert any((target / "pg_wal").iterdir()), "the WAL stream wrote nothing"
+    # both were physical replication clients with servers of their own
+    assert b.log_text().count("replication=yes") >= 2
+
+
+def test_pg_receivewal_streams(repl_bouncer, pg, tmp_path):
+    b = repl_bouncer
+    target = tmp_path / "wal"
+    target.mkdir()
+    pg.sql("SELECT txid_current()")  # some WAL to receive
+    endpos = pg.sql("SELECT pg_current_wal_insert_lsn()::text")[0][0]
+    out = run([tool("pg_receivewal"), "-d", conninfo(b), "-D", target, "--no-loop", "--no-sync",
+               f"--endpos={endpos}"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert any(f.name.endswith(".partial") or len(f.name) == 24 for f in target.iterdir()), \
+        list(target.iterdir())
+
+
+# ---------------------------------------------------------------------------
+# dedicated servers
+
+
+def servers(admin):
+    return rows_of(admin, "SHOW SERVERS")
+
+
+def clients(admin):
+    return [c for c in rows_of(admin, "SHOW CLIENTS") if c["database"] != "pgbouncer"]
+
+
+def test_replication_clients_never_share_a_server(repl_bouncer, pg):
+    b = repl_bouncer
+    admin = b.admin(prepare_threshold=None)
+    normal = b.connect(autocommit=True)
+    assert normal.execute("SELECT 1").fetchone() == (1,)
+    logical, _ = repl_wire(b, "database")
+    physical, _ = repl_wire(b, "yes")
+    cl = {c["replication"]: c for c in clients(admin)}
+    assert set(cl) == {"none", "logical", "physical"}
+    sv = {s["ptr"]: s for s in servers(admin)}
+    assert len(sv) == 3
+    for kind in ("none", "logical", "physical"):
+        server = sv[cl[kind]["link"]]
+        assert server["link"] == cl[kind]["ptr"]
+        assert server["replication"] == kind and server["state"] == "active"
+    pool = rows_of(admin, "SHOW POOLS")
+    assert [(p["database"], p["sv_active"], p["cl_active"]) for p in pool if p["database"] == "postgres"] == \
+        [("postgres", 3, 3)]
+    # each walsender is a PostgreSQL backend of its own
+    wait_for(lambda: pg.sql("SELECT count(*) FROM pg_stat_replication")[0][0] == 2, "two walsenders")
+
+    logical.close()
+    wait_for(lambda: [s["replication"] for s in servers(admin)].count("logical") == 0,
+             "the logical replication server to close with its client")
+    b.wait_log(r"closing because: replication client closed")
+    # the normal client's server is the one it had
+    assert normal.execute("SELECT 2").fetchone() == (2,)
+    assert sorted(s["replication"] for s in servers(admin)) == ["none", "physical"]
+    assert physical.simple_query("IDENTIFY_SYSTEM")[1] is None
+    physical.close()
+    wait_for(lambda: [s["replication"] for s in servers(admin)] == ["none"],
+             "the physical replication server to close with its client")
+    # the normal server went back to the pool and is reused; replication servers never are
+    normal.close()
+    wait_for(lambda: [s["state"] for s in servers(admin)] == ["idle"], "the normal server to be idle")
+    w, _ = repl_wire(b, "database")
+    sv = servers(admin)
+    assert sorted((s["replication"], s["state"]) for s in sv) == [("logical", "active"), ("none", "idle")]
+    w.close()
+
+
+def test_full_pool_evicts_an_idle_server(bouncer, pg):
+    b = bouncer(ini_overrides={"default_pool_size": 1})
+    admin = b.admin(prepare_threshold=None)
+    with b.connect(autocommit=True) as normal:
+        normal.execute("SELECT 1")
+    wait_for(lambda: [s["state"] for s in servers(admin)] == ["idle"], "an idle server")
+    w, _ = repl_wire(b, "database")
+    assert [(s["replication"], s["state"]) for s in servers(admin)] == [("logical", "active")]
+    assert w.simple_query("IDENTIFY_SYSTEM")[1] is None
+    w.close()
+    wait_for(lambda: servers(admin) == [], "the replication server to close")
+    with b.connect(autocommit=True) as normal:
+        assert normal.execute("SELECT 3").fetchone() == (3,)
+
+
+def test_walsender_refusal_reaches_only_its_client(bouncer, pg):
+    """A login error of the dedicated server goes to its client with the server's SQLSTATE and
+    text, and does not mark the pool failed: normal clients of the same pool still log in."""
+    pg.create_role("norepl", "norepl")  # LOGIN, but no REPLICATION attribute
+    b = bouncer(users_txt='"norepl" "norepl"\n"pgbouncer" "pgbouncer"\n')
+    w = PgWire(b.port)
+    w.startup(user="norepl", replication="database")
+    m = w.authenticate("norepl")  # trust: no AuthenticationOk before the server is logged in
+    assert m is not None and m[0] == b"E", m
+    err = error_fields(m[1])
+    assert err["S"] == "FATAL" and err["C"] == "42501", err
+    assert "replication" in err["M"] or "WAL sender" in err["M"], err
+    assert w.at_eof()
+    with b.connect(user="norepl", autocommit=True) as normal:
+        assert normal.execute("SELECT current_user").fetchone() == ("norepl",)
+
+
+def test_reconnect_closes_replication_servers_at_once(repl_bouncer):
+    b = repl_bouncer
+    admin = b.admin(prepare_threshold=None)
+    w, _ = repl_wire(b, "database")
+    normal = b.connect(autocommit=True)
+    normal.execute("SELECT 1")
+    admin.execute("RECONNECT")
+    m = w.read_until(b"E")
+    assert m and m[-1][0] == b"E" and error_fields(m[-1][1])["S"] == "FATAL", m
+    assert w.at_eof()
+    # the normal client keeps its server until it lets it go
+    assert normal.execute("SELECT 5").fetchone() == (5,)
+    wait_for(lambda: all(s["replication"] == "none" for s in servers(admin)), "the replication server to go")
+
+
+def test_hba_replication_keyword_is_physical_only(bouncer, run_as, pg):
+    b = bouncer(ini_overrides={"auth_type": "hba"}, start=False)
+    hba = run_as.write(b.dir / "hba.conf",
+                       "host replication postgres 127.0.0.1/32 trust\n"
+                       "host all postgres 127.0.0.1/32 reject\n")
+    b.update(auth_hba_file=str(hba))
+    b.write_ini()
+    b.start()
+    w, _ = repl_wire(b, "true")
+    assert w.simple_query("IDENTIFY_SYSTEM")[1] is None
+    w.close()
+    for params in ({"replication": "database"}, {}):
+        w = PgWire(b.port)
+        w.startup(**params)
+        w.expect_fatal("login rejected")
+        w.close()
+
+
+def test_replication_to_admin_console_is_refused(bouncer):
+    b = bouncer()
+    w = PgWire(b.port)
+    w.startup(user="pgbouncer", database="pgbouncer", replication="database")
+    w.expect_fatal("replication connections are not supported by the admin console")
