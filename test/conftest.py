@@ -6,6 +6,9 @@ Fixtures:
   bouncer         factory: bouncer(ini_overrides=..., databases=..., users_txt=..., args=..., start=...)
   run_pgbouncer   one-shot run of the binary: run_pgbouncer(args) -> (rc, stdout, stderr)
   pgbouncer_bin   path of the binary under test (env PGBOUNCER_BIN, default build/pgbouncer)
+  tls_files       session-wide test CA, certificates and keys (test/tlsfiles.py)
+  pg_ssl          session-wide second cluster that accepts TCP logins over TLS only
+  hidden_ca_wrapper  argv prefix running pgbouncer where /etc/ssl/certs is empty (root only)
 
 Plain helpers for tests (from conftest import ...): wait_for, free_port,
 port_accepts, port_listening, pid_alive, parent_pid.
@@ -29,6 +32,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tlsfiles import TlsFiles
 
 try:
     import psycopg
@@ -279,11 +284,16 @@ def pg_bindir():
 
 
 class Postgres:
-    """A throwaway cluster listening on 127.0.0.1:<free port> and a Unix socket in its directory."""
+    """A throwaway cluster listening on 127.0.0.1:<free port> and a Unix socket in its directory.
+
+    `settings` are extra postgresql.conf lines (name -> value as written, they
+    override the harness's own); `hba` replaces pg_hba.conf. The harness's own
+    connections (sql(), the readiness check) go over TCP unless
+    `setup_over_socket` is set, e.g. for a cluster whose TCP logins need TLS."""
 
     host = "127.0.0.1"
 
-    def __init__(self, run_as, base):
+    def __init__(self, run_as, base, settings=None, hba=None, setup_over_socket=False):
         self.run_as = run_as
         self.bindir = pg_bindir()
         self.dir = run_as.mkdir("pg-", base)
@@ -291,6 +301,9 @@ class Postgres:
         self.datadir = self.dir / "data"
         self.logfile = self.dir / "postgresql.log"
         self.port = free_port()
+        self.settings = dict(settings or {})
+        self.hba = hba
+        self.setup_host = str(self.sockdir) if setup_over_socket else self.host
         self.proc = None
 
     def _run(self, args):
@@ -320,6 +333,9 @@ class Postgres:
                 "max_wal_senders = 10\n"
                 "max_replication_slots = 10\n"
             )
+            f.writelines(f"{name} = {value}\n" for name, value in self.settings.items())
+        if self.hba is not None:
+            self.run_as.write(self.datadir / "pg_hba.conf", self.hba, mode=0o600)
         log = open(self.logfile, "ab")
         self.run_as.own(self.logfile)
         self.proc = subprocess.Popen([str(self.bindir / "postgres"), "-D", str(self.datadir)],
@@ -356,8 +372,8 @@ class Postgres:
 
     def connect(self, dbname="postgres", user="postgres", **kw):
         kw.setdefault("autocommit", True)
-        return psycopg.connect(host=self.host, port=self.port, dbname=dbname, user=user,
-                               connect_timeout=10, **kw)
+        kw.setdefault("host", self.setup_host)
+        return psycopg.connect(port=self.port, dbname=dbname, user=user, connect_timeout=10, **kw)
 
     def sql(self, query, params=None, dbname="postgres"):
         """Runs one statement as superuser; returns its rows (or None without a result)."""
@@ -409,6 +425,64 @@ def pg(run_as, session_dir):
 
 
 # ---------------------------------------------------------------------------
+# TLS: test certificates, a TLS-only PostgreSQL, a machine without a CA bundle
+
+TLS_USERS = ("postgres", "alice", "pgbcert")  # who gets a client certificate CN=<user>
+
+
+@pytest.fixture(scope="session")
+def tls_files(run_as, session_dir):
+    """The test CA, certificates and keys of test/tlsfiles.py, made once per session."""
+    return TlsFiles.create(session_dir / "tls", run_as, users=TLS_USERS)
+
+
+@pytest.fixture(scope="session")
+def pg_ssl(run_as, session_dir, tls_files):
+    """A second cluster whose TCP logins must use TLS (pg_hba.conf has only
+    `hostssl` lines, plus `local` for the harness). Its certificate is
+    tls_files.server_cert (localhost, 127.0.0.1); client certificates are
+    checked against the test CA, and the role pgbcert must present one (cert
+    method). It also listens on 127.0.0.2, an address its certificate does not name."""
+    server = Postgres(run_as, session_dir, settings={
+        "listen_addresses": "'127.0.0.1,127.0.0.2'",
+        "ssl": "on",
+        "ssl_cert_file": f"'{tls_files.server_cert}'",
+        "ssl_key_file": f"'{tls_files.server_key}'",
+        "ssl_ca_file": f"'{tls_files.ca_cert}'",
+    }, hba=("local all all trust\n"
+            "hostssl all pgbcert 127.0.0.0/8 cert\n"
+            "hostssl all all 127.0.0.0/8 trust\n"), setup_over_socket=True)
+    try:
+        server.start()
+        server.sql("CREATE ROLE pgbcert LOGIN")
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def hidden_ca_wrapper(run_as):
+    """An argv prefix (Bouncer `wrapper=`) that runs pgbouncer where the
+    system CA bundle does not exist: in a private mount namespace with an
+    empty tmpfs over /etc/ssl/certs (OpenSSL's default file and directory
+    both live there on Debian), as the run-as user. Needs root; skips the
+    test when a mount namespace cannot be made here."""
+    if not run_as.root:
+        pytest.skip("hiding the system CA bundle needs root (a private mount namespace)")
+    for tool in ("unshare", "setpriv", "mount"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed")
+    script = ('mount -t tmpfs -o mode=0755 none /etc/ssl/certs && '
+              f'exec setpriv --reuid={run_as.uid} --regid={run_as.gid} --clear-groups "$@"')
+    wrapper = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"]
+    probe = subprocess.run([*wrapper, "sh", "-c", "test -z \"$(ls -A /etc/ssl/certs)\" && id -u"],
+                           capture_output=True, text=True, timeout=DEADLINE)
+    if probe.returncode != 0 or probe.stdout.strip() != str(run_as.uid):
+        pytest.skip(f"cannot hide /etc/ssl/certs in a mount namespace here: {probe.stderr.strip()}")
+    return wrapper
+
+
+# ---------------------------------------------------------------------------
 # pgbouncer
 
 
@@ -423,9 +497,12 @@ class Bouncer:
     started in a new session so that cleanup can kill it with all its children.
     """
 
-    def __init__(self, binary, run_as, base, pg, ini_overrides=None, databases=None, users_txt=None):
+    def __init__(self, binary, run_as, base, pg, ini_overrides=None, databases=None, users_txt=None,
+                 wrapper=None, env=None):
         self.binary = binary
         self.run_as = run_as
+        self.wrapper = list(wrapper or [])  # argv prefix; it must drop privileges itself (hidden_ca_wrapper)
+        self.env = dict(env or {})  # added to the environment
         self.dir = run_as.mkdir("bouncer-", base)
         self.name = self.dir.name
         self.port = free_port()  # the port of the running process (its boot value)
@@ -521,9 +598,13 @@ class Bouncer:
         self._log_start = len(self.log_text())
         out = open(self.stdout_path, "ab")
         err = open(self.stderr_path, "ab")
-        self.proc = subprocess.Popen([str(self.binary), *args, str(self.ini_path)], cwd=self.dir,
-                                     env=child_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                     start_new_session=True, **self.run_as.popen_kwargs())
+        env = child_env()
+        env.update(self.env)
+        # a wrapper execs pgbouncer in this process, so proc.pid stays pgbouncer's pid
+        self.proc = subprocess.Popen([*self.wrapper, str(self.binary), *args, str(self.ini_path)],
+                                     cwd=self.dir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                     start_new_session=True,
+                                     **({} if self.wrapper else self.run_as.popen_kwargs()))
         out.close()
         err.close()
         self._pgid = self.proc.pid
@@ -666,9 +747,10 @@ class Bouncer:
     # --- clients ---
 
     def connect(self, dbname="postgres", user="postgres", **kw):
-        """A psycopg connection through the pooler's TCP port (closed at teardown)."""
-        conn = psycopg.connect(host="127.0.0.1", port=self.port, dbname=dbname, user=user,
-                               connect_timeout=10, **kw)
+        """A psycopg connection through the pooler's TCP port (closed at teardown);
+        host= may name the Unix socket directory instead, or a name for TLS to verify."""
+        kw.setdefault("host", "127.0.0.1")
+        conn = psycopg.connect(port=self.port, dbname=dbname, user=user, connect_timeout=10, **kw)
         self._connections.append(conn)
         return conn
 
@@ -684,12 +766,18 @@ def bouncer(request, pgbouncer_bin, run_as, session_dir, pg):
 
         b = bouncer(ini_overrides={"max_client_conn": 10}, databases={...},
                     users_txt='"u" "p"\\n', args=["-v"], start=True)
+
+    binary= runs another pgbouncer (e.g. the system's); wrapper= is an argv
+    prefix that execs the command (and drops privileges itself, see
+    hidden_ca_wrapper); env= adds environment variables.
     """
     made = request.node.stash.setdefault(BOUNCERS_KEY, [])
     request.node.stash[PG_LOG_MARK_KEY] = pg.log_size()
 
-    def make(ini_overrides=None, databases=None, users_txt=None, args=(), start=True):
-        b = Bouncer(pgbouncer_bin, run_as, session_dir, pg, ini_overrides, databases, users_txt)
+    def make(ini_overrides=None, databases=None, users_txt=None, args=(), start=True, binary=None,
+             wrapper=None, env=None):
+        b = Bouncer(binary or pgbouncer_bin, run_as, session_dir, pg, ini_overrides, databases, users_txt,
+                    wrapper, env)
         made.append(b)
         if start:
             b.start(args)

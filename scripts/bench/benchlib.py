@@ -171,6 +171,58 @@ def tree_cpu_seconds(root_pid):
     return total / CLK_TCK
 
 
+# --- CPU of everything else (is the run disturbed?) ---
+
+
+def stat_with_start(pid):
+    """(ppid, utime+stime+cutime+cstime in ticks, start time) of a process, or None if it is gone."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = data[data.rindex(")") + 2:].split()  # the command name may contain spaces and parentheses
+    return int(fields[1]), sum(int(x) for x in fields[11:15]), int(fields[19])
+
+
+def steal_seconds():
+    """CPU time the hypervisor gave to others (all CPUs), from /proc/stat."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return int(fields[8]) / CLK_TCK
+
+
+class OtherLoad:
+    """CPU used during a run by processes that are not part of the benchmark
+    (another program, a test suite), plus steal: a disturbed run shows here.
+
+    Per process, like the poolers' figure: a process that exited counts through
+    the cutime of the parent that reaped it. Kernel threads are left out
+    (ksoftirqd does the benchmark's own loopback networking)."""
+
+    def __init__(self, exclude_roots):
+        self.exclude_roots = exclude_roots  # () -> pids whose trees are the benchmark's
+        self.before = self._snapshot()
+        self.steal = steal_seconds()
+
+    def _snapshot(self):
+        procs = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                st = stat_with_start(int(entry))
+                if st and st[0] != 2 and int(entry) != 2:  # kthreadd and its kernel threads
+                    procs[int(entry)] = st
+        for root in self.exclude_roots():
+            for pid in process_tree(root):
+                procs.pop(pid, None)
+        return procs
+
+    def seconds(self):
+        ticks = 0
+        for pid, (_, total, start) in self._snapshot().items():
+            old = self.before.get(pid)
+            ticks += total - old[1] if old and old[2] == start else total
+        return ticks / CLK_TCK + steal_seconds() - self.steal
+
+
 # --- PostgreSQL ---
 
 
@@ -414,6 +466,47 @@ def pgbench(cmd, timeout):
     if code != 0 or tps is None or xacts is None or aborted or (failed and int(failed.group(1))):
         raise BenchError(f"pgbench failed (exit {code}): {' '.join(cmd)}\n{text}")
     return tps, xacts
+
+
+# --- measured runs ---
+
+
+class Result:
+    def __init__(self, tps, xacts, cpu, other):
+        self.tps = tps
+        self.xacts = xacts
+        self.cpu = cpu  # pooler CPU seconds during the run
+        self.other = other  # CPU seconds of everything else (OtherLoad)
+
+    @property
+    def cpu_per_1000(self):
+        return self.cpu / self.xacts * 1000 if self.xacts else float("nan")
+
+
+def postmaster_pid(pg):
+    try:
+        return int((pg.datadir / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def measure_pgbench(cmd, pooler, pg, timeout):
+    """One measured pgbench run through `pooler`: its throughput, the pooler's
+    CPU, and the CPU anything else took meanwhile (pgbench and the poolers must
+    be our children, PostgreSQL is left out through its postmaster)."""
+    other = OtherLoad(lambda: [os.getpid(), postmaster_pid(pg)])
+    before = pooler.cpu_seconds()
+    tps, xacts = pgbench(cmd, timeout)
+    after = pooler.cpu_seconds()
+    return Result(tps, xacts, after - before, other.seconds())
+
+
+def ratio(a, b):
+    return a / b if b else float("nan")
+
+
+def plural(n, word):
+    return f"{n} {word}{'' if n == 1 else 'es' if word.endswith('s') else 's'}"
 
 
 # --- a minimal PostgreSQL wire-protocol client ---
