@@ -525,6 +525,62 @@ def test_oversized_password_message(with_bystander):
     check_unharmed(b, bystander)
 
 
+def _scram_first(w, client_first):
+    """Sends a SASLInitialResponse for SCRAM-SHA-256 with `client_first`; returns the pooler's answer."""
+    kind, body = w.read_msg()
+    assert (kind, body[:4]) == (b"R", b"\0\0\0\x0a")
+    w.send(message(b"p", b"SCRAM-SHA-256\0" + len(client_first).to_bytes(4, "big") + client_first))
+    return w.read_msg()
+
+
+def test_oversized_sasl_initial_response(with_bystander):
+    b, bystander = with_bystander(auth_type="scram-sha-256")
+    w = PgWire(b.port)
+    w.startup()
+    assert w.read_msg()[0] == b"R"
+    first = b"n,,n=,r=" + b"a" * 200000
+    w.send(message(b"p", b"SCRAM-SHA-256\0" + len(first).to_bytes(4, "big") + first))
+    w.expect_fatal("password too long")
+    check_unharmed(b, bystander)
+
+
+def test_scram_overlong_client_nonce(with_bystander):
+    """A client-first message above the SCRAM size limit but inside the packet limit."""
+    b, bystander = with_bystander(auth_type="scram-sha-256")
+    w = PgWire(b.port)
+    w.startup()
+    kind, body = _scram_first(w, b"n,,n=,r=" + b"a" * 1500)
+    assert kind == b"E", f"an overlong client nonce was accepted: {kind!r} {body!r}"
+    err = error_fields(body)
+    assert (err["S"], err["C"], err["M"]) == ("FATAL", "08P01", "SASL authentication failed"), err
+    assert w.at_eof()
+    check_unharmed(b, bystander)
+
+
+@pytest.mark.parametrize("client_final", [
+    b"garbage",
+    b"c=biws,r=not-the-nonce,p=AAAA",
+    b"c=biws,r=%NONCE%,p=" + b"A" * 4000,
+    b"c=biws,r=%NONCE%",
+    b"c=biws,r=%NONCE%,p=!!!notbase64!!!",
+])
+def test_scram_malformed_client_final(with_bystander, client_final):
+    b, bystander = with_bystander(auth_type="scram-sha-256")
+    w = PgWire(b.port)
+    w.startup()
+    kind, body = _scram_first(w, b"n,,n=,r=clientnonce0123456789")
+    assert (kind, body[:4]) == (b"R", b"\0\0\0\x0b"), (kind, body)
+    server_first = dict(kv.split("=", 1) for kv in body[4:].decode().split(","))
+    w.send(message(b"p", client_final.replace(b"%NONCE%", server_first["r"].encode())))
+    msgs = w.read_until(b"E")
+    err = error_fields(msgs[-1][1])
+    assert (err["S"], err["C"]) == ("FATAL", "08P01"), err
+    assert err["M"] in ("SASL authentication failed", "password authentication failed",
+                        "password too long"), err
+    assert w.at_eof()
+    check_unharmed(b, bystander)
+
+
 def test_unknown_user_is_logged(with_bystander):
     b, bystander = with_bystander(auth_type="md5")
     w = PgWire(b.port)

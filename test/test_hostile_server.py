@@ -187,6 +187,26 @@ def test_garbage_server_first(hostile):
     check_unharmed(b, bystander)
 
 
+def test_overlong_server_final(hostile):
+    """A well-formed server-first, then a server-final far above the SCRAM size limit."""
+
+    def script(w):
+        w.read_startup()
+        w.auth(10, b"SCRAM-SHA-256\0\0")
+        kind, body = w.read_msg()
+        w.auth(11, f"r={client_nonce_of(body)}srv,s={SALT},i=4096".encode())
+        kind, body = w.read_msg()
+        assert kind == b"p" and body.startswith(b"c=biws,r="), body
+        w.auth(12, b"v=" + b"A" * 5000)
+        w.wait_close()
+
+    b, bystander, server = hostile(script)
+    mark = b.log_mark()
+    assert "server login failed" in login_error(b)
+    b.wait_log(r"server login failed: invalid server signature: .*", after=mark)
+    check_unharmed(b, bystander)
+
+
 def test_unknown_auth_request(hostile):
     def script(w):
         w.read_startup()

@@ -536,6 +536,29 @@ def test_reload_with_bad_certificate_keeps_the_old_one(bouncer, tls_files):
         check_tls_select(conn)
 
 
+def test_admin_set_of_tls_settings_rebuilds_or_keeps_tls(bouncer, tls_files):
+    """SET of a client_tls_* key takes effect for new connections; a value TLS cannot use is refused."""
+    b = tls_bouncer(bouncer, tls_files, max_workers=1)
+    with b.connect(dbname="pgbouncer", user="pgbouncer", host=str(b.dir), autocommit=True) as admin:
+        admin.execute("SET client_tls_protocols = 'tlsv1.2'")
+        with tls_connect(b, tls_files, application_name="after-set") as conn:
+            check_tls_select(conn)
+            tls = [r for r in admin.execute("SHOW CLIENTS").fetchall() if "after-set" in r]
+            assert len(tls) == 1 and any(str(v).startswith("TLSv1.2/") for v in tls[0]), tls
+        # a certificate that does not go with the key: refused, the running one stays
+        with pytest.raises(psycopg.Error, match="SET failed"):
+            admin.execute(f"SET client_tls_cert_file = '{tls_files.server2_cert}'")
+        cfg = {r[0]: r[1] for r in admin.execute("SHOW CONFIG").fetchall()}
+        assert cfg["client_tls_cert_file"] == str(tls_files.server_cert)
+        assert every_new_connection_sees(b, tls_files.der(tls_files.server_cert), n=3)
+        admin.execute("SET client_tls_protocols = 'secure'")
+        with tls_connect(b, tls_files, application_name="after-reset") as conn:
+            check_tls_select(conn)
+            tls = [r for r in admin.execute("SHOW CLIENTS").fetchall() if "after-reset" in r]
+            assert len(tls) == 1 and any(str(v).startswith("TLSv1.3/") for v in tls[0]), tls
+    b.wait_log(r"TLS configuration not changed: .*client_tls_key_file")
+
+
 # ---------------------------------------------------------------------------
 # start-up errors
 
