@@ -45,7 +45,7 @@ typedef struct WorkerSlot {
 	_Atomic uint64_t busy_ns;                      /* event-loop time spent working [worker] */
 	_Atomic uint64_t sample_time_ns;               /* monotonic time of the last busy_ns update [worker] */
 	_Atomic uint64_t accepted;                     /* accepted connections [worker] */
-	_Atomic uint64_t tls_handshakes;               /* completed TLS handshakes [worker] */
+	_Atomic uint64_t tls_handshakes;               /* completed TLS handshakes with clients [worker] */
 	_Atomic uint64_t xact_count;                   /* transactions [worker] */
 	_Atomic uint64_t query_count;                  /* queries [worker] */
 	_Atomic uint64_t bytes_in;                     /* bytes from clients [worker] */

@@ -616,7 +616,6 @@ SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *d
 	case SBEV_RAW_BYTE:
 		return handle_ssl_answer(s, data[0], avail);
 	case SBEV_TLS_READY:
-		worker_count_tls_handshake();
 		if (wk.cf.g.log_connections) {
 			char desc[TLS_DESCRIBE_LEN];
 			tls_describe(sb->ssl, desc, sizeof(desc));
