@@ -161,6 +161,7 @@ int pool_global_servers(PgPool *pool);         /* servers of the pool in all wor
 void pool_launch_min(PgPool *pool, int min);   /* min_pool_size: one more server while all workers have < min */
 void pool_budget_tick(void);                   /* ~10/s: give idle servers to waiting workers, retry waiters */
 void budget_hold_release(BudgetHold *hold);    /* give back a server's units */
+void pool_budget_forget(PgPool *pool);         /* the pool is freed: it waits for room nowhere any more */
 
 /* janitor.c */
 void janitor_run(void);

@@ -184,6 +184,7 @@ static void check_autodb(void)
 				PgPool *pool = container_of(p, PgPool, node);
 				if (pool->db != db)
 					continue;
+				pool_budget_forget(pool);
 				list_del(&pool->node);
 				pktbuf_free(&pool->welcome_params);
 				for (int k = 0; k < MAX_TRACKED; k++)

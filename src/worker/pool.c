@@ -151,6 +151,13 @@ static bool pool_should_yield(PgPool *pool)
 	return false;
 }
 
+void pool_budget_forget(PgPool *pool)
+{
+	budget_set_want(&pool->budget, false);
+	budget_set_want(&pool->db->budget, false);
+	budget_set_want(&pool->user->budget, false); /* set again by another pool of the user if it still waits */
+}
+
 void pool_budget_tick(void)
 {
 	if (!gbudget())
