@@ -16,6 +16,22 @@
  *
  * The master resets a slot (all counters to zero, state FREE) after reaping
  * its worker, so a respawned worker starts from clean numbers.
+ *
+ * The global budget (GlobalBudget, below) is the one place with several
+ * writers: pool limits span all workers, so a worker takes a unit of a
+ * budget entry with compare-and-swap ("increment if below the limit") and
+ * gives it back with an atomic decrement. Each worker also keeps its own
+ * share per entry (held[w], written by worker w only), so that the master,
+ * after reaping a worker, subtracts exactly that worker's share. Budget
+ * entry state table (in `state`, low byte; the claimer's slot above it):
+ *
+ *   BUDGET_EMPTY     never used; a worker claims it with CAS
+ *   BUDGET_CLAIMING  [claimer] writing the key; others wait briefly
+ *   BUDGET_READY     key fixed for the life of the tree; counts live
+ *   BUDGET_DEAD      [master] the claimer died mid-claim; lookups skip it
+ *
+ * Entries are never freed: a pool that goes away leaves an entry with a
+ * count of 0, found again by name if the pool comes back.
  */
 #ifndef PGB_SHM_H
 #define PGB_SHM_H
@@ -25,9 +41,13 @@
 #include <stdint.h>
 
 #define SHM_MAGIC       0x50474257u /* "PGBW" */
-#define SHM_VERSION     1u
+#define SHM_VERSION     2u
 #define SHM_MAX_WORKERS 64
 #define SHM_CACHELINE   64
+
+#define SHM_BUDGET_ENTRIES 4096 /* pools + databases + users with a global server count */
+#define SHM_BUDGET_DBNAME  64   /* = CF_MAX_DBNAME */
+#define SHM_BUDGET_USER    128  /* = USERLIST_MAX_USER + 1 */
 
 typedef enum SlotState {
 	SLOT_FREE = 0,     /* unused */
@@ -71,6 +91,38 @@ typedef struct ScalerView {
 	_Atomic uint32_t busy_avg_milli[SHM_MAX_WORKERS]; /* moving average x1000 per slot */
 } ScalerView;
 
+typedef enum BudgetKind {
+	BUDGET_POOL = 1, /* servers of one (database, pool user): pool_size, reserve, min_pool_size */
+	BUDGET_DB = 2,   /* servers of a database, all users: max_db_connections */
+	BUDGET_USER = 3, /* servers of a pool user, all databases: max_user_connections */
+} BudgetKind;
+
+typedef enum BudgetEntryState {
+	BUDGET_EMPTY = 0,    /* free */
+	BUDGET_CLAIMING = 1, /* a worker is writing the key */
+	BUDGET_READY = 2,    /* in use */
+	BUDGET_DEAD = 3,     /* claimer died mid-claim; skipped */
+} BudgetEntryState;
+
+/* Server connections of one pool, database or user across all workers. */
+typedef struct BudgetEntry {
+	alignas(SHM_CACHELINE) _Atomic uint32_t state; /* BudgetEntryState | claimer slot << 8 */
+	uint32_t kind;                                 /* BudgetKind [claimer, before READY] */
+	uint64_t hash;                                 /* of (kind, db, user) [claimer, before READY] */
+	char db[SHM_BUDGET_DBNAME];                    /* database name, "" for BUDGET_USER */
+	char user[SHM_BUDGET_USER];                    /* pool user name, "" for BUDGET_DB */
+	_Atomic int32_t count;                         /* servers, all workers [CAS by workers; master] */
+	_Atomic uint64_t want_mask;             /* bit w: worker w has clients waiting for room here [fetch_or/and] */
+	_Atomic uint16_t held[SHM_MAX_WORKERS]; /* servers of worker w [worker w; master zeroes after reaping] */
+} BudgetEntry;
+
+/* Limits that span the process tree (DESIGN.md §5). */
+typedef struct GlobalBudget {
+	alignas(SHM_CACHELINE) _Atomic int32_t clients; /* client connections, all workers (max_client_conn) */
+	_Atomic int32_t clients_of[SHM_MAX_WORKERS];    /* worker w's share [worker w; master zeroes] */
+	BudgetEntry entries[SHM_BUDGET_ENTRIES];
+} GlobalBudget;
+
 typedef struct ShmSegment {
 	uint32_t magic;     /* SHM_MAGIC */
 	uint32_t version;   /* SHM_VERSION */
@@ -78,9 +130,12 @@ typedef struct ShmSegment {
 	uint32_t slot_size; /* sizeof(WorkerSlot), checked by workers */
 	ScalerView scaler;
 	WorkerSlot slots[SHM_MAX_WORKERS];
+	GlobalBudget budget;
 } ShmSegment;
 
 _Static_assert(sizeof(WorkerSlot) % SHM_CACHELINE == 0, "worker slots must fill whole cache lines");
 _Static_assert(alignof(WorkerSlot) == SHM_CACHELINE, "worker slots must be cache-line aligned");
+
+_Static_assert(sizeof(BudgetEntry) % SHM_CACHELINE == 0, "budget entries must fill whole cache lines");
 
 #endif

@@ -45,6 +45,19 @@ typedef struct PgPool PgPool;
 typedef struct PgSocket PgSocket;
 typedef struct AuthQuery AuthQuery; /* an auth_query lookup in progress (auth_query.c) */
 
+/* A worker's cached index of a global budget entry (include/shm.h). */
+typedef struct BudgetRef {
+	int idx;   /* entry + 1; 0 = not looked up yet; -1 = table full: a per-worker limit applies */
+	bool want; /* our bit is set in the entry's want_mask */
+	bool need; /* budget tick: some pool of ours still waits for room here */
+} BudgetRef;
+
+/* The global budget units a server connection holds (released when it is freed). */
+typedef struct BudgetHold {
+	bool taken; /* idx[] is valid */
+	int idx[3]; /* pool, database and user entries; -1 = none taken there (per-worker limit) */
+} BudgetHold;
+
 /* Value of one tracked parameter (client_encoding, DateStyle, ...). */
 typedef struct VarValue {
 	char *value; /* NULL = none */
@@ -65,6 +78,7 @@ typedef struct PgDatabase {
 	usec_t inactive_since;      /* auto-db: when it last had no pools in use */
 	struct PgUser *forced_user; /* from user= */
 	int host_index;             /* round-robin position in a host list */
+	BudgetRef budget;           /* its global server count (max_db_connections) */
 } PgDatabase;
 
 /* A user: from auth_file, [users], or created for the admin console. */
@@ -81,6 +95,7 @@ typedef struct PgUser {
 	bool from_auth_query;     /* secret came from auth_query: looked up again at each login */
 	int client_count;         /* current client connections of this login user */
 	int server_count;         /* current server connections of this pool user */
+	BudgetRef budget;         /* its global server count (max_user_connections) */
 } PgUser;
 
 /* Counters of a pool (SHOW STATS). */
@@ -125,6 +140,7 @@ struct PgPool {
 	usec_t last_failed_time;
 	char failed_msg[256];       /* cached reason for the fast-fail message */
 	usec_t last_lifetime_close; /* spacing of server_lifetime closes */
+	BudgetRef budget;           /* its global server count (pool_size, reserve, min_pool_size) */
 
 	PgStats stats;       /* totals */
 	PgStats older_stats; /* snapshot at the start of the previous period */
@@ -163,6 +179,7 @@ struct PgSocket {
 	uint8_t cancel_key[MAX_SERVER_KEY]; /* clients: our key; servers: PostgreSQL's */
 	uint32_t cancel_key_len;
 	uint32_t backend_pid; /* servers: PostgreSQL pid from BackendKeyData */
+	BudgetHold budget;    /* servers: units of the global budget, given back when freed */
 
 	/* authentication */
 	int auth_method; /* AUTH_* used for this client */

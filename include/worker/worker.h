@@ -97,6 +97,8 @@ void worker_check_shutdown(void);
 void worker_close_idle_servers(void);      /* PAUSE and the safe shutdown */
 void worker_start_shutdown(RunState mode); /* SIGTERM / SIGINT semantics */
 void worker_reload(void);
+void worker_clients_add(int delta); /* client connections of this worker, also in the global count */
+int worker_global_clients(void);    /* client connections of all workers (max_client_conn) */
 
 /* objects.c */
 void objects_init(void);
@@ -138,8 +140,9 @@ void client_server_assigned(PgSocket *c);
 
 /* server.c */
 SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
-bool server_launch(PgPool *pool);
-bool server_launch_replication(PgPool *pool, PgSocket *client); /* a dedicated server, linked to client */
+/* Both take over `hold` (units already taken from the global budget) and give it back if they fail. */
+bool server_launch(PgPool *pool, BudgetHold *hold);
+bool server_launch_replication(PgPool *pool, PgSocket *client, BudgetHold *hold); /* dedicated, linked to client */
 void server_release(PgSocket *server);
 void server_reset_or_ready(PgSocket *server, bool always_reset); /* released and ready: reset query, then idle */
 void server_param_status(PgSocket *server, const uint8_t *body, uint32_t len);
@@ -150,11 +153,15 @@ bool pool_fast_fail(PgSocket *client);
 void pool_server_ready(PgSocket *server);
 void pool_wake_waiters(PgPool *pool);
 void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool from_server);
-bool pool_can_launch(PgPool *pool);
 void pool_maybe_launch(PgPool *pool);
 void pool_mark_close_needed(PgPool *pool);     /* every server reconnects once it is free */
 PgSocket *pool_take_idle(PgPool *pool);        /* for internal work; a used server is checked first (NULL meanwhile) */
 void pool_replication_ready(PgSocket *server); /* its login is done: link it to its client, welcome the client */
+int pool_global_servers(PgPool *pool);         /* servers of the pool in all workers (per worker if no budget) */
+void pool_launch_min(PgPool *pool, int min);   /* min_pool_size: one more server while all workers have < min */
+void pool_budget_tick(void);                   /* ~10/s: give idle servers to waiting workers, retry waiters */
+void budget_hold_release(BudgetHold *hold);    /* give back a server's units */
+void pool_budget_forget(PgPool *pool);         /* the pool is freed: it waits for room nowhere any more */
 
 /* janitor.c */
 void janitor_run(void);

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/budget.h"
 #include "common/channel.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -629,6 +630,8 @@ bool supervisor_reap(bool shutting_down)
 		close(w->ctl);
 		w->ctl = -1;
 		slot_reset(i);
+		/* whatever it held (servers it can no longer close, clients) goes back to the others */
+		budget_reset_worker(&sv.shm->budget, i);
 		if (expected) {
 			log_info("worker %d (pid %d) exited%s", i, (int)pid, w->draining ? " after draining" : "");
 			w->draining = false;

@@ -43,7 +43,7 @@ void client_accept(int fd, bool is_unix)
 	} else {
 		tune_tcp_socket(fd);
 	}
-	wk.client_count++;
+	worker_clients_add(1);
 	wk.accepted++;
 	change_state(c, CL_LOGIN);
 	sbuf_accept(&c->sb, wk.base, fd, (uint32_t)wk.cf.g.pkt_buf, wk.cf.g.max_packet_size, client_cb, c);
@@ -357,7 +357,7 @@ static SBufAction handle_startup(PgSocket *c, const PktHdr *hdr, const uint8_t *
 			slog(LG_LOG, c, "no such user: %s", user);
 	}
 
-	if (!(db && db->admin) && wk.client_count > wk.cf.g.max_client_conn) {
+	if (!(db && db->admin) && worker_global_clients() > wk.cf.g.max_client_conn) {
 		disconnect_client(c, true, "no more connections allowed (max_client_conn)");
 		return SB_CLOSED;
 	}

@@ -124,7 +124,7 @@ static void check_server_states(PgPool *pool)
 	list_for_each_safe(i, &pool->idle_servers, tmp)
 	{
 		PgSocket *s = container_of(i, PgSocket, node);
-		int total = pool_server_count(pool);
+		int total = pool_global_servers(pool); /* all workers' servers, as limits count them */
 		if (s->close_needed) {
 			disconnect_server(s, true, "database configuration changed");
 		} else if (size > 0 && total > size) {
@@ -143,10 +143,10 @@ static void check_server_states(PgPool *pool)
 	}
 	/* min_pool_size: one connection at a time while the pool has clients or a forced user */
 	bool wanted = pool_client_count(pool) > 0 || pool->db->forced_user;
-	if (min > 0 && wanted && pool_server_count(pool) < min && wk.pause_mode == P_NONE && !pool->db->paused &&
+	if (min > 0 && wanted && pool_global_servers(pool) < min && wk.pause_mode == P_NONE && !pool->db->paused &&
 	    list_empty(&pool->new_servers) && !pool->db->admin &&
 	    !(pool->last_login_failed && now - pool->last_failed_time < wk.cf.g.server_login_retry))
-		server_launch(pool);
+		pool_launch_min(pool, min);
 	/* clients (or auth_query lookups) may wait for a retry after a failed login, or for room */
 	pool_maybe_launch(pool);
 }
@@ -184,6 +184,7 @@ static void check_autodb(void)
 				PgPool *pool = container_of(p, PgPool, node);
 				if (pool->db != db)
 					continue;
+				pool_budget_forget(pool);
 				list_del(&pool->node);
 				pktbuf_free(&pool->welcome_params);
 				for (int k = 0; k < MAX_TRACKED; k++)

@@ -653,7 +653,7 @@ void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 		if (c->login_user)
 			c->login_user->client_count--;
 	}
-	wk.client_count--;
+	worker_clients_add(-1);
 	sbuf_close(&c->sb);
 	change_state(c, CL_JUSTFREE);
 	worker_check_shutdown();
@@ -689,6 +689,7 @@ void disconnect_server(PgSocket *s, bool notify, const char *fmt, ...)
 		s->pool->db->server_count--;
 		s->pool->user->server_count--;
 	}
+	budget_hold_release(&s->budget);
 	sbuf_close(&s->sb);
 	change_state(s, SV_JUSTFREE);
 	if (s->pool)

@@ -1,8 +1,9 @@
 /*
  * Server assignment: give a waiting client an idle server of its pool,
  * launch new server connections within the pool's limits (one login in
- * flight per pool), replay tracked parameters, and fail queued clients
- * when the server refuses logins.
+ * flight per pool; limits counted across all workers in the global budget),
+ * give idle servers back to workers whose clients wait, replay tracked
+ * parameters, and fail queued clients when the server refuses logins.
  */
 #include "config.h"
 
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/budget.h"
 #include "common/log.h"
 #include "common/pktbuf.h"
 #include "common/util.h"
@@ -19,6 +21,181 @@
 static bool pool_paused(const PgPool *pool)
 {
 	return wk.pause_mode != P_NONE || pool->db->paused;
+}
+
+/* ---- the global budget (include/shm.h, common/budget.c) ---- */
+
+static GlobalBudget *gbudget(void)
+{
+	return wk.slot ? &wk.shm->budget : NULL;
+}
+
+/* The entry index behind ref, looked up once; -1 = per-worker limits (no segment, or table full). */
+static int budget_entry(BudgetRef *ref, BudgetKind kind, const char *db, const char *user)
+{
+	if (ref->idx == 0) {
+		int idx = gbudget() ? budget_lookup(gbudget(), wk.id, kind, db, user) : -1;
+		ref->idx = idx < 0 ? -1 : idx + 1;
+		static bool warned;
+		if (idx < 0 && gbudget() && !warned) {
+			warned = true;
+			log_warning(
+			    "global budget table full (%d entries): limits of %s/%s and others apply per worker",
+			    SHM_BUDGET_ENTRIES, *db ? db : "*", *user ? user : "*");
+		}
+	}
+	return ref->idx > 0 ? ref->idx - 1 : -1;
+}
+
+static int pool_entry(PgPool *pool)
+{
+	return budget_entry(&pool->budget, BUDGET_POOL, pool->db->name, pool->user->name);
+}
+
+static int db_entry(PgDatabase *db)
+{
+	return budget_entry(&db->budget, BUDGET_DB, db->name, "");
+}
+
+static int user_entry(PgUser *u)
+{
+	return budget_entry(&u->budget, BUDGET_USER, "", u->name);
+}
+
+int pool_global_servers(PgPool *pool)
+{
+	int e = pool_entry(pool);
+	return e >= 0 ? budget_count(gbudget(), e) : pool_server_count(pool);
+}
+
+static int db_global_servers(PgDatabase *db)
+{
+	int e = db_entry(db);
+	return e >= 0 ? budget_count(gbudget(), e) : db->server_count;
+}
+
+static int user_global_servers(PgUser *u)
+{
+	int e = user_entry(u);
+	return e >= 0 ? budget_count(gbudget(), e) : u->server_count;
+}
+
+/* Say (or stop saying) that our clients wait for room in the entry behind ref. */
+static void budget_set_want(BudgetRef *ref, bool on)
+{
+	if (ref->idx <= 0 || ref->want == on)
+		return;
+	budget_want(gbudget(), wk.id, ref->idx - 1, on);
+	ref->want = on;
+}
+
+void budget_hold_release(BudgetHold *hold)
+{
+	if (!hold->taken)
+		return;
+	for (int k = 0; k < 3; k++)
+		if (hold->idx[k] >= 0)
+			budget_give(gbudget(), wk.id, hold->idx[k]);
+	hold->taken = false;
+}
+
+static int effective_max_db(const PgDatabase *db);
+static int effective_max_user(const PgUser *u);
+
+/*
+ * All or nothing: one unit of the pool's (below pool_limit), the database's
+ * and the user's budget. Returns NULL on success, else the ref of the entry
+ * that had no room.
+ */
+static BudgetRef *take_budget(PgPool *pool, int pool_limit, BudgetHold *hold)
+{
+	BudgetRef *refs[3] = {&pool->budget, &pool->db->budget, &pool->user->budget};
+	int idx[3] = {pool_entry(pool), db_entry(pool->db), user_entry(pool->user)};
+	int limit[3] = {pool_limit, effective_max_db(pool->db), effective_max_user(pool->user)};
+	int local[3] = {pool_server_count(pool), pool->db->server_count, pool->user->server_count};
+	*hold = (BudgetHold){.taken = true, .idx = {-1, -1, -1}};
+	for (int k = 0; k < 3; k++) {
+		bool ok = idx[k] >= 0 ? budget_take(gbudget(), wk.id, idx[k], limit[k])
+		                      : limit[k] <= 0 || local[k] < limit[k];
+		if (!ok) {
+			budget_hold_release(hold);
+			return refs[k];
+		}
+		if (idx[k] >= 0)
+			hold->idx[k] = idx[k];
+	}
+	return NULL;
+}
+
+/* Whether the pool has clients (or auth_query lookups) that wait for a server. */
+static bool pool_needs_server(const PgPool *pool)
+{
+	return !list_empty(&pool->waiting_clients) || auth_query_waiting(pool);
+}
+
+/* Whether a free server of the pool should go to another worker whose clients wait for room. */
+static bool pool_should_yield(PgPool *pool)
+{
+	GlobalBudget *gb = gbudget();
+	if (!gb || pool->db->admin)
+		return false;
+	bool needs = pool_needs_server(pool);
+	int e;
+	if ((e = pool_entry(pool)) >= 0 && budget_should_yield(gb, wk.id, e, pool_effective_size(pool), needs))
+		return true;
+	if ((e = db_entry(pool->db)) >= 0 && budget_should_yield(gb, wk.id, e, effective_max_db(pool->db), needs))
+		return true;
+	if ((e = user_entry(pool->user)) >= 0 &&
+	    budget_should_yield(gb, wk.id, e, effective_max_user(pool->user), needs))
+		return true;
+	return false;
+}
+
+void pool_budget_forget(PgPool *pool)
+{
+	budget_set_want(&pool->budget, false);
+	budget_set_want(&pool->db->budget, false);
+	budget_set_want(&pool->user->budget, false); /* set again by another pool of the user if it still waits */
+}
+
+void pool_budget_tick(void)
+{
+	if (!gbudget())
+		return;
+	List *i;
+	list_for_each(i, &wk.pools)
+	{
+		PgPool *pool = container_of(i, PgPool, node);
+		pool->db->budget.need = pool->user->budget.need = false;
+	}
+	list_for_each(i, &wk.pools)
+	{
+		PgPool *pool = container_of(i, PgPool, node);
+		/* a paused pool, or one whose logins fail, waits for other reasons: it asks nobody to give back */
+		bool can_use = !pool_paused(pool) && !(pool->last_login_failed &&
+		                                       wk.now - pool->last_failed_time < wk.cf.g.server_login_retry);
+		if (pool_needs_server(pool) && can_use)
+			pool->db->budget.need = pool->user->budget.need = true;
+		else
+			budget_set_want(&pool->budget, false);
+	}
+	list_for_each(i, &wk.pools)
+	{
+		PgPool *pool = container_of(i, PgPool, node);
+		if (!pool->db->budget.need)
+			budget_set_want(&pool->db->budget, false);
+		if (!pool->user->budget.need)
+			budget_set_want(&pool->user->budget, false);
+		/* an idle server another worker waits for: the longest idle one goes */
+		List *n = list_first(&pool->used_servers);
+		if (!n)
+			n = list_last(&pool->idle_servers);
+		if (n && pool_should_yield(pool))
+			disconnect_server(container_of(n, PgSocket, node), true, "given back to another worker");
+		/* room may have come free in another worker */
+		if (pool_needs_server(pool))
+			pool_maybe_launch(pool);
+	}
 }
 
 /* Append "SET name='value';" to q. */
@@ -202,6 +379,12 @@ void pool_server_ready(PgSocket *s)
 		disconnect_server(s, true, "pause mode");
 		return;
 	}
+	/* another worker's clients wait and this worker has more than its share */
+	if (s->replication == REPLICATION_NONE && pool_should_yield(pool)) {
+		disconnect_server(s, true, "given back to another worker");
+		pool_wake_waiters(pool); /* a first login's welcome still goes out */
+		return;
+	}
 	if (lifetime == 0 || (lifetime > 0 && wk.now - s->connect_time >= lifetime &&
 	                      wk.now - pool->last_lifetime_close >=
 	                          lifetime / (pool_effective_size(pool) > 0 ? pool_effective_size(pool) : 1))) {
@@ -311,8 +494,14 @@ static bool evict_idle_of_pool(PgPool *pool)
 	return true;
 }
 
-/* Whether a new server may be launched now; for a replication client, free servers make room. */
-static bool can_launch(PgPool *pool, bool for_replication)
+/*
+ * Whether a new server may be launched now, counting the servers of all
+ * workers; if so, its units of the global budget are taken into *hold. For
+ * a replication client, free servers make room. When there is no room, the
+ * entry that is full learns that our clients wait (other workers give back
+ * idle servers, see pool_budget_tick()).
+ */
+static bool can_launch(PgPool *pool, bool for_replication, BudgetHold *hold)
 {
 	if (!list_empty(&pool->new_servers))
 		return false; /* one login in flight per pool */
@@ -321,11 +510,15 @@ static bool can_launch(PgPool *pool, bool for_replication)
 	if (pool->last_login_failed && wk.now - pool->last_failed_time < wk.cf.g.server_login_retry)
 		return false;
 	int size = pool_effective_size(pool);
-	int total = pool_server_count(pool);
+	int limit = size;
+	int total = pool_global_servers(pool);
+	bool from_reserve = false;
 	if (size > 0 && total >= size && for_replication) {
 		/* a replication server is never shared: an idle one of the pool gives way */
-		if (!evict_idle_of_pool(pool))
+		if (!evict_idle_of_pool(pool)) {
+			budget_set_want(&pool->budget, true);
 			return false;
+		}
 		/* closing it woke this pool, which may have launched already */
 		if (!list_empty(&pool->new_servers))
 			return false;
@@ -336,25 +529,46 @@ static bool can_launch(PgPool *pool, bool for_replication)
 		              : pool->db->cf.reserve_pool_size != CF_UNSET ? pool->db->cf.reserve_pool_size
 		                                                           : wk.cf.g.reserve_pool_size;
 		List *n = list_first(&pool->waiting_clients);
+		budget_set_want(&pool->budget, true);
 		if (reserve <= 0 || wk.cf.g.reserve_pool_timeout <= 0 || !n || total >= size + reserve)
 			return false;
 		PgSocket *oldest = container_of(n, PgSocket, node);
 		if (wk.now - oldest->wait_start < wk.cf.g.reserve_pool_timeout)
 			return false;
-		log_warning("taking connection from reserve_pool");
+		limit = size + reserve;
+		from_reserve = true;
 	}
 	int max_db = effective_max_db(pool->db);
-	if (max_db > 0 && pool->db->server_count >= max_db && !evict_idle(match_db, pool->db))
+	if (max_db > 0 && db_global_servers(pool->db) >= max_db && !evict_idle(match_db, pool->db)) {
+		budget_set_want(&pool->db->budget, true);
 		return false;
+	}
 	int max_user = effective_max_user(pool->user);
-	if (max_user > 0 && pool->user->server_count >= max_user && !evict_idle(match_user, pool->user))
+	if (max_user > 0 && user_global_servers(pool->user) >= max_user && !evict_idle(match_user, pool->user)) {
+		budget_set_want(&pool->user->budget, true);
 		return false;
+	}
+	/* room another worker waits for goes to it when we have our share (no ping-pong after a give-back) */
+	GlobalBudget *gb = gbudget();
+	BudgetRef *refs[3] = {&pool->budget, &pool->db->budget, &pool->user->budget};
+	int idx[3] = {pool_entry(pool), db_entry(pool->db), user_entry(pool->user)};
+	int limits[3] = {limit, max_db, max_user};
+	for (int k = 0; k < 3; k++)
+		if (idx[k] >= 0 && budget_over_share(gb, wk.id, idx[k], limits[k])) {
+			budget_set_want(refs[k], true);
+			return false;
+		}
+	BudgetRef *full = take_budget(pool, limit, hold);
+	if (full) {
+		budget_set_want(full, true);
+		return false;
+	}
+	if (from_reserve)
+		log_warning("taking connection from reserve_pool");
+	budget_set_want(&pool->budget, false);
+	budget_set_want(&pool->db->budget, false);
+	budget_set_want(&pool->user->budget, false);
 	return true;
-}
-
-bool pool_can_launch(PgPool *pool)
-{
-	return can_launch(pool, false);
 }
 
 void pool_maybe_launch(PgPool *pool)
@@ -374,13 +588,23 @@ void pool_maybe_launch(PgPool *pool)
 	}
 	if (!first && !auth_query_waiting(pool))
 		return;
+	BudgetHold hold;
 	if (first && first->replication != REPLICATION_NONE) {
-		if (can_launch(pool, true))
-			(void)server_launch_replication(pool, first);
-	} else if (can_launch(pool, false)) {
-		server_launch(pool);
+		if (can_launch(pool, true, &hold))
+			(void)server_launch_replication(pool, first, &hold);
+	} else if (can_launch(pool, false, &hold)) {
+		(void)server_launch(pool, &hold);
 	}
 }
+
+void pool_launch_min(PgPool *pool, int min)
+{
+	BudgetHold hold;
+	/* below min in all workers together: the pool entry's limit is min itself */
+	if (!take_budget(pool, min, &hold))
+		(void)server_launch(pool, &hold);
+}
+
 void pool_replication_ready(PgSocket *s)
 {
 	PgSocket *c = s->link;

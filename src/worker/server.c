@@ -145,12 +145,14 @@ static void send_startup(PgSocket *s)
 }
 
 /* A new server connection of the pool; for a replication client (repl_client), its own one. */
-static bool launch(PgPool *pool, PgSocket *repl_client)
+static bool launch(PgPool *pool, PgSocket *repl_client, BudgetHold *hold)
 {
 	struct sockaddr_storage ss;
 	socklen_t len;
 	char err[320], host[256];
 	DnsResult r = pick_address(pool, &ss, &len, host, sizeof(host), err, sizeof(err));
+	if (r != DNS_OK)
+		budget_hold_release(hold); /* no connection: the units go back */
 	if (r == DNS_PENDING)
 		return false; /* the lookup's end wakes the pool again */
 	if (r == DNS_FAIL) {
@@ -165,6 +167,8 @@ static bool launch(PgPool *pool, PgSocket *repl_client)
 	s->pool = pool;
 	s->login_user = pool->user;
 	s->db = pool->db;
+	s->budget = *hold; /* given back by disconnect_server(), whatever the path */
+	hold->taken = false;
 	pool->db->server_count++;
 	pool->user->server_count++;
 	change_state(s, SV_LOGIN);
@@ -197,14 +201,14 @@ static bool launch(PgPool *pool, PgSocket *repl_client)
 	return true;
 }
 
-bool server_launch(PgPool *pool)
+bool server_launch(PgPool *pool, BudgetHold *hold)
 {
-	return launch(pool, NULL);
+	return launch(pool, NULL, hold);
 }
 
-bool server_launch_replication(PgPool *pool, PgSocket *client)
+bool server_launch_replication(PgPool *pool, PgSocket *client, BudgetHold *hold)
 {
-	return launch(pool, client);
+	return launch(pool, client, hold);
 }
 
 /* ---- login ---- */

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/budget.h"
 #include "common/channel.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -189,6 +190,18 @@ bool worker_tls_reload(char *err, size_t errlen)
 	return true;
 }
 
+void worker_clients_add(int delta)
+{
+	wk.client_count += delta;
+	if (wk.slot)
+		budget_clients_add(&wk.shm->budget, wk.id, delta);
+}
+
+int worker_global_clients(void)
+{
+	return wk.slot ? budget_clients(&wk.shm->budget) : wk.client_count;
+}
+
 void worker_count_tls_handshake(void)
 {
 	if (wk.slot)
@@ -290,6 +303,9 @@ static void publish(void)
 
 static void on_publish(evutil_socket_t fd, short what, void *arg)
 {
+	wk.now = get_time_usec();
+	if (wk.pause_mode != P_SUSPEND)
+		pool_budget_tick();
 	publish();
 }
 

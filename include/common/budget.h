@@ -1,0 +1,64 @@
+/*
+ * The global budget in shared memory (include/shm.h): server connections
+ * per pool, database and user, and client connections, counted across all
+ * workers with atomics. Pure logic on a GlobalBudget, used by workers to
+ * take and give back units and by the master to return a dead worker's share.
+ */
+#ifndef PGB_COMMON_BUDGET_H
+#define PGB_COMMON_BUDGET_H
+
+#include <stdbool.h>
+
+#include "shm.h"
+
+/*
+ * The entry of (kind, db, user), created if new. Returns its index, or -1
+ * when the table is full, a name is too long, or a claim by another worker
+ * does not finish (the caller then falls back to a per-worker limit).
+ */
+int budget_lookup(GlobalBudget *gb, int self, BudgetKind kind, const char *db, const char *user)
+    __attribute__((warn_unused_result));
+
+/* One unit of entry idx for worker self, if the count is below limit (limit <= 0: no limit). */
+bool budget_take(GlobalBudget *gb, int self, int idx, int limit) __attribute__((warn_unused_result));
+
+/* Give back a unit that worker self took. */
+void budget_give(GlobalBudget *gb, int self, int idx);
+
+/* Servers of the entry across all workers. */
+int budget_count(GlobalBudget *gb, int idx);
+
+/* Servers of the entry held by worker w. */
+int budget_held(GlobalBudget *gb, int w, int idx);
+
+/* Worker self has (on) or no longer has clients waiting for room in the entry. */
+void budget_want(GlobalBudget *gb, int self, int idx, bool on);
+
+/* Whether a worker other than self waits for room in the entry. */
+bool budget_others_want(GlobalBudget *gb, int self, int idx);
+
+/* Workers that hold servers of the entry or wait for room in it (at least 1). */
+int budget_participants(GlobalBudget *gb, int idx);
+
+/*
+ * Whether worker self should give one of its servers of the entry to a
+ * waiting worker: someone else waits, the entry is at limit, and self holds
+ * more than its fair share (limit / participants), or needs none itself.
+ */
+bool budget_should_yield(GlobalBudget *gb, int self, int idx, int limit, bool self_needs);
+
+/*
+ * Whether worker self should leave free room of the entry to others: another
+ * worker waits and self already holds its fair share (limit / participants,
+ * rounded up). Keeps a worker from taking back at once what it gave back.
+ */
+bool budget_over_share(GlobalBudget *gb, int self, int idx, int limit);
+
+/* Client connections: worker self gained (+1) or lost (-1) one. */
+void budget_clients_add(GlobalBudget *gb, int self, int delta);
+int budget_clients(GlobalBudget *gb);
+
+/* Master, after reaping worker w: give back everything it held, drop its wishes and half-made entries. */
+void budget_reset_worker(GlobalBudget *gb, int w);
+
+#endif

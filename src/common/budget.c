@@ -1,0 +1,175 @@
+/*
+ * The global budget: an open-addressing table of per-pool, per-database and
+ * per-user server counts in shared memory, plus the client counter. Units
+ * are taken with compare-and-swap and never with a lock (see include/shm.h).
+ */
+#include "config.h"
+
+#include "common/budget.h"
+
+#include <sched.h>
+#include <string.h>
+
+#define STATE_MASK  0xffu
+#define CLAIM_SPINS 10000 /* sched_yield() rounds to wait for another worker's claim */
+
+static uint64_t key_hash(BudgetKind kind, const char *db, const char *user)
+{
+	/* FNV-1a: only spreads keys over the table; equal keys are compared in full */
+	uint64_t h = 1469598103934665603ull;
+	const char *parts[] = {db, user};
+	h = (h ^ (uint8_t)kind) * 1099511628211ull;
+	for (int p = 0; p < 2; p++) {
+		for (const char *c = parts[p]; *c; c++)
+			h = (h ^ (uint8_t)*c) * 1099511628211ull;
+		h = (h ^ 0xffu) * 1099511628211ull;
+	}
+	return h;
+}
+
+static bool key_equal(const BudgetEntry *e, uint64_t hash, BudgetKind kind, const char *db, const char *user)
+{
+	return e->hash == hash && e->kind == (uint32_t)kind && strcmp(e->db, db) == 0 && strcmp(e->user, user) == 0;
+}
+
+int budget_lookup(GlobalBudget *gb, int self, BudgetKind kind, const char *db, const char *user)
+{
+	if (strlen(db) >= SHM_BUDGET_DBNAME || strlen(user) >= SHM_BUDGET_USER)
+		return -1;
+	uint64_t hash = key_hash(kind, db, user);
+	for (uint32_t probe = 0; probe < SHM_BUDGET_ENTRIES; probe++) {
+		int idx = (int)((hash + probe) % SHM_BUDGET_ENTRIES);
+		BudgetEntry *e = &gb->entries[idx];
+		uint32_t st = atomic_load(&e->state);
+		if ((st & STATE_MASK) == BUDGET_EMPTY) {
+			uint32_t claim = BUDGET_CLAIMING | ((uint32_t)self << 8);
+			if (atomic_compare_exchange_strong(&e->state, &st, claim)) {
+				e->kind = (uint32_t)kind;
+				e->hash = hash;
+				strcpy(e->db, db);
+				strcpy(e->user, user);
+				atomic_store(&e->state, BUDGET_READY); /* seq_cst: the key is visible first */
+				return idx;
+			}
+			/* someone else claimed it first: see what it becomes */
+		}
+		for (int spin = 0; (st & STATE_MASK) == BUDGET_CLAIMING; spin++) {
+			if (spin >= CLAIM_SPINS)
+				return -1; /* not finished: per-worker limits rather than a duplicate entry */
+			sched_yield();
+			st = atomic_load(&e->state);
+		}
+		if ((st & STATE_MASK) == BUDGET_READY && key_equal(e, hash, kind, db, user))
+			return idx;
+	}
+	return -1;
+}
+
+bool budget_take(GlobalBudget *gb, int self, int idx, int limit)
+{
+	BudgetEntry *e = &gb->entries[idx];
+	int32_t cur = atomic_load(&e->count);
+	do {
+		if (limit > 0 && cur >= limit)
+			return false;
+	} while (!atomic_compare_exchange_weak(&e->count, &cur, cur + 1));
+	atomic_fetch_add(&e->held[self], 1);
+	return true;
+}
+
+void budget_give(GlobalBudget *gb, int self, int idx)
+{
+	BudgetEntry *e = &gb->entries[idx];
+	if (atomic_load(&e->held[self]) == 0)
+		return; /* nothing of ours left (cannot happen unless the master reset us) */
+	atomic_fetch_sub(&e->held[self], 1);
+	atomic_fetch_sub(&e->count, 1);
+}
+
+int budget_count(GlobalBudget *gb, int idx)
+{
+	return atomic_load(&gb->entries[idx].count);
+}
+
+int budget_held(GlobalBudget *gb, int w, int idx)
+{
+	return atomic_load(&gb->entries[idx].held[w]);
+}
+
+void budget_want(GlobalBudget *gb, int self, int idx, bool on)
+{
+	uint64_t bit = 1ull << self;
+	if (on)
+		atomic_fetch_or(&gb->entries[idx].want_mask, bit);
+	else
+		atomic_fetch_and(&gb->entries[idx].want_mask, ~bit);
+}
+
+bool budget_others_want(GlobalBudget *gb, int self, int idx)
+{
+	return (atomic_load(&gb->entries[idx].want_mask) & ~(1ull << self)) != 0;
+}
+
+int budget_participants(GlobalBudget *gb, int idx)
+{
+	BudgetEntry *e = &gb->entries[idx];
+	uint64_t mask = atomic_load(&e->want_mask);
+	for (int w = 0; w < SHM_MAX_WORKERS; w++)
+		if (atomic_load(&e->held[w]) > 0)
+			mask |= 1ull << w;
+	int n = __builtin_popcountll(mask);
+	return n > 0 ? n : 1;
+}
+
+/* limit / participants, rounded up so that an odd limit does not bounce a server between two workers */
+static int fair_share(GlobalBudget *gb, int idx, int limit)
+{
+	int n = budget_participants(gb, idx);
+	return (limit + n - 1) / n;
+}
+
+bool budget_should_yield(GlobalBudget *gb, int self, int idx, int limit, bool self_needs)
+{
+	if (limit <= 0 || !budget_others_want(gb, self, idx) || budget_count(gb, idx) < limit)
+		return false;
+	return !self_needs || budget_held(gb, self, idx) > fair_share(gb, idx, limit);
+}
+
+bool budget_over_share(GlobalBudget *gb, int self, int idx, int limit)
+{
+	return limit > 0 && budget_others_want(gb, self, idx) &&
+	       budget_held(gb, self, idx) >= fair_share(gb, idx, limit);
+}
+
+void budget_clients_add(GlobalBudget *gb, int self, int delta)
+{
+	atomic_fetch_add(&gb->clients, delta);
+	atomic_fetch_add(&gb->clients_of[self], delta);
+}
+
+int budget_clients(GlobalBudget *gb)
+{
+	return atomic_load(&gb->clients);
+}
+
+void budget_reset_worker(GlobalBudget *gb, int w)
+{
+	uint64_t bit = 1ull << w;
+	for (int i = 0; i < SHM_BUDGET_ENTRIES; i++) {
+		BudgetEntry *e = &gb->entries[i];
+		uint32_t st = atomic_load(&e->state);
+		if (st == (BUDGET_CLAIMING | ((uint32_t)w << 8))) {
+			(void)atomic_compare_exchange_strong(&e->state, &st, BUDGET_DEAD);
+			continue;
+		}
+		if ((st & STATE_MASK) != BUDGET_READY)
+			continue;
+		uint16_t held = atomic_exchange(&e->held[w], 0);
+		if (held)
+			atomic_fetch_sub(&e->count, held);
+		atomic_fetch_and(&e->want_mask, ~bit);
+	}
+	int32_t clients = atomic_exchange(&gb->clients_of[w], 0);
+	if (clients)
+		atomic_fetch_sub(&gb->clients, clients);
+}
