@@ -118,6 +118,17 @@ def login(b, user, password, dbname=APPDB, **kw):
         return conn.execute("SELECT current_user, pg_backend_pid()").fetchone()
 
 
+def idle_servers(b, dbname, user):
+    with b.admin(password="pgbouncer") as admin:
+        cur = admin.execute("SHOW POOLS")
+        cols = [d.name for d in cur.description]
+        for r in cur.fetchall():
+            row = dict(zip(cols, r))
+            if (row["database"], row["user"]) == (dbname, user):
+                return row["sv_idle"]
+    return 0
+
+
 def grant(apg, statement, db=APPDB):
     apg.sql(pgsql.SQL(statement).format(auth=pgsql.Identifier(AUTH)), dbname=db)
 
@@ -136,7 +147,8 @@ def test_role_only_in_postgres_logs_in(bouncer, apg, setup, role, password, auth
     b = start(bouncer, apg, setup, auth_type)
     user, pid = login(b, role, password)
     assert user == role
-    # the next login looks the user up again, and reuses the pool's server
+    # the next login looks the user up again, and reuses the pool's server once it is reset and idle
+    wait_for(lambda: idle_servers(b, APPDB, role) == 1, "the first login's server to be idle again")
     assert login(b, role, password) == (role, pid)
     with pytest.raises(psycopg.OperationalError, match=re.escape(wrong_msg)):
         login(b, role, password + "x")
