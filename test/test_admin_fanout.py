@@ -225,6 +225,34 @@ def test_pause_waits_for_a_busy_server_on_the_other_worker(bouncer):
     conn.execute("RESUME")
 
 
+def test_cancel_of_a_pending_pause_resumes_every_worker(bouncer):
+    b = two_workers()(bouncer)
+    holder = on_worker(b, 1, autocommit=True)
+    holder.execute("SELECT 1")  # keeps worker 1's PAUSE pending
+    conn = on_worker(b, 0, admin=True)
+    outcome = []
+
+    def pause():
+        try:
+            conn.execute("PAUSE")
+            outcome.append("PAUSE")
+        except psycopg.InternalError as e:  # an aborted command ends with a bare ReadyForQuery
+            outcome.append(str(e))
+
+    t = threading.Thread(target=pause)
+    t.start()
+    with private_console(b, 1) as pc:
+        wait_for(lambda: kv(pc, "SHOW STATE")["paused"] == "yes", "worker 1 to start pausing")
+        time.sleep(0.3)
+        conn.cancel()
+        t.join(timeout=20)
+        assert outcome == ["got no result from the query"]
+        wait_for(lambda: kv(pc, "SHOW STATE")["active"] == "yes", "worker 1 to resume")
+    with private_console(b, 0) as pc:
+        assert kv(pc, "SHOW STATE")["active"] == "yes"
+    assert holder.execute("SELECT 2").fetchone() == (2,)
+
+
 def test_kill_client_on_the_other_worker(bouncer):
     b = two_workers()(bouncer)
     victim = on_worker(b, 1, application_name="victim")

@@ -282,17 +282,15 @@ static void leave_out(AdminFanout *fo, int i, const char *fmt, ...)
 		schedule_finish(fo);
 }
 
-/* Merged rows, with their keys; values point into the answers. */
+/* Merged rows in first-seen order. */
 typedef struct MergedRow {
 	char **v;
 	int seq; /* first-seen order */
 } MergedRow;
 
 typedef struct Merged {
-	MergedRow *rows;
+	MergedRow *rows; /* copies, folded into by fold_row() */
 	int n, cap;
-	char ***owned; /* rows built here (freed at the end) */
-	int n_owned;
 } Merged;
 
 static bool is_key(FanoutMerge m, int col)
