@@ -5,6 +5,7 @@
  * Rules: every field has exactly one writer (the master, or the worker that
  * owns a slot); counters are 64-bit, monotonic and written with C11 atomics;
  * readers take deltas; no lock ever crosses a process boundary.
+ * The one shared counter, next_socket_id, is only ever bumped with fetch-add.
  *
  * Slot state table (writer in brackets):
  *
@@ -131,6 +132,8 @@ typedef struct ShmSegment {
 	ScalerView scaler;
 	WorkerSlot slots[SHM_MAX_WORKERS];
 	GlobalBudget budget;
+	alignas(SHM_CACHELINE) _Atomic uint64_t next_socket_id; /* SHOW CLIENTS/SERVERS ids, unique in the tree
+	                                                           [every worker, fetch-add] */
 } ShmSegment;
 
 _Static_assert(sizeof(WorkerSlot) % SHM_CACHELINE == 0, "worker slots must fill whole cache lines");

@@ -31,4 +31,12 @@ bool set_error(char *err, size_t errlen, const char *fmt, ...) __attribute__((fo
 /* Read a whole file into a NUL-terminated malloc'd buffer; NULL with errno on failure. */
 char *read_file(const char *path, size_t *len_out);
 
+/*
+ * The directory of the workers' private sockets (mode 0700):
+ * <unix_socket_dir or /tmp>/pgbouncer-workers.<listen_port>; worker N's
+ * socket is worker.N/.s.PGSQL.<listen_port> in it, so that libpq reaches it
+ * with host=<dir>/worker.N. False if that would be too long for a socket path.
+ */
+bool private_socket_dir(const char *unix_socket_dir, int listen_port, char *buf, size_t len);
+
 #endif

@@ -72,9 +72,11 @@ typedef struct Worker {
 
 	RunState run_state;
 	PauseMode pause_mode;
-	uint64_t next_id; /* SHOW CLIENTS/SERVERS id counter */
-	int client_count; /* all client connections (for max_client_conn) */
-	usec_t now;       /* time at the start of the current callback */
+	uint64_t next_id;    /* SHOW CLIENTS/SERVERS id counter (without shm) */
+	int client_count;    /* all client connections (for max_client_conn) */
+	int private_clients; /* of which came in on the private socket (peer consoles) */
+	uint64_t reloads;    /* SIGHUPs handled (RELOAD waits for the master's) */
+	usec_t now;          /* time at the start of the current callback */
 	usec_t start_time;
 	int master_fd;                  /* control pipe to the master (-1 = none) */
 	uint64_t accepted;              /* accepted connections */
@@ -133,7 +135,7 @@ void var_set(VarValue *v, const char *value);
 void tune_tcp_socket(int fd);
 
 /* client.c */
-void client_accept(int fd, bool is_unix);
+void client_accept(int fd, bool is_unix, bool is_private);
 SBufAction client_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
 bool client_send_welcome(PgSocket *c);
 void client_server_assigned(PgSocket *c);
@@ -173,6 +175,42 @@ void admin_pause_done_check(void);
 void admin_wait_close_check(void);
 void admin_console_cancel(PgSocket *console);
 void admin_resume_all(void); /* leave PAUSE/SUSPEND, wake waiting clients */
+
+/* Sums of a database's pools (SHOW STATS and friends). */
+typedef struct DbStats {
+	const char *name;
+	PgStats total, older, newer; /* totals, and the two stats_period snapshots */
+} DbStats;
+
+/* which: 0 STATS, 1 STATS_TOTALS, 2 STATS_AVERAGES, 3 TOTALS; RowDescription, rows, CommandComplete. */
+void admin_write_stats(PktBuf *pb, int which, const DbStats *arr, int n);
+bool admin_console_busy(const PgSocket *c); /* a fanned-out command is still running: hold its input */
+
+/* admin_fanout.c: the console answers for every worker (doc/workers.md) */
+typedef enum FanoutMerge {
+	FM_COMMAND,   /* process command: one tag once every worker has completed */
+	FM_CONCAT,    /* rows of every worker, worker by worker (CLIENTS, SERVERS, SOCKETS) */
+	FM_POOLS,     /* one row per (database, user): counts summed, maxwait maxed */
+	FM_DATABASES, /* one row per database: connection counts summed, paused/disabled or-ed */
+	FM_USERS,     /* one row per user: connection counts summed */
+	FM_LISTS,     /* items summed row by row */
+	FM_MEM,       /* used, free and memtotal summed */
+	FM_STATE,     /* active if all are, paused/suspended if any is */
+	FM_DNS,       /* one row per host name */
+	FM_STATS,     /* peers answer SHOW STATS_RAW; `which` as admin_write_stats() */
+} FanoutMerge;
+
+void admin_fanout_listen(void); /* the private socket of this worker */
+bool admin_fanout_wanted(const PgSocket *c);
+/*
+ * Send `query` to every other active or draining worker, and capture what
+ * this worker's own console code answers c from now on (run it right after).
+ * `waits`: the command may take long on a live worker (PAUSE, SUSPEND, ...).
+ */
+void admin_fanout_begin(PgSocket *c, const char *query, FanoutMerge merge, int which, bool waits);
+bool admin_fanout_capture(PgSocket *c, const uint8_t *buf, size_t len); /* false: not capturing */
+void admin_fanout_cancel(PgSocket *c);                                  /* a CancelRequest for c: passed to the peers */
+void admin_fanout_client_gone(PgSocket *c);                             /* c is closing: drop its peer connections */
 
 /* admin_workers.c */
 bool admin_show_workers(PgSocket *c);

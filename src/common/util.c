@@ -123,3 +123,11 @@ bool set_error(char *err, size_t errlen, const char *fmt, ...)
 	}
 	return false;
 }
+
+bool private_socket_dir(const char *unix_socket_dir, int listen_port, char *buf, size_t len)
+{
+	const char *base = unix_socket_dir && unix_socket_dir[0] ? unix_socket_dir : "/tmp";
+	/* room for "/worker.NN/.s.PGSQL.NNNNN" in a sockaddr_un */
+	int n = snprintf(buf, len, "%s/pgbouncer-workers.%d", base, listen_port);
+	return n > 0 && (size_t)n < len && (size_t)n + 27 < 108;
+}

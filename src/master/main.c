@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,6 +48,8 @@ typedef struct Master {
 	int worker_ctl;           /* write end of the worker's control pipe */
 	struct event *respawn_ev; /* delayed respawn after a crash */
 	int crashes;              /* recent crashes, for back-off */
+	char private_dir[108];    /* the workers' private sockets (mode 0700), "" = none */
+	bool private_dir_made;    /* ours to remove at exit */
 } Master;
 
 static Master master;
@@ -90,11 +94,62 @@ static void apply_log_settings(const Config *cf)
 	log_configure(&ls);
 }
 
+/* What workers left in the private directory: worker.<id>/.s.PGSQL.<port> (a worker that died). */
+static void remove_private_sockets(void)
+{
+	DIR *d = opendir(master.private_dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		char path[sizeof(master.private_dir) + 300];
+		if (strncmp(e->d_name, "worker.", 7) != 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s/.s.PGSQL.%d", master.private_dir, e->d_name,
+		         master.cf.g.listen_port);
+		unlink(path);
+		snprintf(path, sizeof(path), "%s/%s", master.private_dir, e->d_name);
+		rmdir(path);
+	}
+	closedir(d);
+}
+
+/*
+ * The directory of the workers' private sockets, where a console reaches
+ * one specific worker (admin fan-out): only this user may enter it. Made
+ * after the listeners, so that a second instance on the same port fails
+ * before it touches ours.
+ */
+static void make_private_dir(const CfGlobals *g)
+{
+	if (!private_socket_dir(g->unix_socket_dir, g->listen_port, master.private_dir, sizeof(master.private_dir))) {
+		log_warning("the private socket directory name would be too long: workers get no private socket");
+		master.private_dir[0] = '\0';
+		return;
+	}
+	if (mkdir(master.private_dir, 0700) < 0) {
+		struct stat st;
+		if (errno != EEXIST)
+			fatal("mkdir(%s) failed: %s", master.private_dir, strerror(errno));
+		if (lstat(master.private_dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+			fatal("%s exists but is not a directory of this user", master.private_dir);
+		if (chmod(master.private_dir, 0700) < 0)
+			fatal("chmod(%s) failed: %s", master.private_dir, strerror(errno));
+		remove_private_sockets();
+	}
+	master.private_dir_made = true;
+}
+
 /* Removes what this process created; runs at fatal() and at a normal exit. */
 static void cleanup_at_exit(void)
 {
 	supervisor_kill_all();
 	listen_close_all(&master.listeners);
+	if (master.private_dir_made) {
+		remove_private_sockets();
+		if (rmdir(master.private_dir) < 0)
+			log_warning("rmdir(%s) failed: %s", master.private_dir, strerror(errno));
+	}
 	pidfile_remove();
 }
 
@@ -400,6 +455,7 @@ int main(int argc, char **argv)
 	if (!tls_contexts_reload(&master.tls, &master.cf.g, hba_config_uses_cert(&master.cf.g), terr, sizeof(terr)))
 		fatal("TLS setup failed: %s", terr);
 	listen_setup(&master.listeners, &master.cf.g);
+	make_private_dir(&master.cf.g);
 	pidfile_write(master.cf.g.pidfile);
 	log_info("process up: PgBouncer %s, libevent %s (%s), adns: c-ares %s, tls: %s", PACKAGE_VERSION,
 	         event_get_version(), event_base_get_method(master.base), ares_version(NULL),

@@ -38,6 +38,11 @@ static bool sent(PgSocket *c, bool ok)
 
 static bool send_pktbuf(PgSocket *c, PktBuf *pb)
 {
+	/* a fanned-out command: this worker's answer is merged with the others' first */
+	if (admin_fanout_capture(c, pb->buf, pb->len)) {
+		pktbuf_free(pb);
+		return true;
+	}
 	bool ok = sbuf_send(&c->sb, pb->buf, pb->len);
 	pktbuf_free(pb);
 	return sent(c, ok);
@@ -467,11 +472,6 @@ static bool show_users(PgSocket *c)
 }
 
 /* Sum the stats of every pool of each database, in database order. */
-typedef struct DbStats {
-	const char *name;
-	PgStats total, older, newer;
-} DbStats;
-
 static int collect_stats(DbStats **out)
 {
 	int n = 0, cap = 8;
@@ -544,8 +544,14 @@ static void totals(const PgStats *t, long long tot[11])
 	tot[10] = (long long)t->bind_count;
 }
 
-static bool show_stats(PgSocket *c, int which)
+static void write_totals(PktBuf *pb, const DbStats *arr, int n);
+
+void admin_write_stats(PktBuf *pb, int which, const DbStats *arr, int n)
 {
+	if (which == 3) {
+		write_totals(pb, arr, n);
+		return;
+	}
 	static const char *const full[] = {"database",
 	                                   "total_server_assignment_count",
 	                                   "total_xact_count",
@@ -587,13 +593,12 @@ static bool show_stats(PgSocket *c, int which)
 	                                        "avg_client_parse_count",
 	                                        "avg_server_parse_count",
 	                                        "avg_bind_count"};
-	Reply r;
+	Reply r = {.pb = *pb};
+	r.ncols = which == 0 ? 23 : 12;
 	if (which == 0)
-		reply_begin(&r, c, "TNNNNNNNNNNNNNNNNNNNNNN", full);
+		pktbuf_write_row_description(&r.pb, "TNNNNNNNNNNNNNNNNNNNNNN", full);
 	else
-		reply_begin(&r, c, "TNNNNNNNNNNN", which == 1 ? tot_names : avg_names);
-	DbStats *arr;
-	int n = collect_stats(&arr);
+		pktbuf_write_row_description(&r.pb, "TNNNNNNNNNNN", which == 1 ? tot_names : avg_names);
 	for (int k = 0; k < n; k++) {
 		long long tot[11], avg[11];
 		totals(&arr[k].total, tot);
@@ -609,11 +614,11 @@ static bool show_stats(PgSocket *c, int which)
 				v[col++] = fmt_int(avg[m]);
 		reply_row(&r, v);
 	}
-	free(arr);
-	return reply_end(&r, "SHOW");
+	pktbuf_write_command_complete(&r.pb, "SHOW");
+	*pb = r.pb;
 }
 
-static bool show_totals(PgSocket *c)
+static void write_totals(PktBuf *pb, const DbStats *arr, int n)
 {
 	static const char *const names[] = {"name", "value"};
 	static const char *const rows[] = {"total_server_assignment_count",
@@ -638,27 +643,76 @@ static bool show_totals(PgSocket *c)
 	                                   "avg_ps_client_parse_count",
 	                                   "avg_ps_server_parse_count",
 	                                   "avg_ps_bind_count"};
-	DbStats *arr, all = {0};
-	int n = collect_stats(&arr);
+	DbStats all = {0};
 	for (int k = 0; k < n; k++) {
-		PgStats *src[3] = {&arr[k].total, &arr[k].older, &arr[k].newer};
+		const PgStats *src[3] = {&arr[k].total, &arr[k].older, &arr[k].newer};
 		PgStats *dst[3] = {&all.total, &all.older, &all.newer};
 		for (int m = 0; m < 3; m++) {
-			uint64_t *s = (uint64_t *)src[m], *d = (uint64_t *)dst[m];
+			const uint64_t *s = (const uint64_t *)src[m];
+			uint64_t *d = (uint64_t *)dst[m];
 			for (size_t f = 0; f < sizeof(PgStats) / sizeof(uint64_t); f++)
 				d[f] += s[f];
 		}
 	}
-	free(arr);
 	long long tot[11], avg[11];
 	totals(&all.total, tot);
 	averages(&all, avg);
-	Reply r;
-	reply_begin(&r, c, "TN", names);
+	Reply r = {.pb = *pb, .ncols = 2};
+	pktbuf_write_row_description(&r.pb, "TN", names);
 	for (int k = 0; k < 22; k++) {
 		const char *v[] = {rows[k], fmt_int(k < 11 ? tot[k] : avg[k - 11])};
 		reply_row(&r, v);
 	}
+	pktbuf_write_command_complete(&r.pb, "SHOW");
+	*pb = r.pb;
+}
+
+/* SHOW STATS, STATS_TOTALS, STATS_AVERAGES (which 0-2) and TOTALS (3) of this worker. */
+static bool show_stats(PgSocket *c, int which)
+{
+	DbStats *arr;
+	int n = collect_stats(&arr);
+	PktBuf pb;
+	pktbuf_init(&pb, 1024);
+	admin_write_stats(&pb, which, arr, n);
+	free(arr);
+	pktbuf_write_ready(&pb, 'I');
+	return send_pktbuf(c, &pb);
+}
+
+/*
+ * SHOW STATS_RAW, for a peer's fan-out only: per database the totals and
+ * both period snapshots, so that the averages of the whole pooler can be
+ * computed from summed counters.
+ */
+static bool show_stats_raw(PgSocket *c)
+{
+	enum { NF = sizeof(PgStats) / sizeof(uint64_t) };
+	char types[2 + 3 * NF];
+	const char *names[1 + 3 * NF];
+	char namebuf[3 * NF][16];
+	types[0] = 'T';
+	names[0] = "database";
+	for (int k = 0; k < 3 * NF; k++) {
+		types[1 + k] = 'N';
+		snprintf(namebuf[k], sizeof(namebuf[k]), "%c%d", "ton"[k / NF], k % NF);
+		names[1 + k] = namebuf[k];
+	}
+	types[1 + 3 * NF] = '\0';
+	Reply r;
+	reply_begin(&r, c, types, names);
+	DbStats *arr;
+	int n = collect_stats(&arr);
+	for (int k = 0; k < n; k++) {
+		const char *v[1 + 3 * NF];
+		const uint64_t *src[3] = {(const uint64_t *)&arr[k].total, (const uint64_t *)&arr[k].older,
+		                          (const uint64_t *)&arr[k].newer};
+		v[0] = arr[k].name;
+		for (int m = 0; m < 3 * NF; m++)
+			v[1 + m] = fmt_int((long long)src[m / NF][m % NF]);
+		reply_row(&r, v);
+	}
+	free(arr);
 	return reply_end(&r, "SHOW");
 }
 
@@ -1022,12 +1076,14 @@ typedef enum WaitKind {
 	WAIT_CLOSE,    /* WAIT_CLOSE [db]: until no server has close_needed */
 	WAIT_SHUTDOWN, /* SHUTDOWN WAIT_FOR_*: until the master's signal has put this worker into shutdown */
 	WAIT_SUSPEND,  /* SUSPEND: until every pooled socket is flushed, or suspend_timeout closed the rest */
+	WAIT_RELOAD,   /* RELOAD: until the master's SIGHUP has reloaded this worker */
 } WaitKind;
 
 typedef struct ConsoleWait {
 	uint64_t client_id;
 	WaitKind kind;
 	char db[CF_MAX_DBNAME]; /* the database, "" = all */
+	uint64_t reloads;       /* WAIT_RELOAD: wk.reloads when RELOAD was given */
 } ConsoleWait;
 
 static ConsoleWait *waits;
@@ -1063,6 +1119,7 @@ static void add_wait(PgSocket *c, WaitKind kind, const PgDatabase *db)
 	ConsoleWait *w = &waits[n_waits++];
 	w->client_id = c->id;
 	w->kind = kind;
+	w->reloads = wk.reloads;
 	pgb_strlcpy(w->db, db ? db->name : "", sizeof(w->db));
 }
 
@@ -1100,6 +1157,8 @@ static const char *wait_outcome(const ConsoleWait *w)
 		if (wk.pause_mode != P_SUSPEND)
 			return "";
 		return suspend_flushed() ? "SUSPEND" : NULL;
+	case WAIT_RELOAD:
+		return wk.reloads > w->reloads ? "RELOAD" : NULL;
 	}
 	return "";
 }
@@ -1259,6 +1318,17 @@ void admin_console_cancel(PgSocket *c)
 {
 	if (wk.run_state != RUN_ACTIVE)
 		return;
+	if (admin_console_busy(c)) {
+		/* the other workers abort their part; if this one's is done already, undo it */
+		admin_fanout_cancel(c);
+		bool waiting_here = false;
+		for (int k = 0; k < n_waits; k++)
+			waiting_here |= waits[k].client_id == c->id;
+		if (!waiting_here && wk.pause_mode != P_NONE) {
+			log_info("console command cancelled, resuming");
+			admin_resume_all();
+		}
+	}
 	for (int k = 0; k < n_waits; k++) {
 		ConsoleWait *w = &waits[k];
 		if (w->client_id != c->id || w->kind == WAIT_SHUTDOWN)
@@ -1517,11 +1587,14 @@ static bool cmd_reload(PgSocket *c)
 		log_error("%s", err);
 		return admin_error(c, "F0000", "RELOAD failed, see logs for additional details");
 	}
-	/* applied here before the reply, so the next command sees it; the master re-reads for itself */
+	/*
+	 * The master re-reads the file and has every worker reload once (this
+	 * one too); the reply waits for that, so the next command sees it.
+	 */
 	log_info("RELOAD command issued");
-	worker_reload();
+	add_wait(c, WAIT_RELOAD, NULL);
 	kill(getppid(), SIGHUP);
-	return send_simple(c, "RELOAD");
+	return true;
 }
 
 static bool cmd_shutdown(PgSocket *c, const char *arg, const char *query)
@@ -1624,6 +1697,39 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 	return send_simple(c, tag);
 }
 
+/*
+ * SHOW of the whole pooler: the other workers get the query (STATS_RAW for
+ * the stats), this worker answers into the fan-out. False if `arg` is
+ * answered by this worker alone (CONFIG, VERSION, HELP, WORKERS, ...).
+ */
+static bool cmd_show_local(PgSocket *c, const char *arg, const char *query);
+
+static bool show_fanout(PgSocket *c, const char *arg, const char *query)
+{
+	static const struct {
+		const char *name;
+		FanoutMerge merge;
+		int which; /* FM_STATS */
+	} kinds[] = {{"CLIENTS", FM_CONCAT, 0},        {"SERVERS", FM_CONCAT, 0},       {"SOCKETS", FM_CONCAT, 0},
+	             {"ACTIVE_SOCKETS", FM_CONCAT, 0}, {"POOLS", FM_POOLS, 0},          {"DATABASES", FM_DATABASES, 0},
+	             {"USERS", FM_USERS, 0},           {"LISTS", FM_LISTS, 0},          {"MEM", FM_MEM, 0},
+	             {"STATE", FM_STATE, 0},           {"DNS_HOSTS", FM_DNS, 0},        {"STATS", FM_STATS, 0},
+	             {"STATS_TOTALS", FM_STATS, 1},    {"STATS_AVERAGES", FM_STATS, 2}, {"TOTALS", FM_STATS, 3}};
+	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+		if (strcasecmp(arg, kinds[k].name) != 0)
+			continue;
+		if (kinds[k].merge == FM_STATS) {
+			admin_fanout_begin(c, "SHOW STATS_RAW", FM_STATS, kinds[k].which, false);
+			(void)show_stats_raw(c);
+		} else {
+			admin_fanout_begin(c, query, kinds[k].merge, 0, false);
+			(void)cmd_show_local(c, arg, query);
+		}
+		return true;
+	}
+	return false;
+}
+
 /* SHOW x / SELECT x. */
 static bool cmd_show(PgSocket *c, const char *arg, const char *query)
 {
@@ -1641,6 +1747,16 @@ static bool cmd_show(PgSocket *c, const char *arg, const char *query)
 		reply_row(&r, v);
 		return reply_end(&r, "SHOW");
 	}
+	if (admin_fanout_wanted(c) && show_fanout(c, arg, query))
+		return c->state != CL_JUSTFREE;
+	return cmd_show_local(c, arg, query);
+}
+
+/* SHOW x answered by this worker alone. */
+static bool cmd_show_local(PgSocket *c, const char *arg, const char *query)
+{
+	if (strcasecmp(arg, "STATS_RAW") == 0 && (c->is_private || admin_console_busy(c)))
+		return show_stats_raw(c);
 	if (strcasecmp(arg, "HELP") == 0)
 		return show_help(c);
 	if (strcasecmp(arg, "WORKERS") == 0)
@@ -1672,7 +1788,7 @@ static bool cmd_show(PgSocket *c, const char *arg, const char *query)
 	if (strcasecmp(arg, "STATS_AVERAGES") == 0)
 		return show_stats(c, 2);
 	if (strcasecmp(arg, "TOTALS") == 0)
-		return show_totals(c);
+		return show_stats(c, 3);
 	if (strcasecmp(arg, "LISTS") == 0)
 		return show_lists(c);
 	if (strcasecmp(arg, "STATE") == 0)
@@ -1715,8 +1831,12 @@ bool admin_handle_query(PgSocket *c, const char *query)
 
 	if (!read_ident(&p, cmd, sizeof(cmd), &too_long))
 		return too_long ? admin_error(c, NULL, "bad arguments") : invalid_command(c, query);
-	if (strcasecmp(cmd, "SET") == 0)
+	if (strcasecmp(cmd, "SET") == 0) {
+		/* a peer console is an admin: only an admin's SET may reach it */
+		if (c->admin_user && admin_fanout_wanted(c))
+			admin_fanout_begin(c, query, FM_COMMAND, 0, false);
 		return cmd_set(c, p, query);
+	}
 	if (!at_end(p)) {
 		if (!read_ident(&p, arg, sizeof(arg), &too_long))
 			return too_long ? admin_error(c, NULL, "bad arguments") : invalid_command(c, query);
@@ -1739,6 +1859,12 @@ bool admin_handle_query(PgSocket *c, const char *query)
 	if (!c->admin_user)
 		return admin_error(c, NULL, "admin access needed");
 
+	/* process commands apply to every worker (RELOAD and SHUTDOWN go through the master) */
+	if (strcasecmp(cmd, "RELOAD") != 0 && strcasecmp(cmd, "SHUTDOWN") != 0 && admin_fanout_wanted(c)) {
+		bool long_wait = strcasecmp(cmd, "PAUSE") == 0 || strcasecmp(cmd, "SUSPEND") == 0 ||
+		                 strcasecmp(cmd, "WAIT_CLOSE") == 0;
+		admin_fanout_begin(c, query, FM_COMMAND, 0, long_wait);
+	}
 	if (strcasecmp(cmd, "PAUSE") == 0)
 		return cmd_pause(c, arg);
 	if (strcasecmp(cmd, "RESUME") == 0)

@@ -23,7 +23,7 @@
 
 #define MAX_STARTUP_PARAMS 64
 
-void client_accept(int fd, bool is_unix)
+void client_accept(int fd, bool is_unix, bool is_private)
 {
 	PgSocket *c = socket_new(false);
 	socklen_t len = sizeof(c->remote);
@@ -31,6 +31,7 @@ void client_accept(int fd, bool is_unix)
 	len = sizeof(c->local);
 	getsockname(fd, (struct sockaddr *)&c->local, &len);
 	c->is_unix = is_unix;
+	c->is_private = is_private;
 	if (is_unix) {
 		struct ucred cred;
 		socklen_t cl = sizeof(cred);
@@ -43,8 +44,14 @@ void client_accept(int fd, bool is_unix)
 	} else {
 		tune_tcp_socket(fd);
 	}
-	worker_clients_add(1);
-	wk.accepted++;
+	if (is_private) {
+		/* a peer worker's console: not a client of the pooler, so outside max_client_conn */
+		wk.client_count++;
+		wk.private_clients++;
+	} else {
+		worker_clients_add(1);
+		wk.accepted++;
+	}
 	change_state(c, CL_LOGIN);
 	sbuf_accept(&c->sb, wk.base, fd, (uint32_t)wk.cf.g.pkt_buf, wk.cf.g.max_packet_size, client_cb, c);
 	if (!is_unix && wk.tls.client_ctx)
@@ -438,6 +445,8 @@ static SBufAction handle_admin_packet(PgSocket *c, const PktHdr *hdr, const uint
 	case 'Q': {
 		if (avail < hdr->len)
 			return SB_NEED_FULL;
+		if (admin_console_busy(c))
+			return SB_WAIT; /* the other workers still answer the previous command */
 		char *q = xmalloc(hdr->len - 4);
 		memcpy(q, data + 5, hdr->len - 5);
 		q[hdr->len - 5] = '\0';

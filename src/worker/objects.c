@@ -518,7 +518,8 @@ PgSocket *socket_new(bool is_server)
 	s->is_server = is_server;
 	s->state = is_server ? SV_FREE : CL_FREE;
 	s->sb.fd = -1;
-	s->id = ++wk.next_id;
+	/* one counter for the whole tree, so that an id names one connection whatever the worker */
+	s->id = wk.slot ? atomic_fetch_add(&wk.shm->next_socket_id, 1) + 1 : ++wk.next_id;
 	s->connect_time = s->request_time = wk.now ? wk.now : get_time_usec();
 	return s;
 }
@@ -653,7 +654,14 @@ void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 		if (c->login_user)
 			c->login_user->client_count--;
 	}
-	worker_clients_add(-1);
+	if (c->is_private) {
+		wk.client_count--;
+		wk.private_clients--;
+	} else {
+		worker_clients_add(-1);
+	}
+	if (c->fanout)
+		admin_fanout_client_gone(c);
 	sbuf_close(&c->sb);
 	change_state(c, CL_JUSTFREE);
 	worker_check_shutdown();

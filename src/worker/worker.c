@@ -37,7 +37,7 @@ static void on_accept(evutil_socket_t fd, short what, void *arg)
 			return;
 		}
 		wk.now = get_time_usec();
-		client_accept(cfd, l->is_unix);
+		client_accept(cfd, l->is_unix, false);
 	}
 }
 
@@ -82,7 +82,9 @@ static int total_servers(void)
 
 void worker_check_shutdown(void)
 {
-	if (wk.run_state == RUN_SHUTDOWN_CLIENTS && wk.client_count <= 0) {
+	/* consoles of other workers reaching this one through its private socket do not hold it up */
+	int clients = wk.client_count - wk.private_clients;
+	if (wk.run_state == RUN_SHUTDOWN_CLIENTS && clients <= 0) {
 		log_info("client connections dropped, exiting");
 		exit(0);
 	}
@@ -90,7 +92,7 @@ void worker_check_shutdown(void)
 		log_info("server connections dropped, exiting");
 		exit(0);
 	}
-	if (wk.run_state == RUN_DRAINING && wk.client_count <= 0) {
+	if (wk.run_state == RUN_DRAINING && clients <= 0) {
 		if (wk.slot)
 			atomic_store(&wk.slot->state, SLOT_EXITING);
 		log_info("worker %d drained, exiting", wk.id);
@@ -214,6 +216,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	switch (sig) {
 	case SIGHUP:
 		worker_reload();
+		wk.reloads++;
+		admin_wait_close_check(); /* a console's RELOAD waits for this */
 		break;
 	case SIGTERM:
 		if (wk.run_state == RUN_SHUTDOWN_CLIENTS || wk.run_state == RUN_SHUTDOWN_SERVERS)
@@ -478,6 +482,7 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerListener *list
 	wk.publish_ev = event_new(wk.base, -1, EV_PERSIST, on_publish, NULL);
 	event_add(wk.publish_ev, &pt);
 	publish();
+	admin_fanout_listen();
 	if (wk.slot)
 		atomic_store(&wk.slot->state, SLOT_ACTIVE);
 	event_base_dispatch(wk.base);

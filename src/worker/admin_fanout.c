@@ -1,0 +1,915 @@
+/*
+ * The console answers for the whole pooler: a command given to one worker's
+ * console is also sent to every other worker over its private unix socket,
+ * and the answers are merged with this worker's own (doc/workers.md).
+ * Everything runs in the event loop; a worker that does not answer in time
+ * is left out and named in a NOTICE.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/pktbuf.h"
+#include "common/proto.h"
+#include "common/util.h"
+#include "worker/worker.h"
+
+#define FANOUT_TIMEOUT_SEC 2         /* a peer that has not answered by then is left out */
+#define FANOUT_MAX_MSG     (1 << 20) /* longest message accepted from a peer */
+
+/* What one worker answered to the command in progress. */
+typedef struct Answer {
+	bool involved; /* asked (this worker, or a peer that was active or draining) */
+	bool done;     /* its ReadyForQuery came */
+	bool missing;  /* left out: `why` says why */
+	char why[160];
+	PktBuf rowdesc; /* its RowDescription message */
+	int ncols;
+	char ***rows; /* DataRows: ncols values each, NULL = SQL NULL */
+	int n_rows, cap_rows;
+	char *tag;      /* CommandComplete tag, NULL if none */
+	PktBuf error;   /* its ErrorResponse message (len 0 if none) */
+	PktBuf notices; /* its NoticeResponse messages */
+} Answer;
+
+/* The connection of one console to one other worker's private socket. */
+typedef struct Peer {
+	struct AdminFanout *fo;  /* the console's fan-out this belongs to */
+	int worker;              /* the worker it reaches */
+	struct bufferevent *bev; /* NULL = not connected */
+	int32_t pid;             /* the worker process it reaches */
+	bool ready;              /* logged in: its first ReadyForQuery came */
+	bool query_sent;         /* the current command went out */
+	bool has_key;            /* BackendKeyData seen (for passing on a cancel) */
+	uint8_t key[8];          /* its pid (4 bytes) and secret (4 bytes), as sent */
+} Peer;
+
+typedef struct AdminFanout {
+	PgSocket *console;
+	Peer peers[SHM_MAX_WORKERS];
+	/* the command in progress */
+	bool active;
+	FanoutMerge merge;
+	int which;  /* FM_STATS: which SHOW */
+	bool waits; /* a live peer may take long */
+	char *query;
+	Answer ans[SHM_MAX_WORKERS];
+	struct event *timer;  /* FANOUT_TIMEOUT_SEC, then re-checks of waiting peers */
+	struct event *finish; /* answers the console from the loop, never from inside its own callbacks */
+} AdminFanout;
+
+static char private_dir[108];
+static int private_fd = -1;
+static struct event *private_ev;
+static char private_path[160]; /* this worker's socket */
+static char private_sub[128];  /* and its directory */
+
+/* ---- this worker's private socket ---- */
+
+static void on_private_accept(evutil_socket_t fd, short what, void *arg)
+{
+	for (int n = 0; n < 16; n++) {
+		int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (cfd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				log_warning("accept() on the private socket failed: %s", strerror(errno));
+			return;
+		}
+		wk.now = get_time_usec();
+		client_accept(cfd, true, true);
+	}
+}
+
+static void remove_private_socket(void)
+{
+	if (private_fd >= 0 && private_path[0]) {
+		unlink(private_path);
+		rmdir(private_sub);
+	}
+}
+
+void admin_fanout_listen(void)
+{
+	if (!private_socket_dir(wk.cf.g.unix_socket_dir, wk.cf.g.listen_port, private_dir, sizeof(private_dir))) {
+		log_warning("private socket directory name too long; this worker is reachable only through the "
+		            "shared listeners");
+		private_dir[0] = '\0';
+		return;
+	}
+	snprintf(private_sub, sizeof(private_sub), "%s/worker.%d", private_dir, wk.id);
+	snprintf(private_path, sizeof(private_path), "%s/.s.PGSQL.%d", private_sub, wk.cf.g.listen_port);
+	if (mkdir(private_sub, 0700) < 0 && errno != EEXIST) {
+		log_warning("mkdir(%s) failed: %s", private_sub, strerror(errno));
+		return;
+	}
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	pgb_strlcpy(sa.sun_path, private_path, sizeof(sa.sun_path));
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		log_warning("socket() failed: %s", strerror(errno));
+		return;
+	}
+	unlink(private_path); /* left by a crashed predecessor in this slot */
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
+		log_warning("private socket %s: bind()/listen() failed: %s", private_path, strerror(errno));
+		close(fd);
+		return;
+	}
+	private_fd = fd;
+	atexit(remove_private_socket);
+	private_ev = event_new(wk.base, fd, EV_READ | EV_PERSIST, on_private_accept, NULL);
+	event_add(private_ev, NULL);
+}
+
+/* ---- answers ---- */
+
+static void answer_reset(Answer *a)
+{
+	pktbuf_free(&a->rowdesc);
+	pktbuf_free(&a->error);
+	pktbuf_free(&a->notices);
+	for (int r = 0; r < a->n_rows; r++) {
+		for (int k = 0; k < a->ncols; k++)
+			free(a->rows[r][k]);
+		free(a->rows[r]);
+	}
+	free(a->rows);
+	free(a->tag);
+	memset(a, 0, sizeof(*a));
+}
+
+static void answer_add_row(Answer *a, const uint8_t *body, uint32_t len)
+{
+	PktReader r;
+	uint16_t n;
+	pktreader_init(&r, body, len);
+	if (!pktreader_get_u16(&r, &n) || n != a->ncols)
+		return;
+	char **row = xcalloc((size_t)n + 1, sizeof(char *));
+	for (int k = 0; k < n; k++) {
+		uint32_t vlen;
+		const uint8_t *v;
+		if (!pktreader_get_u32(&r, &vlen))
+			break;
+		if (vlen == 0xffffffffu)
+			continue;
+		if (!pktreader_get_bytes(&r, vlen, &v))
+			break;
+		row[k] = xmalloc(vlen + 1);
+		memcpy(row[k], v, vlen);
+		row[k][vlen] = '\0';
+	}
+	if (a->n_rows == a->cap_rows) {
+		a->cap_rows = a->cap_rows ? a->cap_rows * 2 : 16;
+		a->rows = xrealloc(a->rows, sizeof(*a->rows) * (size_t)a->cap_rows);
+	}
+	a->rows[a->n_rows++] = row;
+}
+
+static void put_message(PktBuf *pb, uint8_t type, const uint8_t *body, uint32_t len)
+{
+	pktbuf_start_msg(pb, (char)type);
+	pktbuf_put_bytes(pb, body, len);
+	pktbuf_finish_msg(pb);
+}
+
+/* One message of the answer to the command in progress; true at its ReadyForQuery. */
+static bool answer_message(Answer *a, uint8_t type, const uint8_t *body, uint32_t len)
+{
+	switch (type) {
+	case 'T': {
+		uint16_t n = 0;
+		PktReader r;
+		pktreader_init(&r, body, len);
+		(void)pktreader_get_u16(&r, &n);
+		a->ncols = n;
+		pktbuf_reset(&a->rowdesc);
+		put_message(&a->rowdesc, type, body, len);
+		break;
+	}
+	case 'D':
+		answer_add_row(a, body, len);
+		break;
+	case 'C': {
+		PktReader r;
+		const char *tag;
+		pktreader_init(&r, body, len);
+		if (pktreader_get_string(&r, &tag)) {
+			free(a->tag);
+			a->tag = xstrdup(tag);
+		}
+		break;
+	}
+	case 'E':
+		pktbuf_reset(&a->error);
+		put_message(&a->error, type, body, len);
+		break;
+	case 'N':
+		put_message(&a->notices, type, body, len);
+		break;
+	case 'Z':
+		a->done = true;
+		return true;
+	}
+	return false;
+}
+
+/* The M field of an ErrorResponse/NoticeResponse message. */
+static const char *message_text(const PktBuf *m, size_t off)
+{
+	const uint8_t *p = m->buf + off + 5, *end = m->buf + off + 1 +
+	                                            ((uint32_t)m->buf[off + 1] << 24 | (uint32_t)m->buf[off + 2] << 16 |
+	                                             (uint32_t)m->buf[off + 3] << 8 | m->buf[off + 4]);
+	while (p < end && *p) {
+		const uint8_t *val = p + 1;
+		size_t n = strnlen((const char *)val, (size_t)(end - val));
+		if (*p == 'M')
+			return (const char *)val;
+		p = val + n + 1;
+	}
+	return "";
+}
+
+/* ---- finishing a command ---- */
+
+static void schedule_finish(AdminFanout *fo)
+{
+	event_active(fo->finish, 0, 0);
+}
+
+static bool all_done(const AdminFanout *fo)
+{
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		if (fo->ans[i].involved && !fo->ans[i].done && !fo->ans[i].missing)
+			return false;
+	return true;
+}
+
+static void peer_close(Peer *p)
+{
+	if (p->bev)
+		bufferevent_free(p->bev);
+	p->bev = NULL;
+	p->pid = 0;
+	p->ready = p->query_sent = p->has_key = false;
+}
+
+/* Leave worker i out of the command in progress. */
+static void leave_out(AdminFanout *fo, int i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void leave_out(AdminFanout *fo, int i, const char *fmt, ...)
+{
+	Answer *a = &fo->ans[i];
+	if (!fo->active || !a->involved || a->done || a->missing)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(a->why, sizeof(a->why), fmt, ap);
+	va_end(ap);
+	a->missing = true;
+	log_warning("console command \"%s\": %s", fo->query, a->why);
+	if (all_done(fo))
+		schedule_finish(fo);
+}
+
+/* Merged rows in first-seen order. */
+typedef struct MergedRow {
+	char **v;
+	int seq; /* first-seen order */
+} MergedRow;
+
+typedef struct Merged {
+	MergedRow *rows; /* copies, folded into by fold_row() */
+	int n, cap;
+} Merged;
+
+static bool is_key(FanoutMerge m, int col)
+{
+	switch (m) {
+	case FM_POOLS:
+		return col <= 1;
+	case FM_DATABASES:
+	case FM_USERS:
+	case FM_LISTS:
+	case FM_MEM:
+	case FM_STATE:
+	case FM_DNS:
+		return col == 0;
+	default:
+		return false;
+	}
+}
+
+static bool same_key(FanoutMerge m, int ncols, char **a, char **b)
+{
+	for (int k = 0; k < ncols; k++)
+		if (is_key(m, k) && strcmp(a[k] ? a[k] : "", b[k] ? b[k] : "") != 0)
+			return false;
+	return true;
+}
+
+static char *sum_text(const char *a, const char *b)
+{
+	char buf[32];
+	snprintf(buf, sizeof(buf), "%lld", (a ? atoll(a) : 0) + (b ? atoll(b) : 0));
+	return xstrdup(buf);
+}
+
+static char *max_text(const char *a, const char *b)
+{
+	long long x = a ? atoll(a) : 0, y = b ? atoll(b) : 0;
+	return xstrdup(x >= y ? (a ? a : "0") : b);
+}
+
+/* Fold row `src` into the merged row `dst` (a copy owned by the merge). */
+static void fold_row(FanoutMerge m, int ncols, char **dst, char **src)
+{
+	for (int k = 0; k < ncols; k++) {
+		char *nv = NULL;
+		switch (m) {
+		case FM_POOLS:
+			if (k >= 2 && k <= 12)
+				nv = sum_text(dst[k], src[k]);
+			else if (k == 13) {
+				/* maxwait and maxwait_us move together */
+				long long a = dst[13] ? atoll(dst[13]) * 1000000 + (dst[14] ? atoll(dst[14]) : 0) : 0;
+				long long b = src[13] ? atoll(src[13]) * 1000000 + (src[14] ? atoll(src[14]) : 0) : 0;
+				if (b > a) {
+					free(dst[13]);
+					free(dst[14]);
+					dst[13] = src[13] ? xstrdup(src[13]) : NULL;
+					dst[14] = src[14] ? xstrdup(src[14]) : NULL;
+				}
+				k = 14;
+				continue;
+			}
+			break;
+		case FM_DATABASES:
+			if (k == 12 || k == 14)
+				nv = sum_text(dst[k], src[k]);
+			else if (k == 15 || k == 16)
+				nv = max_text(dst[k], src[k]);
+			break;
+		case FM_USERS:
+			if (k == 5 || k == 7)
+				nv = sum_text(dst[k], src[k]);
+			break;
+		case FM_LISTS:
+			if (k == 1)
+				nv = sum_text(dst[k], src[k]);
+			break;
+		case FM_MEM:
+			if (k >= 2)
+				nv = sum_text(dst[k], src[k]);
+			break;
+		case FM_STATE:
+			if (k == 1) {
+				bool all = strcmp(dst[0] ? dst[0] : "", "active") == 0;
+				bool x = dst[1] && strcmp(dst[1], "yes") == 0, y = src[1] && strcmp(src[1], "yes") == 0;
+				nv = xstrdup((all ? x && y : x || y) ? "yes" : "no");
+			}
+			break;
+		default:
+			break;
+		}
+		if (nv) {
+			free(dst[k]);
+			dst[k] = nv;
+		}
+	}
+}
+
+static char **copy_row(int ncols, char **src)
+{
+	char **row = xcalloc((size_t)ncols + 1, sizeof(char *));
+	for (int k = 0; k < ncols; k++)
+		row[k] = src[k] ? xstrdup(src[k]) : NULL;
+	return row;
+}
+
+static int merged_cmp_pools(const void *x, const void *y)
+{
+	const MergedRow *a = x, *b = y;
+	int c = strcmp(a->v[0] ? a->v[0] : "", b->v[0] ? b->v[0] : "");
+	if (c == 0)
+		c = strcmp(a->v[1] ? a->v[1] : "", b->v[1] ? b->v[1] : "");
+	return c ? c : a->seq - b->seq;
+}
+
+static int merged_cmp_name(const void *x, const void *y)
+{
+	const MergedRow *a = x, *b = y;
+	int c = strcmp(a->v[0] ? a->v[0] : "", b->v[0] ? b->v[0] : "");
+	return c ? c : a->seq - b->seq;
+}
+
+/* Rows of every answering worker, merged by the command's rule, into pb. */
+static void write_merged_rows(AdminFanout *fo, PktBuf *pb, int ncols)
+{
+	Merged mg = {0};
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		Answer *a = &fo->ans[i];
+		if (!a->done || a->missing || a->error.len || a->ncols != ncols)
+			continue;
+		for (int r = 0; r < a->n_rows; r++) {
+			char **row = a->rows[r];
+			int found = -1;
+			if (fo->merge != FM_CONCAT)
+				for (int k = 0; k < mg.n && found < 0; k++)
+					if (same_key(fo->merge, ncols, mg.rows[k].v, row))
+						found = k;
+			if (found >= 0) {
+				fold_row(fo->merge, ncols, mg.rows[found].v, row);
+				continue;
+			}
+			if (mg.n == mg.cap) {
+				mg.cap = mg.cap ? mg.cap * 2 : 32;
+				mg.rows = xrealloc(mg.rows, sizeof(*mg.rows) * (size_t)mg.cap);
+			}
+			mg.rows[mg.n].v = copy_row(ncols, row);
+			mg.rows[mg.n].seq = mg.n;
+			mg.n++;
+		}
+	}
+	if (fo->merge == FM_POOLS)
+		qsort(mg.rows, (size_t)mg.n, sizeof(*mg.rows), merged_cmp_pools);
+	else if (fo->merge == FM_DATABASES || fo->merge == FM_USERS || fo->merge == FM_DNS)
+		qsort(mg.rows, (size_t)mg.n, sizeof(*mg.rows), merged_cmp_name);
+	for (int k = 0; k < mg.n; k++) {
+		pktbuf_write_data_row(pb, ncols, (const char *const *)mg.rows[k].v);
+		for (int c = 0; c < ncols; c++)
+			free(mg.rows[k].v[c]);
+		free(mg.rows[k].v);
+	}
+	free(mg.rows);
+}
+
+static int dbstats_cmp(const void *x, const void *y)
+{
+	return strcmp(((const DbStats *)x)->name, ((const DbStats *)y)->name);
+}
+
+/* SHOW STATS & co: every worker answered STATS_RAW (database, then 3 x 11 counters); sum per database. */
+static void write_stats(AdminFanout *fo, PktBuf *pb)
+{
+	enum { NF = sizeof(PgStats) / sizeof(uint64_t) };
+	DbStats *arr = NULL;
+	int n = 0, cap = 0;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		Answer *a = &fo->ans[i];
+		if (!a->done || a->missing || a->error.len || a->ncols != 1 + 3 * NF)
+			continue;
+		for (int r = 0; r < a->n_rows; r++) {
+			char **row = a->rows[r];
+			if (!row[0])
+				continue;
+			DbStats *d = NULL;
+			for (int k = 0; k < n && !d; k++)
+				if (strcmp(arr[k].name, row[0]) == 0)
+					d = &arr[k];
+			if (!d) {
+				if (n == cap) {
+					cap = cap ? cap * 2 : 16;
+					arr = xrealloc(arr, sizeof(*arr) * (size_t)cap);
+				}
+				d = &arr[n++];
+				memset(d, 0, sizeof(*d));
+				d->name = row[0];
+			}
+			uint64_t *dst[3] = {(uint64_t *)&d->total, (uint64_t *)&d->older, (uint64_t *)&d->newer};
+			for (int s = 0; s < 3; s++)
+				for (int f = 0; f < NF; f++) {
+					const char *v = row[1 + s * NF + f];
+					dst[s][f] += v ? strtoull(v, NULL, 10) : 0;
+				}
+		}
+	}
+	qsort(arr, (size_t)n, sizeof(*arr), dbstats_cmp);
+	admin_write_stats(pb, fo->which, arr, n);
+	free(arr);
+}
+
+static void end_command(AdminFanout *fo)
+{
+	fo->active = false;
+	free(fo->query);
+	fo->query = NULL;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		answer_reset(&fo->ans[i]);
+	evtimer_del(fo->timer);
+}
+
+/* Notices of every worker, each text once. */
+static void write_notices(AdminFanout *fo, PktBuf *pb)
+{
+	char *seen[64];
+	int n_seen = 0;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		PktBuf *nb = &fo->ans[i].notices;
+		for (size_t off = 0; off + 5 <= nb->len;) {
+			uint32_t len = (uint32_t)nb->buf[off + 1] << 24 | (uint32_t)nb->buf[off + 2] << 16 |
+			               (uint32_t)nb->buf[off + 3] << 8 | nb->buf[off + 4];
+			const char *text = message_text(nb, off);
+			bool dup = false;
+			for (int k = 0; k < n_seen; k++)
+				dup |= strcmp(seen[k], text) == 0;
+			if (!dup) {
+				pktbuf_put_bytes(pb, nb->buf + off, 1 + len);
+				if (n_seen < 64)
+					seen[n_seen++] = (char *)text;
+			}
+			off += 1 + len;
+		}
+	}
+}
+
+static void on_finish(evutil_socket_t fd, short what, void *arg)
+{
+	AdminFanout *fo = arg;
+	if (!fo->active || !all_done(fo))
+		return;
+	PgSocket *c = fo->console;
+	Answer *own = &fo->ans[wk.id];
+	PktBuf pb;
+	pktbuf_init(&pb, 1024);
+	write_notices(fo, &pb);
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		Answer *a = &fo->ans[i];
+		char msg[256];
+		if (!a->involved || i == wk.id)
+			continue;
+		if (a->missing)
+			snprintf(msg, sizeof(msg), "%s", a->why);
+		else if (a->error.len && fo->merge != FM_COMMAND)
+			snprintf(msg, sizeof(msg), "worker %d answered: %s", i, message_text(&a->error, 0));
+		else
+			continue;
+		pktbuf_write_notice(&pb, msg);
+	}
+
+	bool aborted = false, any_ok = false;
+	int first_ok = -1;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		Answer *a = &fo->ans[i];
+		if (!a->involved || a->missing)
+			continue;
+		if (!a->tag && !a->error.len)
+			aborted = true; /* a cancelled PAUSE/SUSPEND/WAIT_CLOSE: bare ReadyForQuery */
+		if (a->tag && (first_ok < 0 || i == wk.id))
+			first_ok = i;
+		any_ok |= a->tag != NULL;
+	}
+	if (aborted) {
+		/* nothing but the ReadyForQuery */
+	} else if (fo->merge == FM_COMMAND) {
+		if (any_ok) {
+			pktbuf_write_command_complete(&pb, fo->ans[first_ok].tag);
+		} else {
+			/* nobody could: this worker's error says why (the others say the same) */
+			const PktBuf *e = own->error.len ? &own->error : NULL;
+			for (int i = 0; !e && i < SHM_MAX_WORKERS; i++)
+				if (fo->ans[i].error.len)
+					e = &fo->ans[i].error;
+			if (e)
+				pktbuf_put_bytes(&pb, e->buf, e->len);
+		}
+	} else if (own->error.len) {
+		pktbuf_put_bytes(&pb, own->error.buf, own->error.len);
+	} else if (fo->merge == FM_STATS) {
+		write_stats(fo, &pb);
+	} else {
+		if (own->rowdesc.len)
+			pktbuf_put_bytes(&pb, own->rowdesc.buf, own->rowdesc.len);
+		write_merged_rows(fo, &pb, own->ncols);
+		pktbuf_write_command_complete(&pb, own->tag ? own->tag : "SHOW");
+	}
+	pktbuf_write_ready(&pb, 'I');
+	end_command(fo);
+	bool ok = sbuf_send(&c->sb, pb.buf, pb.len);
+	pktbuf_free(&pb);
+	if (!ok) {
+		disconnect_client(c, false, "client send failed");
+		return;
+	}
+	/* a query that came meanwhile waited for this */
+	sbuf_continue(&c->sb);
+}
+
+/* ---- peers ---- */
+
+/* The private socket of worker i (private_socket_dir() left room for the name). */
+static void peer_address(int i, struct sockaddr_un *sa)
+{
+	char path[sizeof(private_dir) + 32];
+	memset(sa, 0, sizeof(*sa));
+	sa->sun_family = AF_UNIX;
+	snprintf(path, sizeof(path), "%s/worker.%d/.s.PGSQL.%d", private_dir, i, wk.cf.g.listen_port);
+	pgb_strlcpy(sa->sun_path, path, sizeof(sa->sun_path));
+}
+
+static void peer_send_query(AdminFanout *fo, Peer *p)
+{
+	PktBuf pb;
+	pktbuf_init(&pb, 64);
+	pktbuf_start_msg(&pb, 'Q');
+	pktbuf_put_string(&pb, fo->query);
+	pktbuf_finish_msg(&pb);
+	bufferevent_write(p->bev, pb.buf, pb.len);
+	pktbuf_free(&pb);
+	p->query_sent = true;
+}
+
+static void peer_failed(Peer *p, const char *what)
+{
+	int32_t pid = p->pid;
+	peer_close(p);
+	leave_out(p->fo, p->worker, "worker %d (pid %d) is left out: %s", p->worker, (int)pid, what);
+}
+
+/* Messages from a peer: its login, then its answers to the command in progress. */
+static void on_peer_read(struct bufferevent *bev, void *arg)
+{
+	Peer *p = arg;
+	AdminFanout *fo = p->fo;
+	Answer *a = &fo->ans[p->worker];
+	struct evbuffer *in = bufferevent_get_input(bev);
+	wk.now = get_time_usec();
+	for (;;) {
+		uint8_t hdr[5];
+		if (evbuffer_copyout(in, hdr, 5) < 5)
+			return;
+		uint32_t len = (uint32_t)hdr[1] << 24 | (uint32_t)hdr[2] << 16 | (uint32_t)hdr[3] << 8 | hdr[4];
+		if (len < 4 || len > FANOUT_MAX_MSG) {
+			peer_failed(p, "bad message");
+			return;
+		}
+		if (evbuffer_get_length(in) < (size_t)len + 1)
+			return;
+		const uint8_t *msg = evbuffer_pullup(in, (ev_ssize_t)len + 1);
+		const uint8_t *body = msg + 5;
+		uint32_t blen = len - 4;
+		if (!p->ready) {
+			if (hdr[0] == 'E') {
+				char why[200];
+				PktBuf tmp;
+				pktbuf_init(&tmp, len + 1);
+				pktbuf_put_bytes(&tmp, msg, len + 1);
+				snprintf(why, sizeof(why), "login refused: %s", message_text(&tmp, 0));
+				pktbuf_free(&tmp);
+				peer_failed(p, why);
+				return;
+			}
+			if (hdr[0] == 'R' && (blen < 4 || (body[0] | body[1] | body[2] | body[3]))) {
+				peer_failed(p, "login asks for a password");
+				return;
+			}
+			if (hdr[0] == 'K' && blen >= 8) {
+				memcpy(p->key, body, 8);
+				p->has_key = true;
+			}
+			if (hdr[0] == 'Z') {
+				p->ready = true;
+				if (fo->active && a->involved && !a->missing && !p->query_sent)
+					peer_send_query(fo, p);
+			}
+			evbuffer_drain(in, (size_t)len + 1);
+			continue;
+		}
+		bool end = false;
+		if (fo->active && a->involved && !a->missing && p->query_sent)
+			end = answer_message(a, hdr[0], body, blen);
+		evbuffer_drain(in, (size_t)len + 1);
+		if (end) {
+			p->query_sent = false;
+			if (all_done(fo))
+				schedule_finish(fo);
+		}
+	}
+}
+
+static void on_peer_event(struct bufferevent *bev, short what, void *arg)
+{
+	Peer *p = arg;
+	if (what & BEV_EVENT_EOF) {
+		peer_failed(p, "its connection closed");
+	} else if (what & BEV_EVENT_ERROR) {
+		char why[160];
+		snprintf(why, sizeof(why), "could not reach it: %s", strerror(EVUTIL_SOCKET_ERROR()));
+		peer_failed(p, why);
+	}
+}
+
+static bool peer_connect(Peer *p, int32_t pid)
+{
+	struct sockaddr_un sa;
+	peer_address(p->worker, &sa);
+	p->bev = bufferevent_socket_new(wk.base, -1, BEV_OPT_CLOSE_ON_FREE);
+	if (!p->bev)
+		return false;
+	p->pid = pid;
+	bufferevent_setcb(p->bev, on_peer_read, NULL, on_peer_event, p);
+	bufferevent_enable(p->bev, EV_READ | EV_WRITE);
+	if (bufferevent_socket_connect(p->bev, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		return false;
+	/* StartupMessage, protocol 3.0: the same-UID "pgbouncer" login of the console */
+	char app[64];
+	snprintf(app, sizeof(app), "console of worker %d", wk.id);
+	PktBuf pb;
+	pktbuf_init(&pb, 128);
+	pktbuf_start_msg(&pb, 0);
+	pktbuf_put_u32(&pb, 196608);
+	pktbuf_put_string(&pb, "user");
+	pktbuf_put_string(&pb, "pgbouncer");
+	pktbuf_put_string(&pb, "database");
+	pktbuf_put_string(&pb, "pgbouncer");
+	pktbuf_put_string(&pb, "application_name");
+	pktbuf_put_string(&pb, app);
+	pktbuf_put_u8(&pb, 0);
+	pktbuf_finish_msg(&pb);
+	bufferevent_write(p->bev, pb.buf, pb.len);
+	pktbuf_free(&pb);
+	return true;
+}
+
+/* ---- the command's life ---- */
+
+static bool slot_serving(int i, int32_t *pid)
+{
+	if (!wk.slot || !wk.shm)
+		return false;
+	WorkerSlot *s = &wk.shm->slots[i];
+	uint32_t st = atomic_load(&s->state);
+	*pid = atomic_load(&s->pid);
+	return *pid > 0 && (st == SLOT_ACTIVE || st == SLOT_DRAINING);
+}
+
+/* A peer is alive while its loop keeps publishing (every 100 ms) and its slot is the same process. */
+static bool peer_alive(const Peer *p)
+{
+	int32_t pid;
+	if (!slot_serving(p->worker, &pid) || pid != p->pid)
+		return false;
+	struct timespec mono;
+	clock_gettime(CLOCK_MONOTONIC, &mono);
+	uint64_t now_ns = (uint64_t)mono.tv_sec * 1000000000u + (uint64_t)mono.tv_nsec;
+	uint64_t seen = atomic_load(&wk.shm->slots[p->worker].sample_time_ns);
+	return now_ns < seen + (uint64_t)FANOUT_TIMEOUT_SEC * 1000000000u;
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+	AdminFanout *fo = arg;
+	wk.now = get_time_usec();
+	if (!fo->active)
+		return;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		Answer *a = &fo->ans[i];
+		Peer *p = &fo->peers[i];
+		if (i == wk.id || !a->involved || a->done || a->missing)
+			continue;
+		/* PAUSE and friends may wait long on a live worker; a stopped or hung one is left out */
+		if (fo->waits && p->bev && peer_alive(p))
+			continue;
+		int32_t pid = p->pid;
+		peer_close(p); /* a late answer must not be taken for the next command's */
+		leave_out(fo, i, "worker %d (pid %d) did not answer within %d seconds and is left out", i, (int)pid,
+		          FANOUT_TIMEOUT_SEC);
+	}
+	if (!all_done(fo)) {
+		struct timeval tv = {0, 250000};
+		evtimer_add(fo->timer, &tv);
+	}
+}
+
+bool admin_fanout_wanted(const PgSocket *c)
+{
+	if (c->is_private || !wk.slot || !private_dir[0])
+		return false;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		int32_t pid;
+		if (i != wk.id && slot_serving(i, &pid))
+			return true;
+	}
+	return false;
+}
+
+static AdminFanout *fanout_new(PgSocket *c)
+{
+	AdminFanout *fo = xcalloc(1, sizeof(*fo));
+	fo->console = c;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		fo->peers[i].fo = fo;
+		fo->peers[i].worker = i;
+	}
+	fo->timer = evtimer_new(wk.base, on_timer, fo);
+	fo->finish = event_new(wk.base, -1, 0, on_finish, fo);
+	return fo;
+}
+
+void admin_fanout_begin(PgSocket *c, const char *query, FanoutMerge merge, int which, bool waits)
+{
+	if (!c->fanout)
+		c->fanout = fanout_new(c);
+	AdminFanout *fo = c->fanout;
+	fo->active = true;
+	fo->merge = merge;
+	fo->which = which;
+	fo->waits = waits;
+	fo->query = xstrdup(query);
+	fo->ans[wk.id].involved = true;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		Peer *p = &fo->peers[i];
+		int32_t pid = 0;
+		if (i == wk.id)
+			continue;
+		if (!slot_serving(i, &pid)) {
+			peer_close(p);
+			continue;
+		}
+		fo->ans[i].involved = true;
+		if (p->bev && p->pid != pid)
+			peer_close(p); /* the slot has a new process */
+		if (!p->bev && !peer_connect(p, pid)) {
+			char why[160];
+			snprintf(why, sizeof(why), "could not reach it: %s", strerror(errno));
+			peer_failed(p, why);
+			continue;
+		}
+		if (p->ready)
+			peer_send_query(fo, p);
+	}
+	struct timeval tv = {FANOUT_TIMEOUT_SEC, 0};
+	evtimer_add(fo->timer, &tv);
+}
+
+bool admin_fanout_capture(PgSocket *c, const uint8_t *buf, size_t len)
+{
+	AdminFanout *fo = c->fanout;
+	if (!fo || !fo->active || fo->ans[wk.id].done)
+		return false;
+	Answer *own = &fo->ans[wk.id];
+	for (size_t off = 0; off + 5 <= len;) {
+		uint32_t mlen = (uint32_t)buf[off + 1] << 24 | (uint32_t)buf[off + 2] << 16 |
+		                (uint32_t)buf[off + 3] << 8 | buf[off + 4];
+		if (answer_message(own, buf[off], buf + off + 5, mlen - 4) && all_done(fo))
+			schedule_finish(fo);
+		off += 1 + mlen;
+	}
+	return true;
+}
+
+bool admin_console_busy(const PgSocket *c)
+{
+	return c->fanout && c->fanout->active;
+}
+
+/* Pass a CancelRequest for the console on to the peers still working on its command. */
+void admin_fanout_cancel(PgSocket *c)
+{
+	AdminFanout *fo = c->fanout;
+	if (!fo || !fo->active)
+		return;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		Peer *p = &fo->peers[i];
+		if (i == wk.id || !fo->ans[i].involved || fo->ans[i].done || !p->bev || !p->has_key)
+			continue;
+		struct sockaddr_un sa;
+		peer_address(i, &sa);
+		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			continue;
+		uint8_t pkt[16] = {0, 0, 0, 16};
+		uint32_t code = PROTO_CANCEL_CODE;
+		for (int k = 0; k < 4; k++)
+			pkt[4 + k] = (uint8_t)(code >> (24 - 8 * k));
+		memcpy(pkt + 8, p->key, 8);
+		/* a unix socket connects at once (or fails): 16 bytes never block */
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || write(fd, pkt, sizeof(pkt)) != sizeof(pkt))
+			log_warning("could not pass a console cancel to worker %d: %s", i, strerror(errno));
+		close(fd);
+	}
+}
+
+void admin_fanout_client_gone(PgSocket *c)
+{
+	AdminFanout *fo = c->fanout;
+	c->fanout = NULL;
+	if (!fo)
+		return;
+	end_command(fo);
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		peer_close(&fo->peers[i]);
+	event_free(fo->timer);
+	event_free(fo->finish);
+	free(fo);
+}

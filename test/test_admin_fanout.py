@@ -1,0 +1,353 @@
+"""The admin console answers for every worker (DESIGN.md §5; doc/workers.md):
+SHOW merges the rows of all workers, process commands apply to all, a worker
+that does not answer is named in a NOTICE; the private per-worker sockets."""
+
+import os
+import signal
+import stat
+import threading
+import time
+
+import psycopg
+import pytest
+
+from conftest import wait_for
+
+TWO = {"min_workers": 2, "max_workers": 2, "log_connections": 0, "log_disconnections": 0}
+
+
+def worker_of(conn):
+    """The worker a connection landed on: byte 3 of the cancel key (see test_workers.py)."""
+    return conn.info.backend_pid & 0xFF
+
+
+def states(b):
+    with b.admin() as conn:
+        return sorted(r[2] for r in conn.execute("SHOW WORKERS").fetchall())
+
+
+def two_workers(ini=None, **kw):
+    """The bouncer factory call for two workers, waiting until both are active."""
+    def start(bouncer):
+        b = bouncer(ini_overrides={**TWO, **(ini or {})}, **kw)
+        wait_for(lambda: states(b) == ["active", "active"], "two active workers")
+        return b
+    return start
+
+
+def on_worker(b, worker, admin=False, **kw):
+    """A connection (client or console) that landed on the given worker."""
+    def attempt():
+        conn = b.admin(**kw) if admin else b.connect(**kw)
+        if worker_of(conn) == worker:
+            return conn
+        conn.close()
+        return None
+    return wait_for(attempt, f"a {'console' if admin else 'client'} on worker {worker}")
+
+
+def private_dir(b):
+    return b.dir / f"pgbouncer-workers.{b.port}"
+
+
+def private_console(b, worker):
+    """A console reaching one specific worker through its private socket."""
+    return psycopg.connect(host=str(private_dir(b) / f"worker.{worker}"), port=b.port, user="pgbouncer",
+                           dbname="pgbouncer", autocommit=True, connect_timeout=10)
+
+
+def rows(conn, query):
+    cur = conn.execute(query)
+    names = [d.name for d in cur.description]
+    return [dict(zip(names, r)) for r in cur.fetchall()]
+
+
+def kv(conn, query):
+    return {r[0]: r[1] for r in conn.execute(query).fetchall()}
+
+
+def test_private_sockets_dir_mode_and_removed_at_exit(bouncer):
+    b = two_workers()(bouncer)
+    d = private_dir(b)
+    st = os.stat(d)
+    assert stat.S_IMODE(st.st_mode) == 0o700
+    for w in (0, 1):
+        assert stat.S_ISSOCK(os.stat(d / f"worker.{w}" / f".s.PGSQL.{b.port}").st_mode)
+        with private_console(b, w) as conn:
+            assert worker_of(conn) == w
+    assert b.stop(signal.SIGTERM) == 0
+    assert not d.exists()
+
+
+def test_private_console_does_not_fan_out(bouncer):
+    b = two_workers()(bouncer)
+    held = [on_worker(b, w, application_name=f"held{w}") for w in (0, 1)]
+    for w in (0, 1):
+        with private_console(b, w) as conn:
+            apps = {r["application_name"] for r in rows(conn, "SHOW CLIENTS") if r["database"] == "postgres"}
+            assert apps == {f"held{w}"}
+            pool = next(r for r in rows(conn, "SHOW POOLS") if r["database"] == "postgres")
+            assert pool["cl_active"] == 1
+    del held
+
+
+@pytest.mark.parametrize("console_worker", [0, 1])
+def test_show_clients_and_servers_of_both_workers(bouncer, console_worker):
+    b = two_workers()(bouncer)
+    clients = {}
+    for w, n in ((0, 3), (1, 2)):
+        for k in range(n):
+            clients[f"c{w}_{k}"] = on_worker(b, w, application_name=f"c{w}_{k}")
+    # session mode: a client that ran a query holds its server
+    for name in ("c0_0", "c1_0"):
+        clients[name].execute("SELECT 1")
+    with on_worker(b, console_worker, admin=True) as conn:
+        cl = [r for r in rows(conn, "SHOW CLIENTS") if r["database"] == "postgres"]
+        assert sorted(r["application_name"] for r in cl) == sorted(clients)
+        assert len({r["id"] for r in rows(conn, "SHOW CLIENTS")}) == len(rows(conn, "SHOW CLIENTS"))
+        sv = [r for r in rows(conn, "SHOW SERVERS") if r["state"] == "active"]
+        assert sorted(r["application_name"] for r in sv) == ["c0_0", "c1_0"]
+        # column types as with one worker
+        cur = conn.execute("SHOW CLIENTS")
+        assert [d.type_code for d in cur.description][6] == 23
+        sockets = [r for r in rows(conn, "SHOW SOCKETS") if r["database"] == "postgres" and r["type"] == "C"]
+        assert len(sockets) == 5
+
+
+def test_show_pools_and_stats_sum_both_workers(bouncer):
+    b = two_workers({"stats_period": 1})(bouncer)
+    c0 = [on_worker(b, 0, autocommit=True) for _ in range(2)]
+    c1 = [on_worker(b, 1, autocommit=True) for _ in range(3)]
+
+    def totals(conn):
+        return next(r for r in rows(conn, "SHOW STATS_TOTALS") if r["database"] == "postgres")
+
+    with on_worker(b, 0, admin=True) as conn:
+        before = totals(conn)["query_count"] if any(
+            r["database"] == "postgres" for r in rows(conn, "SHOW STATS_TOTALS")) else 0
+        for c in c0:
+            for _ in range(4):
+                c.execute("SELECT 1")
+        for c in c1:
+            for _ in range(5):
+                c.execute("SELECT 1")
+        pool = next(r for r in rows(conn, "SHOW POOLS") if r["database"] == "postgres")
+        assert pool["cl_active"] == 5
+        assert pool["sv_idle"] + pool["sv_used"] + pool["sv_active"] >= 2  # one server per worker at least
+        after = totals(conn)
+        assert after["query_count"] - before == 2 * 4 + 3 * 5
+        stats = next(r for r in rows(conn, "SHOW STATS") if r["database"] == "postgres")
+        assert stats["total_query_count"] == after["query_count"]
+        assert kv(conn, "SHOW TOTALS")["total_query_count"] >= after["query_count"]
+        # the merged row equals the sum of what each worker says on its private socket
+        per_worker = []
+        for w in (0, 1):
+            with private_console(b, w) as pc:
+                per_worker.append(next(r for r in rows(pc, "SHOW POOLS") if r["database"] == "postgres"))
+        assert pool["cl_active"] == sum(p["cl_active"] for p in per_worker)
+        assert [p["cl_active"] for p in per_worker] == [2, 3]
+        db = next(r for r in rows(conn, "SHOW DATABASES") if r["name"] == "postgres")
+        assert db["current_client_connections"] == 5
+        user = next(r for r in rows(conn, "SHOW USERS") if r["name"] == "postgres")
+        assert user["current_client_connections"] == 5
+
+
+def test_show_lists_and_mem_are_summed(bouncer):
+    b = two_workers()(bouncer)
+    held = [on_worker(b, w) for w in (0, 1, 1)]
+    per_worker = []
+    for w in (0, 1):
+        with private_console(b, w) as pc:
+            per_worker.append(kv(pc, "SHOW LISTS"))
+    with b.admin() as conn:
+        lists = kv(conn, "SHOW LISTS")
+        cur = conn.execute("SHOW LISTS")
+        assert [d.type_code for d in cur.description] == [25, 23]
+        mem = rows(conn, "SHOW MEM")
+    assert list(lists) == list(per_worker[0])
+    assert lists["databases"] == per_worker[0]["databases"] + per_worker[1]["databases"]
+    assert lists["pools"] == per_worker[0]["pools"] + per_worker[1]["pools"]
+    # the clients, the consoles and their peer connections: at least the three held clients
+    assert lists["used_clients"] >= 3 + 1
+    client_cache = next(r for r in mem if r["name"] == "client_cache")
+    assert client_cache["used"] >= 3
+    del held
+
+
+def test_pause_and_resume_apply_to_both_workers(bouncer):
+    b = two_workers()(bouncer)
+    # each worker's pool has had a server (so that logins need none while paused)
+    for w in (0, 1):
+        with on_worker(b, w) as c:
+            c.execute("SELECT 1")
+    with b.admin() as conn:
+        conn.execute("PAUSE")
+        for w in (0, 1):
+            with private_console(b, w) as pc:
+                assert kv(pc, "SHOW STATE")["paused"] == "yes"
+        assert kv(conn, "SHOW STATE")["paused"] == "yes"
+        c0 = on_worker(b, 0, autocommit=True)
+        c1 = on_worker(b, 1, autocommit=True)
+        done = []
+
+        def query(c, tag):
+            c.execute("SELECT 1")
+            done.append(tag)
+
+        threads = [threading.Thread(target=query, args=(c, w)) for w, c in ((0, c0), (1, c1))]
+        for t in threads:
+            t.start()
+        wait_for(lambda: next(r for r in rows(conn, "SHOW POOLS") if r["database"] == "postgres")["cl_waiting"] == 2,
+                 "a query waiting on each worker")
+        assert done == [], "queries must wait while every worker is paused"
+        conn.execute("RESUME")
+        for t in threads:
+            t.join(timeout=20)
+        assert sorted(done) == [0, 1]
+        assert kv(conn, "SHOW STATE")["active"] == "yes"
+
+
+def test_pause_waits_for_a_busy_server_on_the_other_worker(bouncer):
+    b = two_workers()(bouncer)
+    holder = on_worker(b, 1, autocommit=True)
+    holder.execute("SELECT 1")  # session mode: the server stays linked until disconnect
+    conn = on_worker(b, 0, admin=True)
+    result = []
+    t = threading.Thread(target=lambda: result.append(conn.execute("PAUSE").statusmessage))
+    t.start()
+    with private_console(b, 1) as pc:
+        wait_for(lambda: kv(pc, "SHOW STATE")["paused"] == "yes", "worker 1 to start pausing")
+    time.sleep(0.5)
+    assert result == [], "PAUSE answered while worker 1 still had a server in use"
+    holder.close()
+    t.join(timeout=20)
+    assert result == ["PAUSE"]
+    conn.execute("RESUME")
+
+
+def test_cancel_of_a_pending_pause_resumes_every_worker(bouncer):
+    b = two_workers()(bouncer)
+    holder = on_worker(b, 1, autocommit=True)
+    holder.execute("SELECT 1")  # keeps worker 1's PAUSE pending
+    conn = on_worker(b, 0, admin=True)
+    outcome = []
+
+    def pause():
+        try:
+            conn.execute("PAUSE")
+            outcome.append("PAUSE")
+        except psycopg.InternalError as e:  # an aborted command ends with a bare ReadyForQuery
+            outcome.append(str(e))
+
+    t = threading.Thread(target=pause)
+    t.start()
+    with private_console(b, 1) as pc:
+        wait_for(lambda: kv(pc, "SHOW STATE")["paused"] == "yes", "worker 1 to start pausing")
+        time.sleep(0.3)
+        conn.cancel()
+        t.join(timeout=20)
+        assert outcome == ["got no result from the query"]
+        wait_for(lambda: kv(pc, "SHOW STATE")["active"] == "yes", "worker 1 to resume")
+    with private_console(b, 0) as pc:
+        assert kv(pc, "SHOW STATE")["active"] == "yes"
+    assert holder.execute("SELECT 2").fetchone() == (2,)
+
+
+def test_kill_client_on_the_other_worker(bouncer):
+    b = two_workers()(bouncer)
+    victim = on_worker(b, 1, application_name="victim")
+    with on_worker(b, 0, admin=True) as conn:
+        vid = next(r["id"] for r in rows(conn, "SHOW CLIENTS") if r["application_name"] == "victim")
+        conn.execute(f"KILL_CLIENT {vid}")
+        with pytest.raises(psycopg.OperationalError) as exc:
+            victim.execute("SELECT 1")
+        assert "admin forced disconnect" in str(exc.value)
+        with pytest.raises(psycopg.errors.ProtocolViolation) as exc:
+            conn.execute("KILL_CLIENT 99999999")
+        assert exc.value.diag.message_primary == "client not found"
+
+
+def test_disable_enable_and_reconnect_apply_everywhere(bouncer):
+    b = two_workers()(bouncer)
+    with b.admin() as conn:
+        conn.execute("DISABLE postgres")
+        for w in (0, 1):
+            with private_console(b, w) as pc:
+                db = next(r for r in rows(pc, "SHOW DATABASES") if r["name"] == "postgres")
+                assert db["disabled"] == 1
+        for _ in range(6):  # new logins fail whichever worker they land on
+            with pytest.raises(psycopg.OperationalError) as exc:
+                psycopg.connect(host="127.0.0.1", port=b.port, dbname="postgres", user="postgres")
+            assert 'database "postgres" is disabled' in str(exc.value)
+        conn.execute("ENABLE postgres")
+        clients = [on_worker(b, w, autocommit=True) for w in (0, 1)]
+        for c in clients:
+            c.execute("SELECT 1")
+        conn.execute("RECONNECT postgres")
+        sv = [r for r in rows(conn, "SHOW SERVERS") if r["database"] == "postgres" and r["state"] == "active"]
+        assert len(sv) == 2 and all(r["close_needed"] == 1 for r in sv)
+        for c in clients:
+            c.close()  # session mode: the servers are released (and closed) at disconnect
+        conn.execute("WAIT_CLOSE postgres")
+        assert all(r["close_needed"] == 0 for r in rows(conn, "SHOW SERVERS"))
+
+
+def test_set_applies_to_every_worker(bouncer):
+    b = two_workers()(bouncer)
+    with b.admin() as conn:
+        conn.execute("SET query_wait_timeout = 77")
+    for w in (0, 1):
+        with private_console(b, w) as pc:
+            assert kv(pc, "SHOW CONFIG")["query_wait_timeout"] == "77"
+
+
+def test_reload_once_per_worker(bouncer):
+    b = two_workers()(bouncer)
+    b.update(default_pool_size=7)
+    b.write_ini()
+    mark = b.log_mark()
+    with b.admin() as conn:
+        conn.execute("RELOAD")
+        for w in (0, 1):
+            with private_console(b, w) as pc:
+                assert kv(pc, "SHOW CONFIG")["default_pool_size"] == "7"
+    time.sleep(0.5)
+    assert b.log_text()[mark:].count("RELOAD command issued") == 1
+
+
+def test_stopped_worker_is_named_in_a_notice(bouncer):
+    b = two_workers()(bouncer)
+    pids = {}
+    with b.admin() as conn:
+        pids = {r["worker"]: r["pid"] for r in rows(conn, "SHOW WORKERS")}
+    conn = on_worker(b, 0, admin=True)
+    held = on_worker(b, 0, application_name="alive")
+    notices = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+    os.kill(pids[1], signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        cl = rows(conn, "SHOW CLIENTS")
+        elapsed = time.monotonic() - start
+        assert elapsed < 5
+        assert "alive" in {r["application_name"] for r in cl}
+        assert any("worker 1" in n and f"pid {pids[1]}" in n for n in notices), notices
+        # a command is not held up either
+        notices.clear()
+        conn.execute("RECONNECT")
+        assert any("worker 1" in n for n in notices), notices
+    finally:
+        os.kill(pids[1], signal.SIGCONT)
+    # worker 1 answers again
+    notices.clear()
+    wait_for(lambda: not rows(conn, "SHOW POOLS") is None and notices == [], "no more notices")
+    del held
+
+
+def test_one_worker_does_not_fan_out(bouncer):
+    b = bouncer(ini_overrides={"min_workers": 1, "max_workers": 1})
+    with b.admin() as conn:
+        assert conn.execute("SHOW CLIENTS").fetchall()
+        with pytest.raises(psycopg.errors.ProtocolViolation):
+            conn.execute("SHOW STATS_RAW")
+    assert os.path.isdir(private_dir(b))
