@@ -93,9 +93,11 @@ typedef struct ScalerView {
 } ScalerView;
 
 typedef enum BudgetKind {
-	BUDGET_POOL = 1, /* servers of one (database, pool user): pool_size, reserve, min_pool_size */
-	BUDGET_DB = 2,   /* servers of a database, all users: max_db_connections */
-	BUDGET_USER = 3, /* servers of a pool user, all databases: max_user_connections */
+	BUDGET_POOL = 1,         /* servers of one (database, pool user): pool_size, reserve, min_pool_size */
+	BUDGET_DB = 2,           /* servers of a database, all users: max_db_connections */
+	BUDGET_USER = 3,         /* servers of a pool user, all databases: max_user_connections */
+	BUDGET_DB_CLIENTS = 4,   /* client connections of a database: max_db_client_connections */
+	BUDGET_USER_CLIENTS = 5, /* client connections of a login user: max_user_client_connections */
 } BudgetKind;
 
 typedef enum BudgetEntryState {

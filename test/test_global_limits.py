@@ -134,6 +134,30 @@ def test_max_client_conn_is_global(bouncer):
         assert c.execute("SELECT 1").fetchone() == (1,)
 
 
+@pytest.mark.parametrize("setting", ["max_db_client_connections", "max_user_client_connections"])
+def test_client_connection_caps_are_global(bouncer, setting):
+    """Two clients of the database (user) on each worker would be four; the cap of 3 holds across both."""
+    b = bouncer(ini_overrides=dict(TWO, **{setting: 3}))
+    two_workers(b)
+    held = [conn_on(b, 0), conn_on(b, 1), conn_on(b, 1)]
+    for _ in range(20):
+        with pytest.raises(psycopg.OperationalError) as exc:
+            b.connect()
+        assert f"client connections exceeded ({setting})" in str(exc.value)
+    held.pop().close()
+    # the unit comes back when the client goes: a new client is let in again
+    def admitted():
+        try:
+            c = b.connect(autocommit=True)
+        except psycopg.OperationalError as e:
+            assert setting in str(e)
+            return None
+        return c
+    held.append(wait_for(admitted, "a client admitted again once one left"))
+    for c in held:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+
+
 def _connects(b):
     try:
         with psycopg.connect(host="127.0.0.1", port=b.port, dbname="postgres", user="postgres",

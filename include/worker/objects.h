@@ -79,6 +79,7 @@ typedef struct PgDatabase {
 	struct PgUser *forced_user; /* from user= */
 	int host_index;             /* round-robin position in a host list */
 	BudgetRef budget;           /* its global server count (max_db_connections) */
+	BudgetRef client_budget;    /* its global client count (max_db_client_connections) */
 } PgDatabase;
 
 /* A user: from auth_file, [users], or created for the admin console. */
@@ -96,6 +97,7 @@ typedef struct PgUser {
 	int client_count;         /* current client connections of this login user */
 	int server_count;         /* current server connections of this pool user */
 	BudgetRef budget;         /* its global server count (max_user_connections) */
+	BudgetRef client_budget;  /* its global client count (max_user_client_connections) */
 } PgUser;
 
 /* Counters of a pool (SHOW STATS). */
@@ -181,7 +183,8 @@ struct PgSocket {
 	uint8_t cancel_key[MAX_SERVER_KEY]; /* clients: our key; servers: PostgreSQL's */
 	uint32_t cancel_key_len;
 	uint32_t backend_pid; /* servers: PostgreSQL pid from BackendKeyData */
-	BudgetHold budget;    /* servers: units of the global budget, given back when freed */
+	BudgetHold budget;    /* units of the global budget, given back when freed: servers' pool, database and
+	                         user server counts; clients' database and user client counts */
 
 	/* authentication */
 	int auth_method; /* AUTH_* used for this client */

@@ -162,8 +162,10 @@ void pool_replication_ready(PgSocket *server); /* its login is done: link it to 
 int pool_global_servers(PgPool *pool);         /* servers of the pool in all workers (per worker if no budget) */
 void pool_launch_min(PgPool *pool, int min);   /* min_pool_size: one more server while all workers have < min */
 void pool_budget_tick(void);                   /* ~10/s: give idle servers to waiting workers, retry waiters */
-void budget_hold_release(BudgetHold *hold);    /* give back a server's units */
-void pool_budget_forget(PgPool *pool);         /* the pool is freed: it waits for room nowhere any more */
+void budget_hold_release(BudgetHold *hold);    /* give back a server's or client's units */
+/* A logging-in client's unit of its database's and login user's client count; NULL, or the limit that is full. */
+const char *pool_take_client_budget(PgSocket *c, int max_db, int max_user);
+void pool_budget_forget(PgPool *pool); /* the pool is freed: it waits for room nowhere any more */
 
 /* janitor.c */
 void janitor_run(void);

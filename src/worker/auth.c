@@ -84,15 +84,13 @@ void auth_login_complete(PgSocket *c)
 	}
 	int max_db =
 	    db->cf.max_db_client_connections > 0 ? db->cf.max_db_client_connections : wk.cf.g.max_db_client_connections;
-	if (max_db > 0 && db->client_count >= max_db) {
-		disconnect_client(c, true, "client connections exceeded (max_db_client_connections)");
-		return;
-	}
 	PgUser *u = c->login_user;
 	int max_user = u->cf && u->cf->max_user_client_connections > 0 ? u->cf->max_user_client_connections
 	                                                               : wk.cf.g.max_user_client_connections;
-	if (max_user > 0 && u->client_count >= max_user) {
-		disconnect_client(c, true, "client connections exceeded (max_user_client_connections)");
+	/* counted across all workers, like the server limits; given back when the client goes */
+	const char *full = pool_take_client_budget(c, max_db, max_user);
+	if (full) {
+		disconnect_client(c, true, "client connections exceeded (%s)", full);
 		return;
 	}
 	PgUser *pool_user = db->forced_user ? db->forced_user : u;

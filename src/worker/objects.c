@@ -654,6 +654,7 @@ void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 		if (c->login_user)
 			c->login_user->client_count--;
 	}
+	budget_hold_release(&c->budget);
 	if (c->is_private) {
 		wk.client_count--;
 		wk.private_clients--;

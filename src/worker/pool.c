@@ -127,6 +127,30 @@ static BudgetRef *take_budget(PgPool *pool, int pool_limit, BudgetHold *hold)
 	return NULL;
 }
 
+const char *pool_take_client_budget(PgSocket *c, int max_db, int max_user)
+{
+	PgDatabase *db = c->db;
+	PgUser *u = c->login_user;
+	int idx[2] = {budget_entry(&db->client_budget, BUDGET_DB_CLIENTS, db->name, ""),
+	              budget_entry(&u->client_budget, BUDGET_USER_CLIENTS, "", u->name)};
+	int limit[2] = {max_db, max_user};
+	int local[2] = {db->client_count, u->client_count};
+	static const char *const names[2] = {"max_db_client_connections", "max_user_client_connections"};
+	BudgetHold *hold = &c->budget;
+	*hold = (BudgetHold){.taken = true, .idx = {-1, -1, -1}};
+	for (int k = 0; k < 2; k++) {
+		bool ok = idx[k] >= 0 ? budget_take(gbudget(), wk.id, idx[k], limit[k])
+		                      : limit[k] <= 0 || local[k] < limit[k];
+		if (!ok) {
+			budget_hold_release(hold);
+			return names[k];
+		}
+		if (idx[k] >= 0)
+			hold->idx[k] = idx[k];
+	}
+	return NULL;
+}
+
 /* Whether the pool has clients (or auth_query lookups) that wait for a server. */
 static bool pool_needs_server(const PgPool *pool)
 {
