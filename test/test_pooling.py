@@ -6,13 +6,15 @@ server dies."""
 import hashlib
 import os
 import re
+import socket
 import threading
+import time
 
 import psycopg
 import pytest
 from psycopg import errors
 
-from conftest import free_port, parent_pid, wait_for
+from conftest import DEADLINE, free_port, parent_pid, wait_for
 from test_bad_input import PgWire, error_fields, message, query_message, startup_packet
 
 
@@ -745,10 +747,18 @@ def test_client_leaves_while_its_result_is_held_in_pooler(bouncer, pg):
         server_port = pg.sql("SELECT client_port FROM pg_stat_activity WHERE pid = %s", [pid])[0][0]
         w.send(query_message(f"SELECT repeat('q', 100) FROM generate_series(1, {rows})"))
         wait_for(lambda: backend_state(pg, pid)[0] == "idle", "PostgreSQL to have sent the whole result")
-        # read a little at a time until nothing is left between PostgreSQL and the pooler
+        # read a little at a time until nothing is left between PostgreSQL and the pooler; a
+        # queue can show bytes for a moment after the last of them arrived (an ACK not sent
+        # yet), so a quiet client socket means "look at the queues again", up to the deadline
         received = 0
+        w.sock.settimeout(1)
+        deadline = time.monotonic() + DEADLINE
         while any(tcp_queues(pg.port, server_port)) or any(tcp_queues(server_port, pg.port)):
-            received += len(w.sock.recv(16384))
+            try:
+                received += len(w.sock.recv(16384))
+            except socket.timeout:
+                assert time.monotonic() < deadline, f"the pooler stopped passing the result on at {received}"
+        w.sock.settimeout(DEADLINE)
         held = received < full - 400_000  # far more than the unix socket can hold: the rest is in the pooler
         w.close()
         if held:
