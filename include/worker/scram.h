@@ -44,6 +44,18 @@ bool scram_parse_secret(const char *text, ScramSecret *out) __attribute__((warn_
 bool scram_build_secret(const char *password, int iterations, ScramSecret *out) __attribute__((warn_unused_result));
 
 /*
+ * Salts that must look alike for every login and on every worker: that of
+ * the verifier made from a plain-text password, and that of the mock
+ * exchange of an unknown user, so that a prober cannot tell the two apart
+ * by connecting twice. Derived from a random key made once per process
+ * tree: the master calls scram_salt_key_init() before workers fork (else
+ * the first scram_salt_for() makes one for this process).
+ */
+#define SCRAM_DERIVED_SALT_LEN 16
+void scram_salt_key_init(void);
+void scram_salt_for(const char *name, uint8_t salt[SCRAM_DERIVED_SALT_LEN]);
+
+/*
  * Build a verifier with a given salt (1..SCRAM_MAX_SALT bytes). This is what
  * scram_build_secret does after drawing a random salt; tests use it to
  * replay known vectors.

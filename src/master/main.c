@@ -31,6 +31,7 @@
 #include "master/pidfile.h"
 #include "master/supervisor.h"
 #include "worker/hba.h"
+#include "worker/scram.h"
 
 /* Everything the master owns. */
 typedef struct Master {
@@ -460,6 +461,7 @@ int main(int argc, char **argv)
 	log_info("process up: PgBouncer %s, libevent %s (%s), adns: c-ares %s, tls: %s", PACKAGE_VERSION,
 	         event_get_version(), event_base_get_method(master.base), ares_version(NULL),
 	         OpenSSL_version(OPENSSL_VERSION));
+	scram_salt_key_init(); /* before the first fork: one key for every worker */
 	supervisor_init(master.base, &master.cf, &master.tls, &master.listeners, master.cmdline_verbose);
 	supervisor_start();
 

@@ -401,7 +401,10 @@ static SBufAction handle_scram(PgSocket *c, const uint8_t *body, uint32_t len)
 			} else if (u->kind == SECRET_PLAIN) {
 				if (!u->adhoc_scram) {
 					ScramSecret *s = xcalloc(1, sizeof(*s));
-					if (scram_build_secret(u->secret, wk.cf.g.scram_iterations, s))
+					uint8_t salt[SCRAM_DERIVED_SALT_LEN];
+					scram_salt_for(u->name, salt);
+					if (scram_build_secret_salt(u->secret, salt, sizeof(salt),
+					                            wk.cf.g.scram_iterations, s))
 						((PgUser *)u)->adhoc_scram = s;
 					else
 						free(s);
@@ -416,8 +419,9 @@ static SBufAction handle_scram(PgSocket *c, const uint8_t *body, uint32_t len)
 			/* unknown user or md5 secret: a mock verifier, so the exchange fails at the proof */
 			memset(&secret, 0, sizeof(secret));
 			secret.iterations = wk.cf.g.scram_iterations;
-			secret.salt_len = 16;
-			RAND_bytes(secret.salt, 16);
+			secret.salt_len = SCRAM_DERIVED_SALT_LEN;
+			/* the salt a plain-password user of that name would get */
+			scram_salt_for(u ? u->name : c->app_name_raw, secret.salt);
 			RAND_bytes(secret.stored_key, SCRAM_KEY_LEN);
 			RAND_bytes(secret.server_key, SCRAM_KEY_LEN);
 		}

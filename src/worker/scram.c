@@ -338,6 +338,26 @@ bool scram_build_secret_salt(const char *password, const uint8_t *salt, size_t s
 	return ok;
 }
 
+static uint8_t salt_key[32];
+static bool salt_key_ready;
+
+void scram_salt_key_init(void)
+{
+	if (RAND_bytes(salt_key, sizeof(salt_key)) != 1)
+		abort(); /* no CSPRNG: nothing about authentication can be trusted */
+	salt_key_ready = true;
+}
+
+void scram_salt_for(const char *name, uint8_t salt[SCRAM_DERIVED_SALT_LEN])
+{
+	uint8_t mac[SCRAM_KEY_LEN];
+	if (!salt_key_ready)
+		scram_salt_key_init();
+	if (!hmac_sha256(salt_key, sizeof(salt_key), name, strlen(name), mac))
+		RAND_bytes(mac, sizeof(mac));
+	memcpy(salt, mac, SCRAM_DERIVED_SALT_LEN);
+}
+
 bool scram_build_secret(const char *password, int iterations, ScramSecret *out)
 {
 	uint8_t salt[16];
