@@ -103,9 +103,30 @@ static int effective_max_db(const PgDatabase *db);
 static int effective_max_user(const PgUser *u);
 
 /*
- * All or nothing: one unit of the pool's (below pool_limit), the database's
- * and the user's budget. Returns NULL on success, else the ref of the entry
- * that had no room.
+ * All or nothing: one unit of each of n entries (idx[k] < 0: the entry did
+ * not fit in the table, so the worker's own count `local[k]` is checked
+ * against the limit instead). Returns -1 on success, else the k that had no
+ * room; on failure nothing stays taken.
+ */
+static int take_units(BudgetHold *hold, int n, const int idx[], const int limit[], const int local[])
+{
+	*hold = (BudgetHold){.taken = true, .idx = {-1, -1, -1}};
+	for (int k = 0; k < n; k++) {
+		bool ok = idx[k] >= 0 ? budget_take(gbudget(), wk.id, idx[k], limit[k])
+		                      : limit[k] <= 0 || local[k] < limit[k];
+		if (!ok) {
+			budget_hold_release(hold);
+			return k;
+		}
+		hold->idx[k] = idx[k];
+	}
+	return -1;
+}
+
+/*
+ * One unit of the pool's (below pool_limit), the database's and the user's
+ * server budget. Returns NULL on success, else the ref of the entry that had
+ * no room.
  */
 static BudgetRef *take_budget(PgPool *pool, int pool_limit, BudgetHold *hold)
 {
@@ -113,42 +134,21 @@ static BudgetRef *take_budget(PgPool *pool, int pool_limit, BudgetHold *hold)
 	int idx[3] = {pool_entry(pool), db_entry(pool->db), user_entry(pool->user)};
 	int limit[3] = {pool_limit, effective_max_db(pool->db), effective_max_user(pool->user)};
 	int local[3] = {pool_server_count(pool), pool->db->server_count, pool->user->server_count};
-	*hold = (BudgetHold){.taken = true, .idx = {-1, -1, -1}};
-	for (int k = 0; k < 3; k++) {
-		bool ok = idx[k] >= 0 ? budget_take(gbudget(), wk.id, idx[k], limit[k])
-		                      : limit[k] <= 0 || local[k] < limit[k];
-		if (!ok) {
-			budget_hold_release(hold);
-			return refs[k];
-		}
-		if (idx[k] >= 0)
-			hold->idx[k] = idx[k];
-	}
-	return NULL;
+	int full = take_units(hold, 3, idx, limit, local);
+	return full < 0 ? NULL : refs[full];
 }
 
 const char *pool_take_client_budget(PgSocket *c, int max_db, int max_user)
 {
 	PgDatabase *db = c->db;
 	PgUser *u = c->login_user;
+	static const char *const names[2] = {"max_db_client_connections", "max_user_client_connections"};
 	int idx[2] = {budget_entry(&db->client_budget, BUDGET_DB_CLIENTS, db->name, ""),
 	              budget_entry(&u->client_budget, BUDGET_USER_CLIENTS, "", u->name)};
 	int limit[2] = {max_db, max_user};
 	int local[2] = {db->client_count, u->client_count};
-	static const char *const names[2] = {"max_db_client_connections", "max_user_client_connections"};
-	BudgetHold *hold = &c->budget;
-	*hold = (BudgetHold){.taken = true, .idx = {-1, -1, -1}};
-	for (int k = 0; k < 2; k++) {
-		bool ok = idx[k] >= 0 ? budget_take(gbudget(), wk.id, idx[k], limit[k])
-		                      : limit[k] <= 0 || local[k] < limit[k];
-		if (!ok) {
-			budget_hold_release(hold);
-			return names[k];
-		}
-		if (idx[k] >= 0)
-			hold->idx[k] = idx[k];
-	}
-	return NULL;
+	int full = take_units(&c->budget, 2, idx, limit, local);
+	return full < 0 ? NULL : names[full];
 }
 
 /* Whether the pool has clients (or auth_query lookups) that wait for a server. */
