@@ -434,9 +434,6 @@ static void count_request(PgSocket *c, const PktHdr *hdr)
 		if (c->xact_start == 0)
 			c->xact_start = wk.now;
 	}
-	if (hdr->type == 'P') {
-		/* a named Parse counts for client_parse_count */
-	}
 }
 
 static SBufAction handle_admin_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
@@ -555,10 +552,7 @@ SBufAction client_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *d
 		return SB_CLOSED;
 	}
 	case SBEV_EOF:
-		if (c->state == CL_LOGIN && !c->db)
-			disconnect_client(c, false, "client unexpected eof");
-		else
-			disconnect_client(c, false, "client unexpected eof");
+		disconnect_client(c, false, "client unexpected eof");
 		return SB_CLOSED;
 	case SBEV_SEND_FAILED:
 		disconnect_client(c, false, "client send failed");
