@@ -10,6 +10,7 @@ import errno
 import os
 import pwd
 import re
+import shutil
 import signal
 import socket
 import struct
@@ -299,7 +300,9 @@ class Pooler:
     """One pgbouncer (ours or the system's) with its own directory, ini and port.
 
     `settings` are extra [pgbouncer] lines (name -> value); they can be changed
-    later with reload(). The user pgbouncer is the admin console's (trust)."""
+    later with reload(). The user pgbouncer is the admin console's (trust).
+    `wrapper` is a command prefix that runs the pooler in the same process
+    (valgrind), so the pid we start is still the pooler's."""
 
     BASE = {
         "listen_addr": "127.0.0.1",
@@ -313,9 +316,10 @@ class Pooler:
         "log_pooler_errors": "1",
     }
 
-    def __init__(self, name, binary, run_as, tmp, pg, settings=None):
+    def __init__(self, name, binary, run_as, tmp, pg, settings=None, wrapper=()):
         self.name = name
         self.binary = Path(binary)
+        self.wrapper = list(wrapper)
         self.run_as = run_as
         self.pg = pg
         self.dir = tmp / name
@@ -349,7 +353,8 @@ class Pooler:
     def start(self):
         with open(self.dir / "stdout.txt", "ab") as out, open(self.dir / "stderr.txt", "ab") as err:
             # foreground, in its own session: our Ctrl-C does not reach it, we stop it
-            self.proc = subprocess.Popen([str(self.binary), str(self.ini)], cwd=self.dir, env=child_env(),
+            self.proc = subprocess.Popen(self.wrapper + [str(self.binary), str(self.ini)], cwd=self.dir,
+                                         env=child_env(),
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                          start_new_session=True, **self.run_as.popen_kwargs())
         self.pid = self.proc.pid
@@ -426,9 +431,11 @@ def parse_log_line(line):
 
 
 def pgbench_cmd(pg_bindir, script, port, seconds, clients, jobs, churn=True, rate=None, user="postgres",
-                dbname="postgres"):
-    cmd = [str(Path(pg_bindir) / "pgbench"), "-n", "-M", "simple", "-f", str(script),
-           "-c", str(clients), "-j", str(jobs), "-T", str(seconds),
+                dbname="postgres", protocol="simple", transactions=None):
+    """pgbench for `seconds` (-T), or for `transactions` per client (-t) when given."""
+    length = ["-t", str(transactions)] if transactions else ["-T", str(seconds)]
+    cmd = [str(Path(pg_bindir) / "pgbench"), "-n", "-M", protocol, "-f", str(script),
+           "-c", str(clients), "-j", str(jobs), *length,
            "-h", "127.0.0.1", "-p", str(port), "-U", user]
     if churn:
         cmd.append("-C")
@@ -507,6 +514,57 @@ def ratio(a, b):
 
 def plural(n, word):
     return f"{n} {word}{'' if n == 1 else 'es' if word.endswith('s') else 's'}"
+
+
+# --- syscalls ---
+
+
+# Syscalls a pooler is expected to make; the rest is reported as "other".
+# (perf's syscalls:sys_enter_* wildcard works too, but takes ~15 s per pid to tear down.)
+TRACED_SYSCALLS = ("recvfrom", "sendto", "recvmsg", "sendmsg", "read", "write", "readv", "writev",
+                   "epoll_wait", "epoll_pwait", "epoll_ctl", "accept", "accept4", "connect", "socket",
+                   "close", "shutdown", "setsockopt", "getsockopt", "getsockname", "getpeername", "fcntl",
+                   "ioctl", "getpid", "getrandom", "clock_gettime", "gettimeofday")
+
+
+def perf_syscalls(pids, out_path, run):
+    """Syscalls made by the processes `pids` while run() runs (run returns its
+    number of transactions), counted with perf's syscall tracepoints (far less
+    intrusive than strace's ptrace). Returns (transactions, {syscall: count}),
+    the dict with "total" and "other" (syscalls not in TRACED_SYSCALLS)."""
+    perf = shutil.which("perf")
+    if not perf:
+        raise BenchError("counting syscalls needs perf (Debian package linux-perf)")
+    events = ["raw_syscalls:sys_enter"] + [f"syscalls:sys_enter_{n}" for n in TRACED_SYSCALLS]
+    perf_proc = subprocess.Popen([perf, "stat", "-x", ",", "-o", str(out_path), "-e", ",".join(events),
+                                  "-p", ",".join(str(p) for p in pids)], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        time.sleep(1)  # let perf attach its counters
+        if perf_proc.poll() is not None:
+            raise BenchError(f"perf stat failed: {perf_proc.stderr.read().decode(errors='replace')}")
+        xacts = run()
+    finally:
+        if perf_proc.poll() is None:
+            perf_proc.send_signal(signal.SIGINT)
+        try:
+            perf_proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            perf_proc.kill()
+            perf_proc.wait()
+    counts = {}
+    for line in Path(out_path).read_text().splitlines():
+        parts = line.split(",")
+        if len(parts) < 3 or not parts[0].isdigit():
+            continue
+        if parts[2] == "raw_syscalls:sys_enter":
+            counts["total"] = int(parts[0])
+        elif parts[2].startswith("syscalls:sys_enter_"):
+            counts[parts[2][len("syscalls:sys_enter_"):]] = int(parts[0])
+    if "total" not in counts:
+        raise BenchError(f"perf counted nothing (see {out_path})")
+    counts["other"] = counts["total"] - sum(v for k, v in counts.items() if k != "total")
+    return xacts, counts
 
 
 # --- a minimal PostgreSQL wire-protocol client ---
