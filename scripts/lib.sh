@@ -11,7 +11,7 @@ PGB_CONFIGURE_ARGS=(--enable-werror)
 # Everything needed to build, test and run the quickstart on Debian 12.
 PGB_PACKAGES=(
     build-essential autoconf automake libtool pkg-config
-    libevent-dev libssl-dev libc-ares-dev libpq-dev libcmocka-dev
+    libevent-dev libssl-dev libc-ares-dev libpq-dev libcmocka-dev libidn-dev uthash-dev
     postgresql postgresql-contrib pgbouncer
     python3-pytest python3-psycopg
     pandoc valgrind clang-format

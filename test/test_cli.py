@@ -388,16 +388,3 @@ def test_reload_with_broken_config_keeps_running(bouncer, case):
     b.wait_log(r"got SIGHUP, re-reading config", after=b.log_text().index("got SIGHUP", mark) + 1)
     assert "config file loading failed" not in b.log_text()[mark:]
     assert b.alive()
-
-
-@pytest.mark.parametrize("where", ["global", "database"])
-def test_unimplemented_pool_mode_is_announced(bouncer, pg, where):
-    """transaction pooling is not built yet: the log says so rather than pooling per session in silence."""
-    if where == "global":
-        b = bouncer(ini_overrides={"pool_mode": "transaction"})
-    else:
-        b = bouncer(databases={"postgres": pg.connstr("postgres") + " pool_mode=statement"})
-    line = b.wait_log(r"pool_mode=\w+ \(.*\) is not implemented yet.*").group(0)
-    assert ("transaction ([pgbouncer])" in line) if where == "global" else ("statement (postgres)" in line), line
-    with b.connect(autocommit=True) as conn:
-        assert conn.execute("SELECT 1").fetchone() == (1,)

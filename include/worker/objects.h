@@ -13,6 +13,8 @@
 #include "common/config.h"
 #include "common/list.h"
 #include "common/userlist.h"
+#include "worker/prepare.h"
+#include "worker/reqqueue.h"
 #include "worker/sbuf.h"
 #include "worker/scram.h"
 
@@ -206,6 +208,13 @@ struct PgSocket {
 	uint8_t cancel_server_key[MAX_SERVER_KEY];
 	uint32_t cancel_server_key_len;
 	uint32_t cancel_server_pid;
+	PgSocket *cancel_target; /* cancel connections: the server whose query they cancel (NULL once it is gone) */
+	int cancels_pending;     /* servers: cancel connections still on their way to PostgreSQL */
+
+	/* transaction and statement mode (doc/transaction.md) */
+	ReqQueue rq;        /* servers: requests still to be answered while linked */
+	ClientStmt *stmts;  /* clients: their protocol-level prepared statements by name */
+	ServerStmt *sstmts; /* servers: the statements prepared on them, LRU order */
 
 	/* replication (spec/behaviours.md §8) */
 	ReplicationMode replication; /* clients: what the startup asked for; servers: dedicated to such a client */

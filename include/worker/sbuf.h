@@ -122,6 +122,16 @@ void sbuf_continue(SBuf *sb);
 bool sbuf_send(SBuf *sb, const void *data, size_t len);
 bool sbuf_send_pktbuf(SBuf *sb, PktBuf *pb); /* sends and resets pb */
 
+/*
+ * Pooler-made bytes for src's peer that must follow, in order, everything
+ * src has already marked for forwarding (a rewritten or synthetic message
+ * in the middle of forwarded traffic): the marked bytes move into the
+ * peer's queue first. flush_now writes at once; otherwise the rest of
+ * src's batch carries them out. A failed write is reported by the peer's
+ * own events.
+ */
+void sbuf_forward_own(SBuf *src, const void *data, size_t len, bool flush_now);
+
 /* Ask for SBEV_FLUSHED once nothing is left to write (immediately if already flushed). */
 void sbuf_notify_flush(SBuf *sb);
 

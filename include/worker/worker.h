@@ -149,6 +149,15 @@ void server_release(PgSocket *server);
 void server_reset_or_ready(PgSocket *server, bool always_reset); /* released and ready: reset query, then idle */
 void server_param_status(PgSocket *server, const uint8_t *body, uint32_t len);
 
+/* txn.c: transaction and statement mode (doc/transaction.md) */
+/* A message of a client linked to a server in transaction/statement mode: queued, maybe rewritten. */
+SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
+/* A message of a linked server in transaction/statement mode: answers pop requests; may release it. */
+SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
+void txn_release(PgSocket *s); /* unlink from its client and return it to the pool */
+/* A CommandComplete of the reset query: DISCARD ALL / DEALLOCATE ALL empty the server's statements. */
+void txn_server_discard_check(PgSocket *s, const uint8_t *data, uint32_t len);
+
 /* pool.c */
 bool pool_find_server(PgSocket *client);
 bool pool_fast_fail(PgSocket *client);
@@ -222,6 +231,7 @@ bool admin_show_scaler(PgSocket *c);
 void cancel_handle_request(PgSocket *req, const uint8_t *key);
 void cancel_forwarded(const uint8_t *key); /* a cancel another worker received for our client */
 void cancel_gen_key(PgSocket *c);
+void cancel_server_gone(PgSocket *server); /* cancels on their way for it no longer point at it */
 
 /* auth_query.c: users not in auth_file looked up with auth_query on a pooled server */
 bool auth_query_wanted(const PgSocket *client);

@@ -227,34 +227,6 @@ static void log_fd_limit(const Config *cf)
 	         (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, cf->g.max_client_conn, expected);
 }
 
-/*
- * Transaction and statement pooling are not built yet: say so instead of
- * silently pooling per session.
- */
-static void warn_unimplemented_pool_modes(const Config *cf)
-{
-	const char *where = NULL;
-	int mode = POOL_SESSION;
-	if (cf->g.pool_mode != POOL_SESSION) {
-		where = "[pgbouncer]";
-		mode = cf->g.pool_mode;
-	}
-	for (int i = 0; !where && i < cf->n_dbs; i++)
-		if (cf->dbs[i].pool_mode != CF_UNSET && cf->dbs[i].pool_mode != POOL_SESSION) {
-			where = cf->dbs[i].name;
-			mode = cf->dbs[i].pool_mode;
-		}
-	for (int i = 0; !where && i < cf->n_users; i++)
-		if (cf->users[i].pool_mode != CF_UNSET && cf->users[i].pool_mode != POOL_SESSION) {
-			where = cf->users[i].name;
-			mode = cf->users[i].pool_mode;
-		}
-	if (where)
-		log_warning("pool_mode=%s (%s) is not implemented yet: clients keep their server connection for the "
-		            "whole session, as with pool_mode=session",
-		            config_enum_name(cf_pool_modes, mode), where);
-}
-
 /* SIGHUP and RELOAD: a new configuration replaces the running one only if it loads completely. */
 static bool reload_config(void)
 {
@@ -274,7 +246,6 @@ static bool reload_config(void)
 	config_free(&master.cf);
 	master.cf = next;
 	apply_log_settings(&master.cf);
-	warn_unimplemented_pool_modes(&master.cf);
 	/* each worker rebuilds its own; the master's are for workers started from now on */
 	char terr[TLS_ERR_LEN];
 	if (!tls_contexts_reload(&master.tls, &master.cf.g, hba_config_uses_cert(&master.cf.g), terr, sizeof(terr)))
@@ -428,7 +399,6 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cannot open logfile '%s': %s\n", master.cf.g.logfile, strerror(errno));
 		return 1;
 	}
-	warn_unimplemented_pool_modes(&master.cf);
 	if (reboot)
 		fatal("online restart (-R) is not supported: run the new pgbouncer beside the old one with "
 		      "so_reuseport instead");

@@ -370,7 +370,7 @@ static void socket_row(Reply *r, PgSocket *s, bool sockets)
 	                     fmt_int(remote_pid),
 	                     tls,
 	                     appname,
-	                     fmt_int(0),
+	                     fmt_int(s->is_server ? prepare_server_count(&s->sstmts) : prepare_client_count(&s->stmts)),
 	                     fmt_int((long long)s->id)};
 	if (sockets) {
 		v[21] = fmt_int(s->sb.end);

@@ -65,6 +65,36 @@ static PgSocket *find_client_by_key(const uint8_t *key)
 	return NULL;
 }
 
+/* Cancel connections on their way (their target may need to forget them). */
+static List inflight = {&inflight, &inflight};
+
+/*
+ * A cancel connection is done: its server, parked in being_canceled when
+ * its client let go of it meanwhile, can serve others now (a late cancel
+ * must never hit another client's query, spec/behaviours.md §9).
+ */
+static void cancel_conn_done(PgSocket *cs)
+{
+	PgSocket *target = cs->cancel_target;
+	cs->cancel_target = NULL;
+	sbuf_close(&cs->sb);
+	change_state(cs, SV_JUSTFREE);
+	if (target && --target->cancels_pending == 0 && target->state == SV_BEING_CANCELED)
+		pool_server_ready(target);
+}
+
+void cancel_server_gone(PgSocket *server)
+{
+	List *i;
+	list_for_each(i, &inflight)
+	{
+		PgSocket *cs = container_of(i, PgSocket, node);
+		if (cs->cancel_target == server)
+			cs->cancel_target = NULL;
+	}
+	server->cancels_pending = 0;
+}
+
 /* The connection that carries one CancelRequest to PostgreSQL. */
 static SBufAction cancel_conn_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
 {
@@ -89,8 +119,7 @@ static SBufAction cancel_conn_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, cons
 		pkt[11] = (uint8_t)pid;
 		memcpy(pkt + 12, s->cancel_server_key, s->cancel_server_key_len);
 		if (!sbuf_send(sb, pkt, len)) {
-			sbuf_close(sb);
-			change_state(s, SV_JUSTFREE);
+			cancel_conn_done(s);
 			return SB_CLOSED;
 		}
 		/* PostgreSQL closes the connection when it has read the request */
@@ -99,8 +128,7 @@ static SBufAction cancel_conn_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, cons
 	case SBEV_PACKET:
 		return SB_SKIP;
 	default:
-		sbuf_close(sb);
-		change_state(s, SV_JUSTFREE);
+		cancel_conn_done(s);
 		return SB_CLOSED;
 	}
 }
@@ -130,10 +158,11 @@ static const char *cancel_by_key(const uint8_t *key)
 	socklen_t len = server->remote.ss_family == AF_INET    ? sizeof(struct sockaddr_in)
 	                : server->remote.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
 	                                                       : sizeof(struct sockaddr_un);
-	if (!sbuf_connect(&cs->sb, wk.base, (struct sockaddr *)&cs->remote, len, 512, 1 << 20, cancel_conn_cb, cs)) {
-		sbuf_close(&cs->sb);
-		change_state(cs, SV_JUSTFREE);
-	}
+	list_append(&inflight, &cs->node);
+	cs->cancel_target = server;
+	server->cancels_pending++;
+	if (!sbuf_connect(&cs->sb, wk.base, (struct sockaddr *)&cs->remote, len, 512, 1 << 20, cancel_conn_cb, cs))
+		cancel_conn_done(cs);
 	return "cancel request handled";
 }
 

@@ -523,11 +523,21 @@ static SBufAction handle_client_packet(PgSocket *c, const PktHdr *hdr, const uin
 		if (!pool_find_server(c))
 			return c->state == CL_JUSTFREE ? SB_CLOSED : SB_WAIT;
 	}
-	if (c->link->setting_vars)
+	PgSocket *s = c->link;
+	if (s->setting_vars)
 		return SB_WAIT;
-	count_request(c, hdr);
-	c->link->ready = false;
-	return SB_FORWARD;
+	if (c->replication != REPLICATION_NONE || pool_effective_mode(c->pool) == POOL_SESSION) {
+		count_request(c, hdr);
+		s->ready = false;
+		return SB_FORWARD;
+	}
+	SBufAction act = txn_client_packet(c, hdr, data, avail);
+	if (act == SB_FORWARD || act == SB_CONSUMED) {
+		count_request(c, hdr);
+		if (c->link)
+			c->link->ready = false;
+	}
+	return act;
 }
 
 void client_server_assigned(PgSocket *c)

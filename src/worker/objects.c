@@ -587,6 +587,9 @@ static void free_socket(PgSocket *s)
 	free(s->scram_srv);
 	free(s->scram_cli);
 	SSL_free(s->tls_pending);
+	reqqueue_free(&s->rq);
+	prepare_client_clear(&s->stmts);
+	prepare_server_clear(&s->sstmts);
 	free(s);
 }
 
@@ -694,6 +697,8 @@ void disconnect_server(PgSocket *s, bool notify, const char *fmt, ...)
 		disconnect_client(client, true, "%s", reason);
 	}
 	auth_query_server_gone(s);
+	if (s->cancels_pending > 0)
+		cancel_server_gone(s);
 	if (s->pool) {
 		s->pool->db->server_count--;
 		s->pool->user->server_count--;

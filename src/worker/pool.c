@@ -389,6 +389,11 @@ bool pool_find_server(PgSocket *c)
 void pool_server_ready(PgSocket *s)
 {
 	PgPool *pool = s->pool;
+	if (s->cancels_pending > 0) {
+		/* its last client's cancel is still on its way: nobody else's query may get it */
+		change_state(s, SV_BEING_CANCELED);
+		return;
+	}
 	change_state(s, SV_IDLE);
 
 	/* lifetime and close_needed are honoured when a server becomes free */

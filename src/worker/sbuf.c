@@ -246,8 +246,13 @@ static Step flush_out(SBuf *sb)
 static Step flush_pending(SBuf *sb)
 {
 	SBuf *dst = sb->dst;
-	if (sb->send_pos == sb->send_end)
+	if (sb->send_pos == sb->send_end) {
+		/* pooler bytes queued for the peer by sbuf_forward_own() go out with the batch */
+		if (dst && dst->fd >= 0 && dst->out_pos < dst->out.len && !dst->writing && !dst->connecting &&
+		    flush_out(dst) == STEP_CLOSED)
+			enable_write(dst); /* its write event reports the failure to its owner */
 		return STEP_OK;
+	}
 	if (!dst || dst->fd < 0) {
 		/* the peer went away: nothing to deliver to */
 		sb->send_pos = sb->send_end = 0;
@@ -501,9 +506,17 @@ static void sbuf_process(SBuf *sb, bool do_read)
 				sb->resume_pending = false;
 				continue;
 			}
-			/* resumed later by sbuf_continue() */
+			/* resumed later by sbuf_continue(); what was forwarded before goes out now */
 			sb->paused = true;
 			disable_read(sb);
+			if (flush_pending(sb) == STEP_CLOSED && sb->fd >= 0 && sb->send_pos != sb->send_end) {
+				SBuf *dst = sb->dst;
+				sb->send_pos = sb->send_end = 0;
+				sb->in_process = false;
+				if (dst && dst->cb)
+					dst->cb(dst, SBEV_SEND_FAILED, NULL, NULL, 0);
+				return;
+			}
 			break;
 		}
 		if (st == STEP_BLOCKED)
@@ -679,6 +692,33 @@ bool sbuf_send(SBuf *sb, const void *data, size_t len)
 	if (sb->connecting || sb->waiting_src)
 		return true; /* written once connected / after the forwarded bytes */
 	return flush_out(sb) != STEP_CLOSED;
+}
+
+void sbuf_forward_own(SBuf *src, const void *data, size_t len, bool flush_now)
+{
+	SBuf *dst = src->dst;
+	if (!dst || dst->fd < 0)
+		return;
+	if (src->send_pos != src->send_end) {
+		/* what src marked for the peer goes first: it moves into the peer's queue */
+		pktbuf_put_bytes(&dst->out, src->buf + src->send_pos, src->send_end - src->send_pos);
+		src->bytes_out += src->send_end - src->send_pos;
+		src->send_pos = src->send_end = 0;
+		if (dst->waiting_src == src) {
+			/* src no longer waits: the peer's write event flushes its queue */
+			dst->waiting_src = NULL;
+			if (!src->paused && !src->in_process && src->fd >= 0) {
+				enable_read(src);
+				event_active(&src->ev_read, EV_READ, 0);
+			}
+		}
+	}
+	if (len)
+		pktbuf_put_bytes(&dst->out, data, len);
+	if (!flush_now || dst->out_pos >= dst->out.len || dst->connecting || dst->waiting_src || dst->writing)
+		return;
+	if (flush_out(dst) == STEP_CLOSED)
+		enable_write(dst); /* its write event reports the failure to its owner */
 }
 
 bool sbuf_send_pktbuf(SBuf *sb, PktBuf *pb)

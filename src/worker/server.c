@@ -532,6 +532,13 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 		}
 		return SB_CONSUMED;
 	}
+	if (hdr->type == 'C') {
+		/* DISCARD ALL / DEALLOCATE ALL in the reset query: nothing stays prepared */
+		if (avail < hdr->len)
+			return SB_NEED_FULL;
+		txn_server_discard_check(s, data, hdr->len);
+		return SB_CONSUMED;
+	}
 	if (hdr->type != 'Z')
 		return SB_SKIP;
 	if (avail < hdr->len)
@@ -556,11 +563,11 @@ static SBufAction handle_active_packet(PgSocket *s, const PktHdr *hdr, const uin
 	if (s->setting_vars)
 		return handle_internal_query(s, hdr, data, avail);
 	PgPool *pool = s->pool;
-	pool->stats.server_bytes += hdr->len;
+	bool txn = s->replication == REPLICATION_NONE && c && pool_effective_mode(pool) != POOL_SESSION;
+	if ((hdr->type == 'Z' || hdr->type == 'S') && avail < hdr->len)
+		return SB_NEED_FULL;
 	switch (hdr->type) {
 	case 'Z': {
-		if (avail < hdr->len)
-			return SB_NEED_FULL;
 		char st = hdr->len > 5 ? (char)data[5] : 'I';
 		s->txn_status = st;
 		s->ready = true;
@@ -574,23 +581,29 @@ static SBufAction handle_active_packet(PgSocket *s, const PktHdr *hdr, const uin
 			pool->stats.xact_time += (uint64_t)(wk.now - c->xact_start);
 			c->xact_start = 0;
 		}
-		return SB_FORWARD;
+		break;
 	}
 	case 'S':
-		if (avail < hdr->len)
-			return SB_NEED_FULL;
 		handle_param_status(s, data + 5, hdr->len - 5, false);
-		return SB_FORWARD;
+		break;
 	case 'G': /* CopyInResponse */
 	case 'W': /* CopyBothResponse */
 		s->copy_mode = true;
-		return SB_FORWARD;
+		break;
 	case 'C':
 		s->copy_mode = false;
-		return SB_FORWARD;
+		break;
 	default:
+		break;
+	}
+	if (!txn) {
+		pool->stats.server_bytes += hdr->len;
 		return SB_FORWARD;
 	}
+	SBufAction act = txn_server_packet(s, hdr, data, avail);
+	if (act != SB_NEED_FULL)
+		pool->stats.server_bytes += hdr->len;
+	return act;
 }
 
 SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
@@ -695,6 +708,7 @@ void server_release(PgSocket *s)
 	s->link = NULL;
 	s->sb.dst = NULL;
 	s->setting_vars = false;
+	s->rq.skipping = false;
 	if (s->replication != REPLICATION_NONE) {
 		/* never pooled, never reused */
 		disconnect_server(s, true, "replication client closed");
@@ -704,8 +718,8 @@ void server_release(PgSocket *s)
 		disconnect_server(s, true, "close_needed");
 		return;
 	}
-	if (!s->ready || s->txn_status != 'I' || s->copy_mode || !sbuf_is_flushed(&s->sb) ||
-	    sbuf_unprocessed(&s->sb) > 0) {
+	if (!s->ready || s->txn_status != 'I' || s->copy_mode || s->rq.count > 0 || s->rq.copy_in ||
+	    !sbuf_is_flushed(&s->sb) || sbuf_unprocessed(&s->sb) > 0) {
 		disconnect_server(s, true, "client disconnect while server was not ready");
 		return;
 	}

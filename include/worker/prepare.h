@@ -1,0 +1,65 @@
+/*
+ * Protocol-level prepared statements in transaction and statement mode
+ * (doc/transaction.md): a worker-wide registry gives every distinct Parse
+ * body a server-side name PGBOUNCER_<id>; each client maps its own
+ * statement names to registry entries, and each server remembers, in LRU
+ * order, which entries it has prepared (at most max_prepared_statements).
+ * Pure bookkeeping: no sockets, no event loop.
+ */
+#ifndef PGB_WORKER_PREPARE_H
+#define PGB_WORKER_PREPARE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PREPARE_NAME_PREFIX "PGBOUNCER_"
+#define PREPARE_NAME_LEN    32 /* room for the prefix and a 64-bit id */
+
+/* One distinct statement: query text, NUL, parameter count and type OIDs (the Parse body after the name). */
+typedef struct PreparedStmt PreparedStmt;
+
+/* A client's statements: its name -> registry entry (uthash head; NULL = none). */
+typedef struct ClientStmt ClientStmt;
+/* A server's prepared statements in LRU order (uthash head; NULL = none). */
+typedef struct ServerStmt ServerStmt;
+
+/* The registry entry for a Parse body, made if new; the caller holds one reference. */
+PreparedStmt *prepare_stmt_get(const uint8_t *key, size_t keylen);
+void prepare_stmt_unref(PreparedStmt *ps);
+uint64_t prepare_stmt_id(const PreparedStmt *ps);
+const uint8_t *prepare_stmt_key(const PreparedStmt *ps, size_t *keylen);
+/* "PGBOUNCER_<id>" into buf (PREPARE_NAME_LEN bytes). */
+void prepare_stmt_name(const PreparedStmt *ps, char *buf);
+size_t prepare_registry_count(void); /* distinct statements in the worker */
+
+/* ---- a client's names ---- */
+
+/* The client's statement called name, or NULL. */
+ClientStmt *prepare_client_find(ClientStmt **map, const char *name);
+PreparedStmt *prepare_client_stmt(const ClientStmt *cs);
+uint64_t prepare_client_gen(const ClientStmt *cs); /* unique per mapping made (to undo a failed Parse) */
+/* Map name to ps (takes a reference). The name must not be mapped already. */
+ClientStmt *prepare_client_add(ClientStmt **map, const char *name, PreparedStmt *ps);
+void prepare_client_remove(ClientStmt **map, ClientStmt *cs);
+bool prepare_client_remove_gen(ClientStmt **map, uint64_t gen); /* false if that mapping is gone already */
+void prepare_client_clear(ClientStmt **map);
+unsigned prepare_client_count(ClientStmt *const *map);
+
+/* ---- a server's set ---- */
+
+/* Whether the server has ps prepared; a hit becomes the most recently used. */
+bool prepare_server_has(ServerStmt **set, const PreparedStmt *ps, bool touch);
+/* Record ps as prepared on the server (takes a reference), most recently used. */
+void prepare_server_add(ServerStmt **set, PreparedStmt *ps);
+/*
+ * While the set holds more than max entries, remove the least recently
+ * used one other than keep; returns it (the caller closes it on the server
+ * and unrefs it) or NULL when within the limit.
+ */
+PreparedStmt *prepare_server_evict(ServerStmt **set, unsigned max, const PreparedStmt *keep);
+void prepare_server_remove_id(ServerStmt **set, uint64_t id); /* its Parse failed */
+void prepare_server_clear(ServerStmt **set);
+unsigned prepare_server_count(ServerStmt *const *set);
+
+#endif

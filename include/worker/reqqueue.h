@@ -1,0 +1,85 @@
+/*
+ * What a linked server still owes an answer to, in transaction and
+ * statement mode (spec/behaviours.md §4, doc/transaction.md): every
+ * request sent (the client's, and the pooler's own Parse/Close) is queued;
+ * the server's answers pop it. The server goes back to the pool only when
+ * the queue is empty at a ReadyForQuery 'I'. Pure logic, unit-tested on
+ * message sequences (test/unit/test_reqqueue.c).
+ */
+#ifndef PGB_WORKER_REQQUEUE_H
+#define PGB_WORKER_REQQUEUE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum ReqKind {
+	REQ_QUERY,    /* Query or FunctionCall: answered up to its ReadyForQuery */
+	REQ_SYNC,     /* Sync: ReadyForQuery */
+	REQ_PARSE,    /* ParseComplete */
+	REQ_BIND,     /* BindComplete */
+	REQ_DESCRIBE, /* RowDescription or NoData */
+	REQ_EXECUTE,  /* CommandComplete, EmptyQueryResponse or PortalSuspended */
+	REQ_CLOSE,    /* CloseComplete */
+} ReqKind;
+
+typedef enum ReqAnswer {
+	ANS_CLIENT,     /* the server answers and the client sees it */
+	ANS_SWALLOW,    /* the pooler's own request (injected Parse, eviction Close): the answer is dropped */
+	ANS_POOLER,     /* not sent to the server: the pooler answers the client itself, in order */
+	ANS_FAKE_ERROR, /* an injected failing Parse: its ErrorResponse is replaced by the pooler's error */
+} ReqAnswer;
+
+typedef struct Request {
+	uint8_t kind;     /* ReqKind */
+	uint8_t answer;   /* ReqAnswer */
+	uint64_t stmt_id; /* Parse: registry id recorded on the server by it (0 = none) */
+	uint64_t map_gen; /* Parse: the client's name mapping made by it (0 = none) */
+	char *error;      /* ANS_FAKE_ERROR: the message the client gets */
+} Request;
+
+typedef struct ReqQueue {
+	Request *items; /* ring buffer */
+	uint32_t head;
+	uint32_t count;
+	uint32_t cap;
+	bool skipping; /* the server had an error and ignores everything up to the next Sync */
+	bool copy_in;  /* the client is sending COPY data */
+} ReqQueue;
+
+/* What the answer to a server message did to the queue. */
+typedef enum ReqPop {
+	POP_NONE,    /* answers nothing queued (data rows, notices, ...) */
+	POP_ANSWER,  /* answered the head request (now out of the queue, in *out) */
+	POP_UNKNOWN, /* an answer with nothing queued for it: a protocol error */
+} ReqPop;
+
+void reqqueue_push(ReqQueue *q, ReqKind kind, ReqAnswer answer);
+Request *reqqueue_head(ReqQueue *q);          /* NULL when empty */
+Request *reqqueue_tail(ReqQueue *q);          /* the request pushed last, NULL when empty */
+void reqqueue_pop(ReqQueue *q, Request *out); /* out may be NULL; else the caller frees out->error */
+void reqqueue_clear(ReqQueue *q, void (*dropped)(const Request *r, void *arg), void *arg);
+void reqqueue_free(ReqQueue *q);
+
+/*
+ * A server message of type `type`: pops the request it answers into *out.
+ * 'E' (ErrorResponse) outside a Query pops the failed request and drops
+ * the requests behind it up to the next Sync (each passed to dropped(),
+ * which may be NULL); if no Sync is queued it sets `skipping` until the
+ * client sends one. copy_in is cleared by the client's CopyDone/CopyFail
+ * only: after a failed COPY the client may still be sending data. 'G' (CopyInResponse)
+ * sets copy_in and drops the Syncs queued right behind the COPY's request
+ * (the server ignores Sync during COPY FROM STDIN).
+ */
+ReqPop reqqueue_server_msg(ReqQueue *q, char type, Request *out, void (*dropped)(const Request *r, void *arg),
+                           void *arg);
+
+/* The release decision of spec/behaviours.md §4 for a server at ReadyForQuery `status`. */
+typedef enum ReleaseDecision {
+	RELEASE_KEEP,     /* stays linked (session mode, a transaction is open, requests outstanding, COPY) */
+	RELEASE_RETURN,   /* goes back to the pool */
+	RELEASE_VIOLATION /* statement mode and a transaction block: close it, the client gets the error */
+} ReleaseDecision;
+
+ReleaseDecision reqqueue_release_decision(int pool_mode, char status, const ReqQueue *q);
+
+#endif

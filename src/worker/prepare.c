@@ -1,0 +1,221 @@
+/*
+ * Prepared-statement bookkeeping for transaction and statement mode: the
+ * worker's registry of distinct Parse bodies, clients' name maps and
+ * servers' LRU sets (include/worker/prepare.h, doc/transaction.md).
+ */
+#include "config.h"
+
+#include "worker/prepare.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <uthash.h>
+
+#include "common/util.h"
+
+struct PreparedStmt {
+	uint64_t id;       /* server-side name PGBOUNCER_<id> */
+	unsigned refcount; /* client mappings and server sets holding it */
+	size_t keylen;
+	uint8_t *key; /* query text, NUL, parameter count and type OIDs */
+	UT_hash_handle hh;
+};
+
+struct ClientStmt {
+	char *name; /* the client's statement name */
+	PreparedStmt *ps;
+	uint64_t gen;
+	UT_hash_handle hh;
+};
+
+struct ServerStmt {
+	uint64_t id; /* ps->id: the hash key */
+	PreparedStmt *ps;
+	UT_hash_handle hh; /* uthash keeps insertion order: the first entry is the least recently used */
+};
+
+static PreparedStmt *registry;
+static uint64_t next_id = 1;
+static uint64_t next_gen = 1;
+
+PreparedStmt *prepare_stmt_get(const uint8_t *key, size_t keylen)
+{
+	PreparedStmt *ps;
+	HASH_FIND(hh, registry, key, keylen, ps);
+	if (!ps) {
+		ps = xcalloc(1, sizeof(*ps));
+		ps->id = next_id++;
+		ps->keylen = keylen;
+		ps->key = xmalloc(keylen ? keylen : 1);
+		memcpy(ps->key, key, keylen);
+		HASH_ADD_KEYPTR(hh, registry, ps->key, ps->keylen, ps);
+	}
+	ps->refcount++;
+	return ps;
+}
+
+void prepare_stmt_unref(PreparedStmt *ps)
+{
+	if (!ps || --ps->refcount > 0)
+		return;
+	/* unused: an identical query parsed later gets a new number */
+	HASH_DELETE(hh, registry, ps);
+	free(ps->key);
+	free(ps);
+}
+
+uint64_t prepare_stmt_id(const PreparedStmt *ps)
+{
+	return ps->id;
+}
+
+const uint8_t *prepare_stmt_key(const PreparedStmt *ps, size_t *keylen)
+{
+	*keylen = ps->keylen;
+	return ps->key;
+}
+
+void prepare_stmt_name(const PreparedStmt *ps, char *buf)
+{
+	snprintf(buf, PREPARE_NAME_LEN, PREPARE_NAME_PREFIX "%llu", (unsigned long long)ps->id);
+}
+
+size_t prepare_registry_count(void)
+{
+	return HASH_COUNT(registry);
+}
+
+/* ---- clients ---- */
+
+ClientStmt *prepare_client_find(ClientStmt **map, const char *name)
+{
+	ClientStmt *cs;
+	HASH_FIND_STR(*map, name, cs);
+	return cs;
+}
+
+PreparedStmt *prepare_client_stmt(const ClientStmt *cs)
+{
+	return cs->ps;
+}
+
+uint64_t prepare_client_gen(const ClientStmt *cs)
+{
+	return cs->gen;
+}
+
+ClientStmt *prepare_client_add(ClientStmt **map, const char *name, PreparedStmt *ps)
+{
+	ClientStmt *cs = xcalloc(1, sizeof(*cs));
+	cs->name = xstrdup(name);
+	cs->ps = ps;
+	cs->gen = next_gen++;
+	ps->refcount++;
+	HASH_ADD_KEYPTR(hh, *map, cs->name, strlen(cs->name), cs);
+	return cs;
+}
+
+void prepare_client_remove(ClientStmt **map, ClientStmt *cs)
+{
+	HASH_DELETE(hh, *map, cs);
+	prepare_stmt_unref(cs->ps);
+	free(cs->name);
+	free(cs);
+}
+
+bool prepare_client_remove_gen(ClientStmt **map, uint64_t gen)
+{
+	ClientStmt *cs, *tmp;
+	HASH_ITER(hh, *map, cs, tmp)
+	{
+		if (cs->gen == gen) {
+			prepare_client_remove(map, cs);
+			return true;
+		}
+	}
+	return false;
+}
+
+void prepare_client_clear(ClientStmt **map)
+{
+	ClientStmt *cs, *tmp;
+	HASH_ITER(hh, *map, cs, tmp)
+	prepare_client_remove(map, cs);
+}
+
+unsigned prepare_client_count(ClientStmt *const *map)
+{
+	return HASH_COUNT(*map);
+}
+
+/* ---- servers ---- */
+
+bool prepare_server_has(ServerStmt **set, const PreparedStmt *ps, bool touch)
+{
+	ServerStmt *ss;
+	uint64_t id = ps->id;
+	HASH_FIND(hh, *set, &id, sizeof(id), ss);
+	if (!ss)
+		return false;
+	if (touch) {
+		/* to the end of the insertion order: most recently used */
+		HASH_DELETE(hh, *set, ss);
+		HASH_ADD(hh, *set, id, sizeof(ss->id), ss);
+	}
+	return true;
+}
+
+void prepare_server_add(ServerStmt **set, PreparedStmt *ps)
+{
+	ServerStmt *ss = xcalloc(1, sizeof(*ss));
+	ss->id = ps->id;
+	ss->ps = ps;
+	ps->refcount++;
+	HASH_ADD(hh, *set, id, sizeof(ss->id), ss);
+}
+
+PreparedStmt *prepare_server_evict(ServerStmt **set, unsigned max, const PreparedStmt *keep)
+{
+	if (HASH_COUNT(*set) <= max)
+		return NULL;
+	ServerStmt *ss, *tmp;
+	HASH_ITER(hh, *set, ss, tmp)
+	{
+		if (ss->ps == keep)
+			continue;
+		PreparedStmt *ps = ss->ps;
+		HASH_DELETE(hh, *set, ss);
+		free(ss);
+		return ps;
+	}
+	return NULL;
+}
+
+void prepare_server_remove_id(ServerStmt **set, uint64_t id)
+{
+	ServerStmt *ss;
+	HASH_FIND(hh, *set, &id, sizeof(id), ss);
+	if (!ss)
+		return;
+	HASH_DELETE(hh, *set, ss);
+	prepare_stmt_unref(ss->ps);
+	free(ss);
+}
+
+void prepare_server_clear(ServerStmt **set)
+{
+	ServerStmt *ss, *tmp;
+	HASH_ITER(hh, *set, ss, tmp)
+	{
+		HASH_DELETE(hh, *set, ss);
+		prepare_stmt_unref(ss->ps);
+		free(ss);
+	}
+}
+
+unsigned prepare_server_count(ServerStmt *const *set)
+{
+	return HASH_COUNT(*set);
+}

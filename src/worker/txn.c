@@ -1,0 +1,448 @@
+/*
+ * Transaction and statement pooling (doc/transaction.md): the messages of
+ * a client linked to a server are queued as outstanding requests, the
+ * server's answers pop them, and the server goes back to the pool at the
+ * ReadyForQuery that closes what the client sent. Protocol-level prepared
+ * statements are renamed, prepared on demand on whichever server a client
+ * gets, and answered in order when the pooler answers them itself.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/pktbuf.h"
+#include "common/util.h"
+#include "worker/prepare.h"
+#include "worker/reqqueue.h"
+#include "worker/worker.h"
+
+/* Whether protocol-level prepared statements are tracked for this pool. */
+static bool tracks_statements(const PgPool *pool)
+{
+	return wk.cf.g.max_prepared_statements > 0 && pool_effective_mode(pool) != POOL_SESSION;
+}
+
+/* ---- pooler-made messages ---- */
+
+/* A message whose body is a single byte-string (Close/Describe of a statement). */
+static void put_simple_msg(PktBuf *pb, char type, char sub, const char *name)
+{
+	pktbuf_start_msg(pb, type);
+	if (sub)
+		pktbuf_put_u8(pb, (uint8_t)sub);
+	pktbuf_put_string(pb, name);
+	pktbuf_finish_msg(pb);
+}
+
+/* To the server, after what the client has forwarded so far (flushed with the client's batch). */
+static void to_server(PgSocket *c, const PktBuf *pb)
+{
+	sbuf_forward_own(&c->sb, pb->buf, pb->len, false);
+}
+
+/* To the client, after what the server has forwarded so far. */
+static void to_client(PgSocket *s, const void *data, size_t len)
+{
+	sbuf_forward_own(&s->sb, data, len, true);
+}
+
+/* Requests at the head that the pooler answers itself go out now, in order. */
+static void answer_own_requests(PgSocket *s)
+{
+	Request *h;
+	while ((h = reqqueue_head(&s->rq)) && h->answer == ANS_POOLER) {
+		static const uint8_t parse_complete[] = {'1', 0, 0, 0, 4};
+		static const uint8_t close_complete[] = {'3', 0, 0, 0, 4};
+		if (s->link)
+			to_client(s, h->kind == REQ_PARSE ? parse_complete : close_complete, 5);
+		reqqueue_pop(&s->rq, NULL);
+	}
+}
+
+/* A request the server will never answer: what it prepared never happened. */
+static void request_dropped(const Request *r, void *arg)
+{
+	PgSocket *s = arg;
+	if (r->kind != REQ_PARSE)
+		return;
+	if (r->stmt_id)
+		prepare_server_remove_id(&s->sstmts, r->stmt_id);
+	if (r->map_gen && s->link)
+		prepare_client_remove_gen(&s->link->stmts, r->map_gen);
+}
+
+/* Close the least recently used statements beyond max_prepared_statements (answers swallowed). */
+static void evict_statements(PgSocket *c, PgSocket *s, const PreparedStmt *keep)
+{
+	PreparedStmt *old;
+	while ((old = prepare_server_evict(&s->sstmts, (unsigned)wk.cf.g.max_prepared_statements, keep))) {
+		char name[PREPARE_NAME_LEN];
+		prepare_stmt_name(old, name);
+		PktBuf pb;
+		pktbuf_init(&pb, 64);
+		put_simple_msg(&pb, 'C', 'S', name);
+		to_server(c, &pb);
+		pktbuf_free(&pb);
+		reqqueue_push(&s->rq, REQ_CLOSE, ANS_SWALLOW);
+		prepare_stmt_unref(old);
+	}
+}
+
+/* Send Parse(PGBOUNCER_<id>, body) to the server and record the statement there. */
+static void send_parse(PgSocket *c, PgSocket *s, PreparedStmt *ps, ReqAnswer answer, uint64_t map_gen)
+{
+	char name[PREPARE_NAME_LEN];
+	size_t keylen;
+	const uint8_t *key = prepare_stmt_key(ps, &keylen);
+	prepare_stmt_name(ps, name);
+	PktBuf pb;
+	pktbuf_init(&pb, keylen + 48);
+	pktbuf_start_msg(&pb, 'P');
+	pktbuf_put_string(&pb, name);
+	pktbuf_put_bytes(&pb, key, keylen);
+	pktbuf_finish_msg(&pb);
+	prepare_server_add(&s->sstmts, ps);
+	evict_statements(c, s, ps);
+	to_server(c, &pb);
+	pktbuf_free(&pb);
+	reqqueue_push(&s->rq, REQ_PARSE, answer);
+	Request *r = reqqueue_tail(&s->rq);
+	r->stmt_id = prepare_stmt_id(ps);
+	r->map_gen = map_gen;
+	c->pool->stats.server_parse_count++;
+}
+
+/* Make sure the statement exists on the linked server (a Parse the client never sees if not). */
+static void ensure_prepared(PgSocket *c, PgSocket *s, PreparedStmt *ps)
+{
+	if (!prepare_server_has(&s->sstmts, ps, true))
+		send_parse(c, s, ps, ANS_SWALLOW, 0);
+}
+
+/* ---- client messages ---- */
+
+/* Parse with a statement name: map it, and prepare it on the server unless it is there already. */
+static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, uint32_t blen)
+{
+	const char *name;
+	PktReader r;
+	pktreader_init(&r, body, blen);
+	if (!pktreader_get_string(&r, &name)) {
+		disconnect_client(c, true, "invalid Parse message");
+		return SB_CLOSED;
+	}
+	if (!*name) {
+		reqqueue_push(&s->rq, REQ_PARSE, ANS_CLIENT);
+		return SB_FORWARD;
+	}
+	c->pool->stats.client_parse_count++;
+	if (prepare_client_find(&c->stmts, name)) {
+		/*
+		 * PostgreSQL's own answer, 42P05, with the error state it brings:
+		 * the server gets a Parse that fails, so that it skips to the next
+		 * Sync and fails an open transaction, and its error is replaced.
+		 */
+		static const char bad_parse[] = "P\0\0\0\0\0pgbouncer duplicate prepared statement\0\0\0";
+		uint8_t msg[sizeof(bad_parse) - 1];
+		memcpy(msg, bad_parse, sizeof(msg));
+		uint32_t len = (uint32_t)sizeof(msg) - 1;
+		msg[1] = (uint8_t)(len >> 24);
+		msg[2] = (uint8_t)(len >> 16);
+		msg[3] = (uint8_t)(len >> 8);
+		msg[4] = (uint8_t)len;
+		sbuf_forward_own(&c->sb, msg, sizeof(msg), false);
+		reqqueue_push(&s->rq, REQ_PARSE, ANS_FAKE_ERROR);
+		char err[160];
+		snprintf(err, sizeof(err), "prepared statement \"%.100s\" already exists", name);
+		reqqueue_tail(&s->rq)->error = xstrdup(err);
+		return SB_CONSUMED;
+	}
+	size_t keylen = pktreader_remaining(&r);
+	PreparedStmt *ps = prepare_stmt_get(body + (blen - keylen), keylen);
+	ClientStmt *cs = prepare_client_add(&c->stmts, name, ps);
+	if (prepare_server_has(&s->sstmts, ps, true)) {
+		reqqueue_push(&s->rq, REQ_PARSE, ANS_POOLER);
+		reqqueue_tail(&s->rq)->map_gen = prepare_client_gen(cs);
+		answer_own_requests(s);
+	} else {
+		send_parse(c, s, ps, ANS_CLIENT, prepare_client_gen(cs));
+	}
+	prepare_stmt_unref(ps); /* the mapping holds it */
+	return SB_CONSUMED;
+}
+
+/* Where the statement name of a Bind starts and ends in the buffered bytes (NULL: not all there). */
+static const char *bind_stmt_name(const uint8_t *data, uint32_t avail, const uint8_t **after)
+{
+	const uint8_t *body = data + 5, *end = data + avail;
+	const uint8_t *p1 = avail > 5 ? memchr(body, 0, (size_t)(end - body)) : NULL;
+	const uint8_t *p2 = p1 ? memchr(p1 + 1, 0, (size_t)(end - p1 - 1)) : NULL;
+	if (!p2)
+		return NULL;
+	*after = p2 + 1;
+	return (const char *)p1 + 1;
+}
+
+/*
+ * Bind: portal name, statement name, the rest. A statement of the client
+ * is prepared on the server if needed and renamed; an unknown name goes
+ * through unchanged, so that PostgreSQL answers with its own error (26000).
+ */
+static SBufAction client_bind(PgSocket *c, PgSocket *s, const uint8_t *data, uint32_t avail, uint32_t len)
+{
+	const uint8_t *rest;
+	const char *stmt = bind_stmt_name(data, avail, &rest);
+	if (!stmt) {
+		if (avail < len)
+			return SB_NEED_FULL;
+		disconnect_client(c, true, "invalid Bind message");
+		return SB_CLOSED;
+	}
+	ClientStmt *cs = *stmt ? prepare_client_find(&c->stmts, stmt) : NULL;
+	if (cs && avail < len)
+		return SB_NEED_FULL; /* renamed below: the whole message is needed */
+	if (*stmt)
+		c->pool->stats.bind_count++;
+	if (!cs) {
+		reqqueue_push(&s->rq, REQ_BIND, ANS_CLIENT);
+		return SB_FORWARD;
+	}
+	PreparedStmt *ps = prepare_client_stmt(cs);
+	ensure_prepared(c, s, ps);
+	char name[PREPARE_NAME_LEN];
+	prepare_stmt_name(ps, name);
+	const char *portal = (const char *)data + 5;
+	PktBuf pb;
+	pktbuf_init(&pb, len + PREPARE_NAME_LEN);
+	pktbuf_start_msg(&pb, 'B');
+	pktbuf_put_string(&pb, portal);
+	pktbuf_put_string(&pb, name);
+	pktbuf_put_bytes(&pb, rest, (size_t)(data + len - rest));
+	pktbuf_finish_msg(&pb);
+	to_server(c, &pb);
+	pktbuf_free(&pb);
+	reqqueue_push(&s->rq, REQ_BIND, ANS_CLIENT);
+	return SB_CONSUMED;
+}
+
+/* Describe or Close of a statement ('S') or portal ('P'). */
+static SBufAction client_describe_close(PgSocket *c, PgSocket *s, const PktHdr *hdr, const uint8_t *data,
+                                        uint32_t avail)
+{
+	ReqKind kind = hdr->type == 'D' ? REQ_DESCRIBE : REQ_CLOSE;
+	if (avail < hdr->len)
+		return SB_NEED_FULL; /* a name is short: this is rare */
+	PktReader r;
+	uint8_t what;
+	const char *name;
+	pktreader_init(&r, data + 5, hdr->len - 5);
+	if (!pktreader_get_u8(&r, &what) || !pktreader_get_string(&r, &name)) {
+		disconnect_client(c, true, "invalid %s message", hdr->type == 'D' ? "Describe" : "Close");
+		return SB_CLOSED;
+	}
+	if (what != 'S' || !*name) {
+		reqqueue_push(&s->rq, kind, ANS_CLIENT);
+		return SB_FORWARD;
+	}
+	ClientStmt *cs = prepare_client_find(&c->stmts, name);
+	if (kind == REQ_CLOSE) {
+		/* the name is the client's only: the server keeps the statement for others */
+		if (cs)
+			prepare_client_remove(&c->stmts, cs);
+		reqqueue_push(&s->rq, REQ_CLOSE, ANS_POOLER);
+		answer_own_requests(s);
+		return SB_CONSUMED;
+	}
+	if (!cs) {
+		reqqueue_push(&s->rq, REQ_DESCRIBE, ANS_CLIENT);
+		return SB_FORWARD; /* PostgreSQL's own error for an unknown name */
+	}
+	PreparedStmt *ps = prepare_client_stmt(cs);
+	ensure_prepared(c, s, ps);
+	char pname[PREPARE_NAME_LEN];
+	prepare_stmt_name(ps, pname);
+	PktBuf pb;
+	pktbuf_init(&pb, 64);
+	put_simple_msg(&pb, 'D', 'S', pname);
+	to_server(c, &pb);
+	pktbuf_free(&pb);
+	reqqueue_push(&s->rq, REQ_DESCRIBE, ANS_CLIENT);
+	return SB_CONSUMED;
+}
+
+/* The client ends its COPY FROM STDIN. */
+static SBufAction client_copy_end(PgSocket *c, PgSocket *s)
+{
+	s->rq.copy_in = false;
+	if (s->ready && s->txn_status == 'I' && s->rq.count == 0) {
+		/* the server left COPY already (it failed): nothing to tell it, and it can go back */
+		txn_release(s);
+		return SB_SKIP;
+	}
+	return SB_FORWARD;
+}
+
+SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+{
+	PgSocket *s = c->link;
+	ReqQueue *q = &s->rq;
+	if (q->skipping && hdr->type != 'S') {
+		/* the server ignores everything up to the next Sync after an error: so do we */
+		if (hdr->type == 'c' || hdr->type == 'f')
+			q->copy_in = false;
+		return SB_SKIP;
+	}
+	bool ps = tracks_statements(c->pool);
+	switch (hdr->type) {
+	case 'Q':
+	case 'F':
+		reqqueue_push(q, REQ_QUERY, ANS_CLIENT);
+		return SB_FORWARD;
+	case 'S':
+		q->skipping = false;
+		if (q->copy_in)
+			return SB_FORWARD; /* ignored by the server during COPY FROM STDIN */
+		reqqueue_push(q, REQ_SYNC, ANS_CLIENT);
+		return SB_FORWARD;
+	case 'P':
+		if (!ps) {
+			reqqueue_push(q, REQ_PARSE, ANS_CLIENT);
+			return SB_FORWARD;
+		}
+		if (avail < hdr->len)
+			return SB_NEED_FULL;
+		return client_parse(c, s, data + 5, hdr->len - 5);
+	case 'B':
+		if (!ps) {
+			reqqueue_push(q, REQ_BIND, ANS_CLIENT);
+			return SB_FORWARD;
+		}
+		return client_bind(c, s, data, avail, hdr->len);
+	case 'D':
+	case 'C':
+		if (!ps) {
+			reqqueue_push(q, hdr->type == 'D' ? REQ_DESCRIBE : REQ_CLOSE, ANS_CLIENT);
+			return SB_FORWARD;
+		}
+		return client_describe_close(c, s, hdr, data, avail);
+	case 'E':
+		reqqueue_push(q, REQ_EXECUTE, ANS_CLIENT);
+		return SB_FORWARD;
+	case 'c':
+	case 'f':
+		return client_copy_end(c, s);
+	default: /* Flush, CopyData */
+		return SB_FORWARD;
+	}
+}
+
+/* ---- server messages ---- */
+
+/* Unlink a server whose client is done with it, and return it to the pool. */
+void txn_release(PgSocket *s)
+{
+	PgSocket *c = s->link;
+	if (c) {
+		/* bytes on their way in either direction are whole messages: they leave with their sockets */
+		sbuf_forward_own(&c->sb, NULL, 0, true);
+		sbuf_forward_own(&s->sb, NULL, 0, true);
+		c->link = NULL;
+		c->sb.dst = NULL;
+	}
+	s->link = NULL;
+	s->sb.dst = NULL;
+	reqqueue_clear(&s->rq, NULL, NULL);
+	server_reset_or_ready(s, false);
+}
+
+/* Whether the client side has nothing half-sent to the server (no message cut in two by a release). */
+static bool client_input_clean(const PgSocket *c)
+{
+	return c->sb.send_pos == c->sb.send_end && !(c->sb.pkt_remain > 0 && c->sb.pkt_forward);
+}
+
+/* A DEALLOCATE ALL or DISCARD ALL ran: nothing is prepared on the server any more. */
+static void check_discard(PgSocket *s, const uint8_t *data, uint32_t len)
+{
+	const char *tag = (const char *)data + 5;
+	if (len < 6 || data[len - 1] != 0)
+		return;
+	if (strcmp(tag, "DEALLOCATE ALL") != 0 && strcmp(tag, "DISCARD ALL") != 0)
+		return;
+	prepare_server_clear(&s->sstmts);
+	if (s->link)
+		prepare_client_clear(&s->link->stmts);
+}
+
+void txn_server_discard_check(PgSocket *s, const uint8_t *data, uint32_t len)
+{
+	check_discard(s, data, len);
+}
+
+/* The answer goes to the client, then whatever the pooler answers itself after it. */
+static SBufAction deliver_then_own(PgSocket *s, const uint8_t *data, uint32_t len)
+{
+	to_client(s, data, len);
+	answer_own_requests(s);
+	return SB_CONSUMED;
+}
+
+SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+{
+	PgSocket *c = s->link;
+	char t = hdr->type;
+	/* messages that are read whole: short answers, and the ones that change the queue's meaning */
+	bool small = strchr("Z123nsCIETn", t) != NULL;
+	if (small && avail < hdr->len)
+		return SB_NEED_FULL;
+	if (t == 'C' && tracks_statements(s->pool))
+		check_discard(s, data, hdr->len);
+	Request req = {0};
+	ReqPop pop = reqqueue_server_msg(&s->rq, t, &req, request_dropped, s);
+	if (pop == POP_UNKNOWN) {
+		disconnect_server(s, true, "server sent an answer (%s) to no request", proto_msg_name(t, true));
+		return SB_CLOSED;
+	}
+	if (pop == POP_NONE)
+		return SB_FORWARD; /* the pooler's own answers never wait at the head: nothing to order */
+	SBufAction act = SB_FORWARD;
+	if (t == 'E') {
+		request_dropped(&req, s); /* a failed Parse prepared nothing */
+		if (req.answer == ANS_FAKE_ERROR) {
+			PktBuf pb;
+			pktbuf_init(&pb, 128);
+			pktbuf_write_error(&pb, "ERROR", "42P05", req.error);
+			to_client(s, pb.buf, pb.len);
+			pktbuf_free(&pb);
+			act = SB_CONSUMED;
+		}
+	} else if (req.answer == ANS_SWALLOW) {
+		act = SB_CONSUMED;
+	}
+	free(req.error);
+	if (act == SB_FORWARD && reqqueue_head(&s->rq) && reqqueue_head(&s->rq)->answer == ANS_POOLER)
+		return deliver_then_own(s, data, hdr->len);
+	if (act == SB_CONSUMED) {
+		answer_own_requests(s);
+		return SB_CONSUMED;
+	}
+	if (t != 'Z' || !c)
+		return SB_FORWARD;
+	switch (reqqueue_release_decision(pool_effective_mode(s->pool), s->txn_status, &s->rq)) {
+	case RELEASE_KEEP:
+		return SB_FORWARD;
+	case RELEASE_VIOLATION:
+		disconnect_server(s, true, "transaction blocks not allowed in statement pooling mode");
+		return SB_CLOSED;
+	case RELEASE_RETURN:
+		break;
+	}
+	if (!client_input_clean(c))
+		return SB_FORWARD; /* part of a client message is still on its way: kept until the next answer */
+	to_client(s, data, hdr->len);
+	txn_release(s);
+	return SB_CONSUMED;
+}
