@@ -1,0 +1,296 @@
+/*
+ * Unit tests for reqqueue.c and prepare.c: the release decision of
+ * transaction and statement mode on message sequences (simple queries,
+ * pipelines, errors in the middle, COPY), and the prepared-statement
+ * registry, client maps and the servers' LRU sets.
+ */
+#include "config.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/config.h"
+#include "worker/prepare.h"
+#include "worker/reqqueue.h"
+
+/* Push the requests of a client message sequence ("PBDES" = Parse, Bind, Describe, Execute, Sync). */
+static void client_sends(ReqQueue *q, const char *msgs)
+{
+	for (const char *m = msgs; *m; m++) {
+		switch (*m) {
+		case 'Q':
+			reqqueue_push(q, REQ_QUERY, ANS_CLIENT);
+			break;
+		case 'S':
+			q->skipping = false;
+			if (!q->copy_in)
+				reqqueue_push(q, REQ_SYNC, ANS_CLIENT);
+			break;
+		case 'P':
+			reqqueue_push(q, REQ_PARSE, ANS_CLIENT);
+			break;
+		case 'B':
+			reqqueue_push(q, REQ_BIND, ANS_CLIENT);
+			break;
+		case 'D':
+			reqqueue_push(q, REQ_DESCRIBE, ANS_CLIENT);
+			break;
+		case 'E':
+			reqqueue_push(q, REQ_EXECUTE, ANS_CLIENT);
+			break;
+		case 'C':
+			reqqueue_push(q, REQ_CLOSE, ANS_CLIENT);
+			break;
+		case 'c': /* CopyDone */
+			q->copy_in = false;
+			break;
+		default:
+			fail_msg("unknown client message %c", *m);
+		}
+	}
+}
+
+/*
+ * Feed server messages; after each ReadyForQuery (written "Z<status>")
+ * record the release decision: 'k' keep, 'r' return, 'v' violation.
+ */
+static void server_sends(ReqQueue *q, int mode, const char *msgs, char *decisions)
+{
+	size_t n = 0;
+	for (const char *m = msgs; *m; m++) {
+		Request r;
+		ReqPop pop = reqqueue_server_msg(q, *m, &r, NULL, NULL);
+		assert_int_not_equal(pop, POP_UNKNOWN);
+		if (pop == POP_ANSWER)
+			free(r.error);
+		if (*m == 'Z') {
+			char st = *++m;
+			ReleaseDecision d = reqqueue_release_decision(mode, st, q);
+			decisions[n++] = d == RELEASE_KEEP ? 'k' : d == RELEASE_RETURN ? 'r' : 'v';
+		}
+	}
+	decisions[n] = '\0';
+}
+
+static void check(int mode, const char *client, const char *server, const char *want)
+{
+	ReqQueue q = {0};
+	char got[64];
+	client_sends(&q, client);
+	server_sends(&q, mode, server, got);
+	assert_string_equal(got, want);
+	reqqueue_free(&q);
+}
+
+static void test_simple_query(void **state)
+{
+	check(POOL_TRANSACTION, "Q", "TDCZI", "r");
+	check(POOL_TRANSACTION, "Q", "CZT", "k"); /* BEGIN */
+	check(POOL_TRANSACTION, "Q", "EZE", "k"); /* failed transaction */
+	check(POOL_SESSION, "Q", "TDCZI", "k");
+	check(POOL_STATEMENT, "Q", "TDCZI", "r");
+	check(POOL_STATEMENT, "Q", "CZT", "v");
+	/* two statements in one Query: only the last ReadyForQuery counts */
+	check(POOL_TRANSACTION, "QQ", "CZICZI", "kr");
+}
+
+static void test_pipeline_keeps_server_until_last_sync(void **state)
+{
+	check(POOL_TRANSACTION, "PBDESPBDES", "12nCZI12TDCZI", "kr");
+	/* a pipeline without Sync yet: nothing releases */
+	check(POOL_TRANSACTION, "PBDE", "12nC", "");
+}
+
+static void test_error_skips_to_sync(void **state)
+{
+	ReqQueue q = {0};
+	char got[16];
+	/* the first Bind fails: its Describe/Execute get no answer; the Sync's ReadyForQuery releases */
+	client_sends(&q, "PBDES");
+	server_sends(&q, POOL_TRANSACTION, "1EZI", got);
+	assert_string_equal(got, "r");
+	/* an error before the client's Sync arrived: skipping until it comes */
+	client_sends(&q, "PBDE");
+	server_sends(&q, POOL_TRANSACTION, "E", got);
+	assert_true(q.skipping);
+	assert_int_equal(q.count, 0);
+	client_sends(&q, "S");
+	assert_false(q.skipping);
+	server_sends(&q, POOL_TRANSACTION, "ZI", got);
+	assert_string_equal(got, "r");
+	/* several Syncs with an error in the middle */
+	client_sends(&q, "PBESPBESPBES");
+	server_sends(&q, POOL_TRANSACTION, "12CZI1EZI12CZI", got);
+	assert_string_equal(got, "kkr");
+	reqqueue_free(&q);
+}
+
+static void test_copy_in(void **state)
+{
+	ReqQueue q = {0};
+	char got[16];
+	/* simple COPY: kept while the client sends data, released at the end */
+	client_sends(&q, "Q");
+	server_sends(&q, POOL_TRANSACTION, "G", got);
+	assert_true(q.copy_in);
+	client_sends(&q, "c");
+	server_sends(&q, POOL_TRANSACTION, "CZI", got);
+	assert_string_equal(got, "r");
+	/* a failed COPY: ReadyForQuery comes while the client is still in COPY */
+	client_sends(&q, "Q");
+	server_sends(&q, POOL_TRANSACTION, "GEZI", got);
+	assert_string_equal(got, "k");
+	client_sends(&q, "c");
+	assert_int_equal(reqqueue_release_decision(POOL_TRANSACTION, 'I', &q), RELEASE_RETURN);
+	/* extended COPY: the Sync sent right behind Execute is ignored by the server */
+	client_sends(&q, "PBES");
+	server_sends(&q, POOL_TRANSACTION, "12G", got);
+	assert_int_equal(q.count, 1); /* the Execute */
+	client_sends(&q, "cS");
+	server_sends(&q, POOL_TRANSACTION, "CZI", got);
+	assert_string_equal(got, "r");
+	reqqueue_free(&q);
+}
+
+static void dropped_parse(const Request *r, void *arg)
+{
+	if (r->kind == REQ_PARSE)
+		(*(int *)arg)++;
+}
+
+static void test_dropped_requests_reported(void **state)
+{
+	ReqQueue q = {0};
+	int parses = 0;
+	Request r;
+	client_sends(&q, "BPPES");
+	assert_int_equal(reqqueue_server_msg(&q, 'E', &r, dropped_parse, &parses), POP_ANSWER);
+	assert_int_equal(r.kind, REQ_BIND);
+	assert_int_equal(parses, 2);
+	assert_int_equal(q.count, 1);
+	reqqueue_free(&q);
+}
+
+static void test_unknown_answer(void **state)
+{
+	ReqQueue q = {0};
+	Request r;
+	assert_int_equal(reqqueue_server_msg(&q, '2', &r, NULL, NULL), POP_UNKNOWN);
+	client_sends(&q, "P");
+	assert_int_equal(reqqueue_server_msg(&q, '2', &r, NULL, NULL), POP_UNKNOWN);
+	/* data rows, notices and parameter changes answer nothing */
+	assert_int_equal(reqqueue_server_msg(&q, 'D', &r, NULL, NULL), POP_NONE);
+	assert_int_equal(reqqueue_server_msg(&q, 'N', &r, NULL, NULL), POP_NONE);
+	reqqueue_free(&q);
+}
+
+static void test_queue_grows(void **state)
+{
+	ReqQueue q = {0};
+	for (int i = 0; i < 1000; i++)
+		client_sends(&q, "BE");
+	client_sends(&q, "S");
+	Request r;
+	for (int i = 0; i < 1000; i++) {
+		assert_int_equal(reqqueue_server_msg(&q, '2', &r, NULL, NULL), POP_ANSWER);
+		assert_int_equal(reqqueue_server_msg(&q, 'C', &r, NULL, NULL), POP_ANSWER);
+	}
+	assert_int_equal(reqqueue_server_msg(&q, 'Z', &r, NULL, NULL), POP_ANSWER);
+	assert_int_equal(q.count, 0);
+	reqqueue_free(&q);
+}
+
+/* ---- prepare.c ---- */
+
+static PreparedStmt *stmt(const char *query)
+{
+	return prepare_stmt_get((const uint8_t *)query, strlen(query) + 1);
+}
+
+static void test_registry_shares_identical_queries(void **state)
+{
+	PreparedStmt *a = stmt("SELECT 1"), *b = stmt("SELECT 1"), *c = stmt("SELECT 2");
+	assert_ptr_equal(a, b);
+	assert_ptr_not_equal(a, c);
+	char name[PREPARE_NAME_LEN];
+	prepare_stmt_name(a, name);
+	assert_int_equal(strncmp(name, "PGBOUNCER_", 10), 0);
+	prepare_stmt_unref(a);
+	prepare_stmt_unref(b);
+	prepare_stmt_unref(c);
+	assert_int_equal(prepare_registry_count(), 0);
+}
+
+static void test_client_map(void **state)
+{
+	ClientStmt *map = NULL;
+	PreparedStmt *ps = stmt("SELECT $1");
+	ClientStmt *cs = prepare_client_add(&map, "S_1", ps);
+	prepare_stmt_unref(ps); /* the map holds it */
+	assert_ptr_equal(prepare_client_find(&map, "S_1"), cs);
+	assert_null(prepare_client_find(&map, "S_2"));
+	assert_int_equal(prepare_client_count(&map), 1);
+	assert_true(prepare_client_remove_gen(&map, prepare_client_gen(cs)));
+	assert_false(prepare_client_remove_gen(&map, 12345));
+	assert_null(map);
+	assert_int_equal(prepare_registry_count(), 0);
+}
+
+static void test_server_lru(void **state)
+{
+	ServerStmt *set = NULL;
+	PreparedStmt *s[4];
+	for (int i = 0; i < 4; i++) {
+		char q[32];
+		snprintf(q, sizeof(q), "SELECT %d", i);
+		s[i] = stmt(q);
+	}
+	prepare_server_add(&set, s[0]);
+	prepare_server_add(&set, s[1]);
+	prepare_server_add(&set, s[2]);
+	/* using s[0] makes s[1] the least recently used */
+	assert_true(prepare_server_has(&set, s[0], true));
+	prepare_server_add(&set, s[3]);
+	PreparedStmt *out = prepare_server_evict(&set, 3, s[3]);
+	assert_ptr_equal(out, s[1]);
+	prepare_stmt_unref(out);
+	assert_null(prepare_server_evict(&set, 3, s[3]));
+	assert_false(prepare_server_has(&set, s[1], false));
+	/* the one just added is never the victim, even with a limit of 1 */
+	out = prepare_server_evict(&set, 1, s[3]);
+	assert_ptr_equal(out, s[2]);
+	prepare_stmt_unref(out);
+	out = prepare_server_evict(&set, 1, s[3]);
+	assert_ptr_equal(out, s[0]);
+	prepare_stmt_unref(out);
+	assert_int_equal(prepare_server_count(&set), 1);
+	prepare_server_remove_id(&set, prepare_stmt_id(s[3]));
+	assert_int_equal(prepare_server_count(&set), 0);
+	for (int i = 0; i < 4; i++)
+		prepare_stmt_unref(s[i]);
+	assert_int_equal(prepare_registry_count(), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_simple_query),
+	    cmocka_unit_test(test_pipeline_keeps_server_until_last_sync),
+	    cmocka_unit_test(test_error_skips_to_sync),
+	    cmocka_unit_test(test_copy_in),
+	    cmocka_unit_test(test_dropped_requests_reported),
+	    cmocka_unit_test(test_unknown_answer),
+	    cmocka_unit_test(test_queue_grows),
+	    cmocka_unit_test(test_registry_shares_identical_queries),
+	    cmocka_unit_test(test_client_map),
+	    cmocka_unit_test(test_server_lru),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
