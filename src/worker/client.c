@@ -517,6 +517,11 @@ static SBufAction handle_client_packet(PgSocket *c, const PktHdr *hdr, const uin
 		return SB_CLOSED;
 	}
 	c->request_time = wk.now;
+	if (!c->link && strchr("Hdcf", hdr->type) && pool_effective_mode(c->pool) != POOL_SESSION &&
+	    c->replication == REPLICATION_NONE) {
+		/* nothing outstanding to flush; COPY messages after a failed COPY let go of: no server needed */
+		return SB_SKIP;
+	}
 	if (!c->link) {
 		if (c->state == CL_WAITING)
 			return SB_WAIT;
@@ -532,11 +537,10 @@ static SBufAction handle_client_packet(PgSocket *c, const PktHdr *hdr, const uin
 		return SB_FORWARD;
 	}
 	SBufAction act = txn_client_packet(c, hdr, data, avail);
-	if (act == SB_FORWARD || act == SB_CONSUMED) {
+	if (act == SB_FORWARD || act == SB_CONSUMED)
 		count_request(c, hdr);
-		if (c->link)
-			c->link->ready = false;
-	}
+	if (act == SB_FORWARD)
+		s->ready = false; /* what the pooler sends on its own marks it itself */
 	return act;
 }
 

@@ -38,9 +38,15 @@ static void put_simple_msg(PktBuf *pb, char type, char sub, const char *name)
 }
 
 /* To the server, after what the client has forwarded so far (flushed with the client's batch). */
+static void to_server_bytes(PgSocket *c, const void *data, size_t len)
+{
+	c->link->ready = false;
+	sbuf_forward_own(&c->sb, data, len, false);
+}
+
 static void to_server(PgSocket *c, const PktBuf *pb)
 {
-	sbuf_forward_own(&c->sb, pb->buf, pb->len, false);
+	to_server_bytes(c, pb->buf, pb->len);
 }
 
 /* To the client, after what the server has forwarded so far. */
@@ -153,7 +159,7 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 		msg[2] = (uint8_t)(len >> 16);
 		msg[3] = (uint8_t)(len >> 8);
 		msg[4] = (uint8_t)len;
-		sbuf_forward_own(&c->sb, msg, sizeof(msg), false);
+		to_server_bytes(c, msg, sizeof(msg));
 		reqqueue_push(&s->rq, REQ_PARSE, ANS_FAKE_ERROR);
 		char err[160];
 		snprintf(err, sizeof(err), "prepared statement \"%.100s\" already exists", name);
@@ -273,16 +279,21 @@ static SBufAction client_describe_close(PgSocket *c, PgSocket *s, const PktHdr *
 	return SB_CONSUMED;
 }
 
-/* The client ends its COPY FROM STDIN. */
-static SBufAction client_copy_end(PgSocket *c, PgSocket *s)
+/*
+ * CopyData, CopyDone, CopyFail. Once the server has left COPY (it failed
+ * the COPY and answered), what the client still sends means nothing to
+ * it: dropped, and the client's end of COPY lets the server go back.
+ */
+static SBufAction client_copy_msg(PgSocket *c, PgSocket *s, char type)
 {
-	s->rq.copy_in = false;
-	if (s->ready && s->txn_status == 'I' && s->rq.count == 0) {
-		/* the server left COPY already (it failed): nothing to tell it, and it can go back */
+	if (type != 'd')
+		s->rq.copy_in = false;
+	if (s->copy_mode)
+		return SB_FORWARD;
+	if (type != 'd' && s->ready &&
+	    reqqueue_release_decision(pool_effective_mode(s->pool), s->txn_status, &s->rq) == RELEASE_RETURN)
 		txn_release(s);
-		return SB_SKIP;
-	}
-	return SB_FORWARD;
+	return SB_SKIP;
 }
 
 SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
@@ -331,10 +342,11 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 	case 'E':
 		reqqueue_push(q, REQ_EXECUTE, ANS_CLIENT);
 		return SB_FORWARD;
+	case 'd':
 	case 'c':
 	case 'f':
-		return client_copy_end(c, s);
-	default: /* Flush, CopyData */
+		return client_copy_msg(c, s, hdr->type);
+	default: /* Flush */
 		return SB_FORWARD;
 	}
 }
