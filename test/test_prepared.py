@@ -1,0 +1,714 @@
+"""Protocol-level prepared statements in transaction and statement pooling
+(issue 9 point 5, spec/behaviours.md §5, spec/admin.md, spec/config.md
+max_prepared_statements).
+
+A client's named statements live with the client: whichever server its next
+transaction gets, its Bind/Describe work (the pooler prepares the statement
+there first, invisibly), two clients' statements of the same name never
+clash, and each server holds at most max_prepared_statements of them (least
+recently used evicted). The client sees PostgreSQL's own behaviour: a name
+reused without Close is ERROR 42P05, an unknown name is ERROR 26000, Close of
+an unknown name is answered by CloseComplete, DEALLOCATE ALL / DISCARD ALL
+forget its statements; the connection stays usable after each error.
+
+Where the exact message sequence matters the tests speak the protocol
+themselves (PgWire from test_bad_input.py); elsewhere psycopg 3 with
+prepare_threshold=0 (named statements _pg3_<n>, the same names in every
+connection) stands for a real driver. Statements that return pg_backend_pid()
+tell which server ran them; occupy() forces a client's next transaction onto
+another server than the one it prepared on.
+"""
+
+import collections
+import struct
+import threading
+
+import pytest
+
+from conftest import wait_for
+from test_admin import console, row, rows
+from test_bad_input import PgWire, error_fields, message
+from test_global_limits import conn_on, two_workers
+
+TX = {"pool_mode": "transaction", "default_pool_size": 2, "pkt_buf": 4096, "query_wait_timeout": 10}
+
+
+# ---------------------------------------------------------------------------
+# extended-protocol messages
+
+
+def cstr(text):
+    return (text if isinstance(text, bytes) else text.encode()) + b"\0"
+
+
+def parse(name, query, oids=()):
+    return message(b"P", cstr(name) + cstr(query) + struct.pack(f"!H{len(oids)}I", len(oids), *oids))
+
+
+def bind(stmt, params=(), portal=""):
+    """Bind with text parameters (None = NULL) and text results."""
+    parts = [cstr(portal), cstr(stmt), struct.pack("!HH", 0, len(params))]
+    for p in params:
+        if p is None:
+            parts.append(struct.pack("!i", -1))
+        else:
+            value = str(p).encode()
+            parts.append(struct.pack("!i", len(value)) + value)
+    parts.append(struct.pack("!H", 0))
+    return message(b"B", b"".join(parts))
+
+
+def describe(kind, name):
+    return message(b"D", kind + cstr(name))
+
+
+def execute(portal="", max_rows=0):
+    return message(b"E", cstr(portal) + struct.pack("!I", max_rows))
+
+
+def close(kind, name):
+    return message(b"C", kind + cstr(name))
+
+
+def run(name, params=()):
+    """Bind + Execute of a named statement (unnamed portal)."""
+    return bind(name, params) + execute()
+
+
+SYNC = message(b"S")
+
+
+def ready_for_query_count(data):
+    """How many ReadyForQuery the client messages in `data` ask for (Sync and Query)."""
+    n = pos = 0
+    while pos < len(data):
+        mtype = data[pos : pos + 1]
+        (length,) = struct.unpack("!I", data[pos + 1 : pos + 5])
+        pos += 1 + length
+        n += mtype in (b"S", b"Q")
+    return n
+
+
+def datarow(body):
+    (n,) = struct.unpack("!H", body[:2])
+    pos, values = 2, []
+    for _ in range(n):
+        (length,) = struct.unpack("!i", body[pos : pos + 4])
+        pos += 4
+        if length < 0:
+            values.append(None)
+        else:
+            values.append(body[pos : pos + length].decode())
+            pos += length
+    return values
+
+
+class Reply:
+    """What the pooler answered, without NoticeResponse and ParameterStatus."""
+
+    def __init__(self, msgs):
+        self.msgs = [m for m in msgs if m[0] not in (b"N", b"S")]
+
+    @property
+    def types(self):
+        """Message types as a string, e.g. '12DCZ' (ParseComplete, BindComplete, DataRow, ...)."""
+        return "".join(m[0].decode() for m in self.msgs)
+
+    @property
+    def rows(self):
+        return [datarow(body) for mtype, body in self.msgs if mtype == b"D"]
+
+    @property
+    def errors(self):
+        """(severity, SQLSTATE, message) of each ErrorResponse."""
+        found = []
+        for mtype, body in self.msgs:
+            if mtype == b"E":
+                f = error_fields(body)
+                found.append((f.get("S"), f.get("C"), f.get("M")))
+        return found
+
+    @property
+    def status(self):
+        """Transaction status of the last ReadyForQuery."""
+        z = [body for mtype, body in self.msgs if mtype == b"Z"]
+        return z[-1].decode() if z else None
+
+    def __repr__(self):
+        return f"Reply({self.types!r}, rows={self.rows!r}, errors={self.errors!r})"
+
+
+def exchange(w, *msgs):
+    """Sends the messages in one write and reads until every Sync/Query is answered."""
+    data = b"".join(msgs)
+    w.send(data)
+    got, want = [], ready_for_query_count(data)
+    while want:
+        m = w.read_msg()
+        assert m is not None, f"connection closed after {Reply(got)!r}"
+        got.append(m)
+        want -= m[0] == b"Z"
+    return Reply(got)
+
+
+def raw_client(b, app=None):
+    """A raw protocol client logged in through the pooler (application_name=app)."""
+    w = PgWire(b.port)
+    w.login(**({"application_name": app} if app else {}))
+    return w
+
+
+def no_such(name):
+    return ("ERROR", "26000", f'prepared statement "{name}" does not exist')
+
+
+def already(name):
+    return ("ERROR", "42P05", f'prepared statement "{name}" already exists')
+
+
+def server_statements(w):
+    """Query texts of the named statements on the server the raw client gets
+    (with default_pool_size = 1 that is the only one)."""
+    found, err = w.simple_query("SELECT statement FROM pg_prepared_statements")
+    assert err is None, err
+    return sorted(r[0] for r in found)
+
+
+def occupy(b, pid, pool_size=2):
+    """Takes all `pool_size` servers in open transactions, then gives back
+    every one but backend `pid`: the next transaction of any other client runs
+    on a server that is not `pid`. Returns the holder; roll it back to free `pid`."""
+    holders = []
+    for _ in range(pool_size):
+        c = b.connect()  # not autocommit: the open transaction keeps the server
+        holders.append((c.execute("SELECT pg_backend_pid()").fetchone()[0], c))
+    keep = next((c for p, c in holders if p == pid), holders[0][1])
+    for _, c in holders:
+        if c is not keep:
+            c.rollback()
+    return keep
+
+
+def prepared_of_client(b, w):
+    """SHOW CLIENTS prepared_statements of the raw client `w` (found by its port:
+    a DISCARD ALL may change its application_name)."""
+    port = w.sock.getsockname()[1]
+    with console(b) as admin:
+        found = [r for r in rows(admin, "SHOW CLIENTS") if r["port"] == port]
+    assert len(found) == 1, found
+    return found[0]["prepared_statements"]
+
+
+def prepared_of_servers(b):
+    with console(b) as admin:
+        return sorted(r["prepared_statements"] for r in rows(admin, "SHOW SERVERS") if r["database"] == "postgres")
+
+
+def stats_totals(b):
+    with console(b) as admin:
+        r = row(admin, "SHOW STATS_TOTALS", database="postgres")
+        return r["client_parse_count"], r["server_parse_count"], r["bind_count"]
+
+
+# ---------------------------------------------------------------------------
+# statements follow their client from server to server
+
+
+def test_statement_follows_client_to_another_server(bouncer):
+    b = bouncer(ini_overrides=TX)
+    w = raw_client(b)
+    r = exchange(w, parse("S_1", "SELECT $1::int * 2, pg_backend_pid()"), run("S_1", [21]), SYNC)
+    assert r.types == "12DCZ", r
+    assert r.rows[0][0] == "42"
+    first = int(r.rows[0][1])
+
+    holder = occupy(b, first)
+    # Describe alone, then Bind/Execute, each in its own transaction on the other server
+    r = exchange(w, describe(b"S", "S_1"), SYNC)
+    assert r.types == "tTZ", r
+    r = exchange(w, run("S_1", [5]), SYNC)
+    assert r.types == "2DCZ", r
+    assert r.rows[0][0] == "10"
+    second = int(r.rows[0][1])
+    assert second != first, "occupy() should have kept the first server busy"
+    holder.rollback()
+
+    # and back on the first server (which has it already) with a Describe in the same pipeline
+    holder = occupy(b, second)
+    r = exchange(w, describe(b"S", "S_1"), run("S_1", [7]), SYNC)
+    assert r.types == "tT2DCZ", r
+    assert r.rows[0][0] == "14" and int(r.rows[0][1]) != second
+    holder.rollback()
+    assert w.simple_query("SELECT 'still fine'") == ([["still fine"]], None)
+
+
+def test_same_name_different_texts_never_clash(bouncer):
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    a, c = raw_client(b, "clash_a"), raw_client(b, "clash_c")
+    assert exchange(a, parse("S_1", "SELECT 'a:' || $1::text"), SYNC).types == "1Z"
+    # the same name with another text and another parameter count, on the same (only) server
+    assert exchange(c, parse("S_1", "SELECT 'c:' || $1::text, $2::int * 10"), SYNC).types == "1Z"
+    for i in range(3):
+        r = exchange(a, run("S_1", [i]), SYNC)
+        assert (r.types, r.rows) == ("2DCZ", [[f"a:{i}"]]), r
+        r = exchange(c, run("S_1", [i, i]), SYNC)
+        assert (r.types, r.rows) == ("2DCZ", [[f"c:{i}", str(i * 10)]]), r
+    # Describe answers with each client's own statement
+    r = exchange(a, describe(b"S", "S_1"), SYNC)
+    assert r.types == "tTZ", r
+    assert struct.unpack("!H", r.msgs[0][1][:2]) == (1,)
+    r = exchange(c, describe(b"S", "S_1"), SYNC)
+    assert struct.unpack("!H", r.msgs[0][1][:2]) == (2,)
+    # one server holds both, under names of its own
+    assert server_statements(a) == ["SELECT 'a:' || $1::text", "SELECT 'c:' || $1::text, $2::int * 10"]
+    assert prepared_of_client(b, a) == 1
+    assert prepared_of_client(b, c) == 1
+    assert prepared_of_servers(b) == [2]
+    a.close()
+    c.close()
+
+
+WORKLOAD = [
+    ("SELECT %s::int + 1000", lambda n, i: n * 100 + i + 1000),
+    ("SELECT %s::int * 7", lambda n, i: (n * 100 + i) * 7),
+    ("SELECT 'text ' || %s::text", lambda n, i: f"text {n * 100 + i}"),
+    ("SELECT length(%s::text) + 100000", lambda n, i: len(str(n * 100 + i)) + 100000),
+]
+
+
+@pytest.mark.parametrize("mode,limit", [("transaction", 200), ("transaction", 2), ("statement", 3)])
+def test_driver_clients_share_few_servers(bouncer, mode, limit):
+    """8 psycopg clients with prepare_threshold=0 on 2 servers: every client
+    names its statements _pg3_0, _pg3_1, ... in its own order, so the same name
+    means another query in each client; with a small limit, servers evict all
+    the time."""
+    b = bouncer(ini_overrides=dict(TX, pool_mode=mode, max_prepared_statements=limit))
+    failures = []
+
+    def client(n):
+        try:
+            with b.connect(autocommit=True, prepare_threshold=0, application_name=f"drv{n}") as conn:
+                order = WORKLOAD[n % 4:] + WORKLOAD[:n % 4]
+                for i in range(6):
+                    for sql, want in order:
+                        assert conn.execute(sql, [n * 100 + i]).fetchone() == (want(n, i),), sql
+                    if mode == "transaction":
+                        with conn.transaction():
+                            for sql, want in reversed(order):
+                                assert conn.execute(sql, [n * 100 + i]).fetchone() == (want(n, i),), sql
+                    with conn.pipeline():
+                        curs = [(conn.execute(sql, [n * 100 + i]), want) for sql, want in order]
+                    assert [c.fetchone() for c, _ in curs] == [(want(n, i),) for _, want in curs]
+        except Exception as e:  # noqa: BLE001 - collected for the assertion
+            failures.append(f"client {n}: {e!r}")
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
+    client_parses, _, binds = stats_totals(b)
+    assert client_parses >= 8 * len(WORKLOAD), "the clients did not use named statements"
+    assert binds >= 8 * 6 * len(WORKLOAD)
+    assert all(n <= limit for n in prepared_of_servers(b))
+
+
+# ---------------------------------------------------------------------------
+# eviction
+
+
+def lru_after(accesses, limit):
+    lru = collections.OrderedDict()
+    for k in accesses:
+        lru.pop(k, None)
+        lru[k] = True
+        while len(lru) > limit:
+            lru.popitem(last=False)
+    return set(lru)
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 4, 5])
+def test_eviction_keeps_at_most_limit_per_server(bouncer, limit):
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1, max_prepared_statements=limit))
+    w = raw_client(b, "evict")
+    count = limit + 3
+    texts = [f"SELECT $1::int + {k}" for k in range(count)]
+    accesses = []
+
+    def use(k, first=False):
+        r = exchange(w, (parse(f"s{k}", texts[k]) if first else b"") + run(f"s{k}", [100]), SYNC)
+        assert r.types == ("12DCZ" if first else "2DCZ"), r
+        assert r.rows == [[str(100 + k)]]
+        accesses.append(k)
+        # the server holds the `limit` most recently used statements, never more
+        assert server_statements(w) == sorted(texts[j] for j in lru_after(accesses, limit)), accesses
+
+    for k in range(count):
+        use(k, first=True)
+    # evicted statements come back when used; a use refreshes a statement's place
+    for k in [0, count - 1, 1, 0, 2, count - 1, count - 2, 0, 1]:
+        use(k)
+    # all of them in one pipeline (one Sync): statements are evicted while the pipeline runs
+    r = exchange(w, *[run(f"s{k}", [1]) for k in range(count)], *[run(f"s{k}", [2]) for k in range(count)], SYNC)
+    assert r.types == "2DC" * 2 * count + "Z", r
+    assert r.rows == [[str(1 + k)] for k in range(count)] + [[str(2 + k)] for k in range(count)]
+    assert len(server_statements(w)) == limit
+    assert prepared_of_servers(b) == [limit]
+    assert prepared_of_client(b, w) == count
+    w.close()
+
+
+# ---------------------------------------------------------------------------
+# errors as PostgreSQL gives them
+
+
+def test_reused_name_is_an_error(bouncer):
+    """The second Parse lands on a server that lacks the statement: the pooler
+    itself must say what PostgreSQL would."""
+    b = bouncer(ini_overrides=TX)
+    w = raw_client(b)
+    r = exchange(w, parse("dup", "SELECT 'first', pg_backend_pid()"), run("dup"), SYNC)
+    assert r.types == "12DCZ", r
+    first = int(r.rows[0][1])
+    holder = occupy(b, first)
+    for text in ("SELECT 'second'", "SELECT 'first', pg_backend_pid()"):  # another text or the same: both refused
+        r = exchange(w, parse("dup", text), run("dup"), SYNC)
+        assert (r.types, r.errors, r.status) == ("EZ", [already("dup")], "I"), r
+    # in a pipeline: what came before is answered, the rest up to the Sync is skipped
+    r = exchange(w, parse("other", "SELECT 'other'"), run("other"), parse("dup", "SELECT 'third'"), run("dup"),
+                 run("other"), SYNC)
+    assert (r.types, r.rows, r.errors) == ("12DCEZ", [["other"]], [already("dup")]), r
+    # the name keeps its first statement and the connection works
+    r = exchange(w, run("dup"), run("other"), SYNC)
+    assert r.types == "2DC2DCZ", r
+    assert r.rows[0][0] == "first" and int(r.rows[0][1]) != first and r.rows[1] == ["other"]
+    holder.rollback()
+    assert w.simple_query("SELECT 'usable'") == ([["usable"]], None)
+
+
+def test_unknown_name_is_an_error(bouncer):
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    w = raw_client(b)
+    r = exchange(w, run("never"), SYNC)
+    assert (r.types, r.errors, r.status) == ("EZ", [no_such("never")], "I"), r
+    r = exchange(w, describe(b"S", "never"), SYNC)
+    assert (r.types, r.errors, r.status) == ("EZ", [no_such("never")], "I"), r
+    # in a pipeline between good statements
+    r = exchange(w, parse("good", "SELECT 'good'"), run("good"), run("never"), run("good"), SYNC,
+                 run("good"), SYNC)
+    assert (r.types, r.rows, r.errors) == ("12DCEZ2DCZ", [["good"], ["good"]], [no_such("never")]), r
+    # a name that another client has prepared on the same (only) server is still unknown to this one
+    other = raw_client(b)
+    assert exchange(other, parse("theirs", "SELECT 'theirs'"), run("theirs"), SYNC).types == "12DCZ"
+    for msg in (run("theirs"), describe(b"S", "theirs")):
+        r = exchange(w, msg, SYNC)
+        assert (r.types, r.errors) == ("EZ", [no_such("theirs")]), r
+    assert exchange(other, run("theirs"), SYNC).rows == [["theirs"]]
+    assert w.simple_query("SELECT 'usable'") == ([["usable"]], None)
+
+
+@pytest.mark.parametrize("error", ["unknown", "reused"])
+def test_error_inside_transaction_fails_it(bouncer, pg, error):
+    """As in PostgreSQL, the error aborts the client's transaction block:
+    ReadyForQuery says 'E' and a COMMIT rolls back. The transaction runs on
+    another server than the one the statement was prepared on."""
+    table = f"prep_tx_{error}"
+    pg.sql(f"DROP TABLE IF EXISTS {table}")
+    pg.sql(f"CREATE TABLE {table} (v int)")
+    b = bouncer(ini_overrides=TX)
+    w = raw_client(b)
+    r = exchange(w, parse("mine", "SELECT pg_backend_pid()"), run("mine"), SYNC)
+    holder = occupy(b, int(r.rows[0][0]))
+    assert w.simple_query("BEGIN") == ([], None)
+    assert w.simple_query(f"INSERT INTO {table} VALUES (1)") == ([], None)
+    bad = run("never") if error == "unknown" else parse("mine", "SELECT 2")
+    r = exchange(w, bad, SYNC)
+    assert (r.types, r.errors, r.status) == ("EZ", [no_such("never") if error == "unknown" else already("mine")],
+                                             "E"), r
+    w.send(message(b"Q", b"COMMIT\0"))
+    r = Reply(w.read_until(b"Z"))
+    assert r.types == "CZ" and r.msgs[0][1] == b"ROLLBACK\0" and r.status == "I", r
+    holder.rollback()
+    assert pg.sql(f"SELECT count(*) FROM {table}") == [(0,)]
+    assert w.simple_query("SELECT 'usable'") == ([["usable"]], None)
+
+
+def test_close_unknown_names_and_close_then_reparse(bouncer):
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    w, other = raw_client(b), raw_client(b)
+    r = exchange(w, close(b"S", "nope"), close(b"S", ""), close(b"P", "nope"), SYNC)
+    assert (r.types, r.status) == ("333Z", "I"), r
+    # both clients name a statement "c", on the one server
+    r = exchange(w, parse("c", "SELECT 'first'"), run("c"), SYNC)
+    assert (r.types, r.rows) == ("12DCZ", [["first"]]), r
+    r = exchange(other, parse("c", "SELECT 'theirs'"), run("c"), SYNC)
+    assert (r.types, r.rows) == ("12DCZ", [["theirs"]]), r
+    # Close, then the same name for another text, in one pipeline
+    r = exchange(w, close(b"S", "c"), parse("c", "SELECT 'second', $1::int"), run("c", [7]), SYNC)
+    assert (r.types, r.rows) == ("312DCZ", [["second", "7"]]), r
+    # Close alone, then the closed name is unknown
+    r = exchange(w, close(b"S", "c"), SYNC, run("c"), SYNC)
+    assert (r.types, r.errors) == ("3ZEZ", [no_such("c")]), r
+    # closing twice is fine too
+    assert exchange(w, close(b"S", "c"), SYNC).types == "3Z"
+    assert prepared_of_client(b, w) == 0
+    # the other client's "c" was never touched
+    assert exchange(other, run("c"), SYNC).rows == [["theirs"]]
+    r = exchange(w, parse("c", "SELECT 'third'"), run("c"), SYNC)
+    assert (r.types, r.rows) == ("12DCZ", [["third"]]), r
+    assert exchange(other, run("c"), SYNC).rows == [["theirs"]]
+
+
+@pytest.mark.parametrize("command", ["DEALLOCATE ALL", "DISCARD ALL"])
+def test_deallocate_all_and_discard_all_forget_the_clients_statements(bouncer, command):
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    a, c = raw_client(b), raw_client(b)
+    assert exchange(a, parse("s", "SELECT 'a1'"), parse("t", "SELECT 'a2'"), SYNC).types == "11Z"
+    assert exchange(c, parse("s", "SELECT 'c1'"), SYNC).types == "1Z"
+    assert prepared_of_client(b, a) == 2
+    assert a.simple_query(command) == ([], None)
+    assert prepared_of_client(b, a) == 0
+    for name in ("s", "t"):
+        r = exchange(a, run(name), SYNC)
+        assert (r.types, r.errors) == ("EZ", [no_such(name)]), r
+    r = exchange(a, parse("s", "SELECT 'a3'"), run("s"), SYNC)
+    assert (r.types, r.rows) == ("12DCZ", [["a3"]]), r
+    assert prepared_of_client(b, a) == 1
+    # the other client on the same server keeps its statement (the command dropped it on the server)
+    r = exchange(c, run("s"), SYNC)
+    assert (r.types, r.rows) == ("2DCZ", [["c1"]]), r
+    assert prepared_of_client(b, c) == 1
+    assert a.simple_query("SELECT 'usable'") == ([["usable"]], None)
+
+
+def test_failing_parse_in_a_pipeline(bouncer):
+    """A Parse that the server rejects leaves the name unknown (26000 on Bind,
+    free for a new Parse), also when another client has a good statement of
+    that name on the same server."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    w, other = raw_client(b), raw_client(b)
+    assert exchange(other, parse("bad", "SELECT 'not bad'"), SYNC).types == "1Z"
+    r = exchange(w, parse("ok", "SELECT 'ok'"), run("ok"), parse("bad", "SELEC 'bad'"), run("bad"), run("ok"), SYNC,
+                 run("bad"), SYNC,
+                 run("ok"), SYNC)
+    assert r.types == "12DCEZEZ2DCZ", r
+    assert r.rows == [["ok"], ["ok"]]
+    assert [e[:2] for e in r.errors] == [("ERROR", "42601"), no_such("bad")[:2]], r
+    assert r.errors[1] == no_such("bad")
+    assert exchange(other, run("bad"), SYNC).rows == [["not bad"]]
+    # the name is free: parsing it again is no "already exists"
+    r = exchange(w, parse("bad", "SELECT 'fixed'"), run("bad"), SYNC)
+    assert (r.types, r.rows) == ("12DCZ", [["fixed"]]), r
+    assert exchange(other, run("bad"), SYNC).rows == [["not bad"]]
+
+
+def test_bind_of_never_parsed_statement_then_pipeline_goes_on(bouncer):
+    """A Bind for a statement never parsed, with Flush and Describe of the portal,
+    and the client's other statement prepared on another server."""
+    b = bouncer(ini_overrides=TX)
+    w = raw_client(b)
+    r = exchange(w, parse("p", "SELECT pg_backend_pid()"), run("p"), SYNC)
+    first = int(r.rows[0][0])
+    holder = occupy(b, first)
+    r = exchange(w, bind("ghost", [1]), message(b"H"), describe(b"P", ""), execute(), SYNC,
+                 bind("p"), describe(b"P", ""), execute(), SYNC)
+    assert r.types == "EZ2TDCZ", r
+    assert r.errors == [no_such("ghost")]
+    assert int(r.rows[0][0]) != first
+    holder.rollback()
+
+
+# ---------------------------------------------------------------------------
+# big and odd statements
+
+
+def test_long_names_and_texts_beyond_pkt_buf(bouncer):
+    b = bouncer(ini_overrides=TX)  # pkt_buf = 4096
+    name_a = "n" * 59 + "a"  # 60 bytes (PostgreSQL's limit is 63)
+    name_b = "n" * 59 + "b"
+    text_a = "SELECT $1::int + length('" + "x" * 100_000 + "'), pg_backend_pid()"
+    text_b = "SELECT $1::int - length('" + "y" * 100_000 + "'), pg_backend_pid() -- " + "z" * 5000
+    w = raw_client(b, "long")
+    r = exchange(w, parse(name_a, text_a), parse(name_b, text_b), run(name_a, [1]), run(name_b, [1]), SYNC)
+    assert r.types == "112DC2DCZ", r
+    assert [v[0] for v in r.rows] == ["100001", "-99999"]
+    first = int(r.rows[0][1])
+    # a second client with the same long name for another long text
+    other = raw_client(b)
+    r = exchange(other, parse(name_a, text_b), run(name_a, [2]), SYNC)
+    assert (r.types, r.rows[0][0]) == ("12DCZ", "-99998"), r
+    # on the other server the pooler must send the 100 kB Parse itself
+    holder = occupy(b, first)
+    r = exchange(w, describe(b"S", name_a), run(name_a, [3]), run(name_b, [3]), SYNC)
+    assert r.types == "tT2DC2DCZ", r
+    assert [v[0] for v in r.rows] == ["100003", "-99997"]
+    assert int(r.rows[0][1]) != first
+    holder.rollback()
+    r = exchange(other, run(name_a, [4]), SYNC)
+    assert (r.types, r.rows[0][0]) == ("2DCZ", "-99996"), r
+    assert prepared_of_client(b, w) == 2
+
+
+def test_parse_with_65535_parameter_types(bouncer):
+    b = bouncer(ini_overrides=TX)
+    w = raw_client(b)
+    oids = [23] * 65535  # int4
+    text = "SELECT $1::int + $65535::int, pg_backend_pid()"
+    r = exchange(w, parse("many", text, oids), describe(b"S", "many"), SYNC)
+    assert r.types == "1tTZ", r
+    assert struct.unpack("!H", r.msgs[1][1][:2]) == (65535,)
+    params = [1] + [None] * 65533 + [2]
+    r = exchange(w, run("many", params), SYNC)
+    assert r.types == "2DCZ", r
+    assert r.rows[0][0] == "3"
+    first = int(r.rows[0][1])
+    holder = occupy(b, first)  # the pooler re-sends the 256 kB Parse on the other server
+    r = exchange(w, run("many", [40] + [None] * 65533 + [2]), SYNC)
+    assert r.types == "2DCZ", r
+    assert r.rows[0][0] == "42" and int(r.rows[0][1]) != first
+    holder.rollback()
+    # the same text with other parameter types is another statement
+    r = exchange(w, parse("few", text.replace("$65535", "$2"), [23, 23]), run("few", [1, 1]), SYNC)
+    assert (r.types, r.rows[0][0]) == ("12DCZ", "2"), r
+
+
+def test_unnamed_statements_pass_through(bouncer):
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    w, other = raw_client(b), raw_client(b)
+    r = exchange(w, parse("", "SELECT 'one ' || $1::text"), bind("", ["x"]), execute(),
+                 parse("", "SELECT 'two ' || $1::text, $2::int"), describe(b"S", ""), bind("", ["y", 2]), execute(),
+                 SYNC)
+    assert (r.types, r.rows) == ("12DC1tT2DCZ", [["one x"], ["two y", "2"]]), r
+    # another client's unnamed statement on the same server, then this one's again
+    r = exchange(other, parse("", "SELECT 'other'"), bind(""), execute(), SYNC)
+    assert (r.types, r.rows) == ("12DCZ", [["other"]]), r
+    r = exchange(w, parse("", "SELECT 'three'"), describe(b"S", ""), bind(""), execute(), SYNC)
+    assert (r.types, r.rows) == ("1tT2DCZ", [["three"]]), r
+    assert server_statements(w) == []
+    assert prepared_of_client(b, w) == 0
+    assert stats_totals(b) == (0, 0, 0)
+
+
+def test_max_prepared_statements_zero_turns_it_off(bouncer):
+    """Off: named statements go to the server under the client's own name, as
+    with no pooler; prepared on one server, they are unknown on another."""
+    b = bouncer(ini_overrides=dict(TX, max_prepared_statements=0))
+    w = raw_client(b, "off")
+    r = exchange(w, parse("S_1", "SELECT pg_backend_pid()"), run("S_1"), SYNC)
+    assert r.types == "12DCZ", r
+    first = int(r.rows[0][0])
+    holder = occupy(b, first)
+    assert holder.execute("SELECT name FROM pg_prepared_statements").fetchall() == [("S_1",)]
+    r = exchange(w, run("S_1"), SYNC)
+    assert (r.types, r.errors) == ("EZ", [no_such("S_1")]), r
+    holder.rollback()
+    assert prepared_of_client(b, w) == 0
+    assert stats_totals(b) == (0, 0, 0)
+
+
+# ---------------------------------------------------------------------------
+# stats and SHOW columns
+
+
+def test_parse_and_bind_stats_and_show_columns(bouncer):
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1, max_prepared_statements=1, stats_period=1))
+    a, c = raw_client(b, "stats_a"), raw_client(b, "stats_c")
+    x = "SELECT 'x' || $1::text"
+    r = exchange(a, parse("s1", x), run("s1", [1]), SYNC)
+    assert (r.types, r.rows) == ("12DCZ", [["x1"]]), r
+    assert stats_totals(b) == (1, 1, 1)
+    for i in (2, 3):
+        assert exchange(a, run("s1", [i]), SYNC).rows == [[f"x{i}"]]
+    assert stats_totals(b) == (1, 1, 3)
+    # the same text from another client is on the server already: no server Parse
+    r = exchange(c, parse("t1", x), run("t1", [4]), SYNC)
+    assert (r.types, r.rows) == ("12DCZ", [["x4"]]), r
+    assert stats_totals(b) == (2, 1, 4)
+    # unnamed statements are not counted
+    r = exchange(a, parse("", "SELECT 'unnamed'"), run(""), SYNC)
+    assert (r.types, r.rows) == ("12DCZ", [["unnamed"]]), r
+    assert stats_totals(b) == (2, 1, 4)
+    # a second statement evicts the first (limit 1) ...
+    r = exchange(a, parse("s2", "SELECT 'y'"), run("s2"), SYNC)
+    assert (r.types, r.rows) == ("12DCZ", [["y"]]), r
+    assert stats_totals(b) == (3, 2, 5)
+    # ... so the other client's Bind makes the pooler prepare it again
+    assert exchange(c, run("t1", [5]), SYNC).rows == [["x5"]]
+    assert stats_totals(b) == (3, 3, 6)
+    with console(b) as admin:
+        stats = row(admin, "SHOW STATS", database="postgres")
+    assert (stats["total_client_parse_count"], stats["total_server_parse_count"], stats["total_bind_count"]) == (
+        3, 3, 6)
+    assert prepared_of_client(b, a) == 2
+    assert prepared_of_client(b, c) == 1
+    assert prepared_of_servers(b) == [1]
+
+    # averages (per second over stats_period) follow while the client keeps parsing and binding
+    n = [0]
+
+    def averages_move():
+        n[0] += 1
+        assert exchange(a, parse(f"more{n[0]}", f"SELECT {n[0]}"), run(f"more{n[0]}"), SYNC).types == "12DCZ"
+        with console(b) as admin:
+            avg = row(admin, "SHOW STATS_AVERAGES", database="postgres")
+            stats = row(admin, "SHOW STATS", database="postgres")
+        return (avg["avg_client_parse_count"] > 0 and avg["avg_server_parse_count"] > 0 and avg["avg_bind_count"] > 0
+                and stats["avg_client_parse_count"] > 0 and stats["avg_bind_count"] > 0)
+
+    wait_for(averages_move, "non-zero parse and bind averages", interval=0.2)
+
+
+# ---------------------------------------------------------------------------
+# two workers
+
+
+def test_two_workers(bouncer):
+    """Clients of both workers prepare statements of the same names with other
+    texts; then idle servers that hold one worker's statements are given to the
+    other worker, whose clients prepare theirs there."""
+    b = bouncer(ini_overrides=dict(TX, min_workers=2, max_workers=2, query_wait_timeout=20))
+    two_workers(b)
+    failures = []
+
+    def client(conn, tag):
+        try:
+            for i in range(5):
+                for k in range(3):
+                    sql = f"SELECT %s::int * {k + 1}, '{tag}'"
+                    assert conn.execute(sql, [i]).fetchone() == (i * (k + 1), tag)
+                with conn.transaction():
+                    assert conn.execute(f"SELECT %s::text || '{tag}'", [i]).fetchone() == (f"{i}{tag}",)
+        except Exception as e:  # noqa: BLE001 - collected for the assertion
+            failures.append(f"{tag}: {e!r}")
+
+    conns = [(conn_on(b, worker, prepare_threshold=0), f"w{worker}c{n}") for worker in (0, 1) for n in range(3)]
+    threads = [threading.Thread(target=client, args=(c, tag)) for c, tag in conns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
+    for c, _ in conns:
+        c.close()
+
+    # worker 0's clients leave both servers idle, holding their statements
+    first = [conn_on(b, 0, prepare_threshold=0) for _ in range(2)]
+    for n, c in enumerate(first):
+        c.execute("BEGIN")
+        assert c.execute(f"SELECT %s::int + {n}, 'zero'", [1]).fetchone() == (1 + n, "zero")
+    for c in first:
+        c.execute("COMMIT")
+        c.close()
+    # worker 1's clients need both: the servers move, and their statements are theirs
+    mark = b.log_mark()
+    second = [conn_on(b, 1, prepare_threshold=0) for _ in range(2)]
+    for c in second:
+        c.execute("BEGIN")
+    for n, c in enumerate(second):
+        assert c.execute(f"SELECT %s::int - {n}, 'one'", [1]).fetchone() == (1 - n, "one")
+        assert c.execute("SELECT %s::text || ' one'", [n]).fetchone() == (f"{n} one",)
+    b.wait_log(r"given back to another worker", after=mark)
+    for c in second:
+        c.execute("COMMIT")
+        assert c.execute("SELECT %s::text || ' one'", ["again"]).fetchone() == ("again one",)
