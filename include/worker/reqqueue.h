@@ -35,6 +35,7 @@ typedef struct Request {
 	uint64_t stmt_id; /* Parse: registry id recorded on the server by it (0 = none) */
 	uint64_t map_gen; /* Parse: the client's name mapping made by it (0 = none) */
 	char *error;      /* ANS_FAKE_ERROR: the message the client gets */
+	char *stmt_name;  /* Bind/Describe renamed by the pooler: the client's name (for the server's errors) */
 } Request;
 
 typedef struct ReqQueue {
@@ -43,7 +44,7 @@ typedef struct ReqQueue {
 	uint32_t count;
 	uint32_t cap;
 	bool skipping; /* the server had an error and ignores everything up to the next Sync */
-	bool copy_in;  /* the client is sending COPY data */
+	bool copy_in;  /* the client is sending COPY data the server waits for */
 } ReqQueue;
 
 /* What the answer to a server message did to the queue. */
@@ -56,7 +57,7 @@ typedef enum ReqPop {
 void reqqueue_push(ReqQueue *q, ReqKind kind, ReqAnswer answer);
 Request *reqqueue_head(ReqQueue *q);          /* NULL when empty */
 Request *reqqueue_tail(ReqQueue *q);          /* the request pushed last, NULL when empty */
-void reqqueue_pop(ReqQueue *q, Request *out); /* out may be NULL; else the caller frees out->error */
+void reqqueue_pop(ReqQueue *q, Request *out); /* out may be NULL; else the caller frees its strings */
 void reqqueue_clear(ReqQueue *q, void (*dropped)(const Request *r, void *arg), void *arg);
 void reqqueue_free(ReqQueue *q);
 
@@ -65,8 +66,8 @@ void reqqueue_free(ReqQueue *q);
  * 'E' (ErrorResponse) outside a Query pops the failed request and drops
  * the requests behind it up to the next Sync (each passed to dropped(),
  * which may be NULL); if no Sync is queued it sets `skipping` until the
- * client sends one. copy_in is cleared by the client's CopyDone/CopyFail
- * only: after a failed COPY the client may still be sending data. 'G' (CopyInResponse)
+ * client sends one; it also ends a COPY FROM STDIN (copy_in), whose late
+ * CopyData/CopyDone the pooler drops. 'G' (CopyInResponse)
  * sets copy_in and drops the Syncs queued right behind the COPY's request
  * (the server ignores Sync during COPY FROM STDIN).
  */

@@ -42,10 +42,12 @@ Request *reqqueue_tail(ReqQueue *q)
 void reqqueue_pop(ReqQueue *q, Request *out)
 {
 	Request *r = &q->items[q->head];
-	if (out)
+	if (out) {
 		*out = *r;
-	else
+	} else {
 		free(r->error);
+		free(r->stmt_name);
+	}
 	q->head = (q->head + 1) % q->cap;
 	q->count--;
 }
@@ -60,6 +62,7 @@ static void drop_at(ReqQueue *q, uint32_t i, void (*dropped)(const Request *r, v
 	if (dropped)
 		dropped(&r, arg);
 	free(r.error);
+	free(r.stmt_name);
 }
 
 void reqqueue_clear(ReqQueue *q, void (*dropped)(const Request *r, void *arg), void *arg)
@@ -109,6 +112,8 @@ ReqPop reqqueue_server_msg(ReqQueue *q, char type, Request *out, void (*dropped)
 	Request *h = reqqueue_head(q);
 	switch (type) {
 	case 'E':
+		/* an error ends a COPY FROM STDIN: what the client still sends for it is dropped */
+		q->copy_in = false;
 		/* a Query's error ends at its ReadyForQuery; so does one raised at a Sync (a deferred check) */
 		if (!h || h->kind == REQ_QUERY || h->kind == REQ_SYNC)
 			return POP_NONE;

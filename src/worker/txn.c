@@ -231,6 +231,7 @@ static SBufAction client_bind(PgSocket *c, PgSocket *s, const uint8_t *data, uin
 	to_server(c, &pb);
 	pktbuf_free(&pb);
 	reqqueue_push(&s->rq, REQ_BIND, ANS_CLIENT);
+	reqqueue_tail(&s->rq)->stmt_name = xstrdup(stmt);
 	return SB_CONSUMED;
 }
 
@@ -276,6 +277,7 @@ static SBufAction client_describe_close(PgSocket *c, PgSocket *s, const PktHdr *
 	to_server(c, &pb);
 	pktbuf_free(&pb);
 	reqqueue_push(&s->rq, REQ_DESCRIBE, ANS_CLIENT);
+	reqqueue_tail(&s->rq)->stmt_name = xstrdup(name);
 	return SB_CONSUMED;
 }
 
@@ -286,11 +288,13 @@ static SBufAction client_describe_close(PgSocket *c, PgSocket *s, const PktHdr *
  */
 static SBufAction client_copy_msg(PgSocket *c, PgSocket *s, char type)
 {
-	if (type != 'd')
-		s->rq.copy_in = false;
-	if (s->copy_mode)
+	if (s->copy_mode) {
+		if (type != 'd')
+			s->rq.copy_in = false;
 		return SB_FORWARD;
-	if (type != 'd' && s->ready &&
+	}
+	s->rq.copy_in = false;
+	if (s->ready &&
 	    reqqueue_release_decision(pool_effective_mode(s->pool), s->txn_status, &s->rq) == RELEASE_RETURN)
 		txn_release(s);
 	return SB_SKIP;
@@ -394,6 +398,44 @@ void txn_server_discard_check(PgSocket *s, const uint8_t *data, uint32_t len)
 	check_discard(s, data, len);
 }
 
+/*
+ * The error the client sees for a failed request, when it is not the
+ * server's own: the pooler's (a reused statement name), or the client's
+ * statement name instead of the server-side one (a statement that turned
+ * out not to exist, e.g. behind a Parse that failed in the same pipeline).
+ * False: the server's error goes through as it is.
+ */
+static bool own_error(PgSocket *s, const Request *req, const uint8_t *data, uint32_t len)
+{
+	char msg[200];
+	const char *code;
+	if (req->answer == ANS_FAKE_ERROR) {
+		code = "42P05";
+		snprintf(msg, sizeof(msg), "%s", req->error);
+	} else if (req->stmt_name) {
+		const char *sqlstate = NULL;
+		PktReader r;
+		uint8_t f;
+		const char *v;
+		pktreader_init(&r, data + 5, len - 5);
+		while (pktreader_get_u8(&r, &f) && f != 0 && pktreader_get_string(&r, &v))
+			if (f == 'C')
+				sqlstate = v;
+		if (!sqlstate || strcmp(sqlstate, "26000") != 0)
+			return false;
+		code = "26000";
+		snprintf(msg, sizeof(msg), "prepared statement \"%.100s\" does not exist", req->stmt_name);
+	} else {
+		return false;
+	}
+	PktBuf pb;
+	pktbuf_init(&pb, 128);
+	pktbuf_write_error(&pb, "ERROR", code, msg);
+	to_client(s, pb.buf, pb.len);
+	pktbuf_free(&pb);
+	return true;
+}
+
 /* The answer goes to the client, then whatever the pooler answers itself after it. */
 static SBufAction deliver_then_own(PgSocket *s, const uint8_t *data, uint32_t len)
 {
@@ -423,18 +465,13 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 	SBufAction act = SB_FORWARD;
 	if (t == 'E') {
 		request_dropped(&req, s); /* a failed Parse prepared nothing */
-		if (req.answer == ANS_FAKE_ERROR) {
-			PktBuf pb;
-			pktbuf_init(&pb, 128);
-			pktbuf_write_error(&pb, "ERROR", "42P05", req.error);
-			to_client(s, pb.buf, pb.len);
-			pktbuf_free(&pb);
+		if (own_error(s, &req, data, hdr->len))
 			act = SB_CONSUMED;
-		}
 	} else if (req.answer == ANS_SWALLOW) {
 		act = SB_CONSUMED;
 	}
 	free(req.error);
+	free(req.stmt_name);
 	if (act == SB_FORWARD && reqqueue_head(&s->rq) && reqqueue_head(&s->rq)->answer == ANS_POOLER)
 		return deliver_then_own(s, data, hdr->len);
 	if (act == SB_CONSUMED) {
