@@ -32,6 +32,13 @@ void pktbuf_put_u16(PktBuf *pb, uint16_t v); /* network byte order */
 void pktbuf_put_u32(PktBuf *pb, uint32_t v); /* network byte order */
 void pktbuf_put_bytes(PktBuf *pb, const void *data, size_t len);
 void pktbuf_put_string(PktBuf *pb, const char *s); /* with its NUL */
+/*
+ * s as an SQL string literal (no NUL): '...' with quotes doubled, or
+ * E'...' with backslashes doubled too when s has one, so that it reads
+ * the same whatever standard_conforming_strings says. The one way the
+ * pooler quotes a value it writes into SQL.
+ */
+void pktbuf_put_sql_literal(PktBuf *pb, const char *s);
 
 /* Whole messages. */
 /* ErrorResponse ('E') or NoticeResponse ('N') with exactly the fields S, C, M. */

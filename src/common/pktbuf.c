@@ -139,6 +139,19 @@ void pktbuf_put_string(PktBuf *pb, const char *s)
 	pktbuf_put_bytes(pb, s, strlen(s) + 1);
 }
 
+void pktbuf_put_sql_literal(PktBuf *pb, const char *s)
+{
+	if (strchr(s, '\\'))
+		pktbuf_put_u8(pb, 'E');
+	pktbuf_put_u8(pb, '\'');
+	for (const char *p = s; *p; p++) {
+		if (*p == '\'' || *p == '\\')
+			pktbuf_put_u8(pb, (uint8_t)*p);
+		pktbuf_put_u8(pb, (uint8_t)*p);
+	}
+	pktbuf_put_u8(pb, '\'');
+}
+
 /* ErrorResponse / NoticeResponse body: S, C, M (and D when given), then the terminator. */
 static void write_fields_msg(PktBuf *pb, char type, const char *severity, const char *sqlstate, const char *msg,
                              const char *detail)

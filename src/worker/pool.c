@@ -222,25 +222,17 @@ void pool_budget_tick(void)
 	}
 }
 
-/* Append "SET name='value';" to q. */
+/* Append "SET name=<value>;" to q. */
 static void append_set(PktBuf *q, const char *name, const char *value)
 {
-	char buf[1024];
-	size_t n = 0;
-	if (strcasecmp(name, "search_path") == 0) {
-		snprintf(buf, sizeof(buf), "SET %s=%s;", name, value);
-		pktbuf_put_bytes(q, buf, strlen(buf));
-		return;
-	}
-	n = (size_t)snprintf(buf, sizeof(buf), "SET %s='", name);
-	for (const char *p = value; *p && n + 4 < sizeof(buf); p++) {
-		if (*p == '\'')
-			buf[n++] = '\'';
-		buf[n++] = *p;
-	}
-	buf[n++] = '\'';
-	buf[n++] = ';';
-	pktbuf_put_bytes(q, buf, n);
+	pktbuf_put_bytes(q, "SET ", 4);
+	pktbuf_put_bytes(q, name, strlen(name)); /* a tracked parameter's name: from the config, never a client */
+	pktbuf_put_u8(q, '=');
+	if (strcasecmp(name, "search_path") == 0)
+		pktbuf_put_bytes(q, value, strlen(value)); /* as the server reported it, already quoted (spec §3.2) */
+	else
+		pktbuf_put_sql_literal(q, value);
+	pktbuf_put_u8(q, ';');
 }
 
 /*

@@ -22,6 +22,30 @@
 		assert_memory_equal((pb)->buf, expect_, sizeof(expect_));                                              \
 	} while (0)
 
+/* What pktbuf_put_sql_literal() writes for s, as a C string. */
+static char *literal(const char *s)
+{
+	static char out[256];
+	PktBuf pb;
+	pktbuf_init(&pb, 0);
+	pktbuf_put_sql_literal(&pb, s);
+	assert_true(pb.len < sizeof(out));
+	memcpy(out, pb.buf, pb.len);
+	out[pb.len] = '\0';
+	pktbuf_free(&pb);
+	return out;
+}
+
+static void test_sql_literal(void **state)
+{
+	assert_string_equal(literal("UTC"), "'UTC'");
+	assert_string_equal(literal(""), "''");
+	assert_string_equal(literal("it's"), "'it''s'");
+	/* a backslash reads the same with standard_conforming_strings on or off */
+	assert_string_equal(literal("a\\b"), "E'a\\\\b'");
+	assert_string_equal(literal("x\\'; DROP TABLE t; --"), "E'x\\\\''; DROP TABLE t; --'");
+}
+
 static void test_ready_for_query(void **state)
 {
 	PktBuf pb;
@@ -340,6 +364,7 @@ int main(void)
 	    cmocka_unit_test(test_data_row),
 	    cmocka_unit_test(test_untyped_and_primitives),
 	    cmocka_unit_test(test_growth),
+	    cmocka_unit_test(test_sql_literal),
 	    cmocka_unit_test(test_reader_getters),
 	    cmocka_unit_test(test_reader_bounds),
 	    cmocka_unit_test(test_reader_string_without_nul),
