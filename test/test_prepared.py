@@ -23,6 +23,7 @@ import collections
 import struct
 import threading
 
+import psycopg
 import pytest
 
 from conftest import wait_for
@@ -199,6 +200,11 @@ def prepared_of_client(b, w):
     return found[0]["prepared_statements"]
 
 
+def client_list(b):
+    with console(b) as admin:
+        return rows(admin, "SHOW CLIENTS")
+
+
 def prepared_of_servers(b):
     with console(b) as admin:
         return sorted(r["prepared_statements"] for r in rows(admin, "SHOW SERVERS") if r["database"] == "postgres")
@@ -242,8 +248,9 @@ def test_statement_follows_client_to_another_server(bouncer):
     assert w.simple_query("SELECT 'still fine'") == ([["still fine"]], None)
 
 
-def test_same_name_different_texts_never_clash(bouncer):
-    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+@pytest.mark.parametrize("mode", ["transaction", "statement"])
+def test_same_name_different_texts_never_clash(bouncer, mode):
+    b = bouncer(ini_overrides=dict(TX, pool_mode=mode, default_pool_size=1))
     a, c = raw_client(b, "clash_a"), raw_client(b, "clash_c")
     assert exchange(a, parse("S_1", "SELECT 'a:' || $1::text"), SYNC).types == "1Z"
     # the same name with another text and another parameter count, on the same (only) server
@@ -314,6 +321,66 @@ def test_driver_clients_share_few_servers(bouncer, mode, limit):
     assert all(n <= limit for n in prepared_of_servers(b))
 
 
+def test_a_leaving_clients_names_are_free_for_the_next(bouncer):
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    for n in range(3):
+        w = raw_client(b)
+        r = exchange(w, parse("S_1", f"SELECT 'client {n}'"), parse("S_2", "SELECT 'shared'"), run("S_1"), run("S_2"),
+                     SYNC)
+        assert (r.types, r.rows) == ("112DC2DCZ", [[f"client {n}"], ["shared"]]), r
+        w.close()
+        wait_for(lambda: not [r for r in client_list(b) if r["database"] == "postgres"], "the client to leave")
+
+
+def test_driver_rollback_deallocates_all(bouncer):
+    """psycopg answers a rollback() with ROLLBACK and DEALLOCATE ALL (its
+    cache is cleared) and then prepares again under new names; a client that
+    shares the server goes on with its own statements, which the DEALLOCATE
+    ALL dropped on the server."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    conn = b.connect(prepare_threshold=0)  # not autocommit: rollback() ends a transaction
+    bystander = b.connect(autocommit=True, prepare_threshold=0)
+    queries = ["SELECT %s::int + 1", "SELECT %s::int + 2", "SELECT %s::text || '!'"]
+    for _ in range(3):
+        for i in range(2):
+            assert conn.execute(queries[0], [i]).fetchone() == (i + 1,)
+            assert conn.execute(queries[1], [i]).fetchone() == (i + 2,)
+            assert conn.execute(queries[2], [i]).fetchone() == (f"{i}!",)
+        conn.rollback()
+        for i in range(2):
+            assert bystander.execute("SELECT %s::int * 100", [i]).fetchone() == (i * 100,)
+    _, _, binds = stats_totals(b)
+    assert binds >= 3 * 2 * 3, "psycopg did not use named statements"
+
+
+def test_driver_pipeline_with_an_error_in_the_middle(bouncer):
+    """psycopg pipelines of prepared statements on a shared server, one of
+    them failing: what precedes is done, the rest up to the Sync is skipped,
+    and every client goes on. (The statements are prepared before the first
+    failing pipeline: psycopg 3.1 loses track of a Parse that an error skips.)"""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    conns = [b.connect(autocommit=True, prepare_threshold=0) for _ in range(3)]
+
+    def good_pipeline(n, conn):
+        with conn.pipeline():
+            curs = [conn.execute("SELECT 1 / %s::int", [1]), conn.execute("SELECT %s::text", [f"c{n}"]),
+                    conn.execute("SELECT %s::int + %s::int", [n, 10])]
+        assert [c.fetchone() for c in curs] == [(1,), (f"c{n}",), (n + 10,)]
+
+    for n, conn in enumerate(conns):
+        good_pipeline(n, conn)
+    for round_ in range(3):
+        for n, conn in enumerate(conns):
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                with conn.pipeline() as p:
+                    first = conn.execute("SELECT %s::int + %s::int", [n, round_])
+                    conn.execute("SELECT 1 / %s::int", [0])
+                    conn.execute("SELECT %s::text", ["skipped"])
+                    p.sync()
+            assert first.fetchone() == (n + round_,)
+            good_pipeline(n, conn)
+
+
 # ---------------------------------------------------------------------------
 # eviction
 
@@ -357,6 +424,38 @@ def test_eviction_keeps_at_most_limit_per_server(bouncer, limit):
     assert prepared_of_servers(b) == [limit]
     assert prepared_of_client(b, w) == count
     w.close()
+
+
+def test_eviction_on_shared_servers(bouncer):
+    """Four clients with five statements each on two servers that keep three:
+    two clients at a time hold a transaction (so both servers are in use), and
+    in the same transaction the server never shows more than three."""
+    limit = 3
+    b = bouncer(ini_overrides=dict(TX, max_prepared_statements=limit))
+    clients = [raw_client(b) for _ in range(4)]
+    for n, w in enumerate(clients):
+        r = exchange(w, *[parse(f"q{k}", f"SELECT $1::int * {k + 1} + {n * 1000}, pg_backend_pid()")
+                          for k in range(5)], SYNC)
+        assert r.types == "11111Z", r
+    for round_ in range(2):
+        for pair in ((0, 1), (2, 3), (0, 2), (1, 3), (3, 0)):
+            for n in pair:
+                assert clients[n].simple_query("BEGIN") == ([], None)
+            pids = set()
+            for n in pair:
+                w = clients[n]
+                for k in (list(range(5)) if round_ == 0 else [4, 0, 3, 1, 2]):
+                    r = exchange(w, run(f"q{k}", [round_]), SYNC)
+                    assert (r.types, r.status) == ("2DCZ", "T"), r
+                    assert r.rows[0][0] == str(round_ * (k + 1) + n * 1000)
+                    pids.add(r.rows[0][1])
+                    count, err = w.simple_query("SELECT count(*) FROM pg_prepared_statements")
+                    assert err is None and 1 <= int(count[0][0]) <= limit, (count, err)
+            assert len(pids) == 2, f"the two open transactions ran on {pids}"
+            for n in pair:
+                assert clients[n].simple_query("COMMIT") == ([], None)
+    assert all(n <= limit for n in prepared_of_servers(b))
+    assert [prepared_of_client(b, w) for w in clients] == [5] * 4
 
 
 # ---------------------------------------------------------------------------
