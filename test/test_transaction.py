@@ -11,6 +11,7 @@ proves it from PostgreSQL's side (pg_backend_pid, pg_stat_activity). Protocol-
 level prepared statements (max_prepared_statements) are tested elsewhere.
 """
 
+import random
 import struct
 import threading
 import time
@@ -539,6 +540,70 @@ def test_cancel_after_release_cancels_nothing(bouncer, pg):
     assert a.execute("SELECT 'a fine'").fetchone() == ("a fine",)
 
 
+def test_psycopg_pipeline_mode_with_shared_server(bouncer, pg):
+    """psycopg's pipeline mode (many statements, one Sync, an error in the
+    middle) on a server shared with another client."""
+    b = tx_bouncer(bouncer, pg, "tx_psy_pipeline", default_pool_size=1)
+    a = client(b)
+    other = client(b)
+    pid = pid_of(other)
+    with a.pipeline():
+        curs = [a.execute("SELECT %s::int, pg_backend_pid()", [i]) for i in range(20)]
+    assert [c.fetchone() for c in curs] == [(i, pid) for i in range(20)]
+    assert pid_of(other) == pid
+    with pytest.raises(errors.DivisionByZero):
+        with a.pipeline() as p:
+            a.execute("SELECT %s::int", [1])
+            a.execute("SELECT 1 / %s::int", [0])
+            a.execute("SELECT %s::int", [3])
+            p.sync()
+    assert pid_of(other) == pid
+    assert a.info.transaction_status == TransactionStatus.IDLE
+    with a.pipeline():
+        with a.transaction():
+            a.execute("SELECT %s::int", [4])
+            cur = a.execute("SELECT pg_backend_pid(), txid_current_if_assigned() IS NULL")
+    assert cur.fetchone() == (pid, True)
+    assert a.execute("SELECT 'after pipelines'").fetchone() == ("after pipelines",)
+
+
+def test_cancels_racing_releases_never_hit_another_client(bouncer, pg):
+    """A client cancels its short queries at every possible moment (queued,
+    running, just finished) while another client keeps the shared server busy:
+    only the canceller's own queries are ever cancelled."""
+    b = tx_bouncer(bouncer, pg, "tx_cancel_race", default_pool_size=1)
+    a = client(b)
+    victim = client(b)
+    pid_of(a)
+    stop = threading.Event()
+
+    def victim_queries():
+        n = 0
+        while not stop.is_set():
+            assert victim.execute("SELECT pg_sleep(0.01), %s::int", [n]).fetchone() == ("", n)
+            n += 1
+        return n
+
+    job = Background(victim_queries)
+    outcomes = {"done": 0, "cancelled": 0}
+    try:
+        for i in range(40):
+            q = Background(lambda: a.execute("SELECT pg_sleep(0.02)"))
+            time.sleep(random.uniform(0, 0.05))  # jitter: cancel at every stage of the query
+            a.cancel()
+            try:
+                q.result()
+                outcomes["done"] += 1
+            except errors.QueryCanceled:
+                outcomes["cancelled"] += 1
+    finally:
+        stop.set()
+    assert job.result() > 0  # raises QueryCanceled if a cancel hit the victim
+    assert victim.execute("SELECT 'victim fine'").fetchone() == ("victim fine",)
+    assert a.execute("SELECT 'a fine'").fetchone() == ("a fine",)
+    assert outcomes["done"] + outcomes["cancelled"] == 40
+
+
 # ---------------------------------------------------------------------------
 # 2. statement pooling
 
@@ -650,14 +715,22 @@ def test_pool_mode_per_user_wins_over_database(bouncer, pg):
     w.expect_fatal(STMT_ERROR)
 
 
-def test_console_set_pool_mode_applies_to_new_assignments(bouncer, pg):
+def test_console_set_pool_mode(bouncer, pg):
+    """SET pool_mode on the console is answered, shown by SHOW CONFIG and SHOW
+    POOLS, and acts at the pool's next decision (doc/transaction.md: for clients
+    already connected too)."""
     b = bouncer(ini_overrides={"default_pool_size": 1, "query_wait_timeout": 15})
     check_session_bound(b)
+    held = client(b)
+    held_pid = pid_of(held)  # session mode: this client keeps the only server
     admin = b.admin()
     assert admin.execute("SET pool_mode = transaction").statusmessage == "SET pool_mode=transaction"
     assert {r["key"]: r["value"] for r in show(admin, "CONFIG")}["pool_mode"] == "transaction"
     assert pool_row(b)["pool_mode"] == "transaction"
-    check_shared(b)
+    # the connected client's next transaction ends with the server going back
+    assert pid_of(held) == held_pid
+    assert check_shared(b) == held_pid
+    assert pid_of(held) == held_pid
     assert admin.execute("SET pool_mode = statement").statusmessage == "SET pool_mode=statement"
     assert pool_row(b)["pool_mode"] == "statement"
     w = PgWire(b.port)
@@ -675,8 +748,13 @@ def test_console_set_pool_mode_applies_to_new_assignments(bouncer, pg):
 
 PARAMS = ["TimeZone", "DateStyle", "IntervalStyle", "application_name", "client_encoding",
           "standard_conforming_strings"]
-VALUES_A = ["Asia/Tokyo", "German, DMY", "sql_standard", "tx-app-a", "LATIN1", "off"]
+# a value with a quote and a semicolon must reach the server as one SQL literal
+VALUES_A = ["Asia/Tokyo", "German, DMY", "sql_standard", "it's; tx-app-a", "LATIN1", "off"]
 VALUES_B = ["America/Chicago", "SQL, MDY", "postgres_verbose", "tx-app-b", "WIN1252", "on"]
+
+
+def sql_quote(value):
+    return value.replace("'", "''")
 
 
 def settings_of(conn):
@@ -706,9 +784,9 @@ def test_tracked_parameters_follow_each_client(bouncer, pg):
     plain = client(b)
     helsinki = client(b, options="-c TimeZone=Europe/Helsinki")
     for name, value in zip(PARAMS, VALUES_A):
-        a.execute(f"SET {name} = '{value}'")
+        a.execute(f"SET {name} = '{sql_quote(value)}'")
     for name, value in zip(PARAMS, VALUES_B):
-        c_b.execute(f"SET {name} = '{value}'")
+        c_b.execute(f"SET {name} = '{sql_quote(value)}'")
     expect_helsinki = list(defaults)
     expect_helsinki[0] = "Europe/Helsinki"
     pids = set()
@@ -869,6 +947,81 @@ def test_client_idle_timeout_in_transaction_mode(bouncer, pg):
     # idle inside its transaction for longer than the client that was just closed
     assert query(in_tx, "SELECT 'in tx fine'") == ([["in tx fine"]], None, b"T")
     assert query(in_tx, "COMMIT") == ([], None, b"I")
+
+
+def test_timeout_overrides_per_user_and_database(bouncer, pg):
+    """[users] idle_transaction_timeout and query_timeout act for that user's
+    pools only; a [databases] query_wait_timeout acts where the global one is
+    off."""
+    pg.create_role("tx_ovr_user", password="pw")
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1, query_wait_timeout=0), start=False,
+                users_txt='"postgres" "postgres"\n"pgbouncer" "pgbouncer"\n"tx_ovr_user" "pw"\n',
+                databases={"postgres": pg.connstr("postgres"),
+                           "qwt": pg.connstr("postgres", query_wait_timeout=1)})
+    b.write_ini(text=b.render_ini() + "[users]\ntx_ovr_user = idle_transaction_timeout=1 query_timeout=1\n")
+    b.start()
+    # the user without an override opens a transaction first and idles in it
+    patient = PgWire(b.port)
+    patient.login()
+    assert query(patient, "BEGIN") == ([], None, b"T")
+    w = PgWire(b.port)
+    w.login(user="tx_ovr_user")
+    assert query(w, "BEGIN") == ([], None, b"T")
+    w.expect_fatal("idle transaction timeout")
+    # idle in its transaction for longer than the one just closed, and untouched
+    assert query(patient, "SELECT 'patient'") == ([["patient"]], None, b"T")
+    assert query(patient, "COMMIT") == ([], None, b"I")
+    w = PgWire(b.port)
+    w.login(user="tx_ovr_user")
+    w.send(query_message("SELECT pg_sleep(5)"))
+    w.expect_fatal("query timeout")
+    assert query(patient, "SELECT pg_sleep(1.2), 'no query_timeout here'") == (
+        [["", "no query_timeout here"]], None, b"I")
+
+    # database qwt: query_wait_timeout = 1 while the global one waits forever
+    holder = client(b, dbname="qwt", autocommit=False)
+    holder.execute("SELECT 1")  # holds the pool's only server inside a transaction
+    w = PgWire(b.port)
+    w.login(database="qwt")
+    w.send(query_message("SELECT 'never'"))
+    w.expect_fatal("query_wait_timeout")
+    holder.commit()
+
+
+def test_server_lifetime_in_transaction_mode(bouncer, pg):
+    """server_lifetime is checked when a server goes back to the pool, i.e.
+    after a transaction: connected clients move to a new server without
+    noticing."""
+    app = "tx_lifetime"
+    b = tx_bouncer(bouncer, pg, app, default_pool_size=1, server_lifetime=1)
+    a = client(b)
+    c = client(b)
+    first = pid_of(a)
+    assert pid_of(c) == first
+
+    def moved():
+        pids = {pid_of(a), pid_of(c)}
+        time.sleep(0.05)
+        return first not in pids and pids
+
+    pids = wait_for(moved, "the clients to be served by a server younger than server_lifetime")
+    assert len(pids) == 1
+    wait_for(lambda: backend_state(pg, first) is None, "the server past its lifetime to be closed")
+    assert a.execute("SELECT 'a fine'").fetchone() == ("a fine",)
+
+
+def test_server_idle_timeout_in_transaction_mode(bouncer, pg):
+    """Servers that nobody used for server_idle_timeout are closed while their
+    clients stay connected (between transactions they hold no server)."""
+    app = "tx_server_idle"
+    b = tx_bouncer(bouncer, pg, app, default_pool_size=2, server_idle_timeout=1)
+    a = client(b)
+    c = client(b)
+    used = {pid_of(a), pid_of(c)}
+    wait_for(lambda: not backends(pg, app), "the idle servers to be closed")
+    row = pool_row(b)
+    assert row["cl_active"] == 2 and row["sv_idle"] + row["sv_used"] + row["sv_active"] == 0, row
+    assert not {pid_of(a), pid_of(c)} & used
 
 
 # ---------------------------------------------------------------------------
