@@ -13,7 +13,7 @@ PGB_PACKAGES=(
     build-essential autoconf automake libtool pkg-config
     libevent-dev libssl-dev libc-ares-dev libpq-dev libcmocka-dev libidn-dev uthash-dev
     postgresql postgresql-contrib pgbouncer
-    python3-pytest python3-psycopg
+    python3-pytest python3-psycopg python3-asyncpg
     pandoc valgrind clang-format
 )
 

@@ -1,0 +1,172 @@
+// pgx v5 with its default statement cache (QueryExecModeCacheStatement: every
+// query is prepared once per connection under a name derived from its text,
+// so all clients use the same names) through the pooler.
+//
+// Environment: PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE, DRV_CLIENTS
+// concurrent connections, DRV_ITERATIONS per connection, DRV_MAX_SERVERS (if
+// set: fail when the clients saw more distinct backends). Exits non-zero on
+// any error or wrong result.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const table = "drv_pgx"
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+func connect(ctx context.Context) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig("") // PG* environment variables
+	if err != nil {
+		return nil, err
+	}
+	if cfg.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+		return nil, fmt.Errorf("expected the default exec mode CacheStatement, got %v", cfg.DefaultQueryExecMode)
+	}
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// client runs the workload of one connection and returns the backend pids it saw.
+func client(ctx context.Context, c, iterations int) (map[int32]bool, error) {
+	conn, err := connect(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(ctx)
+	pids := map[int32]bool{}
+	sum := 0
+	for i := 0; i < iterations; i++ {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT $1::int + $2::int", c, i).Scan(&n); err != nil {
+			return nil, fmt.Errorf("iteration %d: add: %w", i, err)
+		}
+		if n != c+i {
+			return nil, fmt.Errorf("iteration %d: add: got %d, want %d", i, n, c+i)
+		}
+		var s string
+		if err := conn.QueryRow(ctx, "SELECT $1::text || '-' || $2::text", "c"+strconv.Itoa(c), strconv.Itoa(i)).Scan(&s); err != nil {
+			return nil, fmt.Errorf("iteration %d: concat: %w", i, err)
+		}
+		if want := fmt.Sprintf("c%d-%d", c, i); s != want {
+			return nil, fmt.Errorf("iteration %d: concat: got %q, want %q", i, s, want)
+		}
+		rows, err := conn.Query(ctx, "SELECT g FROM generate_series(1, $1::int) g", i+1)
+		if err != nil {
+			return nil, fmt.Errorf("iteration %d: series: %w", i, err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			return nil, fmt.Errorf("iteration %d: series: %w", i, err)
+		}
+		if len(got) != i+1 || got[i] != int32(i+1) {
+			return nil, fmt.Errorf("iteration %d: series: got %v", i, got)
+		}
+		var pid int32
+		if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			return nil, fmt.Errorf("iteration %d: pid: %w", i, err)
+		}
+		pids[pid] = true
+
+		// a transaction: prepared statements inside it, then COMMIT
+		v := c*1000 + i
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (client, iter, v) VALUES ($1, $2, $3)", c, i, v); err != nil {
+				return fmt.Errorf("insert: %w", err)
+			}
+			var count int
+			if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE client = $1", c).Scan(&count); err != nil {
+				return fmt.Errorf("count: %w", err)
+			}
+			if count != i+1 {
+				return fmt.Errorf("count: got %d, want %d", count, i+1)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("iteration %d: transaction: %w", i, err)
+		}
+		sum += v
+	}
+	var total int
+	if err := conn.QueryRow(ctx, "SELECT coalesce(sum(v), 0)::int FROM "+table+" WHERE client = $1", c).Scan(&total); err != nil {
+		return nil, fmt.Errorf("final sum: %w", err)
+	}
+	if total != sum {
+		return nil, fmt.Errorf("final sum: got %d, want %d", total, sum)
+	}
+	return pids, nil
+}
+
+func run() error {
+	clients := envInt("DRV_CLIENTS", 10)
+	iterations := envInt("DRV_ITERATIONS", 20)
+	maxServers := envInt("DRV_MAX_SERVERS", 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	setup, err := connect(ctx)
+	if err != nil {
+		return fmt.Errorf("setup: connect: %w", err)
+	}
+	_, err = setup.Exec(ctx, "DROP TABLE IF EXISTS "+table)
+	if err == nil {
+		_, err = setup.Exec(ctx, "CREATE TABLE "+table+" (client int, iter int, v int)")
+	}
+	setup.Close(ctx)
+	if err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	pids := map[int32]bool{}
+	for c := 1; c <= clients; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			seen, err := client(ctx, c, iterations)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("client %d: %w", c, err))
+				return
+			}
+			for p := range seen {
+				pids[p] = true
+			}
+		}(c)
+	}
+	wg.Wait()
+	for _, e := range errs {
+		fmt.Fprintln(os.Stderr, e)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%d of %d clients failed", len(errs), clients)
+	}
+	if maxServers > 0 && len(pids) > maxServers {
+		return fmt.Errorf("the clients saw %d server backends, more than %d", len(pids), maxServers)
+	}
+	fmt.Printf("pgx: %d clients x %d iterations ok, %d server backends\n", clients, iterations, len(pids))
+	return nil
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "pgx:", err)
+		os.Exit(1)
+	}
+}

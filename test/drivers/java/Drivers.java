@@ -1,0 +1,151 @@
+// pgjdbc with prepareThreshold=1: every PreparedStatement becomes a named
+// server-side statement (S_1, S_2, ... per connection, so all clients use the
+// same names) from its first execution, through the pooler.
+//
+// Run as a single-file program: java -cp postgresql.jar Drivers.java
+// Environment: PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE, DRV_CLIENTS
+// concurrent connections, DRV_ITERATIONS per connection, DRV_MAX_SERVERS (if
+// set: fail when the clients saw more distinct backends). Exits non-zero on
+// any error or wrong result.
+
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+
+public class Drivers {
+    static final String TABLE = "drv_jdbc";
+
+    static int env(String name, int def) {
+        String v = System.getenv(name);
+        return v == null || v.isEmpty() ? def : Integer.parseInt(v);
+    }
+
+    static Connection connect() throws SQLException {
+        String url = String.format("jdbc:postgresql://%s:%s/%s?prepareThreshold=1&connectTimeout=10&socketTimeout=120",
+                System.getenv("PGHOST"), System.getenv("PGPORT"), System.getenv("PGDATABASE"));
+        return DriverManager.getConnection(url, System.getenv("PGUSER"), System.getenv("PGPASSWORD"));
+    }
+
+    static void check(String what, Object got, Object want) {
+        if (!got.equals(want)) {
+            throw new IllegalStateException(what + ": got " + got + ", want " + want);
+        }
+    }
+
+    // Runs a query with parameters and returns the first column of every row.
+    static List<Object> query(Connection conn, String what, String sql, Object... params) throws SQLException {
+        try (PreparedStatement ps = conn.prepareStatement(sql)) {
+            for (int k = 0; k < params.length; k++) {
+                ps.setObject(k + 1, params[k]);
+            }
+            List<Object> rows = new ArrayList<>();
+            try (ResultSet rs = ps.executeQuery()) {
+                while (rs.next()) {
+                    rows.add(rs.getObject(1));
+                }
+            }
+            return rows;
+        } catch (SQLException e) {
+            throw new SQLException(what + ": " + e.getMessage() + " (SQLSTATE " + e.getSQLState() + ")", e);
+        }
+    }
+
+    static void client(int c, int iterations, Set<Object> pids) throws Exception {
+        try (Connection conn = connect()) {
+            long sum = 0;
+            for (int i = 0; i < iterations; i++) {
+                String at = "iteration " + i + ": ";
+                check(at + "add", query(conn, at + "add", "SELECT ?::int + ?::int", c, i).get(0), c + i);
+                check(at + "concat", query(conn, at + "concat", "SELECT ?::text || '-' || ?::text", "c" + c, "" + i).get(0),
+                        "c" + c + "-" + i);
+                List<Object> series = query(conn, at + "series", "SELECT g FROM generate_series(1, ?::int) g", i + 1);
+                check(at + "series length", series.size(), i + 1);
+                check(at + "series last", series.get(i), i + 1);
+                pids.add(query(conn, at + "pid", "SELECT pg_backend_pid()").get(0));
+
+                // a transaction: prepared statements inside it, then COMMIT
+                int v = c * 1000 + i;
+                conn.setAutoCommit(false);
+                try {
+                    try (PreparedStatement ps = conn.prepareStatement("INSERT INTO " + TABLE + " (client, iter, v) VALUES (?, ?, ?)")) {
+                        ps.setInt(1, c);
+                        ps.setInt(2, i);
+                        ps.setInt(3, v);
+                        check(at + "insert", ps.executeUpdate(), 1);
+                    } catch (SQLException e) {
+                        throw new SQLException(at + "insert: " + e.getMessage() + " (SQLSTATE " + e.getSQLState() + ")", e);
+                    }
+                    check(at + "count", query(conn, at + "count", "SELECT count(*)::int FROM " + TABLE + " WHERE client = ?", c).get(0),
+                            i + 1);
+                    conn.commit();
+                } catch (Exception e) {
+                    try {
+                        conn.rollback();
+                    } catch (SQLException ignored) {
+                    }
+                    throw e;
+                } finally {
+                    conn.setAutoCommit(true);
+                }
+                sum += v;
+            }
+            check("final sum", query(conn, "final sum", "SELECT coalesce(sum(v), 0)::bigint FROM " + TABLE + " WHERE client = ?", c).get(0),
+                    sum);
+        }
+    }
+
+    public static void main(String[] args) throws Exception {
+        int clients = env("DRV_CLIENTS", 10);
+        int iterations = env("DRV_ITERATIONS", 20);
+        int maxServers = env("DRV_MAX_SERVERS", 0);
+        try (Connection setup = connect(); Statement st = setup.createStatement()) {
+            st.execute("DROP TABLE IF EXISTS " + TABLE);
+            st.execute("CREATE TABLE " + TABLE + " (client int, iter int, v int)");
+        }
+
+        Set<Object> pids = ConcurrentHashMap.newKeySet();
+        ExecutorService pool = Executors.newFixedThreadPool(clients);
+        List<Future<?>> runs = new ArrayList<>();
+        for (int c = 1; c <= clients; c++) {
+            final int cc = c;
+            runs.add(pool.submit(() -> {
+                client(cc, iterations, pids);
+                return null;
+            }));
+        }
+        pool.shutdown();
+        if (!pool.awaitTermination(5, TimeUnit.MINUTES)) {
+            System.err.println("pgjdbc: timed out after 5 minutes");
+            System.exit(1);
+        }
+        int failed = 0;
+        for (int c = 1; c <= clients; c++) {
+            try {
+                runs.get(c - 1).get();
+            } catch (Exception e) {
+                failed++;
+                System.err.println("client " + c + ": " + e.getCause());
+            }
+        }
+        if (failed > 0) {
+            System.err.println("pgjdbc: " + failed + " of " + clients + " clients failed");
+            System.exit(1);
+        }
+        if (maxServers > 0 && pids.size() > maxServers) {
+            System.err.println("pgjdbc: the clients saw " + pids.size() + " server backends, more than " + maxServers);
+            System.exit(1);
+        }
+        System.out.println("pgjdbc: " + clients + " clients x " + iterations + " iterations ok, " + pids.size() + " server backends");
+    }
+}

@@ -1,0 +1,94 @@
+// node-postgres with named queries ({name, text, values}): each is prepared
+// once per connection under the given name, so all clients use the same
+// names, through the pooler.
+//
+// Environment: PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE, DRV_CLIENTS
+// concurrent connections, DRV_ITERATIONS per connection, DRV_MAX_SERVERS (if
+// set: fail when the clients saw more distinct backends). Exits non-zero on
+// any error or wrong result.
+'use strict';
+const { Client } = require('pg');
+
+const TABLE = 'drv_node';
+const clients = parseInt(process.env.DRV_CLIENTS || '10', 10);
+const iterations = parseInt(process.env.DRV_ITERATIONS || '20', 10);
+const maxServers = parseInt(process.env.DRV_MAX_SERVERS || '0', 10);
+
+function check(what, got, want) {
+  if (JSON.stringify(got) !== JSON.stringify(want)) {
+    throw new Error(`${what}: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
+  }
+}
+
+// Runs a named query (a simple one without a name); an error names the query and carries PostgreSQL's SQLSTATE.
+async function q(conn, what, name, text, values) {
+  try {
+    return await conn.query(name ? { name, text, values } : text);
+  } catch (e) {
+    throw new Error(`${what}: ${e.message}${e.code ? ` (SQLSTATE ${e.code})` : ''}`);
+  }
+}
+
+async function client(c, pids) {
+  const conn = new Client();
+  await conn.connect();
+  try {
+    let sum = 0;
+    for (let i = 0; i < iterations; i++) {
+      const at = `iteration ${i}`;
+      let r = await q(conn, `${at}: add`, 'add', 'SELECT $1::int + $2::int AS n', [c, i]);
+      check(`${at}: add`, r.rows[0].n, c + i);
+      r = await q(conn, `${at}: concat`, 'concat', "SELECT $1::text || '-' || $2::text AS s", [`c${c}`, `${i}`]);
+      check(`${at}: concat`, r.rows[0].s, `c${c}-${i}`);
+      r = await q(conn, `${at}: series`, 'series', 'SELECT g FROM generate_series(1, $1::int) g', [i + 1]);
+      check(`${at}: series`, r.rows.map((row) => row.g), Array.from({ length: i + 1 }, (_, k) => k + 1));
+      r = await q(conn, `${at}: pid`, 'pid', 'SELECT pg_backend_pid() AS pid', []);
+      pids.add(r.rows[0].pid);
+
+      // a transaction: named queries inside it, then COMMIT
+      const v = c * 1000 + i;
+      await q(conn, `${at}: BEGIN`, null, 'BEGIN'); // simple protocol
+      try {
+        await q(conn, `${at}: insert`, 'insert', `INSERT INTO ${TABLE} (client, iter, v) VALUES ($1, $2, $3)`, [c, i, v]);
+        r = await q(conn, `${at}: count`, 'count', `SELECT count(*)::int AS n FROM ${TABLE} WHERE client = $1`, [c]);
+        check(`${at}: count`, r.rows[0].n, i + 1);
+        await q(conn, `${at}: COMMIT`, null, 'COMMIT');
+      } catch (e) {
+        await conn.query('ROLLBACK').catch(() => {});
+        throw e;
+      }
+      sum += v;
+    }
+    const r = await q(conn, 'final sum', 'sum', `SELECT coalesce(sum(v), 0)::int AS s FROM ${TABLE} WHERE client = $1`, [c]);
+    check('final sum', r.rows[0].s, sum);
+  } finally {
+    await conn.end();
+  }
+}
+
+async function main() {
+  const setup = new Client();
+  await setup.connect();
+  await setup.query(`DROP TABLE IF EXISTS ${TABLE}`);
+  await setup.query(`CREATE TABLE ${TABLE} (client int, iter int, v int)`);
+  await setup.end();
+
+  const pids = new Set();
+  const runs = [];
+  for (let c = 1; c <= clients; c++) {
+    runs.push(client(c, pids).catch((e) => { throw new Error(`client ${c}: ${e.message}`); }));
+  }
+  const failed = (await Promise.allSettled(runs)).filter((r) => r.status === 'rejected');
+  for (const f of failed) console.error(f.reason.message);
+  if (failed.length) throw new Error(`${failed.length} of ${clients} clients failed`);
+  if (maxServers > 0 && pids.size > maxServers) {
+    throw new Error(`the clients saw ${pids.size} server backends, more than ${maxServers}`);
+  }
+  console.log(`node-postgres: ${clients} clients x ${iterations} iterations ok, ${pids.size} server backends`);
+}
+
+const timer = setTimeout(() => { console.error('node-postgres: timed out after 5 minutes'); process.exit(1); }, 300000);
+main().then(() => clearTimeout(timer), (e) => {
+  console.error(`node-postgres: ${e.message}`);
+  process.exit(1);
+});
