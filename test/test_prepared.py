@@ -77,6 +77,7 @@ def run(name, params=()):
 
 
 SYNC = message(b"S")
+FLUSH = message(b"H")
 
 
 def ready_for_query_count(data):
@@ -175,19 +176,44 @@ def server_statements(w):
     return sorted(r[0] for r in found)
 
 
-def occupy(b, pid, pool_size=2):
+class Held:
+    """Open transactions of occupy(); rollback() gives their servers back."""
+
+    def __init__(self, conns):
+        self.conns = conns
+
+    def rollback(self):
+        for c in self.conns:
+            c.rollback()
+
+
+def occupy(b, pid, leave=False, pool_size=2):
     """Takes all `pool_size` servers in open transactions, then gives back
-    every one but backend `pid`: the next transaction of any other client runs
-    on a server that is not `pid`. Returns the holder; roll it back to free `pid`."""
+    every one but backend `pid` (so the next transaction of any other client
+    runs elsewhere), or with leave=True only `pid` (so it runs there)."""
     holders = []
     for _ in range(pool_size):
         c = b.connect()  # not autocommit: the open transaction keeps the server
         holders.append((c.execute("SELECT pg_backend_pid()").fetchone()[0], c))
-    keep = next((c for p, c in holders if p == pid), holders[0][1])
+    on_pid = [c for p, c in holders if p == pid]
+    assert on_pid, f"backend {pid} is not among the pool's servers {[p for p, _ in holders]}"
+    keep = [c for p, c in holders if (p != pid) == leave]
     for _, c in holders:
-        if c is not keep:
+        if c not in keep:
             c.rollback()
-    return keep
+    return Held(keep)
+
+
+def read_n(w, n):
+    """The next n messages (without NoticeResponse and ParameterStatus), when
+    no ReadyForQuery is due (after a Flush)."""
+    got = []
+    while len(got) < n:
+        m = w.read_msg()
+        assert m is not None, f"connection closed after {Reply(got)!r}"
+        if m[0] not in (b"N", b"S"):
+            got.append(m)
+    return Reply(got)
 
 
 def prepared_of_client(b, w):
@@ -379,6 +405,70 @@ def test_driver_pipeline_with_an_error_in_the_middle(bouncer):
                     p.sync()
             assert first.fetchone() == (n + round_,)
             good_pipeline(n, conn)
+
+
+def test_flush_instead_of_sync(bouncer):
+    """Drivers that send Parse or Describe with a Flush and wait for the answer
+    before they Bind get it without a Sync: the ParseComplete the pooler makes
+    up for a statement the server has already, and the Describe of a statement
+    it must prepare on this server first."""
+    b = bouncer(ini_overrides=TX)
+    a, c = raw_client(b), raw_client(b)
+    text = "SELECT $1::int * 3, pg_backend_pid()"
+    r = exchange(a, parse("x", text), run("x", [1]), SYNC)
+    assert r.types == "12DCZ", r
+    first = int(r.rows[0][1])
+
+    held = occupy(b, first, leave=True)  # c runs on the server that has the text
+    c.send(parse("y", text) + FLUSH)
+    assert read_n(c, 1).types == "1"
+    c.send(describe(b"S", "y") + FLUSH)
+    assert read_n(c, 2).types == "tT"
+    c.send(run("y", [2]) + FLUSH)
+    r = read_n(c, 3)
+    assert (r.types, r.rows) == ("2DC", [["6", str(first)]]), r
+    c.send(SYNC)
+    assert read_n(c, 1).types == "Z"
+    held.rollback()
+
+    held = occupy(b, first)  # a runs on the other server
+    a.send(describe(b"S", "x") + FLUSH)
+    assert read_n(a, 2).types == "tT"
+    a.send(run("x", [3]) + FLUSH)
+    r = read_n(a, 3)
+    assert r.types == "2DC" and r.rows[0][0] == "9" and int(r.rows[0][1]) != first, r
+    a.send(SYNC)
+    assert read_n(a, 1).types == "Z"
+    held.rollback()
+
+
+def test_statement_whose_table_is_dropped(bouncer, pg):
+    """The table goes away: on the server that has the statement and on one
+    where the pooler must prepare it, the client gets PostgreSQL's error at
+    Bind, keeps its statement, and it works again once the table is back."""
+    pg.sql("DROP TABLE IF EXISTS prep_dropped")
+    pg.sql("CREATE TABLE prep_dropped (v int)")
+    b = bouncer(ini_overrides=TX)
+    w = raw_client(b)
+    r = exchange(w, parse("cnt", "SELECT count(*), pg_backend_pid() FROM prep_dropped"), run("cnt"), SYNC)
+    assert r.types == "12DCZ", r
+    first = int(r.rows[0][1])
+    pg.sql("DROP TABLE prep_dropped")
+    gone = ("ERROR", "42P01", 'relation "prep_dropped" does not exist')
+    for leave in (False, True, False):
+        held = occupy(b, first, leave=leave)
+        r = exchange(w, run("cnt"), SYNC)
+        assert (r.types, r.errors, r.status) == ("EZ", [gone], "I"), (leave, r)
+        held.rollback()
+    pg.sql("CREATE TABLE prep_dropped (v int)")
+    pg.sql("INSERT INTO prep_dropped VALUES (1), (2)")
+    for leave in (False, True):
+        held = occupy(b, first, leave=leave)
+        r = exchange(w, run("cnt"), SYNC)
+        assert r.types == "2DCZ" and r.rows[0][0] == "2" and (int(r.rows[0][1]) == first) == leave, (leave, r)
+        held.rollback()
+    r = exchange(w, parse("cnt", "SELECT 1"), SYNC)
+    assert (r.types, r.errors) == ("EZ", [already("cnt")]), r
 
 
 # ---------------------------------------------------------------------------
@@ -610,7 +700,7 @@ def test_bind_of_never_parsed_statement_then_pipeline_goes_on(bouncer):
     r = exchange(w, parse("p", "SELECT pg_backend_pid()"), run("p"), SYNC)
     first = int(r.rows[0][0])
     holder = occupy(b, first)
-    r = exchange(w, bind("ghost", [1]), message(b"H"), describe(b"P", ""), execute(), SYNC,
+    r = exchange(w, bind("ghost", [1]), FLUSH, describe(b"P", ""), execute(), SYNC,
                  bind("p"), describe(b"P", ""), execute(), SYNC)
     assert r.types == "EZ2TDCZ", r
     assert r.errors == [no_such("ghost")]
@@ -698,7 +788,7 @@ def test_max_prepared_statements_zero_turns_it_off(bouncer):
     assert r.types == "12DCZ", r
     first = int(r.rows[0][0])
     holder = occupy(b, first)
-    assert holder.execute("SELECT name FROM pg_prepared_statements").fetchall() == [("S_1",)]
+    assert holder.conns[0].execute("SELECT name FROM pg_prepared_statements").fetchall() == [("S_1",)]
     r = exchange(w, run("S_1"), SYNC)
     assert (r.types, r.errors) == ("EZ", [no_such("S_1")]), r
     holder.rollback()
