@@ -15,8 +15,8 @@ Where the exact message sequence matters the tests speak the protocol
 themselves (PgWire from test_bad_input.py); elsewhere psycopg 3 with
 prepare_threshold=0 (named statements _pg3_<n>, the same names in every
 connection) stands for a real driver. Statements that return pg_backend_pid()
-tell which server ran them; occupy() forces a client's next transaction onto
-another server than the one it prepared on.
+tell which server ran them; occupy() sends a client's next transaction to
+another server than a given one (or to that one).
 """
 
 import collections
@@ -669,6 +669,25 @@ def test_deallocate_all_and_discard_all_forget_the_clients_statements(bouncer, c
     assert (r.types, r.rows) == ("2DCZ", [["c1"]]), r
     assert prepared_of_client(b, c) == 1
     assert a.simple_query("SELECT 'usable'") == ([["usable"]], None)
+
+
+def test_reset_query_always_drops_statements_on_the_server_only(bouncer):
+    """With server_reset_query_always, DISCARD ALL runs on every release: the
+    server's statements are gone, the client's are not, and the pooler
+    prepares them again for each transaction."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1, server_reset_query_always=1))
+    w, other = raw_client(b), raw_client(b)
+    r = exchange(w, parse("s", "SELECT 'w ' || $1::text"), run("s", ["0"]), SYNC)
+    assert (r.types, r.rows) == ("12DCZ", [["w 0"]]), r
+    assert exchange(other, parse("s", "SELECT 'other'"), SYNC).types == "1Z"
+    for i in range(1, 4):
+        r = exchange(w, run("s", [i]), SYNC)
+        assert (r.types, r.rows) == ("2DCZ", [[f"w {i}"]]), r
+        assert exchange(other, run("s"), SYNC).rows == [["other"]]
+    assert server_statements(w) == []  # the reset ran: between transactions the server holds none
+    assert prepared_of_client(b, w) == 1
+    assert prepared_of_client(b, other) == 1
+    assert stats_totals(b) == (2, 2 + 3 * 2, 3 * 2 + 1)
 
 
 def test_failing_parse_in_a_pipeline(bouncer):
