@@ -347,6 +347,23 @@ def test_driver_clients_share_few_servers(bouncer, mode, limit):
     assert all(n <= limit for n in prepared_of_servers(b))
 
 
+def test_answers_the_pooler_makes_up_keep_their_order(bouncer):
+    """The ParseComplete for a statement the server has already and the
+    CloseComplete of a Close (neither goes to the server) arrive in their place
+    among the server's answers, as PostgreSQL would send them; a portal
+    outlives the Close of its statement."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    a, c = raw_client(b), raw_client(b)
+    assert exchange(a, parse("k", "SELECT 'known'"), SYNC).types == "1Z"
+    r = exchange(c, parse("o", "SELECT 'o'"), run("o"),
+                 parse("k2", "SELECT 'known'"), close(b"S", "o"), describe(b"S", "k2"), run("k2"),
+                 close(b"S", "nothing"), parse("p", "SELECT 'p'"), bind("p"), close(b"S", "p"), execute(), SYNC)
+    assert (r.types, r.rows) == ("12DC13tT2DC3123DCZ", [["o"], ["known"], ["p"]]), r
+    for name in ("o", "p"):
+        assert exchange(c, run(name), SYNC).errors == [no_such(name)]
+    assert exchange(c, run("k2"), SYNC).rows == [["known"]]
+
+
 def test_a_leaving_clients_names_are_free_for_the_next(bouncer):
     b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
     for n in range(3):
