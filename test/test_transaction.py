@@ -50,6 +50,15 @@ def describe_portal(portal=""):
     return message(b"D", b"P" + portal.encode() + b"\0")
 
 
+def describe_statement(name=""):
+    return message(b"D", b"S" + name.encode() + b"\0")
+
+
+def close_msg(kind, name=""):
+    """Close of a statement (kind b"S") or portal (b"P")."""
+    return message(b"C", kind + name.encode() + b"\0")
+
+
 def execute_msg(portal="", max_rows=0):
     return message(b"E", portal.encode() + b"\0" + struct.pack("!I", max_rows))
 
@@ -241,7 +250,8 @@ def test_ten_clients_share_two_servers(bouncer, pg):
     b = tx_bouncer(bouncer, pg, app, default_pool_size=2)
     conns = [client(b) for _ in range(10)]
     pids = set()
-    # one thread, clients taking turns: with session-bound servers the third would wait forever
+    # one thread, clients taking turns: with session-bound servers the third would wait
+    # until query_wait_timeout
     for rnd in range(3):
         for n, conn in enumerate(conns):
             pid, value = conn.execute("SELECT pg_backend_pid(), %s::int", [n * 10 + rnd]).fetchone()
@@ -324,37 +334,55 @@ def test_server_stays_linked_in_transaction_and_failed_transaction(bouncer, pg):
 
 
 def test_pipeline_with_syncs_and_error_keeps_server_until_last_ready(bouncer, pg):
-    """Parse/Bind/Describe/Execute pipelines with several Syncs, an error in the
-    middle (the rest of its segment skipped by PostgreSQL) and a last segment
-    whose Sync comes late: the server stays with the client until the
-    ReadyForQuery of its last Sync."""
+    """A client ends a transaction and, in the same write, sends a pipeline of
+    extended-protocol segments with several Syncs: an error in the middle (the
+    rest of its segment skipped by PostgreSQL), Describe of a statement,
+    Execute with a row limit (PortalSuspended), Close, an empty query, and a
+    last segment whose Sync comes late (with and without Flush). Another client
+    is queued all along: the server must stay with the first client until the
+    ReadyForQuery of its last Sync, although several ReadyForQuery 'I' pass by."""
     b = tx_bouncer(bouncer, pg, "tx_pipeline", default_pool_size=1)
     a = PgWire(b.port)
     a.login()
-    a.send(extended("SELECT pg_backend_pid()") + SYNC
-           + extended(DIV_ZERO) + extended("SELECT 'skipped after error'") + SYNC
-           + extended("SELECT pg_backend_pid()") + FLUSH)
-    first = read_types(a, [b"1", b"2", b"T", b"D", b"C", b"Z"])
-    pid = decode_row(first[3][1])[0]
-    assert first[5][1] == b"I"
-    second = read_types(a, [b"1", b"2", b"T", b"E", b"Z"])
-    assert error_fields(second[3][1])["C"] == "22012"
-    assert second[4][1] == b"I"
-    third = read_types(a, [b"1", b"2", b"T", b"D", b"C"])
-    assert decode_row(third[3][1]) == [pid]
-
-    # the last segment awaits its Sync: another client must wait
+    pid = query(a, "SELECT pg_backend_pid()")[0][0][0]
+    assert query(a, "BEGIN") == ([], None, b"T")
     other = client(b)
     job = Background(lambda: pid_of(other))
     wait_waiting(b, 1)
-    assert not job.done()
-    # Flush is not a request: still linked
+
+    a.send(query_message("COMMIT")
+           + extended("SELECT pg_backend_pid()") + SYNC
+           + extended(DIV_ZERO) + extended("SELECT 'skipped after error'") + SYNC
+           + parse_msg("SELECT 'described'") + describe_statement() + SYNC
+           + parse_msg("SELECT generate_series(1, 3)") + bind_msg() + execute_msg(max_rows=2)
+           + execute_msg(max_rows=2) + SYNC
+           + close_msg(b"S") + close_msg(b"P") + SYNC
+           + parse_msg("") + bind_msg() + execute_msg() + SYNC
+           + extended("SELECT pg_backend_pid()") + FLUSH)
+    assert read_types(a, [b"C", b"Z"])[1][1] == b"I"
+    got = read_types(a, [b"1", b"2", b"T", b"D", b"C", b"Z"])
+    assert (decode_row(got[3][1]), got[5][1]) == ([pid], b"I")
+    got = read_types(a, [b"1", b"2", b"T", b"E", b"Z"])
+    assert (error_fields(got[3][1])["C"], got[4][1]) == ("22012", b"I")
+    assert read_types(a, [b"1", b"t", b"T", b"Z"])[3][1] == b"I"
+    got = read_types(a, [b"1", b"2", b"D", b"D", b"s", b"D", b"C", b"Z"])
+    assert [decode_row(m[1]) for m in got if m[0] == b"D"] == [["1"], ["2"], ["3"]]
+    read_types(a, [b"3", b"3", b"Z"])
+    read_types(a, [b"1", b"2", b"I", b"Z"])
+    got = read_types(a, [b"1", b"2", b"T", b"D", b"C"])
+    assert decode_row(got[3][1]) == [pid]
+
+    # the last segment awaits its Sync: the other client is still waiting
+    assert not job.done() and pool_row(b)["cl_waiting"] == 1
+    # Flush is not a request, and a segment without Sync or Flush is owed answers
     a.send(FLUSH)
     a.send(extended("SELECT 'still mine'") + FLUSH)
     assert decode_row(read_types(a, [b"1", b"2", b"T", b"D", b"C"])[3][1]) == ["still mine"]
+    a.send(extended("SELECT 'no flush'"))
     assert not job.done() and pool_row(b)["cl_waiting"] == 1
     a.send(SYNC)
-    assert read_types(a, [b"Z"])[0][1] == b"I"
+    got = read_types(a, [b"1", b"2", b"T", b"D", b"C", b"Z"])
+    assert (decode_row(got[3][1]), got[5][1]) == (["no flush"], b"I")
     assert job.result() == int(pid)
     # the first client is served again, through the pool
     a.send(extended("SELECT 'again'") + SYNC)
@@ -812,10 +840,11 @@ def test_tracked_parameters_follow_each_client(bouncer, pg):
 
 @pytest.mark.parametrize("always", [0, 1], ids=["reset-never", "reset-always"])
 def test_server_reset_query_in_transaction_mode(bouncer, pg, always):
-    """Without server_reset_query_always an untracked SET stays on the server
-    and the next client sees it (as in PgBouncer); with it, DISCARD ALL runs on
-    every release and nothing leaks, while tracked parameters still follow
-    their client."""
+    """Without server_reset_query_always an untracked SET, a SQL PREPARE, a temp
+    table and a session advisory lock stay on the server and the next client
+    finds them (as in PgBouncer, doc/transaction.md); with it, DISCARD ALL runs
+    on every release and nothing is left, while tracked parameters still
+    follow their client."""
     default_work_mem = pg.sql("SHOW work_mem")[0][0]
     b = bouncer(ini_overrides=dict(TX, default_pool_size=1, server_reset_query_always=always))
     a = client(b)
@@ -823,16 +852,21 @@ def test_server_reset_query_in_transaction_mode(bouncer, pg, always):
     pid = pid_of(a)
     a.execute("SET work_mem = '13MB'")
     a.execute("SET TimeZone = 'Asia/Tokyo'")
+    a.execute("CREATE TEMP TABLE tx_leak_tmp (a int)")
+    a.execute("SELECT pg_advisory_lock(4242)")
     a.execute("PREPARE tx_sql_prep AS SELECT 1")
     if always:
         wait_reset(b, pg, pid)
     got = other.execute("SELECT pg_backend_pid(), current_setting('work_mem'), current_setting('TimeZone'), "
-                        "(SELECT count(*) FROM pg_prepared_statements)").fetchone()
+                        "(SELECT count(*) FROM pg_prepared_statements), "
+                        "to_regclass('pg_temp.tx_leak_tmp') IS NOT NULL, "
+                        "(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                        "AND pid = pg_backend_pid())").fetchone()
     server_tz = pg.sql("SHOW TimeZone")[0][0]
     if always:
-        assert got == (pid, default_work_mem, server_tz, 0)
+        assert got == (pid, default_work_mem, server_tz, 0, False, 0)
     else:
-        assert got == (pid, "13MB", server_tz, 1)
+        assert got == (pid, "13MB", server_tz, 1, True, 1)
     # the client's own tracked setting comes back, untracked state only without reset
     got = a.execute("SELECT pg_backend_pid(), current_setting('work_mem'), current_setting('TimeZone')").fetchone()
     assert got == (pid, default_work_mem if always else "13MB", "Asia/Tokyo")
