@@ -46,16 +46,17 @@ def parse(name, query, oids=()):
     return message(b"P", cstr(name) + cstr(query) + struct.pack(f"!H{len(oids)}I", len(oids), *oids))
 
 
-def bind(stmt, params=(), portal=""):
-    """Bind with text parameters (None = NULL) and text results."""
-    parts = [cstr(portal), cstr(stmt), struct.pack("!HH", 0, len(params))]
+def bind(stmt, params=(), portal="", param_formats=(), result_formats=()):
+    """Bind; parameters are str/int (sent as text), bytes (sent as they are) or None (NULL)."""
+    parts = [cstr(portal), cstr(stmt), struct.pack(f"!H{len(param_formats)}H", len(param_formats), *param_formats),
+             struct.pack("!H", len(params))]
     for p in params:
         if p is None:
             parts.append(struct.pack("!i", -1))
         else:
-            value = str(p).encode()
+            value = p if isinstance(p, bytes) else str(p).encode()
             parts.append(struct.pack("!i", len(value)) + value)
-    parts.append(struct.pack("!H", 0))
+    parts.append(struct.pack(f"!H{len(result_formats)}H", len(result_formats), *result_formats))
     return message(b"B", b"".join(parts))
 
 
@@ -796,6 +797,98 @@ def test_parse_with_65535_parameter_types(bouncer):
     # the same text with other parameter types is another statement
     r = exchange(w, parse("few", text.replace("$65535", "$2"), [23, 23]), run("few", [1, 1]), SYNC)
     assert (r.types, r.rows[0][0]) == ("12DCZ", "2"), r
+
+
+def test_odd_statement_names(bouncer):
+    """Any name is the client's own: also the pooler's own naming scheme,
+    quotes, spaces and UTF-8."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    names = ["PGBOUNCER_1", "PGBOUNCER_2", 'quote"d', "semi; colon", "ünïcødé 名前", " "]
+    w, other = raw_client(b), raw_client(b)
+    r = exchange(w, *[parse(n, f"SELECT 'w{i}'") for i, n in enumerate(names)], *[run(n) for n in names], SYNC)
+    assert r.types == "1" * len(names) + "2DC" * len(names) + "Z", r
+    assert r.rows == [[f"w{i}"] for i in range(len(names))]
+    r = exchange(other, *[parse(n, f"SELECT 'other{i}'") for i, n in enumerate(reversed(names))],
+                 *[run(n) for n in names], SYNC)
+    assert r.rows == [[f"other{len(names) - 1 - i}"] for i in range(len(names))], r
+    r = exchange(w, run('quote"d'), describe(b"S", "ünïcødé 名前"), SYNC)
+    assert (r.types, r.rows) == ("2DCtTZ", [["w2"]]), r
+    assert exchange(w, run("ünïcødé"), SYNC).errors == [no_such("ünïcødé")]
+    assert exchange(w, parse("ünïcødé 名前", "SELECT 1"), SYNC).errors == [already("ünïcødé 名前")]
+
+
+def test_server_side_names_do_not_reach_other_clients_statements(bouncer):
+    """The names the pooler gives statements on the server (PGBOUNCER_<n> in
+    PgBouncer) are no way into another client's statements: a name this
+    client has not parsed is unknown to it, whatever the server holds."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    w, other = raw_client(b), raw_client(b)
+    assert exchange(other, parse("secret", "SELECT 'the other client''s'"), SYNC).types == "1Z"
+    found, err = w.simple_query("SELECT name FROM pg_prepared_statements")
+    assert err is None and len(found) == 1, (found, err)
+    for name in dict.fromkeys([found[0][0], "PGBOUNCER_1"]):
+        r = exchange(w, run(name), SYNC)
+        assert (r.types, r.errors) == ("EZ", [no_such(name)]), (name, r)
+        r = exchange(w, describe(b"S", name), SYNC)
+        assert (r.types, r.errors) == ("EZ", [no_such(name)]), (name, r)
+        assert exchange(w, close(b"S", name), SYNC).types == "3Z"
+    assert exchange(other, run("secret"), SYNC).rows == [["the other client's"]]
+
+
+def test_bind_details_survive_on_another_server(bouncer):
+    """A Bind the pooler forwards under another name keeps its portal name,
+    parameter and result formats; a named portal is fetched in parts."""
+    b = bouncer(ini_overrides=TX)
+    w = raw_client(b)
+    r = exchange(w, parse("g", "SELECT generate_series(1, $1::int), $2::text, pg_backend_pid()"), SYNC)
+    assert r.types == "1Z", r
+    held = None
+    for _ in range(2):
+        r = exchange(w, bind("g", [struct.pack("!i", 5), "t"], portal="cur", param_formats=[1, 0],
+                             result_formats=[1, 0, 0]),
+                     execute("cur", 2), execute("cur", 2), execute("cur", 0), SYNC)
+        assert r.types == "2DDsDDsDCZ", r
+        assert [row[:2] for row in r.rows] == [[struct.pack("!i", k).decode(), "t"] for k in range(1, 6)]
+        pid = int(r.rows[0][2])
+        if held:
+            assert pid != first
+            held.rollback()
+        else:
+            first = pid
+            held = occupy(b, first)
+
+
+def test_aborted_transaction_on_a_server_without_the_statement(bouncer):
+    """Bind in a failed transaction on a server that lacks the statement: the
+    client gets PostgreSQL's 25P02 (as it would for any Bind there), and after
+    ROLLBACK the statement works on that server."""
+    b = bouncer(ini_overrides=TX)
+    w = raw_client(b)
+    r = exchange(w, parse("s", "SELECT 's', pg_backend_pid()"), run("s"), SYNC)
+    first = int(r.rows[0][1])
+    held = occupy(b, first)
+    assert w.simple_query("BEGIN") == ([], None)
+    rows_, err = w.simple_query("SELECT 1 / 0")
+    assert err["C"] == "22012", err
+    r = exchange(w, run("s"), SYNC)
+    assert r.types == "EZ" and r.errors[0][1] == "25P02" and r.status == "E", r
+    assert w.simple_query("ROLLBACK") == ([], None)
+    r = exchange(w, run("s"), SYNC)
+    assert r.types == "2DCZ" and r.rows[0][0] == "s" and int(r.rows[0][1]) != first, r
+    held.rollback()
+
+
+def test_default_limit_is_200(bouncer):
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    w = raw_client(b)
+    count = 250
+    r = exchange(w, *[parse(f"d{k}", f"SELECT {k}") for k in range(count)], *[run(f"d{k}") for k in range(count)],
+                 SYNC)
+    assert r.types == "1" * count + "2DC" * count + "Z", r.types
+    assert r.rows == [[str(k)] for k in range(count)]
+    assert len(server_statements(w)) == 200
+    assert prepared_of_servers(b) == [200]
+    assert prepared_of_client(b, w) == count
 
 
 def test_unnamed_statements_pass_through(bouncer):
