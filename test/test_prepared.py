@@ -365,6 +365,38 @@ def test_answers_the_pooler_makes_up_keep_their_order(bouncer):
     assert exchange(c, run("k2"), SYNC).rows == [["known"]]
 
 
+def param_types(reply):
+    """Parameter type OIDs of each ParameterDescription in a reply."""
+    found = []
+    for mtype, body in reply.msgs:
+        if mtype == b"t":
+            (n,) = struct.unpack("!H", body[:2])
+            found.append(list(struct.unpack(f"!{n}I", body[2 : 2 + 4 * n])))
+    return found
+
+
+def test_names_and_texts(bouncer):
+    """Close and Parse of one name in one pipeline, with the same text or
+    another; two names for one text (one Closed, the other lives on); one text
+    with other parameter types is another statement."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    w, other = raw_client(b), raw_client(b)
+    assert exchange(other, parse("a", "SELECT $1"), SYNC).types == "1Z"  # the server has "SELECT $1" already
+    r = exchange(w, parse("x", "SELECT 'x1'"), close(b"S", "x"), parse("x", "SELECT 'x1'"), run("x"),
+                 close(b"S", "x"), parse("x", "SELECT 'x2'"), run("x"), SYNC)
+    assert (r.types, r.rows) == ("1312DC312DCZ", [["x1"], ["x2"]]), r
+    r = exchange(w, parse("a", "SELECT $1"), parse("b", "SELECT $1"), parse("c", "SELECT $1", [23]),
+                 describe(b"S", "a"), describe(b"S", "c"), run("a", ["7"]), run("b", ["8"]), run("c", ["9"]), SYNC)
+    assert (r.types, r.rows) == ("111tTtT2DC2DC2DCZ", [["7"], ["8"], ["9"]]), r
+    assert param_types(r) == [[25], [23]]  # unknown -> text; int4 as declared
+    r = exchange(w, close(b"S", "a"), run("b", ["8"]), SYNC, run("a", ["7"]), SYNC)
+    assert (r.types, r.rows, r.errors) == ("32DCZEZ", [["8"]], [no_such("a")]), r
+    r = exchange(w, describe(b"S", "b"), describe(b"S", "c"), SYNC)
+    assert param_types(r) == [[25], [23]], r
+    assert exchange(other, run("a", ["other"]), SYNC).rows == [["other"]]
+    assert prepared_of_client(b, w) == 3
+
+
 def test_a_leaving_clients_names_are_free_for_the_next(bouncer):
     b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
     for n in range(3):
