@@ -988,8 +988,11 @@ def test_parse_and_bind_stats_and_show_columns(bouncer):
     assert stats_totals(b) == (3, 3, 6)
     with console(b) as admin:
         stats = row(admin, "SHOW STATS", database="postgres")
+        totals = {r["name"]: r["value"] for r in rows(admin, "SHOW TOTALS")}
     assert (stats["total_client_parse_count"], stats["total_server_parse_count"], stats["total_bind_count"]) == (
         3, 3, 6)
+    assert (totals["total_ps_client_parse_count"], totals["total_ps_server_parse_count"],
+            totals["total_ps_bind_count"]) == (3, 3, 6)
     assert prepared_of_client(b, a) == 2
     assert prepared_of_client(b, c) == 1
     assert prepared_of_servers(b) == [1]
