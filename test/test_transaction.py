@@ -490,7 +490,7 @@ def test_copy_error_before_copydone(bouncer, pg):
                   "AND state <> 'idle'")[0][0] == 0
 
 
-@pytest.mark.parametrize("state", ["in-transaction", "failed-transaction", "in-copy"])
+@pytest.mark.parametrize("state", ["in-transaction", "failed-transaction", "in-copy", "terminate"])
 def test_client_disconnect_mid_transaction_never_lends_dirty_server(bouncer, pg, state):
     """A client leaves inside a transaction (open, aborted, or in the middle of
     a COPY): its server is closed, not lent, and the next client sees nothing of it."""
@@ -513,6 +513,9 @@ def test_client_disconnect_mid_transaction_never_lends_dirty_server(bouncer, pg,
         a.send(query_message("COPY tx_dirty_t FROM STDIN"))
         read_types(a, [b"G"])
         a.send(message(b"d", b"5\n6\n"))
+    elif state == "terminate":
+        a.send(message(b"X"))  # a polite goodbye, inside the transaction
+        assert a.at_eof()
     a.close()
 
     # PostgreSQL's side: that server connection is closed, its transaction rolled back with it
@@ -555,7 +558,8 @@ def test_cancel_reaches_the_server_the_client_holds(bouncer, pg):
 
 def test_cancel_after_release_cancels_nothing(bouncer, pg):
     """A client whose server went back to the pool sends a cancel while another
-    client runs a query on that very server: that query completes."""
+    client runs a query on that very server: that query completes. Nor does
+    the cancel of a queued client touch the query of the client it waits for."""
     b = tx_bouncer(bouncer, pg, "tx_cancel_late", default_pool_size=1)
     a = client(b)
     other = client(b)
@@ -566,6 +570,18 @@ def test_cancel_after_release_cancels_nothing(bouncer, pg):
     a.cancel()
     assert job.result() == ("", pid)
     assert a.execute("SELECT 'a fine'").fetchone() == ("a fine",)
+
+    # a cancel from a client that is queued for a server (holds none) cancels nothing
+    holder = client(b, autocommit=False)  # its sleep runs inside a transaction
+    holder_job = Background(lambda: holder.execute("SELECT pg_sleep(1.5), 'holder'").fetchone())
+    assert wait_running(pg, "SELECT pg_sleep(1.5)") == pid
+    job = Background(lambda: a.execute("SELECT 'queued, then served', pg_backend_pid()").fetchone())
+    wait_waiting(b, 1)
+    a.cancel()
+    assert holder_job.result() == ("", "holder")
+    assert not job.done()
+    holder.commit()
+    assert job.result() == ("queued, then served", pid)
 
 
 def test_psycopg_pipeline_mode_with_shared_server(bouncer, pg):
@@ -828,6 +844,11 @@ def test_tracked_parameters_follow_each_client(bouncer, pg):
             assert [reported[i] for i in checked] == [expected[i] for i in checked], \
                 f"ParameterStatus seen by the client: {reported}"
     assert len(pids) == 1, f"a pool of one server gave backends {pids}"
+    # a SET that PostgreSQL refuses changes nothing for the client
+    with pytest.raises(errors.InvalidParameterValue):
+        a.execute("SET TimeZone = 'No/Such_Zone'")
+    assert c_b.execute("SHOW TimeZone").fetchone() == ("America/Chicago",)
+    assert a.execute("SHOW TimeZone").fetchone() == ("Asia/Tokyo",)
     # a SET inside a transaction that is rolled back is undone by PostgreSQL and
     # the client's value follows (PostgreSQL reports the old value again)
     with a.transaction(force_rollback=True):
@@ -878,9 +899,31 @@ def test_server_reset_query_in_transaction_mode(bouncer, pg, always):
 
 
 def test_query_wait_timeout_in_transaction_mode(bouncer, pg):
-    """A client holding the only server inside a transaction makes another wait
-    until query_wait_timeout; an idle client outside a transaction does not."""
+    """query_wait_timeout bounds each wait for a server, not their sum: three
+    clients taking turns on one server, each waiting in all longer than the
+    timeout, are all served. A client holding the only server inside a
+    transaction makes another wait until query_wait_timeout; an idle client
+    outside a transaction does not."""
     b = tx_bouncer(bouncer, pg, "tx_qwt", default_pool_size=1, query_wait_timeout=1)
+    busy = [client(b) for _ in range(3)]
+    failures = []
+
+    def turns(conn):
+        try:
+            for i in range(25):
+                assert conn.execute("SELECT pg_sleep(0.03), %s::int", [i]).fetchone() == ("", i)
+        except Exception as e:  # noqa: BLE001 - collected for the assertion
+            failures.append(repr(e))
+
+    # 75 queries of 30 ms one after another on one server: each client waits
+    # about 1.5 s in all, but never long at a time
+    threads = [threading.Thread(target=turns, args=(c,)) for c in busy]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
+
     idle = client(b)
     pid = pid_of(idle)  # then idle between transactions: holds nothing
     holder = client(b, autocommit=False)
@@ -923,6 +966,8 @@ def test_idle_transaction_timeout_in_transaction_mode(bouncer, pg):
     w.login()
     pid = int(query(w, "SELECT pg_backend_pid()")[0][0][0])
     assert query(w, "BEGIN") == ([], None, b"T")
+    # a query running inside the transaction for longer than the timeout is not idleness
+    assert query(w, "SELECT pg_sleep(1.5), 'busy'") == ([["", "busy"]], None, b"T")
     w.expect_fatal("idle transaction timeout")
     wait_for(lambda: backend_state(pg, pid) is None, "the server in the abandoned transaction to be closed")
     # the client that idled outside a transaction (longer than the timeout) is untouched
