@@ -394,7 +394,10 @@ def test_names_and_texts(bouncer):
     r = exchange(w, describe(b"S", "b"), describe(b"S", "c"), SYNC)
     assert param_types(r) == [[25], [23]], r
     assert exchange(other, run("a", ["other"]), SYNC).rows == [["other"]]
-    assert prepared_of_client(b, w) == 3
+    # an empty query text is a statement too
+    r = exchange(w, parse("empty", ""), run("empty"), SYNC)
+    assert r.types == "12IZ", r
+    assert prepared_of_client(b, w) == 4
 
 
 def test_a_leaving_clients_names_are_free_for_the_next(bouncer):
@@ -563,7 +566,13 @@ def test_eviction_keeps_at_most_limit_per_server(bouncer, limit):
     assert len(server_statements(w)) == limit
     assert prepared_of_servers(b) == [limit]
     assert prepared_of_client(b, w) == count
-    w.close()
+    # another client parses as many and binds them all in one pipeline
+    other = raw_client(b)
+    r = exchange(other, *[parse(f"s{k}", f"SELECT $1::int - {k}") for k in range(count)],
+                 *[run(f"s{k}", [100]) for k in range(count)], SYNC)
+    assert r.types == "1" * count + "2DC" * count + "Z", r
+    assert r.rows == [[str(100 - k)] for k in range(count)]
+    assert prepared_of_servers(b) == [limit]
 
 
 def test_eviction_on_shared_servers(bouncer):
