@@ -161,6 +161,16 @@ def raw_client(b, app=None):
     return w
 
 
+def param_types(reply):
+    """Parameter type OIDs of each ParameterDescription in a reply."""
+    found = []
+    for mtype, body in reply.msgs:
+        if mtype == b"t":
+            (n,) = struct.unpack("!H", body[:2])
+            found.append(list(struct.unpack(f"!{n}I", body[2 : 2 + 4 * n])))
+    return found
+
+
 def no_such(name):
     return ("ERROR", "26000", f'prepared statement "{name}" does not exist')
 
@@ -289,10 +299,9 @@ def test_same_name_different_texts_never_clash(bouncer, mode):
         assert (r.types, r.rows) == ("2DCZ", [[f"c:{i}", str(i * 10)]]), r
     # Describe answers with each client's own statement
     r = exchange(a, describe(b"S", "S_1"), SYNC)
-    assert r.types == "tTZ", r
-    assert struct.unpack("!H", r.msgs[0][1][:2]) == (1,)
+    assert (r.types, param_types(r)) == ("tTZ", [[25]]), r
     r = exchange(c, describe(b"S", "S_1"), SYNC)
-    assert struct.unpack("!H", r.msgs[0][1][:2]) == (2,)
+    assert (r.types, param_types(r)) == ("tTZ", [[25, 23]]), r
     # one server holds both, under names of its own
     assert server_statements(a) == ["SELECT 'a:' || $1::text", "SELECT 'c:' || $1::text, $2::int * 10"]
     assert prepared_of_client(b, a) == 1
@@ -363,16 +372,6 @@ def test_answers_the_pooler_makes_up_keep_their_order(bouncer):
     for name in ("o", "p"):
         assert exchange(c, run(name), SYNC).errors == [no_such(name)]
     assert exchange(c, run("k2"), SYNC).rows == [["known"]]
-
-
-def param_types(reply):
-    """Parameter type OIDs of each ParameterDescription in a reply."""
-    found = []
-    for mtype, body in reply.msgs:
-        if mtype == b"t":
-            (n,) = struct.unpack("!H", body[:2])
-            found.append(list(struct.unpack(f"!{n}I", body[2 : 2 + 4 * n])))
-    return found
 
 
 def test_names_and_texts(bouncer):
@@ -1044,13 +1043,17 @@ def test_two_workers(bouncer):
         except Exception as e:  # noqa: BLE001 - collected for the assertion
             failures.append(f"{tag}: {e!r}")
 
-    conns = [(conn_on(b, worker, prepare_threshold=0), f"w{worker}c{n}") for worker in (0, 1) for n in range(3)]
+    tags = [f"w{worker}c{n}" for worker in (0, 1) for n in range(3)]
+    conns = [(conn_on(b, int(tag[1]), prepare_threshold=0, application_name=tag), tag) for tag in tags]
     threads = [threading.Thread(target=client, args=(c, tag)) for c, tag in conns]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert not failures, failures
+    # the console answers for both workers: each client has its 4 statements
+    prepared = {r["application_name"]: r["prepared_statements"] for r in client_list(b)}
+    assert all(prepared.get(tag, 0) >= 4 for tag in tags), prepared
     for c, _ in conns:
         c.close()
 
