@@ -859,6 +859,46 @@ def test_tracked_parameters_follow_each_client(bouncer, pg):
     assert a.info.parameter_status("TimeZone") == "Asia/Tokyo"
 
 
+def test_tracked_value_with_backslash_and_standard_conforming_strings(bouncer, pg):
+    """A tracked value with a backslash, for a client with
+    standard_conforming_strings = off, replayed on a server whose previous
+    client had it on (and the other way round): the value arrives intact."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    old_style = client(b)
+    old_style.execute("SET standard_conforming_strings = off")
+    old_style.execute("SET application_name = E'back\\\\slash \\' quote'")
+    modern = client(b)
+    modern.execute("SET application_name = 'plain\\slash'")
+    for _ in range(3):
+        assert old_style.execute("SELECT current_setting('application_name'), "
+                                 "current_setting('standard_conforming_strings')").fetchone() == (
+            "back\\slash ' quote", "off")
+        assert modern.execute("SELECT current_setting('application_name'), "
+                              "current_setting('standard_conforming_strings')").fetchone() == (
+            "plain\\slash", "on")
+    assert old_style.info.parameter_status("application_name") == "back\\slash ' quote"
+    assert modern.info.parameter_status("application_name") == "plain\\slash"
+    assert pid_of(old_style) == pid_of(modern)
+
+
+def test_server_check_query_between_transactions(bouncer, pg):
+    """server_check_delay = 0: every server given back is checked before its
+    next client; clients taking turns see only their own results and values."""
+    b = tx_bouncer(bouncer, pg, "tx_check", default_pool_size=1, server_check_delay=0,
+                   server_check_query="SELECT 'check'")
+    a = client(b, options="-c TimeZone=Asia/Tokyo")
+    c = client(b)
+    pid = pid_of(c)
+    for i in range(10):
+        assert a.execute("SELECT %s::int, current_setting('TimeZone'), pg_backend_pid()", [i]).fetchone() == (
+            i, "Asia/Tokyo", pid)
+        assert c.execute("SELECT %s::text, pg_backend_pid()", [f"c{i}"]).fetchone() == (f"c{i}", pid)
+    w = PgWire(b.port)
+    w.login()
+    assert query(w, "SELECT 'raw'") == ([["raw"]], None, b"I")
+    assert query(w, "SELECT 'raw again'") == ([["raw again"]], None, b"I")
+
+
 @pytest.mark.parametrize("always", [0, 1], ids=["reset-never", "reset-always"])
 def test_server_reset_query_in_transaction_mode(bouncer, pg, always):
     """Without server_reset_query_always an untracked SET, a SQL PREPARE, a temp
@@ -1149,6 +1189,15 @@ def test_two_workers_transaction_mode_global_pool(bouncer, pg):
         rows = [r for r in show(admin, "POOLS") if r["database"] == "postgres"]
     assert sum(r["cl_active"] for r in rows) == 10, rows
     assert all(r["pool_mode"] == "transaction" for r in rows), rows
+
+    # a cancel lands on either worker and reaches the server its client holds then
+    for n, zone, conn in conns[:4]:
+        job = Background(lambda: conn.execute("SELECT pg_sleep(30), %s::int", [n]))
+        wait_running(pg, "SELECT pg_sleep(30)")
+        conn.cancel()
+        with pytest.raises(errors.QueryCanceled):
+            job.result()
+        assert conn.execute("SHOW TimeZone").fetchone() == (zone,)
 
 
 # ---------------------------------------------------------------------------
