@@ -574,6 +574,25 @@ def test_eviction_keeps_at_most_limit_per_server(bouncer, limit):
     assert prepared_of_servers(b) == [limit]
 
 
+def test_limit_lowered_at_runtime(bouncer):
+    """max_prepared_statements can change while servers hold statements (SET
+    on the console): the next statement a server gets brings it down to the
+    new limit."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1, max_prepared_statements=5))
+    w = raw_client(b)
+    assert exchange(w, *[parse(f"s{k}", f"SELECT {k}") for k in range(5)], SYNC).types == "11111Z"
+    assert len(server_statements(w)) == 5
+    with console(b) as admin:
+        admin.execute("SET max_prepared_statements = 2")
+    r = exchange(w, parse("n", "SELECT 'new'"), run("n"), SYNC)
+    assert (r.types, r.rows) == ("12DCZ", [["new"]]), r
+    assert server_statements(w) == ["SELECT 'new'", "SELECT 4"]
+    assert exchange(w, run("s0"), SYNC).rows == [["0"]]
+    assert server_statements(w) == ["SELECT 'new'", "SELECT 0"]
+    assert prepared_of_servers(b) == [2]
+    assert prepared_of_client(b, w) == 6
+
+
 def test_eviction_on_shared_servers(bouncer):
     """Four clients with five statements each on two servers that keep three:
     two clients at a time hold a transaction (so both servers are in use), and
