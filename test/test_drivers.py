@@ -11,6 +11,10 @@ the connection goes on working after them.
 - asyncpg: its statement cache (default; `__asyncpg_stmt_N__`), fetch,
   fetchrow, fetchval, executemany, prepare(), transactions (one rolled back).
 
+Every client also runs 3 statements of its own per iteration (600 in all,
+more than the 200 that each server keeps) and all of them again at the end,
+so that the pooler evicts and prepares again what it evicted.
+
 Each runs with one worker and with two (the pool budget is shared, the
 clients' statements live with them). node-postgres, pgx and pgjdbc run in
 scripts/drivers."""
@@ -29,7 +33,7 @@ except ImportError:  # reported by the asyncpg tests with a hint
 
 POOL_SIZE = 2
 CLIENTS = 10
-ITERATIONS = 15
+ITERATIONS = 20
 DEADLINE = 120  # seconds for all clients of one test together
 
 WORKERS = [pytest.param({"min_workers": 1, "max_workers": 1}, id="1worker"),
@@ -117,8 +121,23 @@ class Step:
         raise ClientError(f"{self.what}: {describe(e)}") from e
 
 
+def distinct_statements(c, i):
+    """(constant, parameter, result) of 3 statements whose text is client c's and
+    iteration i's own: 600 in all, more than the servers keep (200 each), so
+    that they evict, and re-prepare what a client uses again."""
+    for j in range(3):
+        k = c * 1000 + i * 10 + j
+        yield k, i, k + i
+
+
 # ---------------------------------------------------------------------------
 # psycopg 3
+
+
+def psycopg_distinct(conn, c, i, at):
+    for k, param, result in distinct_statements(c, i):
+        with Step(f"{at}: distinct {k}"):
+            assert conn.execute(f"SELECT %s::int + {k}", (param,)).fetchone() == (result,)
 
 
 @pytest.mark.parametrize("threshold", [0, 1])
@@ -143,6 +162,7 @@ def test_psycopg_prepared_statements(txpool, table, threshold):
             with Step(f"{at}: series"):
                 rows = conn.execute("SELECT g FROM generate_series(1, %s::int) g", (i + 1,)).fetchall()
                 assert rows == [(k,) for k in range(1, i + 2)]
+            psycopg_distinct(conn, c, i, at)
             with Step(f"{at}: pid"):
                 pids.add(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
             v = c * 1000 + i
@@ -155,6 +175,8 @@ def test_psycopg_prepared_statements(txpool, table, threshold):
             if not conn.autocommit:
                 with Step(f"{at}: commit"):
                     conn.commit()
+        for i in range(ITERATIONS):  # again: the servers evicted most of them
+            psycopg_distinct(conn, c, i, f"again, iteration {i}")
         with Step("final sum"):
             assert conn.execute(f"SELECT coalesce(sum(v), 0)::int FROM {table} WHERE client = %s",
                                 (c,)).fetchone() == (total,)
@@ -269,6 +291,12 @@ def asyncpg_process(args):
     return asyncio.run(main())
 
 
+async def asyncpg_distinct(conn, c, i, at):
+    for k, param, result in distinct_statements(c, i):
+        with Step(f"{at}: distinct {k}"):
+            assert await conn.fetchval(f"SELECT $1::int + {k}", param) == result
+
+
 async def asyncpg_client(port, table, c):
     conn = await asyncpg.connect(host="127.0.0.1", port=port, user="postgres", database="postgres",
                                  timeout=10, command_timeout=60)
@@ -290,6 +318,7 @@ async def asyncpg_client(port, table, c):
                 if triple is None:
                     triple = await conn.prepare("SELECT $1::int * 3")
                 assert await triple.fetchval(i) == i * 3
+            await asyncpg_distinct(conn, c, i, at)
             with Step(f"{at}: pid"):
                 pids.add(await conn.fetchval("SELECT pg_backend_pid()"))
             v = c * 1000 + i
@@ -306,6 +335,8 @@ async def asyncpg_client(port, table, c):
                             await conn.execute(f"INSERT INTO {table} (client, iter, v) VALUES ($1, $2, $3)",
                                                c, i, 1_000_000)
                             await conn.fetchval("SELECT 1 / $1::int", 0)
+        for i in range(ITERATIONS):  # again: the servers evicted most of them
+            await asyncpg_distinct(conn, c, i, f"again, iteration {i}")
         with Step("final sums"):
             assert await conn.fetchval(f"SELECT coalesce(sum(v), 0)::int FROM {table} WHERE client = $1",
                                        c) == total

@@ -39,6 +39,23 @@ func connect(ctx context.Context) (*pgx.Conn, error) {
 	return pgx.ConnectConfig(ctx, cfg)
 }
 
+// distinct runs 3 statements whose text is this client's and iteration's
+// own: 600 in all with 10 clients x 20 iterations, more than the servers keep
+// (max_prepared_statements = 200 each).
+func distinct(ctx context.Context, conn *pgx.Conn, c, i int) error {
+	for j := 0; j < 3; j++ {
+		k := c*1000 + i*10 + j
+		var n int
+		if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT $1::int + %d", k), i).Scan(&n); err != nil {
+			return fmt.Errorf("distinct %d: %w", k, err)
+		}
+		if n != k+i {
+			return fmt.Errorf("distinct %d: got %d, want %d", k, n, k+i)
+		}
+	}
+	return nil
+}
+
 // client runs the workload of one connection and returns the backend pids it saw.
 func client(ctx context.Context, c, iterations int) (map[int32]bool, error) {
 	conn, err := connect(ctx)
@@ -74,6 +91,33 @@ func client(ctx context.Context, c, iterations int) (map[int32]bool, error) {
 		if len(got) != i+1 || got[i] != int32(i+1) {
 			return nil, fmt.Errorf("iteration %d: series: got %v", i, got)
 		}
+		if err := distinct(ctx, conn, c, i); err != nil {
+			return nil, fmt.Errorf("iteration %d: %w", i, err)
+		}
+		// a batch: the cached statements pipelined, one Sync
+		batch := &pgx.Batch{}
+		batch.Queue("SELECT $1::int + $2::int", i, c)
+		batch.Queue("SELECT $1::text || '-' || $2::text", "b", strconv.Itoa(i))
+		batch.Queue("SELECT $1::int + $2::int", c, c)
+		br := conn.SendBatch(ctx, batch)
+		var b1, b3 int
+		var b2 string
+		err = br.QueryRow().Scan(&b1)
+		if err == nil {
+			err = br.QueryRow().Scan(&b2)
+		}
+		if err == nil {
+			err = br.QueryRow().Scan(&b3)
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("iteration %d: batch: %w", i, err)
+		}
+		if b1 != i+c || b2 != fmt.Sprintf("b-%d", i) || b3 != 2*c {
+			return nil, fmt.Errorf("iteration %d: batch: got %d %q %d", i, b1, b2, b3)
+		}
 		var pid int32
 		if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 			return nil, fmt.Errorf("iteration %d: pid: %w", i, err)
@@ -99,6 +143,12 @@ func client(ctx context.Context, c, iterations int) (map[int32]bool, error) {
 			return nil, fmt.Errorf("iteration %d: transaction: %w", i, err)
 		}
 		sum += v
+	}
+	// the distinct statements again: the servers evicted most of them
+	for i := 0; i < iterations; i++ {
+		if err := distinct(ctx, conn, c, i); err != nil {
+			return nil, fmt.Errorf("again, iteration %d: %w", i, err)
+		}
 	}
 	var total int
 	if err := conn.QueryRow(ctx, "SELECT coalesce(sum(v), 0)::int FROM "+table+" WHERE client = $1", c).Scan(&total); err != nil {

@@ -61,6 +61,16 @@ public class Drivers {
         }
     }
 
+    // 3 statements whose text is this client's and iteration's own: 600 in all
+    // with 10 clients x 20 iterations, more than the servers keep
+    // (max_prepared_statements = 200 each).
+    static void distinct(Connection conn, int c, int i, String at) throws SQLException {
+        for (int j = 0; j < 3; j++) {
+            int k = c * 1000 + i * 10 + j;
+            check(at + "distinct " + k, query(conn, at + "distinct " + k, "SELECT ?::int + " + k, i).get(0), k + i);
+        }
+    }
+
     static void client(int c, int iterations, Set<Object> pids) throws Exception {
         try (Connection conn = connect()) {
             long sum = 0;
@@ -72,19 +82,29 @@ public class Drivers {
                 List<Object> series = query(conn, at + "series", "SELECT g FROM generate_series(1, ?::int) g", i + 1);
                 check(at + "series length", series.size(), i + 1);
                 check(at + "series last", series.get(i), i + 1);
+                distinct(conn, c, i, at);
                 pids.add(query(conn, at + "pid", "SELECT pg_backend_pid()").get(0));
 
                 // a transaction: prepared statements inside it, then COMMIT
                 int v = c * 1000 + i;
                 conn.setAutoCommit(false);
                 try {
+                    // a batch: the row that counts and two with client -c, pipelined, one Sync
                     try (PreparedStatement ps = conn.prepareStatement("INSERT INTO " + TABLE + " (client, iter, v) VALUES (?, ?, ?)")) {
-                        ps.setInt(1, c);
-                        ps.setInt(2, i);
-                        ps.setInt(3, v);
-                        check(at + "insert", ps.executeUpdate(), 1);
+                        int[][] rows = {{c, i, v}, {-c, i, 1}, {-c, i, 2}};
+                        for (int[] row : rows) {
+                            ps.setInt(1, row[0]);
+                            ps.setInt(2, row[1]);
+                            ps.setInt(3, row[2]);
+                            ps.addBatch();
+                        }
+                        int[] counts = ps.executeBatch();
+                        check(at + "insert batch", counts.length, 3);
+                        for (int n : counts) {
+                            check(at + "insert batch count", n, 1);
+                        }
                     } catch (SQLException e) {
-                        throw new SQLException(at + "insert: " + e.getMessage() + " (SQLSTATE " + e.getSQLState() + ")", e);
+                        throw new SQLException(at + "insert batch: " + e.getMessage() + " (SQLSTATE " + e.getSQLState() + ")", e);
                     }
                     check(at + "count", query(conn, at + "count", "SELECT count(*)::int FROM " + TABLE + " WHERE client = ?", c).get(0),
                             i + 1);
@@ -100,8 +120,14 @@ public class Drivers {
                 }
                 sum += v;
             }
+            // the distinct statements again: the servers evicted most of them
+            for (int i = 0; i < iterations; i++) {
+                distinct(conn, c, i, "again, iteration " + i + ": ");
+            }
             check("final sum", query(conn, "final sum", "SELECT coalesce(sum(v), 0)::bigint FROM " + TABLE + " WHERE client = ?", c).get(0),
                     sum);
+            check("final count", query(conn, "final count", "SELECT count(*)::int FROM " + TABLE + " WHERE client = ?", -c).get(0),
+                    2 * iterations);
         }
     }
 

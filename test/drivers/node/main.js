@@ -29,6 +29,17 @@ async function q(conn, what, name, text, values) {
   }
 }
 
+// 3 named queries whose text is this client's and iteration's own: 600 in all
+// with 10 clients x 20 iterations, more than the servers keep
+// (max_prepared_statements = 200 each).
+async function distinct(conn, c, i, at) {
+  for (let j = 0; j < 3; j++) {
+    const k = c * 1000 + i * 10 + j;
+    const r = await q(conn, `${at}: distinct ${k}`, `d${k}`, `SELECT $1::int + ${k} AS n`, [i]);
+    check(`${at}: distinct ${k}`, r.rows[0].n, k + i);
+  }
+}
+
 async function client(c, pids) {
   const conn = new Client();
   await conn.connect();
@@ -42,6 +53,7 @@ async function client(c, pids) {
       check(`${at}: concat`, r.rows[0].s, `c${c}-${i}`);
       r = await q(conn, `${at}: series`, 'series', 'SELECT g FROM generate_series(1, $1::int) g', [i + 1]);
       check(`${at}: series`, r.rows.map((row) => row.g), Array.from({ length: i + 1 }, (_, k) => k + 1));
+      await distinct(conn, c, i, at);
       r = await q(conn, `${at}: pid`, 'pid', 'SELECT pg_backend_pid() AS pid', []);
       pids.add(r.rows[0].pid);
 
@@ -59,6 +71,8 @@ async function client(c, pids) {
       }
       sum += v;
     }
+    // the distinct statements again: the servers evicted most of them
+    for (let i = 0; i < iterations; i++) await distinct(conn, c, i, `again, iteration ${i}`);
     const r = await q(conn, 'final sum', 'sum', `SELECT coalesce(sum(v), 0)::int AS s FROM ${TABLE} WHERE client = $1`, [c]);
     check('final sum', r.rows[0].s, sum);
   } finally {
