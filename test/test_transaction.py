@@ -898,6 +898,34 @@ def test_server_check_query_between_transactions(bouncer, pg):
     assert query(w, "SELECT 'raw again'") == ([["raw again"]], None, b"I")
 
 
+@pytest.mark.parametrize("extra", ["IntervalStyle", "IntervalStyle, default_transaction_read_only",
+                                   "intervalstyle,DEFAULT_TRANSACTION_READ_ONLY"],
+                         ids=["default", "read-only-tracked", "names-in-other-case"])
+def test_track_extra_parameters(bouncer, pg, extra):
+    """default_transaction_read_only is reported by PostgreSQL (GUC_REPORT) but
+    not tracked by default: a client's SET of it stays on the server for the
+    next client, as any untracked SET does. Named in track_extra_parameters
+    (matched case-insensitively) it follows its client like TimeZone."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1, track_extra_parameters=extra))
+    a = client(b)
+    other = client(b)
+    pid = pid_of(a)
+    a.execute("SET default_transaction_read_only = on")
+    a.execute("SET IntervalStyle = 'sql_standard'")
+    got = other.execute("SELECT pg_backend_pid(), current_setting('default_transaction_read_only'), "
+                        "current_setting('IntervalStyle')").fetchone()
+    tracked = "read_only" in extra.lower()
+    assert got == (pid, "off" if tracked else "on", "postgres")
+    assert a.execute("SELECT current_setting('default_transaction_read_only'), "
+                     "current_setting('IntervalStyle')").fetchone() == ("on", "sql_standard")
+    if extra == "IntervalStyle, default_transaction_read_only":
+        # (the welcome spells a tracked name as configured, and
+        # libpq looks names up case-sensitively: only checked with PostgreSQL's spelling)
+        assert other.info.parameter_status("default_transaction_read_only") == "off"
+        assert a.info.parameter_status("default_transaction_read_only") == "on"
+        assert other.info.parameter_status("IntervalStyle") == "postgres"
+
+
 @pytest.mark.parametrize("always", [0, 1], ids=["reset-never", "reset-always"])
 def test_server_reset_query_in_transaction_mode(bouncer, pg, always):
     """Without server_reset_query_always an untracked SET, a SQL PREPARE, a temp
