@@ -7,9 +7,11 @@ the connection goes on working after them.
 
 - psycopg 3: prepare_threshold 0 and 1 (every statement a named server-side
   statement, `_pg3_N`, the same names on every connection), with and without
-  autocommit; pipeline mode with executemany and an error mid-pipeline.
+  autocommit, a query canceled with conn.cancel(); pipeline mode with
+  executemany and an error mid-pipeline.
 - asyncpg: its statement cache (default; `__asyncpg_stmt_N__`), fetch,
-  fetchrow, fetchval, executemany, prepare(), transactions (one rolled back).
+  fetchrow, fetchval, executemany, prepare(), transactions (one rolled back),
+  a query timeout (asyncpg cancels the query).
 
 Every client also runs 3 statements of its own per iteration (600 in all,
 more than the 200 that each server keeps) and all of them again at the end,
@@ -22,6 +24,7 @@ scripts/drivers."""
 import asyncio
 import concurrent.futures
 import multiprocessing
+import threading
 
 import psycopg
 import pytest
@@ -172,6 +175,17 @@ def test_psycopg_prepared_statements(txpool, table, threshold):
                     assert conn.execute(f"SELECT count(*) FROM {table} WHERE client = %s", (c,)).fetchone() == \
                         (i + 1,)
             total += v
+            if i == 7:
+                with Step(f"{at}: cancel"):
+                    with pytest.raises(psycopg.errors.QueryCanceled):
+                        with conn.transaction():
+                            conn.execute("SELECT 1")  # the client holds its server from here
+                            timer = threading.Timer(0.2, conn.cancel)
+                            timer.start()
+                            try:
+                                conn.execute("SELECT pg_sleep(5)")
+                            finally:
+                                timer.cancel()
             if not conn.autocommit:
                 with Step(f"{at}: commit"):
                     conn.commit()
@@ -328,6 +342,12 @@ async def asyncpg_client(port, table, c):
                                            [(c, i, v), (-c, i, 1), (-c, i, 2)])
                     assert await conn.fetchval(f"SELECT count(*) FROM {table} WHERE client = $1", c) == i + 1
             total += v
+            if i == 7:
+                with Step(f"{at}: cancel"):
+                    with pytest.raises(asyncio.TimeoutError):  # asyncpg sends a cancel request
+                        async with conn.transaction():
+                            await conn.fetchval("SELECT 1")  # the client holds its server from here
+                            await conn.fetchval("SELECT pg_sleep(5)", timeout=0.2)
             if i % 3 == 2:
                 with Step(f"{at}: failing transaction"):
                     with pytest.raises(asyncpg.DivisionByZeroError):

@@ -1,6 +1,7 @@
 // pgjdbc with prepareThreshold=1: every PreparedStatement becomes a named
 // server-side statement (S_1, S_2, ... per connection, so all clients use the
-// same names) from its first execution, through the pooler.
+// same names) from its first execution, through the pooler; and a query
+// timeout, which pgjdbc implements with a cancel request.
 //
 // Run as a single-file program: java -cp postgresql.jar Drivers.java
 // Environment: PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE, DRV_CLIENTS
@@ -71,6 +72,25 @@ public class Drivers {
         }
     }
 
+    // A query timeout: pgjdbc sends a cancel request, which must reach the
+    // server this client holds (it is in a transaction) and nobody else's.
+    static void cancel(Connection conn, String at) throws SQLException {
+        conn.setAutoCommit(false);
+        try (Statement st = conn.createStatement()) {
+            st.execute("SELECT 1");
+            st.setQueryTimeout(1);
+            try {
+                st.execute("SELECT pg_sleep(5)");
+                throw new IllegalStateException(at + "cancel: pg_sleep(5) was not canceled");
+            } catch (SQLException e) {
+                check(at + "cancel: SQLSTATE of " + e.getMessage(), e.getSQLState(), "57014");
+            }
+        } finally {
+            conn.rollback();
+            conn.setAutoCommit(true);
+        }
+    }
+
     static void client(int c, int iterations, Set<Object> pids) throws Exception {
         try (Connection conn = connect()) {
             long sum = 0;
@@ -119,6 +139,9 @@ public class Drivers {
                     conn.setAutoCommit(true);
                 }
                 sum += v;
+                if (i == 7) {
+                    cancel(conn, at);
+                }
             }
             // the distinct statements again: the servers evicted most of them
             for (int i = 0; i < iterations; i++) {
