@@ -390,6 +390,68 @@ def test_pipeline_with_syncs_and_error_keeps_server_until_last_ready(bouncer, pg
     assert decode_row(got[3][1]) == ["again"]
 
 
+def test_simple_query_pipeline_behind_queued_client(bouncer, pg):
+    """Simple Queries sent in one write (end of a transaction, a whole
+    transaction, more statements) by a client whose TimeZone differs from the
+    server's, while another client is queued: every answer goes to the right
+    client and the queued one is served after the last ReadyForQuery."""
+    fresh_table(pg, "tx_simple_pipe", "a int")
+    b = tx_bouncer(bouncer, pg, "tx_simple_pipe", default_pool_size=1)
+    other = client(b)
+    pid = pid_of(other)
+    a = PgWire(b.port)
+    a.login(options="-c TimeZone=Asia/Tokyo")
+    assert query(a, "BEGIN") == ([], None, b"T")
+    job = Background(lambda: other.execute("SELECT pg_backend_pid(), current_setting('TimeZone'), "
+                                           "(SELECT count(*) FROM tx_simple_pipe)").fetchone())
+    wait_waiting(b, 1)
+    statements = ["COMMIT", "SELECT current_setting('TimeZone'), pg_backend_pid()", "BEGIN",
+                  "INSERT INTO tx_simple_pipe VALUES (1)", "SELECT count(*) FROM tx_simple_pipe",
+                  "COMMIT", "SELECT 'last'"]
+    a.send(b"".join(query_message(q) for q in statements))
+    answers = []
+    for _ in statements:
+        msgs = read_ready(a)
+        answers.append(([decode_row(m[1]) for m in msgs if m[0] == b"D"], msgs[-1][1]))
+    assert answers == [([], b"I"), ([["Asia/Tokyo", str(pid)]], b"I"), ([], b"T"), ([], b"T"),
+                       ([["1"]], b"T"), ([], b"I"), ([["last"]], b"I")]
+    server_tz = pg.sql("SHOW TimeZone")[0][0]
+    assert job.result() == (pid, server_tz, 1)
+    assert query(a, "SHOW TimeZone") == ([["Asia/Tokyo"]], None, b"I")
+
+
+def test_server_kept_until_result_reaches_slow_client(bouncer, pg):
+    """A client that reads its large result slowly keeps the server until the
+    pooler has passed everything on; the queued client is served afterwards and
+    both results are intact."""
+    b = tx_bouncer(bouncer, pg, "tx_slow_reader", default_pool_size=1)
+    other = client(b)
+    pid = pid_of(other)
+    w = PgWire(b.port, host=str(b.dir))  # unix socket: small buffers towards the client
+    w.login()
+    rows = 3000
+    big = f"SELECT i, repeat('r', 1000) FROM generate_series(1, {rows}) i"
+    w.send(query_message(big))
+    wait_for(lambda: (backend_state(pg, pid) or (None, None))[1] == big, "PostgreSQL to run the big query")
+    job = Background(lambda: other.execute("SELECT 'other', pg_backend_pid()").fetchone())
+    wait_waiting(b, 1)
+    got = 0
+    for mtype, body in iter(w.read_msg, None):
+        if mtype == b"D":
+            got += 1
+            row = decode_row(body)
+            assert row == [str(got), "r" * 1000], row[0]
+            if got == 100:
+                # most of the result is still on its way: the server is not free yet
+                assert pool_row(b)["cl_waiting"] == 1 and not job.done()
+        elif mtype == b"Z":
+            assert body == b"I"
+            break
+    assert got == rows
+    assert job.result() == ("other", pid)
+    assert query(w, "SELECT 'after'") == ([["after"]], None, b"I")
+
+
 def test_copy_in_and_out_with_shared_server(bouncer, pg):
     """COPY FROM STDIN / TO STDOUT outside and inside a transaction while
     another client shares the only server."""
