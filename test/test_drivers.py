@@ -13,7 +13,8 @@ the connection goes on working after them.
   fetchrow, fetchval, executemany, prepare(), transactions (one rolled back),
   a query timeout (asyncpg cancels the query).
 
-Every client also runs 3 statements of its own per iteration (600 in all,
+Every client also runs a statement of 200 kB, cursors read a few rows at a
+time inside transactions, and 3 statements of its own per iteration (600 in all,
 more than the 200 that each server keeps) and all of them again at the end,
 so that the pooler evicts and prepares again what it evicted.
 
@@ -124,6 +125,10 @@ class Step:
         raise ClientError(f"{self.what}: {describe(e)}") from e
 
 
+# a statement longer than the pooler's packet buffer
+LONG_QUERY = "SELECT $1::int + 1 /* " + "long " * 40000 + "*/"
+
+
 def distinct_statements(c, i):
     """(constant, parameter, result) of 3 statements whose text is client c's and
     iteration i's own: 600 in all, more than the servers keep (200 each), so
@@ -166,6 +171,8 @@ def test_psycopg_prepared_statements(txpool, table, threshold):
                 rows = conn.execute("SELECT g FROM generate_series(1, %s::int) g", (i + 1,)).fetchall()
                 assert rows == [(k,) for k in range(1, i + 2)]
             psycopg_distinct(conn, c, i, at)
+            with Step(f"{at}: long"):
+                assert conn.execute(LONG_QUERY.replace("$1", "%s"), (i,)).fetchone() == (i + 1,)
             with Step(f"{at}: pid"):
                 pids.add(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
             v = c * 1000 + i
@@ -174,6 +181,10 @@ def test_psycopg_prepared_statements(txpool, table, threshold):
                     conn.execute(f"INSERT INTO {table} (client, iter, v) VALUES (%s, %s, %s)", (c, i, v))
                     assert conn.execute(f"SELECT count(*) FROM {table} WHERE client = %s", (c,)).fetchone() == \
                         (i + 1,)
+                    with conn.cursor(name=f"cur{c}") as cur:  # a server-side cursor, read 3 rows at a time
+                        cur.itersize = 3
+                        cur.execute("SELECT g FROM generate_series(1, %s::int) g", (10 + i,))
+                        assert sum(g for (g,) in cur) == (10 + i) * (11 + i) // 2
             total += v
             if i == 7:
                 with Step(f"{at}: cancel"):
@@ -333,6 +344,8 @@ async def asyncpg_client(port, table, c):
                     triple = await conn.prepare("SELECT $1::int * 3")
                 assert await triple.fetchval(i) == i * 3
             await asyncpg_distinct(conn, c, i, at)
+            with Step(f"{at}: long"):
+                assert await conn.fetchval(LONG_QUERY, i) == i + 1
             with Step(f"{at}: pid"):
                 pids.add(await conn.fetchval("SELECT pg_backend_pid()"))
             v = c * 1000 + i
@@ -341,6 +354,10 @@ async def asyncpg_client(port, table, c):
                     await conn.executemany(f"INSERT INTO {table} (client, iter, v) VALUES ($1, $2, $3)",
                                            [(c, i, v), (-c, i, 1), (-c, i, 2)])
                     assert await conn.fetchval(f"SELECT count(*) FROM {table} WHERE client = $1", c) == i + 1
+                    # a cursor: a portal read 3 rows at a time
+                    got = [r["g"] async for r in conn.cursor("SELECT g FROM generate_series(1, $1::int) g", 10 + i,
+                                                             prefetch=3)]
+                    assert got == list(range(1, 11 + i))
             total += v
             if i == 7:
                 with Step(f"{at}: cancel"):

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +21,8 @@ import (
 )
 
 const table = "drv_pgx"
+
+var longQuery = "SELECT $1::int + 1 /* " + strings.Repeat("long ", 40000) + "*/"
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
@@ -117,6 +120,16 @@ func client(ctx context.Context, c, iterations int) (map[int32]bool, error) {
 		}
 		if b1 != i+c || b2 != fmt.Sprintf("b-%d", i) || b3 != 2*c {
 			return nil, fmt.Errorf("iteration %d: batch: got %d %q %d", i, b1, b2, b3)
+		}
+		// a statement longer than the pooler's packet buffer
+		if err := conn.QueryRow(ctx, longQuery, i).Scan(&n); err != nil {
+			return nil, fmt.Errorf("iteration %d: long: %w", i, err)
+		}
+		if n != i+1 {
+			return nil, fmt.Errorf("iteration %d: long: got %d, want %d", i, n, i+1)
+		}
+		if err := conn.Ping(ctx); err != nil { // an empty query
+			return nil, fmt.Errorf("iteration %d: ping: %w", i, err)
 		}
 		var pid int32
 		if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {

@@ -26,6 +26,7 @@ import java.util.concurrent.TimeUnit;
 
 public class Drivers {
     static final String TABLE = "drv_jdbc";
+    static final String LONG_QUERY = "SELECT ?::int + 1 /* " + "long ".repeat(40000) + "*/";
 
     static int env(String name, int def) {
         String v = System.getenv(name);
@@ -103,6 +104,8 @@ public class Drivers {
                 check(at + "series length", series.size(), i + 1);
                 check(at + "series last", series.get(i), i + 1);
                 distinct(conn, c, i, at);
+                // a statement longer than the pooler's packet buffer
+                check(at + "long", query(conn, at + "long", LONG_QUERY, i).get(0), i + 1);
                 pids.add(query(conn, at + "pid", "SELECT pg_backend_pid()").get(0));
 
                 // a transaction: prepared statements inside it, then COMMIT
@@ -128,6 +131,19 @@ public class Drivers {
                     }
                     check(at + "count", query(conn, at + "count", "SELECT count(*)::int FROM " + TABLE + " WHERE client = ?", c).get(0),
                             i + 1);
+                    // a fetch size inside a transaction: a portal read 3 rows at a time,
+                    // one Execute and Sync each, on the server the transaction holds
+                    try (PreparedStatement ps = conn.prepareStatement("SELECT g FROM generate_series(1, ?::int) g")) {
+                        ps.setFetchSize(3);
+                        ps.setInt(1, 10 + i);
+                        long got = 0;
+                        try (ResultSet rs = ps.executeQuery()) {
+                            while (rs.next()) {
+                                got += rs.getInt(1);
+                            }
+                        }
+                        check(at + "fetch size", got, (long) (10 + i) * (11 + i) / 2);
+                    }
                     conn.commit();
                 } catch (Exception e) {
                     try {
@@ -184,7 +200,9 @@ public class Drivers {
                 runs.get(c - 1).get();
             } catch (Exception e) {
                 failed++;
-                System.err.println("client " + c + ": " + e.getCause());
+                Throwable t = e.getCause();
+                String state = t instanceof SQLException ? ((SQLException) t).getSQLState() : null;
+                System.err.println("client " + c + ": " + t + (state != null ? " (SQLSTATE " + state + ")" : ""));
             }
         }
         if (failed > 0) {

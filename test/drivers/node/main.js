@@ -10,6 +10,7 @@
 const { Client } = require('pg');
 
 const TABLE = 'drv_node';
+const LONG_QUERY = `SELECT $1::int + 1 AS n /* ${'long '.repeat(40000)}*/`;
 const clients = parseInt(process.env.DRV_CLIENTS || '10', 10);
 const iterations = parseInt(process.env.DRV_ITERATIONS || '20', 10);
 const maxServers = parseInt(process.env.DRV_MAX_SERVERS || '0', 10);
@@ -54,6 +55,8 @@ async function client(c, pids) {
       r = await q(conn, `${at}: series`, 'series', 'SELECT g FROM generate_series(1, $1::int) g', [i + 1]);
       check(`${at}: series`, r.rows.map((row) => row.g), Array.from({ length: i + 1 }, (_, k) => k + 1));
       await distinct(conn, c, i, at);
+      r = await q(conn, `${at}: long`, 'long', LONG_QUERY, [i]); // longer than the pooler's packet buffer
+      check(`${at}: long`, r.rows[0].n, i + 1);
       r = await q(conn, `${at}: pid`, 'pid', 'SELECT pg_backend_pid() AS pid', []);
       pids.add(r.rows[0].pid);
 
