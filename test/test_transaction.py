@@ -1313,6 +1313,49 @@ def test_sync_with_nothing_before_it(bouncer, pg):
     assert query(w, "COMMIT") == ([], None, b"I")
 
 
+def test_client_leaving_between_transactions_gives_server_back(bouncer, pg):
+    """A client that disconnects between transactions does not cost the pool
+    its server: the same backend serves on. One that leaves while queued for a
+    server does not jam the pool."""
+    b = tx_bouncer(bouncer, pg, "tx_leave_clean", default_pool_size=1)
+    other = client(b)
+    pid = pid_of(other)
+    a = client(b)
+    assert pid_of(a) == pid
+    a.close()
+    assert pid_of(other) == pid
+    # one queued behind a transaction leaves before it gets the server
+    holder = client(b, autocommit=False)
+    holder.execute("SELECT 1")
+    w = PgWire(b.port)
+    w.login()
+    w.send(query_message("SELECT 'never served'"))
+    wait_waiting(b, 1)
+    w.close()
+    holder.commit()
+    # (like PgBouncer, the pooler may only notice the departure when the server
+    # comes free; the query it had already read may then run or not)
+    assert other.execute("SELECT 'pool still works'").fetchone() == ("pool still works",)
+    row = wait_no_linked_server(b)
+    assert row["cl_waiting"] == 0 and row["sv_idle"] + row["sv_used"] <= 1, row
+
+
+def test_function_call_releases_server(bouncer, pg):
+    """A FunctionCall (fast-path) message is a request answered by
+    FunctionCallResponse and ReadyForQuery; the server goes back afterwards."""
+    b = tx_bouncer(bouncer, pg, "tx_fastpath", default_pool_size=1)
+    other = client(b)
+    pid = pid_of(other)
+    w = PgWire(b.port)
+    w.login()
+    # pg_backend_pid() is function oid 2026: no arguments, text result
+    w.send(message(b"F", struct.pack("!IHHH", 2026, 0, 0, 0)))
+    msgs = read_types(w, [b"V", b"Z"])
+    assert msgs[0][1] == struct.pack("!I", len(str(pid))) + str(pid).encode()
+    assert msgs[1][1] == b"I"
+    assert pid_of(other) == pid
+
+
 INTERLEAVED = [
     pytest.param(extended("SELECT 1") + query_message("SELECT 2") + extended("SELECT 3") + SYNC
                  + query_message("SELECT 4"), id="extended-then-simple"),
