@@ -488,6 +488,44 @@ def test_copy_in_and_out_with_shared_server(bouncer, pg):
     assert job.result() == (5100,)
 
 
+@pytest.mark.parametrize("end", ["copydone", "copyfail"])
+def test_extended_protocol_copy_with_early_sync(bouncer, pg, end):
+    """COPY FROM STDIN through Parse/Bind/Execute with the Sync sent at once, as
+    libpq's PQexecParams does, then the data, CopyDone or CopyFail, and
+    libpq's second Sync: PostgreSQL ignores the first Sync during COPY and
+    answers one ReadyForQuery. The client sees what PostgreSQL sends, the
+    queued client gets the server after that ReadyForQuery."""
+    fresh_table(pg, "tx_extcopy", "a int")
+    b = tx_bouncer(bouncer, pg, "tx_extcopy", default_pool_size=1)
+    finish = message(b"c") if end == "copydone" else message(b"f", b"changed my mind\0")
+
+    def run(w):
+        w.send(parse_msg("COPY tx_extcopy FROM STDIN") + bind_msg() + execute_msg() + SYNC)
+        first = summary(read_types(w, [b"1", b"2", b"G"]))
+        w.send(message(b"d", b"1\n2\n") + finish + SYNC)
+        return first, summary(read_ready(w))
+
+    direct = PgWire(pg.port)
+    direct.login()
+    expected = run(direct)
+    direct.close()
+    assert expected[1][-1] == ("Z", b"I")
+    pg.sql("TRUNCATE tx_extcopy")
+
+    other = client(b)
+    pid = pid_of(other)
+    a = PgWire(b.port)
+    a.login()
+    a.send(parse_msg("COPY tx_extcopy FROM STDIN") + bind_msg() + execute_msg() + SYNC)
+    assert summary(read_types(a, [b"1", b"2", b"G"])) == expected[0]
+    job = Background(lambda: other.execute("SELECT pg_backend_pid(), count(*) FROM tx_extcopy").fetchone())
+    wait_waiting(b, 1)  # the server is inside the COPY
+    a.send(message(b"d", b"1\n2\n") + finish + SYNC)
+    assert summary(read_ready(a)) == expected[1]
+    assert job.result() == (pid, 2 if end == "copydone" else 0)
+    assert run_until_marker(a, b"") == [("T", None), ("D", ("end-marker",)), ("C", b"SELECT 1\0"), ("Z", b"I")]
+
+
 def test_copy_fail_from_client_releases_clean_server(bouncer, pg):
     """A client CopyFail: PostgreSQL's error reaches the client, nothing is
     inserted, and the server serves the next client normally."""
@@ -1069,6 +1107,8 @@ def test_query_wait_timeout_in_transaction_mode(bouncer, pg):
 
 
 def test_query_timeout_in_transaction_mode(bouncer, pg):
+    """A query running longer than query_timeout: FATAL "query timeout" and its
+    server closed; other clients carry on."""
     app = "tx_qt"
     b = tx_bouncer(bouncer, pg, app, default_pool_size=1, query_timeout=1)
     bystander = client(b)
@@ -1084,6 +1124,17 @@ def test_query_timeout_in_transaction_mode(bouncer, pg):
     # from another server than the closed one
     assert bystander.execute("SELECT 'bystander fine', pg_backend_pid() <> %s", [pid]).fetchone() == (
         "bystander fine", True)
+
+    # a transaction idle between its statements is not a running query; a client
+    # queued behind it longer than query_timeout gets "query_timeout" (spec/cli.md)
+    holder = client(b, autocommit=False)
+    holder.execute("SELECT 1")
+    w = PgWire(b.port)
+    w.login()
+    w.send(query_message("SELECT 'queued'"))
+    w.expect_fatal("query_timeout")
+    assert holder.execute("SELECT 'holder fine'").fetchone() == ("holder fine",)
+    holder.commit()
 
 
 def test_idle_transaction_timeout_in_transaction_mode(bouncer, pg):
