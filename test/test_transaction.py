@@ -1106,6 +1106,26 @@ def test_query_wait_timeout_in_transaction_mode(bouncer, pg):
     holder.commit()
 
 
+def test_query_wait_notify_in_transaction_mode(bouncer, pg):
+    """A client queued behind a transaction for query_wait_notify seconds gets
+    the queue NOTICE, then its answer when the server comes free."""
+    b = tx_bouncer(bouncer, pg, "tx_qwn", default_pool_size=1, query_wait_notify=1)
+    holder = client(b, autocommit=False)
+    pid = pid_of(holder)  # inside a transaction: keeps the only server
+    w = PgWire(b.port)
+    w.login()
+    w.send(query_message("SELECT pg_backend_pid()"))
+    notice = w.read_msg()
+    assert notice[0] == b"N", notice
+    assert error_fields(notice[1]) == {
+        "S": "NOTICE", "C": "00000",
+        "M": "No server connection available in postgres backend, client being queued"}
+    holder.commit()
+    msgs = read_ready(w)
+    assert [decode_row(m[1]) for m in msgs if m[0] == b"D"] == [[str(pid)]]
+    assert msgs[-1][1] == b"I"
+
+
 def test_query_timeout_in_transaction_mode(bouncer, pg):
     """A query running longer than query_timeout: FATAL "query timeout" and its
     server closed; other clients carry on."""
