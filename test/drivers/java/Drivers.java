@@ -5,9 +5,9 @@
 //
 // Run as a single-file program: java -cp postgresql.jar Drivers.java
 // Environment: PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE, DRV_CLIENTS
-// concurrent connections, DRV_ITERATIONS per connection, DRV_MAX_SERVERS (if
-// set: fail when the clients saw more distinct backends). Exits non-zero on
-// any error or wrong result.
+// concurrent connections, DRV_ITERATIONS per connection, DRV_SHARED=1: fail
+// unless some server backend served two clients. Exits non-zero on any error
+// or wrong result.
 
 import java.sql.Connection;
 import java.sql.DriverManager;
@@ -17,6 +17,7 @@ import java.sql.SQLException;
 import java.sql.Statement;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutorService;
@@ -92,7 +93,7 @@ public class Drivers {
         }
     }
 
-    static void client(int c, int iterations, Set<Object> pids) throws Exception {
+    static void client(int c, int iterations, Map<Object, Set<Integer>> users) throws Exception {
         try (Connection conn = connect()) {
             long sum = 0;
             for (int i = 0; i < iterations; i++) {
@@ -106,7 +107,8 @@ public class Drivers {
                 distinct(conn, c, i, at);
                 // a statement longer than the pooler's packet buffer
                 check(at + "long", query(conn, at + "long", LONG_QUERY, i).get(0), i + 1);
-                pids.add(query(conn, at + "pid", "SELECT pg_backend_pid()").get(0));
+                Object pid = query(conn, at + "pid", "SELECT pg_backend_pid()").get(0);
+                users.computeIfAbsent(pid, k -> ConcurrentHashMap.newKeySet()).add(c);
 
                 // a transaction: prepared statements inside it, then COMMIT
                 int v = c * 1000 + i;
@@ -173,19 +175,19 @@ public class Drivers {
     public static void main(String[] args) throws Exception {
         int clients = env("DRV_CLIENTS", 10);
         int iterations = env("DRV_ITERATIONS", 20);
-        int maxServers = env("DRV_MAX_SERVERS", 0);
+        boolean mustShare = "1".equals(System.getenv("DRV_SHARED"));
         try (Connection setup = connect(); Statement st = setup.createStatement()) {
             st.execute("DROP TABLE IF EXISTS " + TABLE);
             st.execute("CREATE TABLE " + TABLE + " (client int, iter int, v int)");
         }
 
-        Set<Object> pids = ConcurrentHashMap.newKeySet();
+        Map<Object, Set<Integer>> users = new ConcurrentHashMap<>(); // backend pid -> the clients it served
         ExecutorService pool = Executors.newFixedThreadPool(clients);
         List<Future<?>> runs = new ArrayList<>();
         for (int c = 1; c <= clients; c++) {
             final int cc = c;
             runs.add(pool.submit(() -> {
-                client(cc, iterations, pids);
+                client(cc, iterations, users);
                 return null;
             }));
         }
@@ -209,10 +211,12 @@ public class Drivers {
             System.err.println("pgjdbc: " + failed + " of " + clients + " clients failed");
             System.exit(1);
         }
-        if (maxServers > 0 && pids.size() > maxServers) {
-            System.err.println("pgjdbc: the clients saw " + pids.size() + " server backends, more than " + maxServers);
+        long shared = users.values().stream().filter(s -> s.size() > 1).count();
+        if (mustShare && shared == 0) {
+            System.err.println("pgjdbc: no server backend served two clients (" + users.size() + " backends): the servers were not shared");
             System.exit(1);
         }
-        System.out.println("pgjdbc: " + clients + " clients x " + iterations + " iterations ok, " + pids.size() + " server backends");
+        System.out.println("pgjdbc: " + clients + " clients x " + iterations + " iterations ok, " + users.size()
+                + " server backends, " + shared + " of them served several clients");
     }
 }

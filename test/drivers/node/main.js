@@ -1,11 +1,11 @@
 // node-postgres with named queries ({name, text, values}): each is prepared
 // once per connection under the given name, so all clients use the same
-// names, through the pooler.
+// names, through the pooler; and a client that leaves inside a transaction.
 //
 // Environment: PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE, DRV_CLIENTS
-// concurrent connections, DRV_ITERATIONS per connection, DRV_MAX_SERVERS (if
-// set: fail when the clients saw more distinct backends). Exits non-zero on
-// any error or wrong result.
+// concurrent connections, DRV_ITERATIONS per connection, DRV_SHARED=1: fail
+// unless some server backend served two clients. Exits non-zero on any error
+// or wrong result.
 'use strict';
 const { Client } = require('pg');
 
@@ -13,7 +13,7 @@ const TABLE = 'drv_node';
 const LONG_QUERY = `SELECT $1::int + 1 AS n /* ${'long '.repeat(40000)}*/`;
 const clients = parseInt(process.env.DRV_CLIENTS || '10', 10);
 const iterations = parseInt(process.env.DRV_ITERATIONS || '20', 10);
-const maxServers = parseInt(process.env.DRV_MAX_SERVERS || '0', 10);
+const mustShare = process.env.DRV_SHARED === '1';
 
 function check(what, got, want) {
   if (JSON.stringify(got) !== JSON.stringify(want)) {
@@ -39,6 +39,17 @@ async function distinct(conn, c, i, at) {
     const r = await q(conn, `${at}: distinct ${k}`, `d${k}`, `SELECT $1::int + ${k} AS n`, [i]);
     check(`${at}: distinct ${k}`, r.rows[0].n, k + i);
   }
+}
+
+// A client that leaves inside a transaction (an INSERT, then Terminate
+// without COMMIT): the pooler must roll it back before it lends the server
+// again, so the row inserted here must never show.
+async function abandon(c, i) {
+  const other = new Client();
+  await other.connect();
+  await q(other, 'abandon: BEGIN', null, 'BEGIN');
+  await q(other, 'abandon: insert', 'insert', `INSERT INTO ${TABLE} (client, iter, v) VALUES ($1, $2, $3)`, [c, i, 1000000]);
+  await other.end();
 }
 
 async function client(c, pids) {
@@ -73,6 +84,7 @@ async function client(c, pids) {
         throw e;
       }
       sum += v;
+      if (i === 7) await abandon(c, i);
     }
     // the distinct statements again: the servers evicted most of them
     for (let i = 0; i < iterations; i++) await distinct(conn, c, i, `again, iteration ${i}`);
@@ -90,18 +102,23 @@ async function main() {
   await setup.query(`CREATE TABLE ${TABLE} (client int, iter int, v int)`);
   await setup.end();
 
-  const pids = new Set();
+  const seen = []; // per client: the backend pids it saw
   const runs = [];
   for (let c = 1; c <= clients; c++) {
-    runs.push(client(c, pids).catch((e) => { throw new Error(`client ${c}: ${e.message}`); }));
+    seen[c] = new Set();
+    runs.push(client(c, seen[c]).catch((e) => { throw new Error(`client ${c}: ${e.message}`); }));
   }
   const failed = (await Promise.allSettled(runs)).filter((r) => r.status === 'rejected');
   for (const f of failed) console.error(f.reason.message);
   if (failed.length) throw new Error(`${failed.length} of ${clients} clients failed`);
-  if (maxServers > 0 && pids.size > maxServers) {
-    throw new Error(`the clients saw ${pids.size} server backends, more than ${maxServers}`);
+  const users = new Map(); // backend pid -> how many clients it served
+  for (const pids of seen.slice(1)) for (const p of pids) users.set(p, (users.get(p) || 0) + 1);
+  const shared = [...users.values()].filter((n) => n > 1).length;
+  if (mustShare && shared === 0) {
+    throw new Error(`no server backend served two clients (${users.size} backends): the servers were not shared`);
   }
-  console.log(`node-postgres: ${clients} clients x ${iterations} iterations ok, ${pids.size} server backends`);
+  console.log(`node-postgres: ${clients} clients x ${iterations} iterations ok, ${users.size} server backends, `
+    + `${shared} of them served several clients`);
 }
 
 const timer = setTimeout(() => { console.error('node-postgres: timed out after 5 minutes'); process.exit(1); }, 300000);
