@@ -192,11 +192,39 @@ static const char *bind_stmt_name(const uint8_t *data, uint32_t avail, const uin
 	return (const char *)p1 + 1;
 }
 
+/* A name in the pooler's own namespace on servers (PGBOUNCER_<n>). */
+static bool reserved_name(const char *name)
+{
+	return strncmp(name, PREPARE_NAME_PREFIX, sizeof(PREPARE_NAME_PREFIX) - 1) == 0;
+}
+
 /*
- * Bind: portal name, statement name, the rest. A statement of the client
- * is prepared on the server if needed and renamed; an unknown name goes
- * through unchanged, so that PostgreSQL answers with its own error (26000).
+ * Whether a Bind/Describe naming statement `name` goes to the server under
+ * another name: the client's own statements do (as PGBOUNCER_<n>), and so
+ * does an unknown name in the pooler's namespace, which becomes one that
+ * exists on no server: another client's statement is never reachable
+ * through it. Any other unknown name goes through unchanged, so that
+ * PostgreSQL answers with its own error (26000), as in PgBouncer.
  */
+static bool renamed(PgSocket *c, const char *name, ClientStmt **cs)
+{
+	*cs = *name ? prepare_client_find(&c->stmts, name) : NULL;
+	return *cs || reserved_name(name);
+}
+
+/* The server-side name for a renamed statement: prepared there first if it is the client's. */
+static void server_name(PgSocket *c, PgSocket *s, ClientStmt *cs, char *out)
+{
+	if (!cs) {
+		snprintf(out, PREPARE_NAME_LEN, PREPARE_NAME_PREFIX "0"); /* numbering starts at 1 */
+		return;
+	}
+	PreparedStmt *ps = prepare_client_stmt(cs);
+	ensure_prepared(c, s, ps);
+	prepare_stmt_name(ps, out);
+}
+
+/* Bind: portal name, statement name, the rest. */
 static SBufAction client_bind(PgSocket *c, PgSocket *s, const uint8_t *data, uint32_t avail, uint32_t len)
 {
 	const uint8_t *rest;
@@ -207,19 +235,18 @@ static SBufAction client_bind(PgSocket *c, PgSocket *s, const uint8_t *data, uin
 		disconnect_client(c, true, "invalid Bind message");
 		return SB_CLOSED;
 	}
-	ClientStmt *cs = *stmt ? prepare_client_find(&c->stmts, stmt) : NULL;
-	if (cs && avail < len)
+	ClientStmt *cs;
+	bool rename = renamed(c, stmt, &cs);
+	if (rename && avail < len)
 		return SB_NEED_FULL; /* renamed below: the whole message is needed */
 	if (*stmt)
 		c->pool->stats.bind_count++;
-	if (!cs) {
+	if (!rename) {
 		reqqueue_push(&s->rq, REQ_BIND, ANS_CLIENT);
 		return SB_FORWARD;
 	}
-	PreparedStmt *ps = prepare_client_stmt(cs);
-	ensure_prepared(c, s, ps);
 	char name[PREPARE_NAME_LEN];
-	prepare_stmt_name(ps, name);
+	server_name(c, s, cs, name);
 	const char *portal = (const char *)data + 5;
 	PktBuf pb;
 	pktbuf_init(&pb, len + PREPARE_NAME_LEN);
@@ -254,7 +281,8 @@ static SBufAction client_describe_close(PgSocket *c, PgSocket *s, const PktHdr *
 		reqqueue_push(&s->rq, kind, ANS_CLIENT);
 		return SB_FORWARD;
 	}
-	ClientStmt *cs = prepare_client_find(&c->stmts, name);
+	ClientStmt *cs;
+	bool rename = renamed(c, name, &cs);
 	if (kind == REQ_CLOSE) {
 		/* the name is the client's only: the server keeps the statement for others */
 		if (cs)
@@ -263,14 +291,12 @@ static SBufAction client_describe_close(PgSocket *c, PgSocket *s, const PktHdr *
 		answer_own_requests(s);
 		return SB_CONSUMED;
 	}
-	if (!cs) {
+	if (!rename) {
 		reqqueue_push(&s->rq, REQ_DESCRIBE, ANS_CLIENT);
-		return SB_FORWARD; /* PostgreSQL's own error for an unknown name */
+		return SB_FORWARD;
 	}
-	PreparedStmt *ps = prepare_client_stmt(cs);
-	ensure_prepared(c, s, ps);
 	char pname[PREPARE_NAME_LEN];
-	prepare_stmt_name(ps, pname);
+	server_name(c, s, cs, pname);
 	PktBuf pb;
 	pktbuf_init(&pb, 64);
 	put_simple_msg(&pb, 'D', 'S', pname);
