@@ -835,3 +835,32 @@ def test_tls_client_vanishes_mid_query(bouncer, tls_files):
     assert b.alive()
     # only the bystander is left of the TLS clients
     wait_for(lambda: len([r for r in show(b, "CLIENTS") if r["tls"]]) == 1, "the vanished clients to be closed")
+
+
+def test_transaction_pooling_with_tls_on_both_sides(bouncer, pg_ssl, tls_files):
+    """Transaction mode with prepared statements over TLS to clients and to
+    PostgreSQL: 6 clients share 2 servers; the pooler's own messages (renamed
+    Binds, answers it gives itself) go in order through both TLS streams."""
+    ini = client_tls(tls_files, "require", pool_mode="transaction", default_pool_size=2, server_tls_sslmode="require")
+    b = bouncer(ini_overrides=ini, databases={"postgres": pg_ssl.connstr("postgres")})
+    conns = [tls_connect(b, tls_files, autocommit=True, prepare_threshold=0) for _ in range(6)]
+    try:
+        pids = set()
+        for rnd in range(5):
+            for i, conn in enumerate(conns):
+                assert conn.pgconn.ssl_in_use
+                with conn.pipeline():
+                    a = conn.execute("SELECT %s::int * 2, pg_backend_pid()", [i + rnd])
+                    t = conn.execute("SELECT %s::text || 'x', ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                                     [str(i)])
+                n, pid = a.fetchone()
+                assert n == 2 * (i + rnd)
+                assert t.fetchone() == (f"{i}x", True)
+                pids.add(pid)
+        assert len(pids) <= 2, pids
+        servers = [s for s in show(b, "SERVERS") if s["database"] == "postgres"]
+        assert servers and all(s["tls"].startswith("TLSv1.") for s in servers), servers
+        assert all(s["prepared_statements"] == 2 for s in servers), servers
+    finally:
+        for conn in conns:
+            conn.close()
