@@ -247,6 +247,12 @@ def prepared_of_servers(b):
         return sorted(r["prepared_statements"] for r in rows(admin, "SHOW SERVERS") if r["database"] == "postgres")
 
 
+def pool_mode_of(b, database="postgres", user="postgres"):
+    with console(b) as admin:
+        found = [r for r in rows(admin, "SHOW POOLS") if r["database"] == database and r["user"] == user]
+    return found[0]["pool_mode"] if found else None
+
+
 def stats_totals(b):
     with console(b) as admin:
         r = row(admin, "SHOW STATS_TOTALS", database="postgres")
@@ -982,6 +988,47 @@ def test_max_prepared_statements_zero_turns_it_off(bouncer):
     holder.rollback()
     assert prepared_of_client(b, w) == 0
     assert stats_totals(b) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("where", ["global", "database", "user"])
+def test_session_mode_passes_names_through(bouncer, pg, where):
+    """In session mode (the global pool_mode, a database's or a user's) the
+    client owns its server: names reach it as the client wrote them."""
+    ini, db_extra, users = dict(TX, pool_mode="session"), {}, None
+    if where == "database":
+        ini["pool_mode"], db_extra = "transaction", {"pool_mode": "session"}
+    elif where == "user":
+        ini["pool_mode"], users = "transaction", "postgres = pool_mode=session"
+    b = bouncer(ini_overrides=ini, databases={"postgres": pg.connstr("postgres", **db_extra)}, start=False)
+    if users:
+        b.write_ini(extra_lines=["[users]", users])
+    b.start()
+    w = raw_client(b)
+    assert pool_mode_of(b) == "session"
+    r = exchange(w, parse("S_1", "SELECT 'mine'"), run("S_1"), SYNC)
+    assert (r.types, r.rows) == ("12DCZ", [["mine"]]), r
+    found, err = w.simple_query("SELECT name FROM pg_prepared_statements")
+    assert (found, err) == ([["S_1"]], None)
+
+
+@pytest.mark.parametrize("where", ["database", "user"])
+def test_transaction_mode_of_one_pool_tracks_statements(bouncer, pg, where):
+    """Global session mode, transaction mode for one database or user: there
+    the pooler renames and shares as in global transaction mode."""
+    ini, db_extra = dict(TX, pool_mode="session", default_pool_size=1), {}
+    if where == "database":
+        db_extra = {"pool_mode": "transaction"}
+    b = bouncer(ini_overrides=ini, databases={"postgres": pg.connstr("postgres", **db_extra)}, start=False)
+    if where == "user":
+        b.write_ini(extra_lines=["[users]", "postgres = pool_mode=transaction"])
+    b.start()
+    a, c = raw_client(b), raw_client(b)
+    assert pool_mode_of(b) == "transaction"
+    assert exchange(a, parse("S_1", "SELECT 'a'"), SYNC).types == "1Z"
+    assert exchange(c, parse("S_1", "SELECT 'c'"), SYNC).types == "1Z"
+    assert exchange(a, run("S_1"), SYNC).rows == [["a"]]
+    assert exchange(c, run("S_1"), SYNC).rows == [["c"]]
+    assert "S_1" not in [r[0] for r in a.simple_query("SELECT name FROM pg_prepared_statements")[0]]
 
 
 # ---------------------------------------------------------------------------
