@@ -28,7 +28,7 @@ import pytest
 
 from conftest import wait_for
 from test_admin import console, row, rows
-from test_bad_input import PgWire, error_fields, message
+from test_bad_input import PgWire, error_fields, message, query_message
 from test_global_limits import conn_on, two_workers
 
 TX = {"pool_mode": "transaction", "default_pool_size": 2, "pkt_buf": 4096, "query_wait_timeout": 10}
@@ -289,6 +289,23 @@ def test_statement_follows_client_to_another_server(bouncer):
     assert r.rows[0][0] == "14" and int(r.rows[0][1]) != second
     holder.rollback()
     assert w.simple_query("SELECT 'still fine'") == ([["still fine"]], None)
+
+
+def test_statements_survive_the_loss_of_their_server(bouncer, pg):
+    """The server that has the client's statements dies while idle: on the new
+    one the pooler prepares them again."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    w = raw_client(b)
+    r = exchange(w, parse("a", "SELECT 'a', pg_backend_pid()"), parse("b", "SELECT 'b' || $1::text"), run("a"), SYNC)
+    assert r.types == "112DCZ", r
+    old = int(r.rows[0][1])
+    mark = b.log_mark()
+    pg.sql("SELECT pg_terminate_backend(%s)", [old])
+    b.wait_log(r"S-0x[0-9a-f]+: postgres/postgres@127\.0\.0\.1:\d+ closing because", after=mark)
+    r = exchange(w, run("a"), run("b", ["!"]), describe(b"S", "b"), SYNC)
+    assert r.types == "2DC2DCtTZ", r
+    assert r.rows[0][0] == "a" and int(r.rows[0][1]) != old and r.rows[1] == ["b!"]
+    assert prepared_of_servers(b) == [2]
 
 
 @pytest.mark.parametrize("mode", ["transaction", "statement"])
@@ -635,6 +652,18 @@ def test_eviction_on_shared_servers(bouncer):
 # errors as PostgreSQL gives them
 
 
+def test_simple_queries_between_extended_messages(bouncer):
+    """A simple Query may come between extended-protocol messages, with or
+    without a Sync before it; its ReadyForQuery may give the server back."""
+    b = bouncer(ini_overrides=TX)
+    w, other = raw_client(b), raw_client(b)
+    assert exchange(other, parse("s", "SELECT 'other'"), SYNC).types == "1Z"
+    r = exchange(w, parse("s", "SELECT 's'"), query_message("SELECT 'q'"), run("s"), SYNC,
+                 query_message("SELECT 'q2'"), describe(b"S", "s"), run("s"), query_message("SELECT 'q3'"))
+    assert (r.types, r.rows) == ("1TDCZ2DCZTDCZtT2DCTDCZ", [["q"], ["s"], ["q2"], ["s"], ["q3"]]), r
+    assert exchange(other, run("s"), SYNC).rows == [["other"]]
+
+
 def test_reused_name_is_an_error(bouncer):
     """The second Parse lands on a server that lacks the statement: the pooler
     itself must say what PostgreSQL would."""
@@ -698,7 +727,7 @@ def test_error_inside_transaction_fails_it(bouncer, pg, error):
     r = exchange(w, bad, SYNC)
     assert (r.types, r.errors, r.status) == ("EZ", [no_such("never") if error == "unknown" else already("mine")],
                                              "E"), r
-    w.send(message(b"Q", b"COMMIT\0"))
+    w.send(query_message("COMMIT"))
     r = Reply(w.read_until(b"Z"))
     assert r.types == "CZ" and r.msgs[0][1] == b"ROLLBACK\0" and r.status == "I", r
     holder.rollback()
