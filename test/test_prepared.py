@@ -482,6 +482,39 @@ def test_driver_pipeline_with_an_error_in_the_middle(bouncer):
             good_pipeline(n, conn)
 
 
+def test_pipelined_transactions_hop_between_servers(bouncer):
+    """Raw clients send many Sync-separated transactions in one write, on two
+    servers that keep two statements each: after every Sync the rest of the
+    pipeline may continue on another server, which gets what it lacks."""
+    b = bouncer(ini_overrides=dict(TX, max_prepared_statements=2))
+    failures = []
+
+    def client(n):
+        try:
+            w = raw_client(b)
+            r = exchange(w, *[parse(f"s{k}", f"SELECT $1::int * {k + 1} + {n * 1000}") for k in range(5)], SYNC)
+            assert r.types == "11111Z", r
+            for round_ in range(5):
+                order = [(k + round_ + n) % 5 for k in range(5)] * 3
+                msgs = []
+                for i, k in enumerate(order):
+                    msgs += [run(f"s{k}", [i]), SYNC]
+                r = exchange(w, *msgs)
+                assert r.types == "2DCZ" * len(order), r
+                assert r.rows == [[str(i * (k + 1) + n * 1000)] for i, k in enumerate(order)], r
+            w.close()
+        except Exception as e:  # noqa: BLE001 - collected for the assertion
+            failures.append(f"client {n}: {e!r}")
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
+    assert all(n <= 2 for n in prepared_of_servers(b))
+
+
 def test_flush_instead_of_sync(bouncer):
     """Drivers that send Parse or Describe with a Flush and wait for the answer
     before they Bind get it without a Sync: the ParseComplete the pooler makes
