@@ -20,8 +20,10 @@ another server than a given one (or to that one).
 """
 
 import collections
+import socket
 import struct
 import threading
+import time
 
 import psycopg
 import pytest
@@ -801,8 +803,11 @@ def test_deallocate_all_and_discard_all_forget_the_clients_statements(bouncer, c
     assert exchange(a, parse("s", "SELECT 'a1'"), parse("t", "SELECT 'a2'"), SYNC).types == "11Z"
     assert exchange(c, parse("s", "SELECT 'c1'"), SYNC).types == "1Z"
     assert prepared_of_client(b, a) == 2
+    assert prepared_of_servers(b) == [3]
     assert a.simple_query(command) == ([], None)
     assert prepared_of_client(b, a) == 0
+    assert prepared_of_client(b, c) == 1
+    assert prepared_of_servers(b) == [0]  # PostgreSQL has dropped them all there
     for name in ("s", "t"):
         r = exchange(a, run(name), SYNC)
         assert (r.types, r.errors) == ("EZ", [no_such(name)]), r
@@ -901,6 +906,26 @@ def test_long_names_and_texts_beyond_pkt_buf(bouncer):
     r = exchange(other, run(name_a, [4]), SYNC)
     assert (r.types, r.rows[0][0]) == ("2DCZ", "-99996"), r
     assert prepared_of_client(b, w) == 2
+
+
+def test_messages_that_arrive_in_pieces(bouncer):
+    """A 100 kB Parse and the rest of its pipeline trickle in: a piece of the
+    header first, then small chunks (pkt_buf = 4096)."""
+    b = bouncer(ini_overrides=TX)
+    w = raw_client(b)
+    text = "SELECT length('" + "p" * 100_000 + "') + $1::int"
+    data = parse("piece" * 12, text) + run("piece" * 12, [1]) + describe(b"S", "piece" * 12) + SYNC
+    w.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    w.send(data[:3])
+    time.sleep(0.05)  # (not a timing assertion: lets the pooler see a partial header)
+    for i, pos in enumerate(range(3, len(data), 1500)):
+        w.send(data[pos : pos + 1500])
+        if i % 10 == 0:
+            time.sleep(0.005)
+    r = Reply(w.read_until(b"Z"))
+    assert (r.types, r.rows) == ("12DCtTZ", [["100001"]]), r
+    r = exchange(w, run("piece" * 12, [2]), SYNC)
+    assert (r.types, r.rows) == ("2DCZ", [["100002"]]), r
 
 
 def test_parse_with_65535_parameter_types(bouncer):
