@@ -796,7 +796,8 @@ def test_close_unknown_names_and_close_then_reparse(bouncer):
     assert exchange(other, run("c"), SYNC).rows == [["theirs"]]
 
 
-@pytest.mark.parametrize("command", ["DEALLOCATE ALL", "DISCARD ALL"])
+@pytest.mark.parametrize("command", ["DEALLOCATE ALL", "DISCARD ALL", "deallocate prepare all",
+                                     "extended DEALLOCATE ALL"])
 def test_deallocate_all_and_discard_all_forget_the_clients_statements(bouncer, command):
     b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
     a, c = raw_client(b), raw_client(b)
@@ -804,7 +805,11 @@ def test_deallocate_all_and_discard_all_forget_the_clients_statements(bouncer, c
     assert exchange(c, parse("s", "SELECT 'c1'"), SYNC).types == "1Z"
     assert prepared_of_client(b, a) == 2
     assert prepared_of_servers(b) == [3]
-    assert a.simple_query(command) == ([], None)
+    if command.startswith("extended "):  # as an unnamed statement of the extended protocol
+        r = exchange(a, parse("", command.split(" ", 1)[1]), bind(""), execute(), SYNC)
+        assert (r.types, r.msgs[2][1]) == ("12CZ", b"DEALLOCATE ALL\0"), r
+    else:
+        assert a.simple_query(command) == ([], None)
     assert prepared_of_client(b, a) == 0
     assert prepared_of_client(b, c) == 1
     assert prepared_of_servers(b) == [0]  # PostgreSQL has dropped them all there
