@@ -866,6 +866,56 @@ def test_failing_parse_in_a_pipeline(bouncer):
     assert exchange(other, run("bad"), SYNC).rows == [["not bad"]]
 
 
+@pytest.mark.parametrize("failing", ["server error", "unknown name", "reused name"])
+def test_statement_needed_after_an_error_in_the_same_pipeline(bouncer, failing):
+    """After an error the server skips everything up to the Sync, also a Parse
+    the pooler would add for a statement this server lacks: the statement must
+    not count as prepared there."""
+    b = bouncer(ini_overrides=TX)
+    w = raw_client(b)
+    r = exchange(w, parse("s", "SELECT 's', pg_backend_pid()"), parse("div", "SELECT 1 / $1::int"), run("s"), SYNC)
+    assert r.types == "112DCZ", r
+    first = int(r.rows[0][1])
+    held = occupy(b, first)
+    bad = {"server error": run("div", [0]), "unknown name": run("never"),
+           "reused name": parse("s", "SELECT 'again'")}[failing]
+    r = exchange(w, bad, run("s"), describe(b"S", "s"), SYNC)
+    assert r.types == "EZ" and len(r.errors) == 1, r
+    # the same server (the other one is still held), where "s" was never prepared
+    r = exchange(w, run("s"), SYNC)
+    assert r.types == "2DCZ", r
+    assert r.rows[0][0] == "s" and int(r.rows[0][1]) != first, r
+    r = exchange(w, run("div", [1]), SYNC)
+    assert (r.types, r.rows) == ("2DCZ", [["1"]]), r
+    held.rollback()
+
+
+@pytest.mark.parametrize("failing", ["server error", "unknown name"])
+def test_parse_skipped_after_an_error_evicts_nothing(bouncer, failing):
+    """With room for one statement, a Parse that follows an error in the same
+    pipeline is skipped (as PostgreSQL skips it): the name stays unknown, and
+    the statement the server holds stays usable (no eviction happened)."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1, max_prepared_statements=1))
+    w = raw_client(b)
+    r = exchange(w, parse("a", "SELECT 'a'"), run("a"), SYNC)
+    assert (r.types, r.rows) == ("12DCZ", [["a"]]), r
+    if failing == "server error":
+        r = exchange(w, parse("", "SELECT 1 / (random() * 0)::int"), bind(""), execute(),
+                     parse("b", "SELECT 'b'"), run("b"), SYNC)
+        assert r.types == "12EZ" and r.errors[0][1] == "22012", r
+    else:
+        r = exchange(w, run("never"), parse("b", "SELECT 'b'"), run("b"), SYNC)
+        assert (r.types, r.errors) == ("EZ", [no_such("never")]), r
+    r = exchange(w, run("a"), SYNC)
+    assert (r.types, r.rows) == ("2DCZ", [["a"]]), r
+    r = exchange(w, run("b"), SYNC)
+    assert (r.types, r.errors) == ("EZ", [no_such("b")]), r
+    r = exchange(w, parse("b", "SELECT 'b'"), run("b"), run("a"), SYNC)
+    assert (r.types, r.rows) == ("12DC2DCZ", [["b"], ["a"]]), r
+    assert server_statements(w) == ["SELECT 'a'"]
+    assert prepared_of_client(b, w) == 2
+
+
 def test_bind_of_never_parsed_statement_then_pipeline_goes_on(bouncer):
     """A Bind for a statement never parsed, with Flush and Describe of the portal,
     and the client's other statement prepared on another server."""
