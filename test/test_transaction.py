@@ -452,6 +452,33 @@ def test_server_kept_until_result_reaches_slow_client(bouncer, pg):
     assert query(w, "SELECT 'after'") == ([["after"]], None, b"I")
 
 
+def test_pause_waits_for_transactions_not_for_clients(bouncer, pg):
+    """PAUSE in transaction mode waits for the transactions in progress to end
+    (spec/admin.md), not for clients to disconnect; queries sent while paused
+    wait and run after RESUME, on the same connections."""
+    app = "tx_pause"
+    b = tx_bouncer(bouncer, pg, app, default_pool_size=2)
+    idle = client(b)
+    pid_of(idle)  # connected, between transactions
+    in_tx = client(b, autocommit=False)
+    pid = pid_of(in_tx)  # inside a transaction
+    admin = b.admin()
+    pause = Background(lambda: admin.execute("PAUSE").statusmessage)
+    # the transaction goes on while the PAUSE waits for it
+    assert in_tx.execute("SELECT pg_backend_pid(), 'still in my transaction'").fetchone() == (
+        pid, "still in my transaction")
+    assert not pause.done()
+    in_tx.commit()
+    assert pause.result() == "PAUSE"
+    wait_for(lambda: not backends(pg, app), "the paused pool's servers to be closed")
+    job = Background(lambda: idle.execute("SELECT 'after resume'").fetchone())
+    wait_waiting(b, 1)
+    admin.execute("RESUME")
+    assert job.result() == ("after resume",)
+    assert in_tx.execute("SELECT 'in_tx too'").fetchone() == ("in_tx too",)
+    in_tx.commit()
+
+
 def test_copy_in_and_out_with_shared_server(bouncer, pg):
     """COPY FROM STDIN / TO STDOUT outside and inside a transaction while
     another client shares the only server."""
@@ -884,6 +911,23 @@ def test_console_set_pool_mode(bouncer, pg):
     # the console itself is always in statement mode
     assert pool_row(b, "pgbouncer", "pgbouncer")["pool_mode"] == "statement"
     admin.close()
+
+
+def test_reload_changes_pool_mode(bouncer, pg):
+    """pool_mode changed in the file and reloaded (SIGHUP) applies as SET does."""
+    b = bouncer(ini_overrides={"default_pool_size": 1, "query_wait_timeout": 15})
+    check_session_bound(b)
+    b.update(pool_mode="transaction")
+    b.write_ini()
+    b.reload()
+
+    def mode():
+        with b.admin() as admin:
+            return {r["key"]: r["value"] for r in show(admin, "CONFIG")}["pool_mode"] == "transaction"
+
+    wait_for(mode, "SHOW CONFIG to show the reloaded pool_mode")
+    assert pool_row(b)["pool_mode"] == "transaction"
+    check_shared(b)
 
 
 # ---------------------------------------------------------------------------
