@@ -890,6 +890,22 @@ def test_statement_needed_after_an_error_in_the_same_pipeline(bouncer, failing):
     held.rollback()
 
 
+def test_failing_bind_after_the_pooler_prepared_the_statement(bouncer):
+    """The Parse the pooler adds succeeds and the client's Bind then fails
+    (wrong parameter count): the statement is prepared on that server all the
+    same, and the next Bind there works."""
+    b = bouncer(ini_overrides=TX)
+    w = raw_client(b)
+    r = exchange(w, parse("s", "SELECT $1::int + 1, pg_backend_pid()"), run("s", [1]), SYNC)
+    first = int(r.rows[0][1])
+    held = occupy(b, first)
+    r = exchange(w, run("s", []), SYNC)
+    assert r.types == "EZ" and r.errors[0][:2] == ("ERROR", "08P01"), r
+    r = exchange(w, run("s", [2]), SYNC)
+    assert r.types == "2DCZ" and r.rows[0][0] == "3" and int(r.rows[0][1]) != first, r
+    held.rollback()
+
+
 @pytest.mark.parametrize("failing", ["server error", "unknown name"])
 def test_parse_skipped_after_an_error_evicts_nothing(bouncer, failing):
     """With room for one statement, a Parse that follows an error in the same
