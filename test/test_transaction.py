@@ -11,6 +11,7 @@ proves it from PostgreSQL's side (pg_backend_pid, pg_stat_activity). Protocol-
 level prepared statements (max_prepared_statements) are tested elsewhere.
 """
 
+import hashlib
 import random
 import struct
 import threading
@@ -477,6 +478,30 @@ def test_pause_waits_for_transactions_not_for_clients(bouncer, pg):
     assert job.result() == ("after resume",)
     assert in_tx.execute("SELECT 'in_tx too'").fetchone() == ("in_tx too",)
     in_tx.commit()
+
+
+def test_large_messages_and_executemany_with_shared_server(bouncer, pg):
+    """Multi-megabyte parameters and results, and executemany's long
+    Bind/Execute pipelines, in transaction mode on a shared server: the
+    pooler follows message boundaries far beyond its buffer size."""
+    fresh_table(pg, "tx_big", "a int, t text")
+    b = tx_bouncer(bouncer, pg, "tx_big", default_pool_size=1)
+    a = client(b)
+    other = client(b)
+    pid = pid_of(other)
+    payload = "0123456789" * 600_000
+    assert a.execute("SELECT length(%s), md5(%s), pg_backend_pid()", [payload, payload]).fetchone() == (
+        len(payload), hashlib.md5(payload.encode()).hexdigest(), pid)
+    assert pid_of(other) == pid
+    assert a.execute("SELECT repeat('abcdefgh', 1000000)").fetchone()[0] == "abcdefgh" * 1000000
+    assert pid_of(other) == pid
+    with a.cursor() as cur:
+        cur.executemany("INSERT INTO tx_big VALUES (%s, %s)", [(i, "x" * (i % 300)) for i in range(3000)])
+    assert other.execute("SELECT count(*), sum(a) FROM tx_big").fetchone() == (3000, sum(range(3000)))
+    with a.transaction():
+        with a.cursor() as cur:
+            cur.executemany("INSERT INTO tx_big VALUES (%s, %s)", [(i, "y") for i in range(3000)])
+    assert other.execute("SELECT count(*) FROM tx_big").fetchone() == (6000,)
 
 
 def test_copy_in_and_out_with_shared_server(bouncer, pg):
