@@ -890,6 +890,25 @@ def test_statement_needed_after_an_error_in_the_same_pipeline(bouncer, failing):
     held.rollback()
 
 
+@pytest.mark.parametrize("failing", ["server error", "unknown name"])
+def test_parse_of_a_known_text_after_an_error_is_skipped_too(bouncer, failing):
+    """The server has the query already (another client's), so the pooler would
+    answer the Parse itself; after an error in the same pipeline it must skip
+    it as PostgreSQL does: no ParseComplete, and the name stays unknown."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    w, other = raw_client(b), raw_client(b)
+    assert exchange(other, parse("o", "SELECT 'known'"), SYNC).types == "1Z"
+    bad = (parse("", "SELECT 1 / (random() * 0)::int") + bind("") + execute() if failing == "server error"
+           else run("never"))
+    r = exchange(w, bad, parse("x", "SELECT 'known'"), run("x"), SYNC)
+    assert r.types == ("12EZ" if failing == "server error" else "EZ"), r
+    r = exchange(w, run("x"), SYNC)
+    assert (r.types, r.errors) == ("EZ", [no_such("x")]), r
+    assert prepared_of_client(b, w) == 0
+    r = exchange(w, parse("x", "SELECT 'known'"), run("x"), SYNC)
+    assert (r.types, r.rows) == ("12DCZ", [["known"]]), r
+
+
 def test_failing_bind_after_the_pooler_prepared_the_statement(bouncer):
     """The Parse the pooler adds succeeds and the client's Bind then fails
     (wrong parameter count): the statement is prepared on that server all the
