@@ -1496,6 +1496,46 @@ def test_function_call_releases_server(bouncer, pg):
     assert pid_of(other) == pid
 
 
+def test_messages_in_small_pieces_while_another_client_competes(bouncer, pg):
+    """A client whose simple and extended messages arrive three bytes at a time,
+    across transaction boundaries, while another client keeps asking for the
+    only server: both get exactly their own answers."""
+    b = tx_bouncer(bouncer, pg, "tx_pieces", default_pool_size=1)
+    other = client(b)
+    pid_of(other)
+    stop = threading.Event()
+
+    def other_queries():
+        n = 0
+        while not stop.is_set():
+            assert other.execute("SELECT %s::int", [n]).fetchone() == (n,)
+            n += 1
+        return n
+
+    job = Background(other_queries)
+    a = PgWire(b.port)
+    a.login()
+    payload = (query_message("SELECT 'q1'") + extended("SELECT 'e1'") + SYNC + query_message("BEGIN")
+               + extended("SELECT 'e2'") + SYNC + query_message("COMMIT") + extended("SELECT 'e3'") + SYNC)
+    try:
+        for i in range(0, len(payload), 3):
+            a.send(payload[i:i + 3])
+            time.sleep(0.002)  # pacing, so that pieces arrive apart
+        got = []
+        for _ in range(6):
+            got += summary(read_ready(a))
+    finally:
+        stop.set()
+    assert job.result() > 0
+    one = ("C", b"SELECT 1\0")
+    assert got == [("T", None), ("D", ("q1",)), one, ("Z", b"I"),
+                   ("1", None), ("2", None), ("T", None), ("D", ("e1",)), one, ("Z", b"I"),
+                   ("C", b"BEGIN\0"), ("Z", b"T"),
+                   ("1", None), ("2", None), ("T", None), ("D", ("e2",)), one, ("Z", b"T"),
+                   ("C", b"COMMIT\0"), ("Z", b"I"),
+                   ("1", None), ("2", None), ("T", None), ("D", ("e3",)), one, ("Z", b"I")]
+
+
 INTERLEAVED = [
     pytest.param(extended("SELECT 1") + query_message("SELECT 2") + extended("SELECT 3") + SYNC
                  + query_message("SELECT 4"), id="extended-then-simple"),
