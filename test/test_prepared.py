@@ -909,6 +909,22 @@ def test_parse_of_a_known_text_after_an_error_is_skipped_too(bouncer, failing):
     assert (r.types, r.rows) == ("12DCZ", [["known"]]), r
 
 
+@pytest.mark.parametrize("failing", ["server error", "unknown name"])
+def test_close_and_reparse_after_an_error_are_skipped(bouncer, failing):
+    """After an error, PostgreSQL skips a Close (the statement lives on) and a
+    Parse of a name in use (no second error) up to the Sync."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    w = raw_client(b)
+    assert exchange(w, parse("s", "SELECT 's'"), SYNC).types == "1Z"
+    bad = (parse("", "SELECT 1 / (random() * 0)::int") + bind("") + execute() if failing == "server error"
+           else run("never"))
+    r = exchange(w, bad, close(b"S", "s"), parse("s", "SELECT 'other'"), run("s"), SYNC)
+    assert r.types == ("12EZ" if failing == "server error" else "EZ") and len(r.errors) == 1, r
+    r = exchange(w, run("s"), SYNC)
+    assert (r.types, r.rows) == ("2DCZ", [["s"]]), r
+    assert prepared_of_client(b, w) == 1
+
+
 def test_failing_bind_after_the_pooler_prepared_the_statement(bouncer):
     """The Parse the pooler adds succeeds and the client's Bind then fails
     (wrong parameter count): the statement is prepared on that server all the
