@@ -734,6 +734,9 @@ def test_unknown_name_is_an_error(bouncer):
     r = exchange(w, parse("good", "SELECT 'good'"), run("good"), run("never"), run("good"), SYNC,
                  run("good"), SYNC)
     assert (r.types, r.rows, r.errors) == ("12DCEZ2DCZ", [["good"], ["good"]], [no_such("never")]), r
+    # after the first error everything up to the Sync is skipped: one error only
+    r = exchange(w, run("never"), describe(b"S", "never2"), parse("good", "SELECT 'dup'"), run("never3"), SYNC)
+    assert (r.types, r.errors) == ("EZ", [no_such("never")]), r
     # a name that another client has prepared on the same (only) server is still unknown to this one
     other = raw_client(b)
     assert exchange(other, parse("theirs", "SELECT 'theirs'"), run("theirs"), SYNC).types == "12DCZ"
