@@ -1027,6 +1027,29 @@ def test_tracked_parameters_follow_each_client(bouncer, pg):
     assert a.info.parameter_status("TimeZone") == "Asia/Tokyo"
 
 
+def test_client_encoding_follows_each_client_with_data(bouncer, pg):
+    """A LATIN1 client (client_encoding in its startup packet) and a UTF8 client
+    take turns on one server writing and reading non-ASCII text: each one's
+    bytes are converted with its own encoding."""
+    fresh_table(pg, "tx_enc", "who text, t text")
+    b = tx_bouncer(bouncer, pg, "tx_enc", default_pool_size=1)
+    latin = client(b, client_encoding="LATIN1")
+    utf = client(b)
+    for i in range(3):
+        latin.execute("INSERT INTO tx_enc VALUES ('latin', %s)", [f"café {i}"])
+        utf.execute("INSERT INTO tx_enc VALUES ('utf', %s)", [f"naïve ŝ {i}"])
+        assert latin.execute("SELECT t FROM tx_enc WHERE who = 'latin' ORDER BY t DESC LIMIT 1").fetchone() == (
+            f"café {i}",)
+        assert utf.execute("SELECT t FROM tx_enc WHERE who = 'latin' ORDER BY t DESC LIMIT 1").fetchone() == (
+            f"café {i}",)
+        assert utf.execute("SELECT t FROM tx_enc WHERE who = 'utf' ORDER BY t DESC LIMIT 1").fetchone() == (
+            f"naïve ŝ {i}",)
+    assert pid_of(latin) == pid_of(utf)
+    assert latin.info.encoding == "iso8859-1" and utf.info.encoding == "utf-8"
+    # stored as the characters, whatever encoding the writer used
+    assert pg.sql("SELECT count(*) FROM tx_enc WHERE t LIKE 'café %' OR t LIKE 'naïve ŝ %'")[0][0] == 6
+
+
 def test_tracked_value_with_backslash_and_standard_conforming_strings(bouncer, pg):
     """A tracked value with a backslash, for a client with
     standard_conforming_strings = off, replayed on a server whose previous
