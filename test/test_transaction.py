@@ -848,6 +848,18 @@ def test_statement_mode_refuses_transaction_block(bouncer, pg):
     w.login()
     w.send(extended("BEGIN") + SYNC)
     w.expect_fatal(STMT_ERROR)
+    # a Query whose statements close the block they open is fine (doc/transaction.md);
+    # one that leaves it open is not
+    w = PgWire(b.port)
+    w.login()
+    assert query(w, "BEGIN; SELECT 'closed block'; COMMIT") == ([["closed block"]], None, b"I")
+    w.send(query_message("SELECT 1; BEGIN"))
+    w.expect_fatal(STMT_ERROR)
+    # a pipeline of statements ending in one Sync runs as one implicit transaction
+    with client(b) as c:
+        with c.pipeline():
+            curs = [c.execute("SELECT %s::int", [i]) for i in range(3)]
+        assert [cur.fetchone() for cur in curs] == [(0,), (1,), (2,)]
     wait_for(lambda: not backends(pg, app, "idle in transaction%"), "no server left in a transaction")
     with client(b) as c:
         assert c.execute("SELECT 'still served'").fetchone() == ("still served",)
