@@ -773,6 +773,42 @@ def test_error_inside_transaction_fails_it(bouncer, pg, error):
     assert w.simple_query("SELECT 'usable'") == ([["usable"]], None)
 
 
+def test_statement_messages_in_an_aborted_transaction(bouncer):
+    """In a failed transaction block PostgreSQL refuses Parse and Describe
+    with 25P02 (a Parse of a query the server has already included, and one
+    of a name in use), still reports an unknown name with 26000, and carries
+    out a Close; after ROLLBACK what the refused Parses named does not exist."""
+    aborted = ("ERROR", "25P02", "current transaction is aborted, commands ignored until end of transaction block")
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    w, other = raw_client(b), raw_client(b)
+    assert exchange(other, parse("o", "SELECT 'known'"), SYNC).types == "1Z"
+    assert exchange(w, parse("s", "SELECT 's'"), SYNC).types == "1Z"
+    assert w.simple_query("BEGIN") == ([], None)
+    assert w.simple_query("SELECT 1 / 0")[1]["C"] == "22012"
+    seen = {}
+    for label, msg in [("parse of a known query", parse("x", "SELECT 'known'")),
+                       ("parse of a new query", parse("y", "SELECT 'new'")),
+                       ("describe", describe(b"S", "s")),
+                       ("parse of a name in use", parse("s", "SELECT 'dup'")),
+                       ("bind of an unknown name", run("nope")),
+                       ("close", close(b"S", "s"))]:
+        r = exchange(w, msg, SYNC)
+        seen[label] = (r.types, r.errors, r.status)
+    assert seen == {
+        "parse of a known query": ("EZ", [aborted], "E"),
+        "parse of a new query": ("EZ", [aborted], "E"),
+        "describe": ("EZ", [aborted], "E"),
+        "parse of a name in use": ("EZ", [aborted], "E"),
+        "bind of an unknown name": ("EZ", [no_such("nope")], "E"),
+        "close": ("3Z", [], "E"),
+    }
+    assert w.simple_query("ROLLBACK") == ([], None)
+    for name in ("x", "y", "s"):
+        assert exchange(w, run(name), SYNC).errors == [no_such(name)], name
+    assert prepared_of_client(b, w) == 0
+    assert exchange(other, run("o"), SYNC).rows == [["known"]]
+
+
 def test_close_unknown_names_and_close_then_reparse(bouncer):
     b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
     w, other = raw_client(b), raw_client(b)
