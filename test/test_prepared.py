@@ -552,6 +552,29 @@ def test_flush_instead_of_sync(bouncer):
     held.rollback()
 
 
+def test_answers_of_the_pooler_itself_come_on_flush(bouncer):
+    """CloseComplete and the errors the pooler gives itself reach a client that
+    sent Flush, before any Sync, as PostgreSQL's would."""
+    b = bouncer(ini_overrides=TX)
+    w = raw_client(b)
+    assert exchange(w, parse("s", "SELECT 's'"), SYNC).types == "1Z"
+    w.send(close(b"S", "s") + FLUSH)
+    assert read_n(w, 1).types == "3"
+    w.send(SYNC)
+    assert read_n(w, 1).types == "Z"
+    w.send(run("never") + FLUSH)
+    assert read_n(w, 1).errors == [no_such("never")]
+    w.send(SYNC)
+    assert read_n(w, 1).types == "Z"
+    w.send(parse("s", "SELECT 1") + FLUSH)
+    assert read_n(w, 1).types == "1"
+    w.send(parse("s", "SELECT 1") + FLUSH)
+    assert read_n(w, 1).errors == [already("s")]
+    w.send(SYNC)
+    r = read_n(w, 1)
+    assert (r.types, r.status) == ("Z", "I"), r
+
+
 def test_statement_whose_table_is_dropped(bouncer, pg):
     """The table goes away: on the server that has the statement and on one
     where the pooler must prepare it, the client gets PostgreSQL's error at
