@@ -39,6 +39,13 @@ static void check_client_timeouts(PgPool *pool)
 			qwt = (usec_t)u->cf->query_wait_timeout * USEC_PER_SEC;
 		else if (pool->db->cf.query_wait_timeout != CF_UNSET)
 			qwt = (usec_t)pool->db->cf.query_wait_timeout * USEC_PER_SEC;
+		/* a queued query counts against query_timeout too (spec/cli.md §7) */
+		const PgUser *pu = pool->user;
+		usec_t qt = user_timeout(pu, pu->cf ? pu->cf->query_timeout : 0, wk.cf.g.query_timeout);
+		if (qt > 0 && now - c->wait_start > qt) {
+			disconnect_client(c, true, "query_timeout");
+			continue;
+		}
 		if (qwt > 0 && now - c->wait_start > qwt) {
 			disconnect_client(c, true, "query_wait_timeout");
 			continue;
