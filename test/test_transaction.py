@@ -1234,7 +1234,7 @@ def test_query_timeout_in_transaction_mode(bouncer, pg):
     """A query running longer than query_timeout: FATAL "query timeout" and its
     server closed; other clients carry on."""
     app = "tx_qt"
-    b = tx_bouncer(bouncer, pg, app, default_pool_size=1, query_timeout=1)
+    b = tx_bouncer(bouncer, pg, app, default_pool_size=1, query_timeout=1, query_wait_timeout=5)
     bystander = client(b)
     bystander.execute("SELECT 1")
     w = PgWire(b.port)
