@@ -192,6 +192,16 @@ def wait_no_linked_server(b, database="postgres", user="postgres"):
     return wait_for(settled, f"every server of {database}/{user} to be back in the pool")
 
 
+def expect_close_logged(b, mark, reason, server):
+    """The log lines PgBouncer writes when a timeout closes a client (and its server)."""
+    b.wait_log(rf"LOG C-0x[0-9a-f]+: postgres/postgres@127\.0\.0\.1:\d+ closing because: {reason} "
+               r"\(age=\d+s\)$", after=mark)
+    b.wait_log(rf"WARNING C-0x[0-9a-f]+: postgres/postgres@127\.0\.0\.1:\d+ pooler error: {reason}$", after=mark)
+    if server:
+        b.wait_log(rf"LOG S-0x[0-9a-f]+: postgres/postgres@127\.0\.0\.1:\d+ closing because: {reason} "
+                   r"\(age=\d+s\)$", after=mark)
+
+
 def fresh_table(pg, name, columns="a int, b int"):
     pg.sql(f"DROP TABLE IF EXISTS {name}")
     pg.sql(f"CREATE TABLE {name} ({columns})")
@@ -1200,10 +1210,12 @@ def test_query_wait_timeout_in_transaction_mode(bouncer, pg):
     holder = client(b, autocommit=False)
     holder.execute("SELECT 1")  # inside a transaction now
     assert holder.info.transaction_status == TransactionStatus.INTRANS
+    mark = b.log_mark()
     w = PgWire(b.port)
     w.login()
     w.send(query_message("SELECT 'never'"))
     w.expect_fatal("query_wait_timeout")
+    expect_close_logged(b, mark, 'query_wait_timeout', server=False)
     holder.commit()
     assert pid_of(idle) == pid
     assert holder.execute("SELECT 'holder fine'").fetchone() == ("holder fine",)
@@ -1253,10 +1265,12 @@ def test_query_timeout_in_transaction_mode(bouncer, pg):
     # queued behind it longer than query_timeout gets "query_timeout" (spec/cli.md)
     holder = client(b, autocommit=False)
     holder.execute("SELECT 1")
+    mark = b.log_mark()
     w = PgWire(b.port)
     w.login()
     w.send(query_message("SELECT 'queued'"))
     w.expect_fatal("query_timeout")
+    expect_close_logged(b, mark, 'query_timeout', server=False)
     assert holder.execute("SELECT 'holder fine'").fetchone() == ("holder fine",)
     holder.commit()
 
@@ -1266,6 +1280,7 @@ def test_idle_transaction_timeout_in_transaction_mode(bouncer, pg):
     idle_outside = PgWire(b.port)
     idle_outside.login()
     assert query(idle_outside, "SELECT 1")[2] == b"I"
+    mark = b.log_mark()
     w = PgWire(b.port)
     w.login()
     pid = int(query(w, "SELECT pg_backend_pid()")[0][0][0])
@@ -1273,6 +1288,7 @@ def test_idle_transaction_timeout_in_transaction_mode(bouncer, pg):
     # a query running inside the transaction for longer than the timeout is not idleness
     assert query(w, "SELECT pg_sleep(1.5), 'busy'") == ([["", "busy"]], None, b"T")
     w.expect_fatal("idle transaction timeout")
+    expect_close_logged(b, mark, 'idle transaction timeout', server=True)
     wait_for(lambda: backend_state(pg, pid) is None, "the server in the abandoned transaction to be closed")
     # the client that idled outside a transaction (longer than the timeout) is untouched
     assert query(idle_outside, "SELECT 'outside fine'") == ([["outside fine"]], None, b"I")
@@ -1304,12 +1320,14 @@ def test_transaction_timeout_in_transaction_mode(bouncer, pg):
         return n
 
     job = Background(short_transactions)
+    mark = b.log_mark()
     w = PgWire(b.port)
     w.login()
     assert query(w, "BEGIN") == ([], None, b"T")
     assert query(w, "SELECT 1")[2] == b"T"
     w.send(query_message("SELECT pg_sleep(8)"))  # busy, not idle: only transaction_timeout applies
     w.expect_fatal("transaction timeout")
+    expect_close_logged(b, mark, 'transaction timeout', server=True)
     finished.set()
     assert job.result() > 0
     assert pid_of(bystander) in backends(pg, "tx_tt")
@@ -1323,10 +1341,12 @@ def test_client_idle_timeout_in_transaction_mode(bouncer, pg):
     in_tx = PgWire(b.port)
     in_tx.login()
     assert query(in_tx, "BEGIN") == ([], None, b"T")
+    mark = b.log_mark()
     w = PgWire(b.port)
     w.login()
     assert query(w, "SELECT 1")[2] == b"I"
     w.expect_fatal("client_idle_timeout")
+    expect_close_logged(b, mark, 'client_idle_timeout', server=False)
     # idle inside its transaction for longer than the client that was just closed
     assert query(in_tx, "SELECT 'in tx fine'") == ([["in tx fine"]], None, b"T")
     assert query(in_tx, "COMMIT") == ([], None, b"I")
