@@ -1173,6 +1173,29 @@ def test_server_reset_query_in_transaction_mode(bouncer, pg, always):
     got = a.execute("SELECT pg_backend_pid(), current_setting('work_mem'), current_setting('TimeZone')").fetchone()
     assert got == (pid, default_work_mem if always else "13MB", "Asia/Tokyo")
     assert a.info.parameter_status("TimeZone") == "Asia/Tokyo"
+    if not always:
+        return
+    # back-to-back transactions of two clients, each reset in between: nobody
+    # sees another's answer or the reset's, and each keeps its TimeZone
+    stop = threading.Event()
+
+    def other_queries():
+        n = 0
+        while not stop.is_set():
+            assert other.execute("SELECT %s::int, current_setting('TimeZone')", [n]).fetchone() == (n, server_tz)
+            n += 1
+        return n
+
+    job = Background(other_queries)
+    try:
+        for i in range(100):
+            assert a.execute("SELECT %s::int, current_setting('TimeZone'), current_setting('work_mem')",
+                             [i]).fetchone() == (i, "Asia/Tokyo", default_work_mem)
+            if i % 10 == 0:
+                a.execute("SET work_mem = '13MB'")
+    finally:
+        stop.set()
+    assert job.result() > 0
 
 
 # ---------------------------------------------------------------------------
