@@ -514,6 +514,33 @@ def test_large_messages_and_executemany_with_shared_server(bouncer, pg):
     assert other.execute("SELECT count(*) FROM tx_big").fetchone() == (6000,)
 
 
+def test_server_killed_between_transactions_is_invisible(bouncer, pg):
+    """PostgreSQL terminates the pool's server while its clients are between
+    transactions: none of them held it, so none of them sees an error; their
+    next queries run on a new server. One killed inside a transaction ends
+    that client's connection only."""
+    app = "tx_killed"
+    b = tx_bouncer(bouncer, pg, app, default_pool_size=1)
+    a = client(b)
+    c = client(b)
+    pid = pid_of(a)
+    assert pid_of(c) == pid
+    mark = b.log_mark()
+    pg.sql("SELECT pg_terminate_backend(%s)", [pid])
+    # (once the pooler has seen it go: a query racing the close would be a different test)
+    b.wait_log(r"S-0x[0-9a-f]+: postgres/postgres@127\.0\.0\.1:\d+ closing because", after=mark)
+    new_a = pid_of(a)
+    assert new_a != pid and pid_of(c) == new_a
+    # inside a transaction the client holding the server does see it go
+    in_tx = client(b, autocommit=False)
+    assert pid_of(in_tx) == new_a
+    pg.sql("SELECT pg_terminate_backend(%s)", [new_a])
+    with pytest.raises(psycopg.OperationalError):
+        in_tx.execute("SELECT 1")
+    assert pid_of(a) not in (pid, new_a)
+    assert c.execute("SELECT 'c fine'").fetchone() == ("c fine",)
+
+
 def test_copy_in_and_out_with_shared_server(bouncer, pg):
     """COPY FROM STDIN / TO STDOUT outside and inside a transaction while
     another client shares the only server."""
