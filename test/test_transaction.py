@@ -716,6 +716,7 @@ def test_client_disconnect_mid_transaction_never_lends_dirty_server(bouncer, pg,
     assert c.info.transaction_status == TransactionStatus.IDLE
     assert c.execute("SELECT 'clean'").fetchone() == ("clean",)
     assert pg.sql("SELECT count(*) FROM tx_dirty_t")[0][0] == 0
+    assert not backends(pg, app, "idle in transaction%")
 
 
 def test_cancel_reaches_the_server_the_client_holds(bouncer, pg):
