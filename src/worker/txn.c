@@ -510,6 +510,8 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 	case RELEASE_KEEP:
 		return SB_FORWARD;
 	case RELEASE_VIOLATION:
+		/* what the statements before the BEGIN answered reaches the client before the error */
+		to_client(s, NULL, 0);
 		disconnect_server(s, true, "transaction blocks not allowed in statement pooling mode");
 		return SB_CLOSED;
 	case RELEASE_RETURN:
