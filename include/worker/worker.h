@@ -130,6 +130,7 @@ void slog(LogLevel level, const PgSocket *s, const char *fmt, ...) __attribute__
 void format_addr(const struct sockaddr_storage *ss, char *buf, size_t len, int *port);
 int var_index(const char *name);
 const char *var_name(int idx);
+void var_learn_name(int idx, const char *name); /* a server reported it: use its spelling from now on */
 int var_count(void);
 void var_set(VarValue *v, const char *value);
 void tune_tcp_socket(int fd);

@@ -43,6 +43,15 @@ int var_index(const char *name)
 	return -1;
 }
 
+void var_learn_name(int idx, const char *name)
+{
+	/* the server's spelling: clients look names up case-sensitively (libpq's PQparameterStatus) */
+	if (strcmp(var_names[idx], name) != 0) {
+		free(var_names[idx]);
+		var_names[idx] = xstrdup(name);
+	}
+}
+
 void var_set(VarValue *v, const char *value)
 {
 	free(v->value);

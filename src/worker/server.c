@@ -396,6 +396,7 @@ static void handle_param_status(PgSocket *s, const uint8_t *body, uint32_t len, 
 	/* a replication server's login parameters are its client's welcome, not the pool's */
 	bool repl = s->replication != REPLICATION_NONE;
 	if (idx >= 0) {
+		var_learn_name(idx, name);
 		var_set(&s->vars[idx], value);
 		if (s->link)
 			var_set(&s->link->vars[idx], value);
