@@ -1004,6 +1004,22 @@ def test_failing_bind_after_the_pooler_prepared_the_statement(bouncer):
 
 
 @pytest.mark.parametrize("failing", ["server error", "unknown name"])
+def test_query_of_a_skipped_parse_is_not_on_the_server(bouncer, failing):
+    """A Parse skipped after an error prepared nothing on the server: the same
+    query under another name in the next pipeline must be prepared for real."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    w, other = raw_client(b), raw_client(b)
+    bad = (parse("", "SELECT 1 / (random() * 0)::int") + bind("") + execute() if failing == "server error"
+           else run("never"))
+    r = exchange(w, bad, parse("n", "SELECT 'skipped'"), SYNC)
+    assert r.types == ("12EZ" if failing == "server error" else "EZ"), r
+    assert server_statements(w) == []
+    for client, name in ((w, "m"), (other, "n")):
+        r = exchange(client, parse(name, "SELECT 'skipped'"), run(name), SYNC)
+        assert (r.types, r.rows) == ("12DCZ", [["skipped"]]), r
+
+
+@pytest.mark.parametrize("failing", ["server error", "unknown name"])
 def test_parse_skipped_after_an_error_evicts_nothing(bouncer, failing):
     """With room for one statement, a Parse that follows an error in the same
     pipeline is skipped (as PostgreSQL skips it): the name stays unknown, and
