@@ -181,6 +181,15 @@ def already(name):
     return ("ERROR", "42P05", f'prepared statement "{name}" already exists')
 
 
+def failing_start(failing):
+    """Messages that fail at once, and what comes back for them up to the
+    ReadyForQuery: an error of the server (at execution) or one the pooler
+    gives itself (a Bind of a name the client never prepared)."""
+    if failing == "server error":
+        return parse("", "SELECT 1 / (random() * 0)::int") + bind("") + execute(), "12EZ"
+    return run("never"), "EZ"
+
+
 def server_statements(w):
     """Query texts of the named statements on the server the raw client gets
     (with default_pool_size = 1 that is the only one)."""
@@ -960,10 +969,9 @@ def test_parse_of_a_known_text_after_an_error_is_skipped_too(bouncer, failing):
     b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
     w, other = raw_client(b), raw_client(b)
     assert exchange(other, parse("o", "SELECT 'known'"), SYNC).types == "1Z"
-    bad = (parse("", "SELECT 1 / (random() * 0)::int") + bind("") + execute() if failing == "server error"
-           else run("never"))
+    bad, answered = failing_start(failing)
     r = exchange(w, bad, parse("x", "SELECT 'known'"), run("x"), SYNC)
-    assert r.types == ("12EZ" if failing == "server error" else "EZ"), r
+    assert r.types == answered, r
     r = exchange(w, run("x"), SYNC)
     assert (r.types, r.errors) == ("EZ", [no_such("x")]), r
     assert prepared_of_client(b, w) == 0
@@ -978,10 +986,9 @@ def test_close_and_reparse_after_an_error_are_skipped(bouncer, failing):
     b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
     w = raw_client(b)
     assert exchange(w, parse("s", "SELECT 's'"), SYNC).types == "1Z"
-    bad = (parse("", "SELECT 1 / (random() * 0)::int") + bind("") + execute() if failing == "server error"
-           else run("never"))
+    bad, answered = failing_start(failing)
     r = exchange(w, bad, close(b"S", "s"), parse("s", "SELECT 'other'"), run("s"), SYNC)
-    assert r.types == ("12EZ" if failing == "server error" else "EZ") and len(r.errors) == 1, r
+    assert r.types == answered and len(r.errors) == 1, r
     r = exchange(w, run("s"), SYNC)
     assert (r.types, r.rows) == ("2DCZ", [["s"]]), r
     assert prepared_of_client(b, w) == 1
@@ -1009,10 +1016,9 @@ def test_query_of_a_skipped_parse_is_not_on_the_server(bouncer, failing):
     query under another name in the next pipeline must be prepared for real."""
     b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
     w, other = raw_client(b), raw_client(b)
-    bad = (parse("", "SELECT 1 / (random() * 0)::int") + bind("") + execute() if failing == "server error"
-           else run("never"))
+    bad, answered = failing_start(failing)
     r = exchange(w, bad, parse("n", "SELECT 'skipped'"), SYNC)
-    assert r.types == ("12EZ" if failing == "server error" else "EZ"), r
+    assert r.types == answered, r
     assert server_statements(w) == []
     for client, name in ((w, "m"), (other, "n")):
         r = exchange(client, parse(name, "SELECT 'skipped'"), run(name), SYNC)
@@ -1028,13 +1034,9 @@ def test_parse_skipped_after_an_error_evicts_nothing(bouncer, failing):
     w = raw_client(b)
     r = exchange(w, parse("a", "SELECT 'a'"), run("a"), SYNC)
     assert (r.types, r.rows) == ("12DCZ", [["a"]]), r
-    if failing == "server error":
-        r = exchange(w, parse("", "SELECT 1 / (random() * 0)::int"), bind(""), execute(),
-                     parse("b", "SELECT 'b'"), run("b"), SYNC)
-        assert r.types == "12EZ" and r.errors[0][1] == "22012", r
-    else:
-        r = exchange(w, run("never"), parse("b", "SELECT 'b'"), run("b"), SYNC)
-        assert (r.types, r.errors) == ("EZ", [no_such("never")]), r
+    bad, answered = failing_start(failing)
+    r = exchange(w, bad, parse("b", "SELECT 'b'"), run("b"), SYNC)
+    assert r.types == answered and len(r.errors) == 1, r
     r = exchange(w, run("a"), SYNC)
     assert (r.types, r.rows) == ("2DCZ", [["a"]]), r
     r = exchange(w, run("b"), SYNC)
