@@ -193,7 +193,7 @@ def test_psycopg_prepared_statements(txpool, table, threshold):
                     with pytest.raises(psycopg.errors.QueryCanceled):
                         with conn.transaction():
                             conn.execute("SELECT 1")  # the client holds its server from here
-                            timer = threading.Timer(0.2, conn.cancel)
+                            timer = threading.Timer(0.5, conn.cancel)
                             timer.start()
                             try:
                                 conn.execute("SELECT pg_sleep(5)")
@@ -366,7 +366,7 @@ async def asyncpg_client(port, table, c):
                     with pytest.raises(asyncio.TimeoutError):  # asyncpg sends a cancel request
                         async with conn.transaction():
                             await conn.fetchval("SELECT 1")  # the client holds its server from here
-                            await conn.fetchval("SELECT pg_sleep(5)", timeout=0.2)
+                            await conn.fetchval("SELECT pg_sleep(5)", timeout=0.5)
             if i % 3 == 2:
                 with Step(f"{at}: failing transaction"):
                     with pytest.raises(asyncpg.DivisionByZeroError):
