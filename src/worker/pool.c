@@ -163,7 +163,13 @@ static bool pool_should_yield(PgPool *pool)
 	GlobalBudget *gb = gbudget();
 	if (!gb || pool->db->admin)
 		return false;
-	bool needs = pool_needs_server(pool);
+	/*
+	 * In transaction mode logged-in clients take a server at every
+	 * transaction: a free server is theirs up to the fair share, or it
+	 * would go back and forth between workers, a new login each time.
+	 */
+	bool needs = pool_needs_server(pool) ||
+	             (pool_effective_mode(pool) != POOL_SESSION && !list_empty(&pool->active_clients));
 	int e;
 	if ((e = pool_entry(pool)) >= 0 && budget_should_yield(gb, wk.id, e, pool_effective_size(pool), needs))
 		return true;
