@@ -29,9 +29,10 @@ PreparedStmt *prepare_stmt_get(const uint8_t *key, size_t keylen);
 void prepare_stmt_unref(PreparedStmt *ps);
 uint64_t prepare_stmt_id(const PreparedStmt *ps);
 const uint8_t *prepare_stmt_key(const PreparedStmt *ps, size_t *keylen);
-/* "PGBOUNCER_<id>" into buf (PREPARE_NAME_LEN bytes). */
-void prepare_stmt_name(const PreparedStmt *ps, char *buf);
-size_t prepare_registry_count(void); /* distinct statements in the worker */
+const char *prepare_stmt_name(const PreparedStmt *ps); /* "PGBOUNCER_<id>" */
+size_t prepare_registry_count(void);                   /* distinct statements in the worker */
+/* The entry numbered id, or NULL once nobody uses it (a walk: for rare paths only). */
+PreparedStmt *prepare_stmt_by_id(uint64_t id);
 
 /* ---- a client's names ---- */
 
@@ -42,6 +43,10 @@ uint64_t prepare_client_gen(const ClientStmt *cs); /* unique per mapping made (t
 /* Map name to ps (takes a reference). The name must not be mapped already. */
 ClientStmt *prepare_client_add(ClientStmt **map, const char *name, PreparedStmt *ps);
 void prepare_client_remove(ClientStmt **map, ClientStmt *cs);
+/* A Close in flight: out of the map (the name is free), kept until the Close is answered or skipped. */
+void prepare_client_detach(ClientStmt **map, ClientStmt *cs);
+void prepare_client_reattach(ClientStmt **map, ClientStmt *cs); /* skipped: back, over a later mapping of the name */
+void prepare_client_free(ClientStmt *cs);                       /* a detached one, for good */
 bool prepare_client_remove_gen(ClientStmt **map, uint64_t gen); /* false if that mapping is gone already */
 void prepare_client_clear(ClientStmt **map);
 unsigned prepare_client_count(ClientStmt *const *map);

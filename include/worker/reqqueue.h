@@ -12,6 +12,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "worker/prepare.h"
+
 typedef enum ReqKind {
 	REQ_QUERY,    /* Query or FunctionCall: answered up to its ReadyForQuery */
 	REQ_SYNC,     /* Sync: ReadyForQuery */
@@ -30,12 +32,13 @@ typedef enum ReqAnswer {
 } ReqAnswer;
 
 typedef struct Request {
-	uint8_t kind;     /* ReqKind */
-	uint8_t answer;   /* ReqAnswer */
-	uint64_t stmt_id; /* Parse: registry id recorded on the server by it (0 = none) */
-	uint64_t map_gen; /* Parse: the client's name mapping made by it (0 = none) */
-	char *error;      /* ANS_FAKE_ERROR: the message the client gets */
-	char *stmt_name;  /* Bind/Describe renamed by the pooler: the client's name (for the server's errors) */
+	uint8_t kind;       /* ReqKind */
+	uint8_t answer;     /* ReqAnswer */
+	uint64_t stmt_id;   /* Parse: registry id recorded on the server by it (0 = none) */
+	uint64_t map_gen;   /* Parse: the client's name mapping made by it (0 = none) */
+	char *error;        /* ANS_FAKE_ERROR: the message the client gets */
+	char *stmt_name;    /* Bind/Describe renamed by the pooler: the client's name (for the server's errors) */
+	ClientStmt *closed; /* Close of a client's statement: its mapping, freed once answered */
 } Request;
 
 typedef struct ReqQueue {
@@ -58,7 +61,7 @@ void reqqueue_push(ReqQueue *q, ReqKind kind, ReqAnswer answer);
 Request *reqqueue_head(ReqQueue *q);          /* NULL when empty */
 Request *reqqueue_tail(ReqQueue *q);          /* the request pushed last, NULL when empty */
 void reqqueue_pop(ReqQueue *q, Request *out); /* out may be NULL; else the caller frees its strings */
-void reqqueue_clear(ReqQueue *q, void (*dropped)(const Request *r, void *arg), void *arg);
+void reqqueue_clear(ReqQueue *q, void (*dropped)(Request *r, void *arg), void *arg);
 void reqqueue_free(ReqQueue *q);
 
 /*
@@ -71,8 +74,7 @@ void reqqueue_free(ReqQueue *q);
  * sets copy_in and drops the Syncs queued right behind the COPY's request
  * (the server ignores Sync during COPY FROM STDIN).
  */
-ReqPop reqqueue_server_msg(ReqQueue *q, char type, Request *out, void (*dropped)(const Request *r, void *arg),
-                           void *arg);
+ReqPop reqqueue_server_msg(ReqQueue *q, char type, Request *out, void (*dropped)(Request *r, void *arg), void *arg);
 
 /* The release decision of spec/behaviours.md §4 for a server at ReadyForQuery `status`. */
 typedef enum ReleaseDecision {

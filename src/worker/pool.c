@@ -251,7 +251,8 @@ static bool replay_vars(PgSocket *c, PgSocket *s)
 	pktbuf_init(&q, 128);
 	for (int i = 0; i < var_count(); i++) {
 		const char *want = c->vars[i].value, *have = s->vars[i].value;
-		if (want && have && strcasecmp(want, have) != 0)
+		/* equal spellings first: the common case at every transaction, and cheaper than strcasecmp */
+		if (want && have && strcmp(want, have) != 0 && strcasecmp(want, have) != 0)
 			append_set(&q, var_name(i), want);
 		else if (want && !have)
 			append_set(&q, var_name(i), want);

@@ -16,8 +16,9 @@
 #include "common/util.h"
 
 struct PreparedStmt {
-	uint64_t id;       /* server-side name PGBOUNCER_<id> */
-	unsigned refcount; /* client mappings and server sets holding it */
+	uint64_t id;                 /* server-side name PGBOUNCER_<id> */
+	char name[PREPARE_NAME_LEN]; /* that name, made once (a renamed Bind needs it every time) */
+	unsigned refcount;           /* client mappings and server sets holding it */
 	size_t keylen;
 	uint8_t *key; /* query text, NUL, parameter count and type OIDs */
 	UT_hash_handle hh;
@@ -47,6 +48,7 @@ PreparedStmt *prepare_stmt_get(const uint8_t *key, size_t keylen)
 	if (!ps) {
 		ps = xcalloc(1, sizeof(*ps));
 		ps->id = next_id++;
+		snprintf(ps->name, sizeof(ps->name), PREPARE_NAME_PREFIX "%llu", (unsigned long long)ps->id);
 		ps->keylen = keylen;
 		ps->key = xmalloc(keylen ? keylen : 1);
 		memcpy(ps->key, key, keylen);
@@ -77,9 +79,20 @@ const uint8_t *prepare_stmt_key(const PreparedStmt *ps, size_t *keylen)
 	return ps->key;
 }
 
-void prepare_stmt_name(const PreparedStmt *ps, char *buf)
+const char *prepare_stmt_name(const PreparedStmt *ps)
 {
-	snprintf(buf, PREPARE_NAME_LEN, PREPARE_NAME_PREFIX "%llu", (unsigned long long)ps->id);
+	return ps->name;
+}
+
+PreparedStmt *prepare_stmt_by_id(uint64_t id)
+{
+	PreparedStmt *ps, *tmp;
+	HASH_ITER(hh, registry, ps, tmp)
+	{
+		if (ps->id == id)
+			return ps;
+	}
+	return NULL;
 }
 
 size_t prepare_registry_count(void)
@@ -117,12 +130,30 @@ ClientStmt *prepare_client_add(ClientStmt **map, const char *name, PreparedStmt 
 	return cs;
 }
 
-void prepare_client_remove(ClientStmt **map, ClientStmt *cs)
+void prepare_client_free(ClientStmt *cs)
 {
-	HASH_DELETE(hh, *map, cs);
 	prepare_stmt_unref(cs->ps);
 	free(cs->name);
 	free(cs);
+}
+
+void prepare_client_remove(ClientStmt **map, ClientStmt *cs)
+{
+	HASH_DELETE(hh, *map, cs);
+	prepare_client_free(cs);
+}
+
+void prepare_client_detach(ClientStmt **map, ClientStmt *cs)
+{
+	HASH_DELETE(hh, *map, cs);
+}
+
+void prepare_client_reattach(ClientStmt **map, ClientStmt *cs)
+{
+	ClientStmt *later = prepare_client_find(map, cs->name);
+	if (later)
+		prepare_client_remove(map, later);
+	HASH_ADD_KEYPTR(hh, *map, cs->name, strlen(cs->name), cs);
 }
 
 bool prepare_client_remove_gen(ClientStmt **map, uint64_t gen)
@@ -159,8 +190,8 @@ bool prepare_server_has(ServerStmt **set, const PreparedStmt *ps, bool touch)
 	HASH_FIND(hh, *set, &id, sizeof(id), ss);
 	if (!ss)
 		return false;
-	if (touch) {
-		/* to the end of the insertion order: most recently used */
+	if (touch && ss->hh.next) {
+		/* to the end of the insertion order: most recently used (unless it is already) */
 		HASH_DELETE(hh, *set, ss);
 		HASH_ADD(hh, *set, id, sizeof(ss->id), ss);
 	}

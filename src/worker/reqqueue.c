@@ -47,25 +47,29 @@ void reqqueue_pop(ReqQueue *q, Request *out)
 	} else {
 		free(r->error);
 		free(r->stmt_name);
+		if (r->closed)
+			prepare_client_free(r->closed);
 	}
 	q->head = (q->head + 1) % q->cap;
 	q->count--;
 }
 
 /* Drop the request at position i of the queue (0 = head). */
-static void drop_at(ReqQueue *q, uint32_t i, void (*dropped)(const Request *r, void *arg), void *arg)
+static void drop_at(ReqQueue *q, uint32_t i, void (*dropped)(Request *r, void *arg), void *arg)
 {
 	Request r = q->items[(q->head + i) % q->cap];
 	for (uint32_t k = i; k + 1 < q->count; k++)
 		q->items[(q->head + k) % q->cap] = q->items[(q->head + k + 1) % q->cap];
 	q->count--;
 	if (dropped)
-		dropped(&r, arg);
+		dropped(&r, arg); /* may take r.closed back */
 	free(r.error);
 	free(r.stmt_name);
+	if (r.closed)
+		prepare_client_free(r.closed);
 }
 
-void reqqueue_clear(ReqQueue *q, void (*dropped)(const Request *r, void *arg), void *arg)
+void reqqueue_clear(ReqQueue *q, void (*dropped)(Request *r, void *arg), void *arg)
 {
 	while (q->count)
 		drop_at(q, 0, dropped, arg);
@@ -106,8 +110,7 @@ static bool answers(char type, ReqKind kind)
 	}
 }
 
-ReqPop reqqueue_server_msg(ReqQueue *q, char type, Request *out, void (*dropped)(const Request *r, void *arg),
-                           void *arg)
+ReqPop reqqueue_server_msg(ReqQueue *q, char type, Request *out, void (*dropped)(Request *r, void *arg), void *arg)
 {
 	Request *h = reqqueue_head(q);
 	switch (type) {

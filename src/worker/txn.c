@@ -27,6 +27,14 @@ static bool tracks_statements(const PgPool *pool)
 
 /* ---- pooler-made messages ---- */
 
+/* Where the pooler builds a message before it is queued (its memory is kept: no malloc per message). */
+static PktBuf *scratch(void)
+{
+	static PktBuf pb;
+	pktbuf_reset(&pb);
+	return &pb;
+}
+
 /* A message whose body is a single byte-string (Close/Describe of a statement). */
 static void put_simple_msg(PktBuf *pb, char type, char sub, const char *name)
 {
@@ -69,9 +77,22 @@ static void answer_own_requests(PgSocket *s)
 }
 
 /* A request the server will never answer: what it prepared never happened. */
-static void request_dropped(const Request *r, void *arg)
+static void request_dropped(Request *r, void *arg)
 {
 	PgSocket *s = arg;
+	if (r->closed && s->link) {
+		/* a Close the server skipped: PostgreSQL keeps the statement, so the name stays the client's */
+		prepare_client_reattach(&s->link->stmts, r->closed);
+		r->closed = NULL;
+		return;
+	}
+	if (r->kind == REQ_CLOSE && r->stmt_id) {
+		/* an eviction the server skipped: the statement is still there */
+		PreparedStmt *ps = prepare_stmt_by_id(r->stmt_id);
+		if (ps && !prepare_server_has(&s->sstmts, ps, false))
+			prepare_server_add(&s->sstmts, ps);
+		return;
+	}
 	if (r->kind != REQ_PARSE)
 		return;
 	if (r->stmt_id)
@@ -85,40 +106,40 @@ static void evict_statements(PgSocket *c, PgSocket *s, const PreparedStmt *keep)
 {
 	PreparedStmt *old;
 	while ((old = prepare_server_evict(&s->sstmts, (unsigned)wk.cf.g.max_prepared_statements, keep))) {
-		char name[PREPARE_NAME_LEN];
-		prepare_stmt_name(old, name);
-		PktBuf pb;
-		pktbuf_init(&pb, 64);
-		put_simple_msg(&pb, 'C', 'S', name);
-		to_server(c, &pb);
-		pktbuf_free(&pb);
+		PktBuf *pb = scratch();
+		put_simple_msg(pb, 'C', 'S', prepare_stmt_name(old));
+		to_server(c, pb);
 		reqqueue_push(&s->rq, REQ_CLOSE, ANS_SWALLOW);
+		reqqueue_tail(&s->rq)->stmt_id = prepare_stmt_id(old); /* put back if the server skips the Close */
 		prepare_stmt_unref(old);
 	}
+}
+
+/* The Parse message itself, queued with what its failure undoes (stmt_id: on the server; map_gen: the client's name). */
+static void send_parse_msg(PgSocket *c, PgSocket *s, PreparedStmt *ps, ReqAnswer answer, uint64_t stmt_id,
+                           uint64_t map_gen)
+{
+	size_t keylen;
+	const uint8_t *key = prepare_stmt_key(ps, &keylen);
+	PktBuf *pb = scratch();
+	pktbuf_start_msg(pb, 'P');
+	pktbuf_put_string(pb, prepare_stmt_name(ps));
+	pktbuf_put_bytes(pb, key, keylen);
+	pktbuf_finish_msg(pb);
+	to_server(c, pb);
+	reqqueue_push(&s->rq, REQ_PARSE, answer);
+	Request *r = reqqueue_tail(&s->rq);
+	r->stmt_id = stmt_id;
+	r->map_gen = map_gen;
+	c->pool->stats.server_parse_count++;
 }
 
 /* Send Parse(PGBOUNCER_<id>, body) to the server and record the statement there. */
 static void send_parse(PgSocket *c, PgSocket *s, PreparedStmt *ps, ReqAnswer answer, uint64_t map_gen)
 {
-	char name[PREPARE_NAME_LEN];
-	size_t keylen;
-	const uint8_t *key = prepare_stmt_key(ps, &keylen);
-	prepare_stmt_name(ps, name);
-	PktBuf pb;
-	pktbuf_init(&pb, keylen + 48);
-	pktbuf_start_msg(&pb, 'P');
-	pktbuf_put_string(&pb, name);
-	pktbuf_put_bytes(&pb, key, keylen);
-	pktbuf_finish_msg(&pb);
 	prepare_server_add(&s->sstmts, ps);
-	evict_statements(c, s, ps);
-	to_server(c, &pb);
-	pktbuf_free(&pb);
-	reqqueue_push(&s->rq, REQ_PARSE, answer);
-	Request *r = reqqueue_tail(&s->rq);
-	r->stmt_id = prepare_stmt_id(ps);
-	r->map_gen = map_gen;
-	c->pool->stats.server_parse_count++;
+	evict_statements(c, s, ps); /* their Close goes before the Parse */
+	send_parse_msg(c, s, ps, answer, prepare_stmt_id(ps), map_gen);
 }
 
 /* Make sure the statement exists on the linked server (a Parse the client never sees if not). */
@@ -151,7 +172,8 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 		 * the server gets a Parse that fails, so that it skips to the next
 		 * Sync and fails an open transaction, and its error is replaced.
 		 */
-		static const char bad_parse[] = "P\0\0\0\0\0pgbouncer duplicate prepared statement\0\0\0";
+		/* valid syntax, so that a failed transaction's 25P02 comes first; then an unknown column */
+		static const char bad_parse[] = "P\0\0\0\0\0SELECT pgbouncer_duplicate_prepared_statement\0\0\0";
 		uint8_t msg[sizeof(bad_parse) - 1];
 		memcpy(msg, bad_parse, sizeof(msg));
 		uint32_t len = (uint32_t)sizeof(msg) - 1;
@@ -169,7 +191,18 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 	size_t keylen = pktreader_remaining(&r);
 	PreparedStmt *ps = prepare_stmt_get(body + (blen - keylen), keylen);
 	ClientStmt *cs = prepare_client_add(&c->stmts, name, ps);
-	if (prepare_server_has(&s->sstmts, ps, true)) {
+	if (s->txn_status == 'E' && s->rq.count == 0) {
+		/*
+		 * A failed transaction: PostgreSQL refuses the Parse (25P02) and
+		 * the name stays free. The server says so itself: the statement
+		 * goes to it, and its failure undoes the mapping (the server's own
+		 * copy, if it has one, stays recorded).
+		 */
+		bool had = prepare_server_has(&s->sstmts, ps, false);
+		if (!had)
+			prepare_server_add(&s->sstmts, ps);
+		send_parse_msg(c, s, ps, ANS_CLIENT, had ? 0 : prepare_stmt_id(ps), prepare_client_gen(cs));
+	} else if (prepare_server_has(&s->sstmts, ps, true)) {
 		reqqueue_push(&s->rq, REQ_PARSE, ANS_POOLER);
 		reqqueue_tail(&s->rq)->map_gen = prepare_client_gen(cs);
 		answer_own_requests(s);
@@ -213,15 +246,13 @@ static bool renamed(PgSocket *c, const char *name, ClientStmt **cs)
 }
 
 /* The server-side name for a renamed statement: prepared there first if it is the client's. */
-static void server_name(PgSocket *c, PgSocket *s, ClientStmt *cs, char *out)
+static const char *server_name(PgSocket *c, PgSocket *s, ClientStmt *cs)
 {
-	if (!cs) {
-		snprintf(out, PREPARE_NAME_LEN, PREPARE_NAME_PREFIX "0"); /* numbering starts at 1 */
-		return;
-	}
+	if (!cs)
+		return PREPARE_NAME_PREFIX "0"; /* numbering starts at 1: no server has it */
 	PreparedStmt *ps = prepare_client_stmt(cs);
 	ensure_prepared(c, s, ps);
-	prepare_stmt_name(ps, out);
+	return prepare_stmt_name(ps);
 }
 
 /* Bind: portal name, statement name, the rest. */
@@ -245,18 +276,15 @@ static SBufAction client_bind(PgSocket *c, PgSocket *s, const uint8_t *data, uin
 		reqqueue_push(&s->rq, REQ_BIND, ANS_CLIENT);
 		return SB_FORWARD;
 	}
-	char name[PREPARE_NAME_LEN];
-	server_name(c, s, cs, name);
+	const char *name = server_name(c, s, cs); /* may send a Parse first: before the scratch is taken */
 	const char *portal = (const char *)data + 5;
-	PktBuf pb;
-	pktbuf_init(&pb, len + PREPARE_NAME_LEN);
-	pktbuf_start_msg(&pb, 'B');
-	pktbuf_put_string(&pb, portal);
-	pktbuf_put_string(&pb, name);
-	pktbuf_put_bytes(&pb, rest, (size_t)(data + len - rest));
-	pktbuf_finish_msg(&pb);
-	to_server(c, &pb);
-	pktbuf_free(&pb);
+	PktBuf *pb = scratch();
+	pktbuf_start_msg(pb, 'B');
+	pktbuf_put_string(pb, portal);
+	pktbuf_put_string(pb, name);
+	pktbuf_put_bytes(pb, rest, (size_t)(data + len - rest));
+	pktbuf_finish_msg(pb);
+	to_server(c, pb);
 	reqqueue_push(&s->rq, REQ_BIND, ANS_CLIENT);
 	reqqueue_tail(&s->rq)->stmt_name = xstrdup(stmt);
 	return SB_CONSUMED;
@@ -286,8 +314,9 @@ static SBufAction client_describe_close(PgSocket *c, PgSocket *s, const PktHdr *
 	if (kind == REQ_CLOSE) {
 		/* the name is the client's only: the server keeps the statement for others */
 		if (cs)
-			prepare_client_remove(&c->stmts, cs);
+			prepare_client_detach(&c->stmts, cs);
 		reqqueue_push(&s->rq, REQ_CLOSE, ANS_POOLER);
+		reqqueue_tail(&s->rq)->closed = cs;
 		answer_own_requests(s);
 		return SB_CONSUMED;
 	}
@@ -295,13 +324,10 @@ static SBufAction client_describe_close(PgSocket *c, PgSocket *s, const PktHdr *
 		reqqueue_push(&s->rq, REQ_DESCRIBE, ANS_CLIENT);
 		return SB_FORWARD;
 	}
-	char pname[PREPARE_NAME_LEN];
-	server_name(c, s, cs, pname);
-	PktBuf pb;
-	pktbuf_init(&pb, 64);
-	put_simple_msg(&pb, 'D', 'S', pname);
-	to_server(c, &pb);
-	pktbuf_free(&pb);
+	const char *sname = server_name(c, s, cs); /* may send a Parse first: before the scratch is taken */
+	PktBuf *pb = scratch();
+	put_simple_msg(pb, 'D', 'S', sname);
+	to_server(c, pb);
 	reqqueue_push(&s->rq, REQ_DESCRIBE, ANS_CLIENT);
 	reqqueue_tail(&s->rq)->stmt_name = xstrdup(name);
 	return SB_CONSUMED;
@@ -434,20 +460,22 @@ void txn_server_discard_check(PgSocket *s, const uint8_t *data, uint32_t len)
 static bool own_error(PgSocket *s, const Request *req, const uint8_t *data, uint32_t len)
 {
 	char msg[200];
-	const char *code;
+	const char *code, *sqlstate = "";
+	PktReader r;
+	uint8_t f;
+	const char *v;
+	pktreader_init(&r, data + 5, len - 5);
+	while (pktreader_get_u8(&r, &f) && f != 0 && pktreader_get_string(&r, &v))
+		if (f == 'C')
+			sqlstate = v;
+	/* in a failed transaction PostgreSQL refuses everything with 25P02 first: so do we */
+	if (strcmp(sqlstate, "25P02") == 0)
+		return false;
 	if (req->answer == ANS_FAKE_ERROR) {
 		code = "42P05";
 		snprintf(msg, sizeof(msg), "%s", req->error);
 	} else if (req->stmt_name) {
-		const char *sqlstate = NULL;
-		PktReader r;
-		uint8_t f;
-		const char *v;
-		pktreader_init(&r, data + 5, len - 5);
-		while (pktreader_get_u8(&r, &f) && f != 0 && pktreader_get_string(&r, &v))
-			if (f == 'C')
-				sqlstate = v;
-		if (!sqlstate || strcmp(sqlstate, "26000") != 0)
+		if (strcmp(sqlstate, "26000") != 0)
 			return false;
 		code = "26000";
 		snprintf(msg, sizeof(msg), "prepared statement \"%.100s\" does not exist", req->stmt_name);
@@ -475,9 +503,23 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 	PgSocket *c = s->link;
 	char t = hdr->type;
 	/* messages that are read whole: short answers, and the ones that change the queue's meaning */
-	bool small = strchr("Z123nsCIETn", t) != NULL;
-	if (small && avail < hdr->len)
-		return SB_NEED_FULL;
+	switch (t) {
+	case 'Z':
+	case '1':
+	case '2':
+	case '3':
+	case 'n':
+	case 's':
+	case 'C':
+	case 'I':
+	case 'E':
+	case 'T':
+		if (avail < hdr->len)
+			return SB_NEED_FULL;
+		break;
+	default:
+		break;
+	}
 	if (t == 'C' && tracks_statements(s->pool))
 		check_discard(s, data, hdr->len);
 	Request req = {0};
@@ -498,6 +540,8 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 	}
 	free(req.error);
 	free(req.stmt_name);
+	if (req.closed)
+		prepare_client_free(req.closed);
 	if (act == SB_FORWARD && reqqueue_head(&s->rq) && reqqueue_head(&s->rq)->answer == ANS_POOLER)
 		return deliver_then_own(s, data, hdr->len);
 	if (act == SB_CONSUMED) {
