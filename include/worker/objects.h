@@ -145,6 +145,8 @@ struct PgPool {
 	char failed_msg[256];       /* cached reason for the fast-fail message */
 	usec_t last_lifetime_close; /* spacing of server_lifetime closes */
 	BudgetRef budget;           /* its global server count (pool_size, reserve, min_pool_size) */
+	int mode;                   /* effective pool_mode, as of config generation mode_gen */
+	uint32_t mode_gen;          /* wk.cf_gen + 1 when mode was computed; 0 = never */
 
 	PgStats stats;       /* totals */
 	PgStats older_stats; /* snapshot at the start of the previous period */

@@ -76,6 +76,7 @@ typedef struct Worker {
 	int client_count;    /* all client connections (for max_client_conn) */
 	int private_clients; /* of which came in on the private socket (peer consoles) */
 	uint64_t reloads;    /* SIGHUPs handled (RELOAD waits for the master's) */
+	uint32_t cf_gen;     /* bumped whenever the running config changes (reload, console SET) */
 	usec_t now;          /* time at the start of the current callback */
 	usec_t start_time;
 	int master_fd;                  /* control pipe to the master (-1 = none) */

@@ -1692,6 +1692,7 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 			log_warning("%s", ignored);
 		return admin_error(c, NULL, "SET failed");
 	}
+	wk.cf_gen++;
 	char tag[400];
 	snprintf(tag, sizeof(tag), "SET %s=%s", key, val);
 	return send_simple(c, tag);

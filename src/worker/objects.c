@@ -486,7 +486,7 @@ PgPool *pool_get(PgDatabase *db, PgUser *user)
 	return pool;
 }
 
-int pool_effective_mode(const PgPool *pool)
+static int compute_mode(const PgPool *pool)
 {
 	if (pool->db->admin)
 		return POOL_STATEMENT;
@@ -495,6 +495,17 @@ int pool_effective_mode(const PgPool *pool)
 	if (pool->db->cf.pool_mode != CF_UNSET)
 		return pool->db->cf.pool_mode;
 	return wk.cf.g.pool_mode;
+}
+
+int pool_effective_mode(const PgPool *pool)
+{
+	/* asked several times per transaction: worked out again only after a config change */
+	PgPool *p = (PgPool *)pool;
+	if (p->mode_gen != wk.cf_gen + 1) {
+		p->mode = compute_mode(p);
+		p->mode_gen = wk.cf_gen + 1;
+	}
+	return p->mode;
 }
 
 int pool_effective_size(const PgPool *pool)

@@ -163,6 +163,11 @@ static bool pool_should_yield(PgPool *pool)
 	GlobalBudget *gb = gbudget();
 	if (!gb || pool->db->admin)
 		return false;
+	/* the common case, at every release: nobody else waits for room here */
+	int ep = pool_entry(pool), ed = db_entry(pool->db), eu = user_entry(pool->user);
+	if (!(ep >= 0 && budget_others_want(gb, wk.id, ep)) && !(ed >= 0 && budget_others_want(gb, wk.id, ed)) &&
+	    !(eu >= 0 && budget_others_want(gb, wk.id, eu)))
+		return false;
 	/*
 	 * In transaction mode logged-in clients take a server at every
 	 * transaction: a free server is theirs up to the fair share, or it
@@ -241,6 +246,14 @@ static void append_set(PktBuf *q, const char *name, const char *value)
 	pktbuf_put_u8(q, ';');
 }
 
+/* strcmp() == 0 for the short values of tracked parameters, without the library call's set-up. */
+static bool same_text(const char *a, const char *b)
+{
+	while (*a && *a == *b)
+		a++, b++;
+	return *a == *b;
+}
+
 /*
  * Replay the client's tracked parameters on its new server. Returns true if
  * a SET query was sent (the client waits for its answer).
@@ -252,7 +265,7 @@ static bool replay_vars(PgSocket *c, PgSocket *s)
 	for (int i = 0; i < var_count(); i++) {
 		const char *want = c->vars[i].value, *have = s->vars[i].value;
 		/* equal spellings first: the common case at every transaction, and cheaper than strcasecmp */
-		if (want && have && strcmp(want, have) != 0 && strcasecmp(want, have) != 0)
+		if (want && have && !same_text(want, have) && strcasecmp(want, have) != 0)
 			append_set(&q, var_name(i), want);
 		else if (want && !have)
 			append_set(&q, var_name(i), want);

@@ -436,8 +436,8 @@ static bool client_input_clean(const PgSocket *c)
 static void check_discard(PgSocket *s, const uint8_t *data, uint32_t len)
 {
 	const char *tag = (const char *)data + 5;
-	if (len < 6 || data[len - 1] != 0)
-		return;
+	if (len < 6 || tag[0] != 'D' || data[len - 1] != 0)
+		return; /* most tags are not DEALLOCATE/DISCARD: one byte tells */
 	if (strcmp(tag, "DEALLOCATE ALL") != 0 && strcmp(tag, "DISCARD ALL") != 0)
 		return;
 	prepare_server_clear(&s->sstmts);

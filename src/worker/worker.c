@@ -159,6 +159,7 @@ void worker_reload(void)
 	config_keep_boot_values(&next, &wk.cf);
 	config_free(&wk.cf);
 	wk.cf = next;
+	wk.cf_gen++;
 	LogSettings ls = {.logfile = wk.cf.g.logfile,
 	                  .to_stderr = log_to_stderr_setting(),
 	                  .syslog = wk.cf.g.syslog != 0,
@@ -169,6 +170,7 @@ void worker_reload(void)
 	objects_load_userlist(false);
 	auth_load_hba();
 	objects_load_databases();
+	wk.cf_gen++; /* again: closes during the loading above may have cached values of the half-loaded state */
 	char terr[TLS_ERR_LEN];
 	if (!worker_tls_reload(terr, sizeof(terr)))
 		log_error("TLS configuration not changed: %s", terr);
