@@ -1005,6 +1005,8 @@ def test_failing_bind_after_the_pooler_prepared_the_statement(bouncer):
     held = occupy(b, first)
     r = exchange(w, run("s", []), SYNC)
     assert r.types == "EZ" and r.errors[0][:2] == ("ERROR", "08P01"), r
+    # PostgreSQL's words, with the client's statement name in them (not the server-side one)
+    assert r.errors[0][2] == 'bind message supplies 0 parameters, but prepared statement "s" requires 1', r
     r = exchange(w, run("s", [2]), SYNC)
     assert r.types == "2DCZ" and r.rows[0][0] == "3" and int(r.rows[0][1]) != first, r
     held.rollback()

@@ -450,17 +450,68 @@ void txn_server_discard_check(PgSocket *s, const uint8_t *data, uint32_t len)
 	check_discard(s, data, len);
 }
 
+/* Where `"PGBOUNCER_<digits>"` starts in text (the quotes included), and its length; NULL if absent. */
+static const char *find_server_name(const char *text, size_t *len)
+{
+	for (const char *p = strstr(text, "\"" PREPARE_NAME_PREFIX); p; p = strstr(p + 1, "\"" PREPARE_NAME_PREFIX)) {
+		const char *q = p + 1 + strlen(PREPARE_NAME_PREFIX);
+		const char *d = q;
+		while (*d >= '0' && *d <= '9')
+			d++;
+		if (d > q && *d == '"') {
+			*len = (size_t)(d + 1 - p);
+			return p;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * The server's error for a request whose statement the pooler renamed, with
+ * the client's statement name where PostgreSQL wrote the server-side one
+ * (26000 "does not exist", a Bind with the wrong parameter count, ...);
+ * every other field as the server sent it. False: nothing to rename.
+ */
+static bool rename_in_error(PgSocket *s, const char *client_name, const uint8_t *data, uint32_t len)
+{
+	PktReader r;
+	uint8_t f;
+	const char *v;
+	bool renamed_any = false;
+	PktBuf *pb = scratch();
+	pktbuf_start_msg(pb, 'E');
+	pktreader_init(&r, data + 5, len - 5);
+	while (pktreader_get_u8(&r, &f) && f != 0 && pktreader_get_string(&r, &v)) {
+		size_t n;
+		const char *at = f == 'M' ? find_server_name(v, &n) : NULL;
+		pktbuf_put_u8(pb, f);
+		if (!at) {
+			pktbuf_put_string(pb, v);
+			continue;
+		}
+		pktbuf_put_bytes(pb, v, (size_t)(at - v));
+		pktbuf_put_u8(pb, '"');
+		pktbuf_put_bytes(pb, client_name, strlen(client_name));
+		pktbuf_put_u8(pb, '"');
+		pktbuf_put_string(pb, at + n);
+		renamed_any = true;
+	}
+	pktbuf_put_u8(pb, 0);
+	pktbuf_finish_msg(pb);
+	if (renamed_any)
+		to_client(s, pb->buf, pb->len);
+	return renamed_any;
+}
+
 /*
  * The error the client sees for a failed request, when it is not the
- * server's own: the pooler's (a reused statement name), or the client's
- * statement name instead of the server-side one (a statement that turned
- * out not to exist, e.g. behind a Parse that failed in the same pipeline).
- * False: the server's error goes through as it is.
+ * server's own as sent: the pooler's (a reused statement name), or the
+ * server's with the client's statement name in place of the server-side
+ * one. False: the server's error goes through as it is.
  */
 static bool own_error(PgSocket *s, const Request *req, const uint8_t *data, uint32_t len)
 {
-	char msg[200];
-	const char *code, *sqlstate = "";
+	const char *sqlstate = "";
 	PktReader r;
 	uint8_t f;
 	const char *v;
@@ -471,20 +522,13 @@ static bool own_error(PgSocket *s, const Request *req, const uint8_t *data, uint
 	/* in a failed transaction PostgreSQL refuses everything with 25P02 first: so do we */
 	if (strcmp(sqlstate, "25P02") == 0)
 		return false;
-	if (req->answer == ANS_FAKE_ERROR) {
-		code = "42P05";
-		snprintf(msg, sizeof(msg), "%s", req->error);
-	} else if (req->stmt_name) {
-		if (strcmp(sqlstate, "26000") != 0)
-			return false;
-		code = "26000";
-		snprintf(msg, sizeof(msg), "prepared statement \"%.100s\" does not exist", req->stmt_name);
-	} else {
+	if (req->stmt_name)
+		return rename_in_error(s, req->stmt_name, data, len);
+	if (req->answer != ANS_FAKE_ERROR)
 		return false;
-	}
 	PktBuf pb;
 	pktbuf_init(&pb, 128);
-	pktbuf_write_error(&pb, "ERROR", code, msg);
+	pktbuf_write_error(&pb, "ERROR", "42P05", req->error);
 	to_client(s, pb.buf, pb.len);
 	pktbuf_free(&pb);
 	return true;
