@@ -1175,6 +1175,22 @@ def test_server_side_names_do_not_reach_other_clients_statements(bouncer):
     assert exchange(other, run("secret"), SYNC).rows == [["the other client's"]]
 
 
+def test_sql_prepare_left_on_a_shared_server_is_not_reached_by_bind(bouncer):
+    """A statement some client left on the shared server with SQL PREPARE is
+    not another client's through a protocol Bind or Describe of its name:
+    26000, as for any name that client never prepared; SQL EXECUTE still
+    finds it (shared by nature, doc/transaction.md)."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    w, other = raw_client(b), raw_client(b)
+    rows, err = other.simple_query("PREPARE left_behind AS SELECT 'the other client''s'")
+    assert err is None, err
+    for msgs in ((run("left_behind"), SYNC), (describe(b"S", "left_behind"), SYNC)):
+        r = exchange(w, *msgs)
+        assert (r.types, r.errors) == ("EZ", [no_such("left_behind")]), r
+    rows, err = w.simple_query("EXECUTE left_behind")
+    assert (rows, err) == ([["the other client's"]], None)
+
+
 def test_bind_details_survive_on_another_server(bouncer):
     """A Bind the pooler forwards under another name keeps its portal name,
     parameter and result formats; a named portal is fetched in parts."""

@@ -225,24 +225,18 @@ static const char *bind_stmt_name(const uint8_t *data, uint32_t avail, const uin
 	return (const char *)p1 + 1;
 }
 
-/* A name in the pooler's own namespace on servers (PGBOUNCER_<n>). */
-static bool reserved_name(const char *name)
-{
-	return strncmp(name, PREPARE_NAME_PREFIX, sizeof(PREPARE_NAME_PREFIX) - 1) == 0;
-}
-
 /*
  * Whether a Bind/Describe naming statement `name` goes to the server under
- * another name: the client's own statements do (as PGBOUNCER_<n>), and so
- * does an unknown name in the pooler's namespace, which becomes one that
- * exists on no server: another client's statement is never reachable
- * through it. Any other unknown name goes through unchanged, so that
- * PostgreSQL answers with its own error (26000), as in PgBouncer.
+ * another name: every named one does. The client's own statements become
+ * their PGBOUNCER_<n>; a name the client never prepared becomes one that
+ * exists on no server, so that it gets PostgreSQL's 26000 (with its own
+ * name in the text) and never a statement someone else left on the shared
+ * server, neither the pooler's nor one made with SQL PREPARE.
  */
 static bool renamed(PgSocket *c, const char *name, ClientStmt **cs)
 {
 	*cs = *name ? prepare_client_find(&c->stmts, name) : NULL;
-	return *cs || reserved_name(name);
+	return *name != '\0';
 }
 
 /* The server-side name for a renamed statement: prepared there first if it is the client's. */
