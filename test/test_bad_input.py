@@ -68,6 +68,21 @@ def md5_response(user, password, salt):
     return "md5" + hashlib.md5(inner.encode() + salt).hexdigest()
 
 
+def data_row(body):
+    """Values of a DataRow body: str, or None for SQL NULL."""
+    (n,) = struct.unpack("!H", body[:2])
+    pos, row = 2, []
+    for _ in range(n):
+        (ln,) = struct.unpack("!i", body[pos : pos + 4])
+        pos += 4
+        if ln < 0:
+            row.append(None)
+        else:
+            row.append(body[pos : pos + ln].decode())
+            pos += ln
+    return row
+
+
 class PgWire:
     """One raw connection to the pooler (TCP, or its Unix socket when host is a directory)."""
 
@@ -207,17 +222,7 @@ class PgWire:
         rows, err = [], None
         for mtype, body in self.read_until(b"Z"):
             if mtype == b"D":
-                (n,) = struct.unpack("!H", body[:2])
-                pos, row = 2, []
-                for _ in range(n):
-                    (ln,) = struct.unpack("!i", body[pos : pos + 4])
-                    pos += 4
-                    if ln < 0:
-                        row.append(None)
-                    else:
-                        row.append(body[pos : pos + ln].decode())
-                        pos += ln
-                rows.append(row)
+                rows.append(data_row(body))
             elif mtype == b"E":
                 err = error_fields(body)
         return rows, err

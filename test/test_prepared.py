@@ -30,7 +30,7 @@ import pytest
 
 from conftest import wait_for
 from test_admin import console, row, rows
-from test_bad_input import PgWire, error_fields, message, query_message
+from test_bad_input import PgWire, data_row as datarow, error_fields, message, query_message
 from test_global_limits import conn_on, two_workers
 
 TX = {"pool_mode": "transaction", "default_pool_size": 2, "pkt_buf": 4096, "query_wait_timeout": 10}
@@ -92,20 +92,6 @@ def ready_for_query_count(data):
         pos += 1 + length
         n += mtype in (b"S", b"Q")
     return n
-
-
-def datarow(body):
-    (n,) = struct.unpack("!H", body[:2])
-    pos, values = 2, []
-    for _ in range(n):
-        (length,) = struct.unpack("!i", body[pos : pos + 4])
-        pos += 4
-        if length < 0:
-            values.append(None)
-        else:
-            values.append(body[pos : pos + length].decode())
-            pos += length
-    return values
 
 
 class Reply:

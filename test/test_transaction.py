@@ -23,7 +23,7 @@ from psycopg import errors
 from psycopg.pq import TransactionStatus
 
 from conftest import wait_for
-from test_bad_input import PgWire, error_fields, message, query_message
+from test_bad_input import PgWire, data_row as decode_row, error_fields, message, query_message
 from test_global_limits import conn_on, two_workers
 from test_pooling import Background, backend_state, pool_row, show, wait_reset, wait_running
 
@@ -73,20 +73,6 @@ FLUSH = message(b"H")
 def extended(sql):
     """Parse/Bind/Describe/Execute of an unnamed statement, without Sync."""
     return parse_msg(sql) + bind_msg() + describe_portal() + execute_msg()
-
-
-def decode_row(body):
-    (n,) = struct.unpack("!H", body[:2])
-    pos, row = 2, []
-    for _ in range(n):
-        (ln,) = struct.unpack("!i", body[pos : pos + 4])
-        pos += 4
-        if ln < 0:
-            row.append(None)
-        else:
-            row.append(body[pos : pos + ln].decode())
-            pos += ln
-    return row
 
 
 def read_ready(w, count=1):
