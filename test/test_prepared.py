@@ -1161,6 +1161,32 @@ def test_server_side_names_do_not_reach_other_clients_statements(bouncer):
     assert exchange(other, run("secret"), SYNC).rows == [["the other client's"]]
 
 
+def test_rollback_prepared_in_a_failed_transaction_on_a_server_that_has_it(bouncer):
+    """In a failed transaction PostgreSQL still takes a Parse of ROLLBACK: when
+    the server already has that text (another client prepared it), the client's
+    Parse must still succeed, and its ROLLBACK end the transaction (pgjdbc does
+    this after an error inside a transaction)."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    w, other = raw_client(b), raw_client(b)
+    assert exchange(other, parse("theirs", "ROLLBACK"), SYNC).types == "1Z"
+    rows, err = w.simple_query("BEGIN")
+    assert err is None
+    rows, err = w.simple_query("SELECT 1 / 0")
+    assert err["C"] == "22012"
+    r = exchange(w, parse("mine", "ROLLBACK"), SYNC)
+    assert (r.types, r.errors, r.status) == ("1Z", [], "E"), r
+    r = exchange(w, run("mine"), SYNC)
+    assert (r.types, r.errors, r.status) == ("2CZ", [], "I"), r
+    # a statement that is no transaction exit is refused there, and its name stays free
+    rows, err = w.simple_query("BEGIN")
+    rows, err = w.simple_query("SELECT 1 / 0")
+    r = exchange(w, parse("later", "SELECT 'later'"), SYNC)
+    assert r.types == "EZ" and r.errors[0][1] == "25P02", r
+    assert exchange(w, run("mine"), SYNC).status == "I"
+    r = exchange(w, parse("later", "SELECT 'later'"), run("later"), SYNC)
+    assert (r.types, r.rows) == ("12DCZ", [["later"]]), r
+
+
 def test_sql_prepare_left_on_a_shared_server_is_not_reached_by_bind(bouncer):
     """A statement some client left on the shared server with SQL PREPARE is
     not another client's through a protocol Bind or Describe of its name:

@@ -68,7 +68,8 @@ void reqqueue_free(ReqQueue *q);
  * A server message of type `type`: pops the request it answers into *out.
  * 'E' (ErrorResponse) outside a Query pops the failed request and drops
  * the requests behind it up to the next Sync (each passed to dropped(),
- * which may be NULL); if no Sync is queued it sets `skipping` until the
+ * which may be NULL, the last one first: the caller undoes what it
+ * recorded for them in reverse, and undoes the failed one after them); if no Sync is queued it sets `skipping` until the
  * client sends one; it also ends a COPY FROM STDIN (copy_in), whose late
  * CopyData/CopyDone the pooler drops. 'G' (CopyInResponse)
  * sets copy_in and drops the Syncs queued right behind the COPY's request

@@ -122,8 +122,12 @@ ReqPop reqqueue_server_msg(ReqQueue *q, char type, Request *out, void (*dropped)
 			return POP_NONE;
 		/* the failed request goes to the caller; the server skips the rest up to the next Sync */
 		reqqueue_pop(q, out);
-		while (q->count && reqqueue_head(q)->kind != REQ_SYNC)
-			drop_at(q, 0, dropped, arg);
+		uint32_t skipped = 0;
+		while (skipped < q->count && q->items[(q->head + skipped) % q->cap].kind != REQ_SYNC)
+			skipped++;
+		/* undone last first, as effects are rolled back (a Close and a Parse of one statement) */
+		while (skipped > 0)
+			drop_at(q, --skipped, dropped, arg);
 		if (!q->count)
 			q->skipping = true;
 		return POP_ANSWER;

@@ -117,13 +117,13 @@ static void evict_statements(PgSocket *c, PgSocket *s, const PreparedStmt *keep)
 
 /* The Parse message itself, queued with what its failure undoes (stmt_id: on the server; map_gen: the client's name). */
 static void send_parse_msg(PgSocket *c, PgSocket *s, PreparedStmt *ps, ReqAnswer answer, uint64_t stmt_id,
-                           uint64_t map_gen)
+                           uint64_t map_gen, bool unnamed)
 {
 	size_t keylen;
 	const uint8_t *key = prepare_stmt_key(ps, &keylen);
 	PktBuf *pb = scratch();
 	pktbuf_start_msg(pb, 'P');
-	pktbuf_put_string(pb, prepare_stmt_name(ps));
+	pktbuf_put_string(pb, unnamed ? "" : prepare_stmt_name(ps));
 	pktbuf_put_bytes(pb, key, keylen);
 	pktbuf_finish_msg(pb);
 	to_server(c, pb);
@@ -139,7 +139,7 @@ static void send_parse(PgSocket *c, PgSocket *s, PreparedStmt *ps, ReqAnswer ans
 {
 	prepare_server_add(&s->sstmts, ps);
 	evict_statements(c, s, ps); /* their Close goes before the Parse */
-	send_parse_msg(c, s, ps, answer, prepare_stmt_id(ps), map_gen);
+	send_parse_msg(c, s, ps, answer, prepare_stmt_id(ps), map_gen, false);
 }
 
 /* Make sure the statement exists on the linked server (a Parse the client never sees if not). */
@@ -193,15 +193,16 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 	ClientStmt *cs = prepare_client_add(&c->stmts, name, ps);
 	if (s->txn_status == 'E' && s->rq.count == 0) {
 		/*
-		 * A failed transaction: PostgreSQL refuses the Parse (25P02) and
-		 * the name stays free. The server says so itself: the statement
-		 * goes to it, and its failure undoes the mapping (the server's own
-		 * copy, if it has one, stays recorded).
+		 * A failed transaction: PostgreSQL refuses a Parse (25P02, and the
+		 * name stays free) unless it is ROLLBACK, COMMIT and the like. The
+		 * server decides: the statement goes to it, and a failure undoes
+		 * the mapping. If the server has it already, the Parse goes
+		 * unnamed (a named one would only say "already exists").
 		 */
 		bool had = prepare_server_has(&s->sstmts, ps, false);
 		if (!had)
 			prepare_server_add(&s->sstmts, ps);
-		send_parse_msg(c, s, ps, ANS_CLIENT, had ? 0 : prepare_stmt_id(ps), prepare_client_gen(cs));
+		send_parse_msg(c, s, ps, ANS_CLIENT, had ? 0 : prepare_stmt_id(ps), prepare_client_gen(cs), had);
 	} else if (prepare_server_has(&s->sstmts, ps, true)) {
 		reqqueue_push(&s->rq, REQ_PARSE, ANS_POOLER);
 		reqqueue_tail(&s->rq)->map_gen = prepare_client_gen(cs);

@@ -179,6 +179,28 @@ static void test_dropped_requests_reported(void **state)
 	reqqueue_free(&q);
 }
 
+static void record_order(Request *r, void *arg)
+{
+	char *order = arg;
+	size_t n = strlen(order);
+	order[n] = r->kind == REQ_CLOSE ? 'C' : r->kind == REQ_PARSE ? 'P' : r->kind == REQ_BIND ? 'B' : '?';
+	order[n + 1] = '\0';
+}
+
+static void test_skipped_requests_undone_last_first(void **state)
+{
+	/* an eviction Close of X, then a Parse of X, both skipped: undo the Parse before the Close */
+	ReqQueue q = {0};
+	char order[16] = "";
+	Request r;
+	client_sends(&q, "BCPBS");
+	assert_int_equal(reqqueue_server_msg(&q, 'E', &r, record_order, order), POP_ANSWER);
+	assert_int_equal(r.kind, REQ_BIND);
+	assert_string_equal(order, "BPC");
+	assert_int_equal(q.count, 1);
+	reqqueue_free(&q);
+}
+
 static void test_unknown_answer(void **state)
 {
 	ReqQueue q = {0};
@@ -286,6 +308,7 @@ int main(void)
 	    cmocka_unit_test(test_error_skips_to_sync),
 	    cmocka_unit_test(test_copy_in),
 	    cmocka_unit_test(test_dropped_requests_reported),
+	    cmocka_unit_test(test_skipped_requests_undone_last_first),
 	    cmocka_unit_test(test_unknown_answer),
 	    cmocka_unit_test(test_queue_grows),
 	    cmocka_unit_test(test_registry_shares_identical_queries),
