@@ -165,6 +165,21 @@ def backends(pg, app, state=None):
     return {r[0] for r in rows}
 
 
+def run_counting_backends(pg, app, target, argsets):
+    """Runs target(*args) in one thread per argument tuple; returns the most
+    server connections of application `app` PostgreSQL had while they ran."""
+    threads = [threading.Thread(target=target, args=args) for args in argsets]
+    for t in threads:
+        t.start()
+    most = 0
+    while any(t.is_alive() for t in threads):
+        most = max(most, len(backends(pg, app)))
+        time.sleep(0.01)
+    for t in threads:
+        t.join()
+    return most
+
+
 def wait_waiting(b, n=1, database="postgres", user="postgres"):
     wait_for(lambda: (pool_row(b, database, user) or {}).get("cl_waiting") == n,
              f"SHOW POOLS to show cl_waiting = {n} for {database}/{user}")
@@ -281,15 +296,7 @@ def test_ten_clients_share_two_servers(bouncer, pg):
         except Exception as e:  # noqa: BLE001 - collected for the assertion
             failures.append(repr(e))
 
-    threads = [threading.Thread(target=run_client, args=(n, c)) for n, c in enumerate(conns)]
-    for t in threads:
-        t.start()
-    most = 0
-    while any(t.is_alive() for t in threads):
-        most = max(most, len(backends(pg, app)))
-        time.sleep(0.01)
-    for t in threads:
-        t.join()
+    most = run_counting_backends(pg, app, run_client, list(enumerate(conns)))
     assert not failures, failures
     assert pg.sql("SELECT count(*) FROM tx_share_t WHERE b >= 100")[0][0] == 150
     assert 1 <= len(pids) <= 2, f"{len(pids)} backends served a pool of 2: {pids}"
@@ -1494,15 +1501,7 @@ def test_two_workers_transaction_mode_global_pool(bouncer, pg):
         except Exception as e:  # noqa: BLE001 - collected for the assertion
             failures.append(f"client {n}: {e!r}")
 
-    threads = [threading.Thread(target=run_client, args=c) for c in conns]
-    for t in threads:
-        t.start()
-    most = 0
-    while any(t.is_alive() for t in threads):
-        most = max(most, len(backends(pg, app)))
-        time.sleep(0.01)
-    for t in threads:
-        t.join()
+    most = run_counting_backends(pg, app, run_client, conns)
     assert not failures, failures
     assert pg.sql("SELECT count(*) FROM tx_two_t")[0][0] == 100
     assert 1 <= most <= 2, f"{most} server connections for a global pool of 2"
