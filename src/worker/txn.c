@@ -171,8 +171,9 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 		 * PostgreSQL's own answer, 42P05, with the error state it brings:
 		 * the server gets a Parse that fails, so that it skips to the next
 		 * Sync and fails an open transaction, and its error is replaced.
+		 * Valid syntax (an unknown column), so that in a failed
+		 * transaction the server's 25P02 comes first, as it would.
 		 */
-		/* valid syntax, so that a failed transaction's 25P02 comes first; then an unknown column */
 		static const char bad_parse[] = "P\0\0\0\0\0SELECT pgbouncer_duplicate_prepared_statement\0\0\0";
 		uint8_t msg[sizeof(bad_parse) - 1];
 		memcpy(msg, bad_parse, sizeof(msg));
