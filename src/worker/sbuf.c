@@ -499,6 +499,21 @@ static bool has_room(const SBuf *sb)
 	return sb->end < sb->size || (sb->send_pos == sb->send_end && (sb->pos > 0 || sb->pos == sb->end));
 }
 
+/*
+ * The peer failed while we forwarded to it. Its owner is told while our
+ * unsent bytes are still visible, so that it does not take this socket
+ * (stopped mid-packet) for a reusable one; then they are dropped.
+ */
+static void peer_send_failed(SBuf *sb)
+{
+	SBuf *dst = sb->dst;
+	sb->in_process = false;
+	if (dst && dst->cb)
+		dst->cb(dst, SBEV_SEND_FAILED, NULL, NULL, 0);
+	if (sb->fd >= 0)
+		sb->send_pos = sb->send_end = 0;
+}
+
 static void sbuf_process(SBuf *sb, bool do_read)
 {
 	if (sb->in_process)
@@ -524,20 +539,8 @@ static void sbuf_process(SBuf *sb, bool do_read)
 			return;
 		}
 		if (st == STEP_CLOSED) {
-			if (sb->fd >= 0 && (sb->send_pos != sb->send_end)) {
-				/*
-				 * The peer failed while we forwarded to it. Its owner is told
-				 * while our unsent bytes are still visible, so that it does not
-				 * take this socket (stopped mid-packet) for a reusable one.
-				 */
-				SBuf *dst = sb->dst;
-				sb->in_process = false;
-				if (dst && dst->cb)
-					dst->cb(dst, SBEV_SEND_FAILED, NULL, NULL, 0);
-				if (sb->fd >= 0)
-					sb->send_pos = sb->send_end = 0;
-				return;
-			}
+			if (sb->fd >= 0 && (sb->send_pos != sb->send_end))
+				peer_send_failed(sb);
 			return; /* the sbuf may be freed: don't touch it */
 		}
 		if (st == STEP_WAIT) {
@@ -550,11 +553,7 @@ static void sbuf_process(SBuf *sb, bool do_read)
 			sb->paused = true;
 			disable_read(sb);
 			if (flush_pending(sb) == STEP_CLOSED && sb->fd >= 0 && sb->send_pos != sb->send_end) {
-				SBuf *dst = sb->dst;
-				sb->send_pos = sb->send_end = 0;
-				sb->in_process = false;
-				if (dst && dst->cb)
-					dst->cb(dst, SBEV_SEND_FAILED, NULL, NULL, 0);
+				peer_send_failed(sb);
 				return;
 			}
 			break;
