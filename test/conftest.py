@@ -750,7 +750,8 @@ class Bouncer:
         """A psycopg connection through the pooler's TCP port (closed at teardown);
         host= may name the Unix socket directory instead, or a name for TLS to verify."""
         kw.setdefault("host", "127.0.0.1")
-        conn = psycopg.connect(port=self.port, dbname=dbname, user=user, connect_timeout=10, **kw)
+        kw.setdefault("connect_timeout", 10)
+        conn = psycopg.connect(port=self.port, dbname=dbname, user=user, **kw)
         self._connections.append(conn)
         return conn
 

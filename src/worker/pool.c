@@ -7,6 +7,7 @@
  */
 #include "config.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -612,30 +613,82 @@ static bool can_launch(PgPool *pool, bool for_replication, BudgetHold *hold)
 	return true;
 }
 
-void pool_maybe_launch(PgPool *pool)
+/*
+ * Waiting clients are not read (their input waits for a server), so a
+ * client that hung up is not seen by the event loop. Before a server is
+ * launched for them they are asked, all in one poll(): POLLRDHUP tells a
+ * closed peer even when unread bytes precede its FIN. Those gone are
+ * dropped, so a login that keeps failing is not retried for nobody.
+ */
+static void drop_gone_waiters(PgPool *pool)
 {
-	if (pool->db->admin)
-		return;
-	/* the first waiting client that needs a new server says which kind; auth_query lookups need a normal one */
-	PgSocket *first = NULL;
+	enum { BATCH = 64 };
+	struct pollfd fds[BATCH];
+	PgSocket *socks[BATCH];
+	List *i, *tmp;
+	int n = 0;
+	list_for_each_safe(i, &pool->waiting_clients, tmp)
+	{
+		PgSocket *c = container_of(i, PgSocket, node);
+		if (c->sb.fd < 0)
+			continue;
+		fds[n] = (struct pollfd){.fd = c->sb.fd, .events = POLLRDHUP};
+		socks[n++] = c;
+		if (n == BATCH || tmp == &pool->waiting_clients) {
+			if (poll(fds, (nfds_t)n, 0) > 0) {
+				for (int k = 0; k < n; k++)
+					if (fds[k].revents & (POLLRDHUP | POLLHUP | POLLERR))
+						disconnect_client(socks[k], false, "client disconnected while waiting");
+			}
+			n = 0;
+		}
+	}
+}
+
+/* The first waiting client that needs a new server; it says which kind. */
+static PgSocket *first_needing_server(PgPool *pool)
+{
 	List *i;
 	list_for_each(i, &pool->waiting_clients)
 	{
 		PgSocket *c = container_of(i, PgSocket, node);
 		if (c->replication != REPLICATION_NONE && c->link)
 			continue; /* its own server is logging in */
-		first = c;
-		break;
+		return c;
 	}
+	return NULL;
+}
+
+void pool_maybe_launch(PgPool *pool)
+{
+	if (pool->db->admin)
+		return;
+	/* auth_query lookups need a normal server */
+	PgSocket *first = first_needing_server(pool);
 	if (!first && !auth_query_waiting(pool))
 		return;
+	bool repl = first && first->replication != REPLICATION_NONE;
 	BudgetHold hold;
-	if (first && first->replication != REPLICATION_NONE) {
-		if (can_launch(pool, true, &hold))
-			(void)server_launch_replication(pool, first, &hold);
-	} else if (can_launch(pool, false, &hold)) {
-		(void)server_launch(pool, &hold);
+	if (!can_launch(pool, repl, &hold))
+		return;
+	if (first) {
+		drop_gone_waiters(pool);
+		PgSocket *still = first_needing_server(pool);
+		if (!still && !auth_query_waiting(pool)) {
+			budget_hold_release(&hold);
+			return;
+		}
+		if (still != first || (still && (still->replication != REPLICATION_NONE) != repl)) {
+			/* the one it was for is gone: decide again with what is left */
+			budget_hold_release(&hold);
+			pool_maybe_launch(pool);
+			return;
+		}
 	}
+	if (repl)
+		(void)server_launch_replication(pool, first, &hold);
+	else
+		(void)server_launch(pool, &hold);
 }
 
 void pool_launch_min(PgPool *pool, int min)

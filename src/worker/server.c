@@ -660,17 +660,39 @@ SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *d
 		disconnect_server(s, false, "connect failed: %s", strerror(sb->last_errno));
 		return SB_CLOSED;
 	case SBEV_EOF:
-	case SBEV_SEND_FAILED:
+	case SBEV_SEND_FAILED: {
+		/* bytes left unprocessed at EOF are the start of a message that never ended */
+		bool mid = sbuf_unprocessed(&s->sb) > 0 || s->sb.pkt_remain > 0;
+		const char *why = ev == SBEV_SEND_FAILED ? "send to server failed"
+		                  : mid                  ? "server closed the connection in the middle of a message"
+		                                         : "server closed the connection";
 		if (s->state == SV_LOGIN) {
-			pool_login_failed(s->pool, NULL, "server closed the connection during login", false);
-			disconnect_server(s, false, "bouncer config error");
+			char msg[128];
+			snprintf(msg, sizeof(msg), "%s during login", why);
+			slog(LG_WARNING, s, "server login failed: %s", msg);
+			pool_login_failed(s->pool, NULL, msg, false);
+			disconnect_server(s, false, "%s", msg);
+		} else if (mid && ev == SBEV_EOF) {
+			slog(LG_WARNING, s, "%s", why);
+			disconnect_server(s, false, "%s", why);
 		} else {
 			disconnect_server(s, false, "server conn crashed?");
 		}
 		return SB_CLOSED;
-	case SBEV_BAD_PACKET:
-		disconnect_server(s, false, "bad packet header from server");
+	}
+	case SBEV_BAD_PACKET: {
+		char why[96];
+		uint32_t len = avail >= 5 ? ((uint32_t)data[1] << 24) | ((uint32_t)data[2] << 16) |
+		                                ((uint32_t)data[3] << 8) | data[4]
+		                          : 0;
+		snprintf(why, sizeof(why), "bad packet header from server: type '%c', length %u",
+		         avail > 0 && data[0] >= 0x20 && data[0] < 0x7f ? data[0] : '?', len);
+		if (s->state == SV_LOGIN)
+			return login_fail(s, why); /* counts as a failed login: the next waits server_login_retry */
+		slog(LG_WARNING, s, "%s", why);
+		disconnect_server(s, false, "%s", why);
 		return SB_CLOSED;
+	}
 	case SBEV_FLUSHED:
 		return SB_CONSUMED;
 	case SBEV_PACKET:
