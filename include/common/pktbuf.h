@@ -40,6 +40,9 @@ void pktbuf_put_string(PktBuf *pb, const char *s); /* with its NUL */
  */
 void pktbuf_put_sql_literal(PktBuf *pb, const char *s);
 
+/* s as an SQL identifier: "..." with double quotes doubled. The one way the pooler quotes a name. */
+void pktbuf_put_sql_ident(PktBuf *pb, const char *s);
+
 /* Whole messages. */
 /* ErrorResponse ('E') or NoticeResponse ('N') with exactly the fields S, C, M. */
 void pktbuf_write_error(PktBuf *pb, const char *severity, const char *sqlstate, const char *msg);

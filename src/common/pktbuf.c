@@ -152,6 +152,17 @@ void pktbuf_put_sql_literal(PktBuf *pb, const char *s)
 	pktbuf_put_u8(pb, '\'');
 }
 
+void pktbuf_put_sql_ident(PktBuf *pb, const char *s)
+{
+	pktbuf_put_u8(pb, '"');
+	for (const char *p = s; *p; p++) {
+		if (*p == '"')
+			pktbuf_put_u8(pb, '"');
+		pktbuf_put_u8(pb, (uint8_t)*p);
+	}
+	pktbuf_put_u8(pb, '"');
+}
+
 /* ErrorResponse / NoticeResponse body: S, C, M (and D when given), then the terminator. */
 static void write_fields_msg(PktBuf *pb, char type, const char *severity, const char *sqlstate, const char *msg,
                              const char *detail)

@@ -234,16 +234,28 @@ void pool_budget_tick(void)
 	}
 }
 
-/* Append "SET name=<value>;" to q. */
+/*
+ * Append the statement that gives parameter `name` the client's `value` to q.
+ * Both go through the quoting functions of common/pktbuf.h, whoever sent
+ * them. search_path is a list whose SET syntax quotes each element, so
+ * `SET search_path = '<value>'` would make the whole list one schema name;
+ * set_config() takes the value as the server reported it, like a startup
+ * parameter does (doc/transaction.md, "Tracked parameters").
+ */
 static void append_set(PktBuf *q, const char *name, const char *value)
 {
-	pktbuf_put_bytes(q, "SET ", 4);
-	pktbuf_put_bytes(q, name, strlen(name)); /* a tracked parameter's name: from the config, never a client */
-	pktbuf_put_u8(q, '=');
-	if (strcasecmp(name, "search_path") == 0)
-		pktbuf_put_bytes(q, value, strlen(value)); /* as the server reported it, already quoted (spec §3.2) */
-	else
+	if (strcasecmp(name, "search_path") == 0) {
+		pktbuf_put_bytes(q, "SELECT pg_catalog.set_config(", 29);
+		pktbuf_put_sql_literal(q, name);
+		pktbuf_put_u8(q, ',');
 		pktbuf_put_sql_literal(q, value);
+		pktbuf_put_bytes(q, ",false);", 8);
+		return;
+	}
+	pktbuf_put_bytes(q, "SET ", 4);
+	pktbuf_put_sql_ident(q, name);
+	pktbuf_put_u8(q, '=');
+	pktbuf_put_sql_literal(q, value);
 	pktbuf_put_u8(q, ';');
 }
 

@@ -22,18 +22,30 @@
 		assert_memory_equal((pb)->buf, expect_, sizeof(expect_));                                              \
 	} while (0)
 
-/* What pktbuf_put_sql_literal() writes for s, as a C string. */
-static char *literal(const char *s)
+/* What put() (a quoting function) writes for s, as a C string. */
+static char *quoted(void (*put)(PktBuf *, const char *), const char *s)
 {
 	static char out[256];
 	PktBuf pb;
 	pktbuf_init(&pb, 0);
-	pktbuf_put_sql_literal(&pb, s);
+	put(&pb, s);
 	assert_true(pb.len < sizeof(out));
 	memcpy(out, pb.buf, pb.len);
 	out[pb.len] = '\0';
 	pktbuf_free(&pb);
 	return out;
+}
+
+static char *literal(const char *s)
+{
+	return quoted(pktbuf_put_sql_literal, s);
+}
+
+static void test_sql_ident(void **state)
+{
+	assert_string_equal(quoted(pktbuf_put_sql_ident, "DateStyle"), "\"DateStyle\"");
+	assert_string_equal(quoted(pktbuf_put_sql_ident, "a\"b"), "\"a\"\"b\"");
+	assert_string_equal(quoted(pktbuf_put_sql_ident, "x\"=1; DROP TABLE t; --"), "\"x\"\"=1; DROP TABLE t; --\"");
 }
 
 static void test_sql_literal(void **state)
@@ -365,6 +377,7 @@ int main(void)
 	    cmocka_unit_test(test_untyped_and_primitives),
 	    cmocka_unit_test(test_growth),
 	    cmocka_unit_test(test_sql_literal),
+	    cmocka_unit_test(test_sql_ident),
 	    cmocka_unit_test(test_reader_getters),
 	    cmocka_unit_test(test_reader_bounds),
 	    cmocka_unit_test(test_reader_string_without_nul),

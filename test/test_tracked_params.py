@@ -1,0 +1,87 @@
+"""Tracked parameters are replayed on each server a client gets, as SQL the
+pooler writes (spec/behaviours.md, track_extra_parameters in spec/config.md).
+A client's startup values must reach PostgreSQL as values, never as SQL: each
+tracked parameter is tried with a value that would run a statement if it were
+pasted into the SET unquoted."""
+
+import uuid
+
+import pytest
+
+from test_bad_input import PgWire
+
+TRACKED = ["DateStyle", "client_encoding", "TimeZone", "standard_conforming_strings", "application_name",
+           "IntervalStyle", "search_path"]
+
+
+@pytest.fixture
+def tracking(bouncer):
+    """A transaction-mode pooler that tracks search_path too, with one server per pool."""
+    return bouncer(ini_overrides={
+        "pool_mode": "transaction",
+        "default_pool_size": 1,
+        "track_extra_parameters": "IntervalStyle, search_path",
+    })
+
+
+def table_exists(pg, name):
+    return bool(pg.sql("SELECT 1 FROM pg_class WHERE relname = %s", [name]))
+
+
+def injections(table):
+    """Values that would create `table` if the pooler wrote them into SQL without quoting."""
+    return [
+        f"public; CREATE TABLE public.{table}(x int)",
+        f"x'; CREATE TABLE public.{table}(x int); --",
+        f"x\\'; CREATE TABLE public.{table}(x int); --",
+        f"x\"; CREATE TABLE public.{table}(x int); --",
+    ]
+
+
+@pytest.mark.parametrize("param", TRACKED)
+def test_startup_value_is_never_sql(tracking, pg, param):
+    b = tracking
+    table = "pwned_" + uuid.uuid4().hex[:8]
+    for value in injections(table):
+        w = PgWire(b.port)
+        try:
+            w.startup(**{param: value})
+            first = w.authenticate(password="postgres")
+            if first is None or first[0] != b"R":
+                continue  # refused at login: nothing ran
+            w.read_until(b"Z", b"E")
+            rows, err = w.simple_query(f"SELECT current_setting('{param}')")
+            if err is None:
+                # taken as a value: it is exactly what the client sent
+                assert rows == [[value]], (param, value, rows)
+        finally:
+            w.close()
+        assert not table_exists(pg, table), f"{param}={value!r} ran as SQL"
+    # the pooler still serves everyone
+    with b.connect(autocommit=True, password="postgres") as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_search_path_with_quoted_names_is_replayed_exactly(tracking, pg):
+    """A list with quoted schema names reaches the server as the client wrote it."""
+    b = tracking
+    value = '"$user", public, "We\'ird ""one"""'
+    w = PgWire(b.port)
+    w.login(password="postgres", search_path=value)
+    assert w.simple_query("SHOW search_path") == ([[value]], None)
+    # another client with another value takes the one server in between
+    other = PgWire(b.port)
+    other.login(password="postgres", search_path="pg_catalog")
+    assert other.simple_query("SHOW search_path") == ([["pg_catalog"]], None)
+    other.close()
+    assert w.simple_query("SHOW search_path") == ([[value]], None)
+    w.close()
+
+
+def test_application_name_with_backslash_and_quote(tracking):
+    b = tracking
+    value = "it's a \\path\\ o'clock"
+    w = PgWire(b.port)
+    w.login(password="postgres", application_name=value)
+    assert w.simple_query("SHOW application_name") == ([[value]], None)
+    w.close()
