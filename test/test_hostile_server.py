@@ -324,3 +324,104 @@ def test_client_gone_while_waiting_stops_the_attempts(hostile):
         pools = [dict(zip(names, r)) for r in cur.fetchall() if r[0] == "hostile"]
     assert all(p["cl_waiting"] == 0 for p in pools), pools
     check_unharmed(b, bystander)
+
+
+# ---------------------------------------------------------------------------
+# malformed messages: a precise error for the client and a log line
+
+
+def login_then(step):
+    """A script: trust login with a minimal welcome, then `step(w)` for the pooler's queries."""
+
+    def script(w):
+        w.read_startup()
+        w.auth(0)
+        for name, value in (("client_encoding", "UTF8"), ("server_version", "15.0"),
+                            ("standard_conforming_strings", "on"), ("DateStyle", "ISO, MDY")):
+            w.send(b"S", name.encode() + b"\0" + value.encode() + b"\0")
+        w.send(b"K", struct.pack("!II", 4242, 99))
+        w.send(b"Z", b"I")
+        while True:
+            kind, body = w.read_msg()
+            if kind == b"X":
+                return
+            if kind == b"Q" and (body.startswith(b"SET ") or b"set_config" in body):
+                w.send(b"C", b"SET\0")
+                w.send(b"Z", b"I")
+                continue
+            if not step(w, kind, body):
+                w.wait_close()
+                return
+
+    return script
+
+
+def during_login(send):
+    def script(w):
+        w.read_startup()
+        send(w)
+        w.wait_close()
+
+    return script
+
+
+def test_parameter_status_without_terminator_during_login(hostile):
+    b, bystander, server = hostile(during_login(
+        lambda w: (w.auth(0), w.send(b"S", b"client_encoding\0UTF8"))))
+    mark = b.log_mark()
+    msg = login_error(b)
+    assert "server login failed: malformed ParameterStatus from server" in msg, msg
+    b.wait_log(r"server login failed: malformed ParameterStatus from server", after=mark)
+    check_unharmed(b, bystander)
+
+
+def test_error_response_without_fields_during_login(hostile):
+    b, bystander, server = hostile(during_login(lambda w: w.send(b"E", b"\0")))
+    mark = b.log_mark()
+    msg = login_error(b)
+    assert "server login failed: malformed ErrorResponse from server" in msg, msg
+    b.wait_log(r"server login failed: malformed ErrorResponse from server", after=mark)
+    check_unharmed(b, bystander)
+
+
+def test_server_closes_mid_message_during_login(hostile):
+    b, bystander, server = hostile(lambda w: (w.read_startup(), w.conn.sendall(
+        b"R" + struct.pack("!I", 100) + b"\0\0\0")))
+    mark = b.log_mark()
+    login_error(b)
+    line = b.wait_log(r"server login failed: .*", after=mark).group(0)
+    assert "server closed the connection in the middle of a message during login" in line, line
+    assert "bouncer config error" not in b.log_text()[mark:]
+    check_unharmed(b, bystander)
+
+
+def run_query_against(b, sql="SELECT 1"):
+    conn = b.connect(dbname="hostile", password="postgres", autocommit=True)
+    with pytest.raises(psycopg.OperationalError) as e:
+        conn.execute(sql)
+    return str(e.value)
+
+
+def test_parameter_status_without_terminator_after_login(hostile):
+    def step(w, kind, body):
+        w.send(b"S", b"application_name\0evil")
+        return False
+
+    b, bystander, server = hostile(login_then(step))
+    mark = b.log_mark()
+    run_query_against(b)
+    b.wait_log(r"malformed ParameterStatus from server", after=mark)
+    check_unharmed(b, bystander)
+
+
+def test_server_closes_mid_message_after_login(hostile):
+    def step(w, kind, body):
+        w.conn.sendall(b"T" + struct.pack("!I", 200) + b"\0\1")
+        w.conn.close()
+        raise EOFError("closed on purpose")
+
+    b, bystander, server = hostile(login_then(step))
+    mark = b.log_mark()
+    run_query_against(b)
+    b.wait_log(r"server closed the connection in the middle of a message", after=mark)
+    check_unharmed(b, bystander)

@@ -149,7 +149,7 @@ bool server_launch(PgPool *pool, BudgetHold *hold);
 bool server_launch_replication(PgPool *pool, PgSocket *client, BudgetHold *hold); /* dedicated, linked to client */
 void server_release(PgSocket *server);
 void server_reset_or_ready(PgSocket *server, bool always_reset); /* released and ready: reset query, then idle */
-void server_param_status(PgSocket *server, const uint8_t *body, uint32_t len);
+bool server_param_status(PgSocket *server, const uint8_t *body, uint32_t len); /* false: malformed */
 
 /* txn.c: transaction and statement mode (doc/transaction.md) */
 /* A message of a client linked to a server in transaction/statement mode: queued, maybe rewritten. */

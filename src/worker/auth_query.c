@@ -340,7 +340,8 @@ SBufAction auth_query_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_
 	case 'S':
 		if (!full)
 			return SB_NEED_FULL;
-		server_param_status(s, body, blen);
+		if (!server_param_status(s, body, blen))
+			set_problem(q, "malformed ParameterStatus from server");
 		return SB_CONSUMED;
 	case 'T': {
 		if (!full)

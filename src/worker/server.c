@@ -364,8 +364,12 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
 	}
 }
 
-/* Fields S, C, M of an ErrorResponse body. */
-static void parse_error(const uint8_t *body, uint32_t len, const char **sev, const char **code, const char **msg)
+/*
+ * Fields S, C, M of an ErrorResponse body. False when the body is not a
+ * well-formed list of NUL-terminated fields, or lacks one of the three that
+ * PostgreSQL always sends; the outputs then hold defaults.
+ */
+static bool parse_error(const uint8_t *body, uint32_t len, const char **sev, const char **code, const char **msg)
 {
 	*sev = "ERROR";
 	*code = "08P01";
@@ -374,24 +378,35 @@ static void parse_error(const uint8_t *body, uint32_t len, const char **sev, con
 	pktreader_init(&r, body, len);
 	uint8_t t;
 	const char *v;
-	while (pktreader_get_u8(&r, &t) && t != 0 && pktreader_get_string(&r, &v)) {
+	int seen = 0;
+	for (;;) {
+		if (!pktreader_get_u8(&r, &t))
+			return false; /* no terminating zero */
+		if (t == 0)
+			break;
+		if (!pktreader_get_string(&r, &v))
+			return false;
 		if (t == 'S')
-			*sev = v;
+			*sev = v, seen |= 1;
 		else if (t == 'C')
-			*code = v;
+			*code = v, seen |= 2;
 		else if (t == 'M')
-			*msg = v;
+			*msg = v, seen |= 4;
 	}
+	return seen == 7 && pktreader_remaining(&r) == 0;
 }
 
-/* A ParameterStatus from the server: update the server's (and its client's) tracked values. */
-static void handle_param_status(PgSocket *s, const uint8_t *body, uint32_t len, bool login)
+/*
+ * A ParameterStatus from the server: update the server's (and its client's)
+ * tracked values. False when the body is not two NUL-terminated strings.
+ */
+static bool handle_param_status(PgSocket *s, const uint8_t *body, uint32_t len, bool login)
 {
 	PktReader r;
 	const char *name, *value;
 	pktreader_init(&r, body, len);
-	if (!pktreader_get_string(&r, &name) || !pktreader_get_string(&r, &value))
-		return;
+	if (!pktreader_get_string(&r, &name) || !pktreader_get_string(&r, &value) || pktreader_remaining(&r) != 0)
+		return false;
 	int idx = var_index(name);
 	/* a replication server's login parameters are its client's welcome, not the pool's */
 	bool repl = s->replication != REPLICATION_NONE;
@@ -407,11 +422,22 @@ static void handle_param_status(PgSocket *s, const uint8_t *body, uint32_t len, 
 	} else if (login && !s->pool->welcome_ready) {
 		pktbuf_write_param_status(&s->pool->welcome_params, name, value);
 	}
+	return true;
 }
 
-void server_param_status(PgSocket *s, const uint8_t *body, uint32_t len)
+/* A server that broke the protocol after login: say what it sent, close it (its client hears why). */
+static SBufAction server_protocol_violation(PgSocket *s, const char *what)
 {
-	handle_param_status(s, body, len, false);
+	char msg[128];
+	snprintf(msg, sizeof(msg), "%s from server", what);
+	slog(LG_WARNING, s, "%s", msg);
+	disconnect_server(s, false, "%s", msg);
+	return SB_CLOSED;
+}
+
+bool server_param_status(PgSocket *s, const uint8_t *body, uint32_t len)
+{
+	return handle_param_status(s, body, len, false);
 }
 
 /*
@@ -436,7 +462,8 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 	case 'R':
 		return handle_auth_request(s, body, blen);
 	case 'S':
-		handle_param_status(s, body, blen, true);
+		if (!handle_param_status(s, body, blen, true))
+			return login_fail(s, "malformed ParameterStatus from server");
 		return SB_CONSUMED;
 	case 'K':
 		if (blen < 8 || blen > 4 + MAX_SERVER_KEY)
@@ -451,7 +478,8 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 		return SB_CONSUMED;
 	case 'E': {
 		const char *sev, *code, *msg;
-		parse_error(body, blen, &sev, &code, &msg);
+		if (!parse_error(body, blen, &sev, &code, &msg) || !*msg)
+			return login_fail(s, "malformed ErrorResponse from server (S, C and M fields required)");
 		slog(LG_WARNING, s, "server login failed: %s %s", sev, msg);
 		PgSocket *c = s->link;
 		if (s->replication != REPLICATION_NONE && c) {
@@ -520,10 +548,12 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 		if (avail < hdr->len)
 			return SB_NEED_FULL;
 		if (hdr->type == 'S') {
-			handle_param_status(s, data + 5, hdr->len - 5, false);
+			if (!handle_param_status(s, data + 5, hdr->len - 5, false))
+				return server_protocol_violation(s, "malformed ParameterStatus");
 		} else {
 			const char *sev, *code, *msg;
-			parse_error(data + 5, hdr->len - 5, &sev, &code, &msg);
+			if (!parse_error(data + 5, hdr->len - 5, &sev, &code, &msg))
+				return server_protocol_violation(s, "malformed ErrorResponse");
 			if (s->setting_vars) {
 				slog(LG_WARNING, s, "parameter SET failed: %s", msg);
 				disconnect_server(s, true, "invalid server parameter");
@@ -585,7 +615,8 @@ static SBufAction handle_active_packet(PgSocket *s, const PktHdr *hdr, const uin
 		break;
 	}
 	case 'S':
-		handle_param_status(s, data + 5, hdr->len - 5, false);
+		if (!handle_param_status(s, data + 5, hdr->len - 5, false))
+			return server_protocol_violation(s, "malformed ParameterStatus");
 		break;
 	case 'G': /* CopyInResponse */
 	case 'W': /* CopyBothResponse */
@@ -715,7 +746,8 @@ SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *d
 		if (hdr->type == 'S') {
 			if (avail < hdr->len)
 				return SB_NEED_FULL;
-			handle_param_status(s, data + 5, hdr->len - 5, false);
+			if (!handle_param_status(s, data + 5, hdr->len - 5, false))
+				return server_protocol_violation(s, "malformed ParameterStatus");
 			return SB_CONSUMED;
 		}
 		disconnect_server(s, false, "idle server got something");
