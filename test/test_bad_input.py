@@ -449,6 +449,45 @@ def test_startup_without_terminator(with_bystander):
     check_unharmed(b, bystander)
 
 
+def test_startup_with_5000_parameters(with_bystander):
+    """Many valid parameters (a 20 kB packet, five times pkt_buf) log in as in PgBouncer."""
+    b, bystander = with_bystander(ignore_startup_parameters="x")
+    body = struct.pack("!I", PROTO_V3) + b"user\0postgres\0database\0postgres\0" + b"x\0001\0" * 5000 + b"\0"
+    assert len(body) > 4 * 4096
+    w = PgWire(b.port)
+    w.send(struct.pack("!I", len(body) + 4) + body)
+    assert w.authenticate(password="postgres")[0] == b"R"
+    assert w.read_until(b"Z", b"E")[-1][0] == b"Z"
+    assert w.simple_query("SELECT 5") == ([["5"]], None)
+    check_unharmed(b, bystander)
+
+
+def test_startup_larger_than_pkt_buf(with_bystander):
+    """A tracked value of 9,000 bytes: the startup packet is buffered whole, the value reaches the server
+    (which keeps the first 63 bytes of an application_name)."""
+    b, bystander = with_bystander(pkt_buf=4096)
+    value = "".join(chr(ord("a") + i % 26) for i in range(9000))
+    w = PgWire(b.port)
+    w.login(password="postgres", application_name=value)
+    assert w.simple_query("SHOW application_name") == ([[value[:63]]], None)
+    check_unharmed(b, bystander)
+
+
+def test_long_options_word(with_bystander):
+    """An options word of 3,000 bytes is one setting, as PgBouncer takes it (the server keeps the first 63
+    bytes of an application_name)."""
+    b, bystander = with_bystander()
+    value = "".join(chr(ord("a") + i % 26) for i in range(3000))
+    w = PgWire(b.port)
+    w.login(password="postgres", options=f"-c application_name={value} -c DateStyle=German")
+    assert w.simple_query("SHOW application_name") == ([[value[:63]]], None)
+    assert w.simple_query("SHOW DateStyle") == ([["German, DMY"]], None)
+    w2 = PgWire(b.port)
+    w2.login(password="postgres", options=f"--application-name=x\\ y{value}")
+    assert w2.simple_query("SHOW application_name") == ([[("x y" + value)[:63]]], None)
+    check_unharmed(b, bystander)
+
+
 def test_unsupported_startup_parameter(with_bystander):
     b, bystander = with_bystander()
     w = PgWire(b.port)

@@ -49,6 +49,7 @@ typedef struct StartupParam {
  * the body. Returns the number of pairs, or -1 when the layout is broken
  * (the spec's "invalid startup packet layout: expected terminator as last
  * byte"). At most max_params pairs are stored; more is an error (-1).
+ * With params NULL the pairs are only counted (and the layout checked).
  */
 int proto_parse_startup(const uint8_t *body, size_t len, StartupParam *params, int max_params);
 

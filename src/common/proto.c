@@ -80,10 +80,12 @@ int proto_parse_startup(const uint8_t *body, size_t len, StartupParam *params, i
 		if (!val_end)
 			return -1;
 
-		if (count >= max_params)
-			return -1;
-		params[count].key = (const char *)(body + key_pos);
-		params[count].value = (const char *)(body + val_pos);
+		if (params) {
+			if (count >= max_params)
+				return -1;
+			params[count].key = (const char *)(body + key_pos);
+			params[count].value = (const char *)(body + val_pos);
+		}
 		count++;
 		pos = (size_t)(val_end - body) + 1;
 	}

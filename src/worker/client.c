@@ -21,8 +21,6 @@
 #include "common/util.h"
 #include "worker/worker.h"
 
-#define MAX_STARTUP_PARAMS 64
-
 void client_accept(int fd, bool is_unix, bool is_private)
 {
 	PgSocket *c = socket_new(false);
@@ -152,9 +150,19 @@ bool client_send_welcome(PgSocket *c)
 /* ---- startup ---- */
 
 /* Parse an `options` value: "-c name=value" or "--name=value", backslash escapes. */
+static bool apply_options_words(PgSocket *c, const char *opts, char *word);
+
 static bool apply_options(PgSocket *c, const char *opts)
 {
-	char word[1024];
+	/* a word is never longer than the whole value: no limit of its own */
+	char *word = xmalloc(strlen(opts) + 1);
+	bool ok = apply_options_words(c, opts, word);
+	free(word);
+	return ok;
+}
+
+static bool apply_options_words(PgSocket *c, const char *opts, char *word)
+{
 	const char *p = opts;
 	bool want_c_value = false;
 	bool ignore_unknown = config_list_contains(wk.cf.g.ignore_startup_parameters, "options");
@@ -164,7 +172,7 @@ static bool apply_options(PgSocket *c, const char *opts)
 		if (!*p)
 			break;
 		size_t n = 0;
-		while (*p && *p != ' ' && *p != '\t' && n + 1 < sizeof(word)) {
+		while (*p && *p != ' ' && *p != '\t') {
 			if (*p == '\\' && p[1])
 				p++;
 			word[n++] = *p++;
@@ -235,6 +243,8 @@ static void send_negotiate(PgSocket *c, const StartupParam *params, int n)
 	pktbuf_free(&pb);
 }
 
+static SBufAction handle_startup_params(PgSocket *c, const StartupParam *params, int n, uint32_t minor);
+
 static SBufAction handle_startup(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
 {
 	uint32_t major = hdr->code >> 16, minor = hdr->code & 0xffff;
@@ -255,12 +265,23 @@ static SBufAction handle_startup(PgSocket *c, const PktHdr *hdr, const uint8_t *
 		return SB_CLOSED;
 	}
 
-	StartupParam params[MAX_STARTUP_PARAMS];
-	int n = proto_parse_startup(data + hdr->body_off, hdr->len - hdr->body_off, params, MAX_STARTUP_PARAMS);
+	/* counted first: as many parameters as fit in the packet are taken, as PgBouncer does */
+	const uint8_t *body = data + hdr->body_off;
+	size_t body_len = hdr->len - hdr->body_off;
+	int n = proto_parse_startup(body, body_len, NULL, 0);
 	if (n < 0) {
 		disconnect_client(c, true, "invalid startup packet layout: expected terminator as last byte");
 		return SB_CLOSED;
 	}
+	StartupParam *params = xcalloc((size_t)n + 1, sizeof(*params));
+	(void)proto_parse_startup(body, body_len, params, n);
+	SBufAction act = handle_startup_params(c, params, n, minor);
+	free(params);
+	return act;
+}
+
+static SBufAction handle_startup_params(PgSocket *c, const StartupParam *params, int n, uint32_t minor)
+{
 
 	const char *user = NULL, *dbname = NULL, *options = NULL, *replication = NULL;
 	bool has_pq = false;

@@ -156,6 +156,12 @@ static void test_startup_params_good(void **state)
 	assert_string_equal(params[1].value, "db1");
 	assert_string_equal(params[2].key, "application_name");
 	assert_string_equal(params[2].value, "");
+
+	/* without an array the pairs are counted, however many */
+	assert_int_equal(proto_parse_startup(BODY("user\0alice\0database\0db1\0application_name\0\0\0"), NULL, 0), 3);
+	assert_int_equal(proto_parse_startup(BODY("user\0alice\0"), NULL, 0), -1);
+	/* an array too small is an error */
+	assert_int_equal(proto_parse_startup(BODY("user\0alice\0database\0db1\0\0"), params, 1), -1);
 }
 
 static void test_startup_params_points_into_body(void **state)
