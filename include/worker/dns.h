@@ -22,6 +22,14 @@ void dns_init(void);
 /* Resolve `name` for `port`; see DnsResult. err gets the reason on DNS_FAIL. */
 DnsResult dns_lookup(const char *name, int port, struct sockaddr_storage *ss, socklen_t *len, char *err, size_t errlen);
 
+/*
+ * The address of `host` (an IP address, a name, a Unix socket directory
+ * `/dir`, or an abstract one `@name`) and `port`; names go through
+ * dns_lookup().
+ */
+DnsResult dns_address(const char *host, int port, struct sockaddr_storage *ss, socklen_t *len, char *err,
+                      size_t errlen);
+
 /* For SHOW DNS_HOSTS: call fn for every cached name (ttl = seconds left, addrs comma-separated). */
 void dns_foreach_host(void (*fn)(void *arg, const char *name, long long ttl, const char *addrs), void *arg);
 

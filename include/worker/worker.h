@@ -234,6 +234,7 @@ void cancel_handle_request(PgSocket *req, const uint8_t *key);
 void cancel_forwarded(const uint8_t *key); /* a cancel another worker received for our client */
 void cancel_gen_key(PgSocket *c);
 void cancel_server_gone(PgSocket *server); /* cancels on their way for it no longer point at it */
+void cancel_peers_wake(void);              /* a name lookup ended: queued forwards to peers may go */
 
 /* auth_query.c: users not in auth_file looked up with auth_query on a pooled server */
 bool auth_query_wanted(const PgSocket *client);

@@ -10,9 +10,11 @@
 #include <ares.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/un.h>
 
 #include "common/log.h"
 #include "common/util.h"
@@ -127,6 +129,7 @@ static void wake_pools(void)
 		if (!list_empty(&p->waiting_clients))
 			pool_maybe_launch(p);
 	}
+	cancel_peers_wake();
 }
 
 static void on_answer(void *arg, int status, int timeouts, struct ares_addrinfo *res)
@@ -236,4 +239,40 @@ int dns_pending_count(void)
 	List *i;
 	list_for_each(i, &entries) n += container_of(i, DnsEntry, node)->pending;
 	return n;
+}
+
+DnsResult dns_address(const char *host, int port, struct sockaddr_storage *ss, socklen_t *len, char *err, size_t errlen)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (host[0] == '/' || host[0] == '@') {
+		struct sockaddr_un *un = (struct sockaddr_un *)ss;
+		un->sun_family = AF_UNIX;
+		int n = snprintf(un->sun_path, sizeof(un->sun_path), "%s/.s.PGSQL.%d", host, port);
+		if (n < 0 || (size_t)n >= sizeof(un->sun_path)) {
+			snprintf(err, errlen, "unix socket path too long");
+			return DNS_FAIL;
+		}
+		if (host[0] == '@') {
+			un->sun_path[0] = '\0';
+			*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n);
+		} else {
+			*len = sizeof(*un);
+		}
+		return DNS_OK;
+	}
+	struct sockaddr_in *in = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+	if (inet_pton(AF_INET, host, &in->sin_addr) == 1) {
+		in->sin_family = AF_INET;
+		in->sin_port = htons((uint16_t)port);
+		*len = sizeof(*in);
+		return DNS_OK;
+	}
+	if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons((uint16_t)port);
+		*len = sizeof(*in6);
+		return DNS_OK;
+	}
+	return dns_lookup(host, port, ss, len, err, errlen);
 }
