@@ -126,8 +126,7 @@ static void check_server_states(PgPool *pool)
 	int min = pool->db->cf.min_pool_size != CF_UNSET ? pool->db->cf.min_pool_size : wk.cf.g.min_pool_size;
 	if (size > 0 && min > size)
 		min = size;
-	usec_t lifetime = pool->db->cf.server_lifetime > 0 ? (usec_t)pool->db->cf.server_lifetime * USEC_PER_SEC
-	                                                   : wk.cf.g.server_lifetime;
+	usec_t lifetime = pool_server_lifetime(pool);
 	list_for_each_safe(i, &pool->idle_servers, tmp)
 	{
 		PgSocket *s = container_of(i, PgSocket, node);

@@ -517,6 +517,13 @@ int pool_effective_size(const PgPool *pool)
 	return wk.cf.g.default_pool_size;
 }
 
+usec_t pool_server_lifetime(const PgPool *pool)
+{
+	if (pool->db->cf.server_lifetime > 0)
+		return (usec_t)pool->db->cf.server_lifetime * USEC_PER_SEC;
+	return wk.cf.g.server_lifetime;
+}
+
 int pool_server_count(const PgPool *pool)
 {
 	return list_count(&pool->active_servers) + list_count(&pool->idle_servers) + list_count(&pool->used_servers) +

@@ -408,9 +408,7 @@ void pool_server_ready(PgSocket *s)
 	}
 	change_state(s, SV_IDLE);
 
-	/* lifetime and close_needed are honoured when a server becomes free */
-	usec_t lifetime = pool->db->cf.server_lifetime > 0 ? (usec_t)pool->db->cf.server_lifetime * USEC_PER_SEC
-	                                                   : wk.cf.g.server_lifetime;
+	/* close_needed and lifetime are honoured when a server becomes free */
 	if (s->close_needed) {
 		disconnect_server(s, true, "database configuration changed");
 		return;
@@ -426,14 +424,14 @@ void pool_server_ready(PgSocket *s)
 		pool_wake_waiters(pool); /* a first login's welcome still goes out */
 		return;
 	}
-	if (lifetime == 0 || (lifetime > 0 && wk.now - s->connect_time >= lifetime &&
-	                      wk.now - pool->last_lifetime_close >=
-	                          lifetime / (pool_effective_size(pool) > 0 ? pool_effective_size(pool) : 1))) {
-		if (lifetime == 0 || wk.now - s->connect_time >= lifetime) {
-			pool->last_lifetime_close = wk.now;
-			disconnect_server(s, true, "server lifetime over");
-			return;
-		}
+	/* server_lifetime = 0 is no limit (issue #10; spec/config.md says "use each server once") */
+	usec_t lifetime = pool_server_lifetime(pool);
+	int size = pool_effective_size(pool);
+	if (lifetime > 0 && wk.now - s->connect_time >= lifetime &&
+	    wk.now - pool->last_lifetime_close >= lifetime / (size > 0 ? size : 1)) {
+		pool->last_lifetime_close = wk.now;
+		disconnect_server(s, true, "server lifetime over");
+		return;
 	}
 	pool_wake_waiters(pool);
 }
