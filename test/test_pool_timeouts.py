@@ -15,6 +15,94 @@ from test_bad_input import PgWire
 from test_pooling import backend_state, pool_row, show
 
 
+def test_check_query_runs_before_every_reuse_with_delay_zero(bouncer, pg):
+    """server_check_delay = 0: each transaction of a transaction-mode client
+    gets a server that has just answered server_check_query."""
+    pg.sql("CREATE SEQUENCE IF NOT EXISTS pgb_checks")
+    before = pg.sql("SELECT last_value, is_called FROM pgb_checks")[0]
+    start = before[0] if before[1] else 0
+    b = bouncer(ini_overrides={"pool_mode": "transaction", "server_check_delay": 0,
+                               "server_check_query": "SELECT nextval('pgb_checks')"})
+    with b.connect(autocommit=True) as conn:
+        for _ in range(10):
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    checks = pg.sql("SELECT last_value FROM pgb_checks")[0][0] - start
+    # the first transaction has a freshly logged-in server, every later one a checked one
+    assert checks >= 9, f"only {checks} checks for 10 transactions"
+
+
+class DoomableProxy:
+    """A TCP proxy to PostgreSQL whose existing connections can be doomed: a
+    doomed connection closes, silently, as soon as the pooler sends on it,
+    like a server that died while the pooler was not looking. New
+    connections work."""
+
+    def __init__(self, target_port):
+        self.target_port = target_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.conns = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target_port))
+            conn = {"socks": (client, server), "doomed": False}
+            self.conns.append(conn)
+            threading.Thread(target=self._pump, args=(client, server, conn, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, conn, False), daemon=True).start()
+
+    @staticmethod
+    def _close(conn):
+        for s in conn["socks"]:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def _pump(self, src, dst, conn, from_pooler):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data or (from_pooler and conn["doomed"]):
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        self._close(conn)
+
+    def doom_existing(self):
+        for conn in self.conns:
+            conn["doomed"] = True
+
+    def close(self):
+        self.listener.close()
+        for conn in self.conns:
+            self._close(conn)
+
+
+def test_dead_server_not_handed_out_with_check_delay_zero(bouncer, pg):
+    """A server that died unnoticed fails its check, and the client's next
+    transaction runs on a new server instead of failing."""
+    proxy = DoomableProxy(pg.port)
+    try:
+        b = bouncer(ini_overrides={"pool_mode": "transaction", "server_check_delay": 0,
+                                   "server_check_query": "SELECT 1", "default_pool_size": 1},
+                    databases={"postgres": f"host=127.0.0.1 port={proxy.port} dbname=postgres"})
+        conn = b.connect(autocommit=True)
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        proxy.doom_existing()
+        assert conn.execute("SELECT pg_backend_pid()").fetchone()[0] != pid
+        b.wait_log(r"S-0x[0-9a-f]+: postgres/postgres@127\.0\.0\.1:\d+ closing because: server conn crashed\?")
+    finally:
+        proxy.close()
+
+
 def test_server_lifetime_zero_means_no_limit(bouncer, pg):
     b = bouncer(ini_overrides={"server_lifetime": 0, "query_wait_timeout": 5})
     with b.connect(autocommit=True) as conn:

@@ -202,6 +202,8 @@ struct PgSocket {
 	/* protocol state */
 	bool setting_vars;     /* server: running SET for tracked parameters */
 	bool resetting;        /* server: running reset/check query */
+	bool lent;             /* server: given out since its login or its last check (server_check_delay = 0) */
+	bool checking;         /* server: running server_check_query for a waiting client */
 	bool close_needed;     /* server: close when released */
 	bool ready;            /* server: saw ReadyForQuery, no query running */
 	char txn_status;       /* last ReadyForQuery status: I, T, E */

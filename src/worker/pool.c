@@ -297,6 +297,7 @@ static void link_client_server(PgSocket *c, PgSocket *s)
 	s->link = c;
 	c->sb.dst = &s->sb;
 	s->sb.dst = &c->sb;
+	s->lent = true;
 	change_state(s, SV_ACTIVE);
 	if (c->state != CL_ACTIVE)
 		change_state(c, CL_ACTIVE);
@@ -336,7 +337,9 @@ static bool start_check(PgSocket *s)
 		return true;
 	}
 	s->resetting = true;
+	s->checking = true;
 	s->ready = false;
+	s->lent = false;
 	change_state(s, SV_TESTED);
 	return true;
 }
@@ -344,15 +347,14 @@ static bool start_check(PgSocket *s)
 PgSocket *pool_take_idle(PgPool *pool)
 {
 	PgSocket *s = take_idle_server(pool);
-	if (s)
-		return s;
-	List *n = list_first(&pool->used_servers);
-	if (n) {
-		PgSocket *u = container_of(n, PgSocket, node);
-		if (!start_check(u))
-			return u;
+	if (!s) {
+		List *n = list_first(&pool->used_servers);
+		if (!n || start_check(container_of(n, PgSocket, node)))
+			return NULL;
+		s = container_of(n, PgSocket, node); /* no check query any more: idle now */
 	}
-	return NULL;
+	s->lent = true;
+	return s;
 }
 
 bool pool_fast_fail(PgSocket *c)
@@ -373,19 +375,11 @@ bool pool_find_server(PgSocket *c)
 {
 	PgPool *pool = c->pool;
 	if (!pool_paused(pool)) {
-		PgSocket *s = take_idle_server(pool);
+		/* a used server passes the check query first; its answer wakes the pool */
+		PgSocket *s = pool_take_idle(pool);
 		if (s) {
 			link_client_server(c, s);
 			return !s->setting_vars;
-		}
-		/* a used server must pass the check query first */
-		List *n = list_first(&pool->used_servers);
-		if (n) {
-			PgSocket *u = container_of(n, PgSocket, node);
-			if (!start_check(u)) {
-				link_client_server(c, u);
-				return !u->setting_vars;
-			}
 		}
 	}
 	if (pool_fast_fail(c))
@@ -433,6 +427,10 @@ void pool_server_ready(PgSocket *s)
 		disconnect_server(s, true, "server lifetime over");
 		return;
 	}
+	/* server_check_delay = 0: whoever used it, the next user gets it only after a check */
+	const char *check = wk.cf.g.server_check_query;
+	if (s->lent && wk.cf.g.server_check_delay == 0 && check && *check)
+		change_state(s, SV_USED);
 	pool_wake_waiters(pool);
 }
 
@@ -455,17 +453,28 @@ void pool_wake_waiters(PgPool *pool)
 		return;
 	/* auth_query lookups first: they are short, and their clients are still logging in */
 	auth_query_wake(pool);
+	int unserved = 0;
 	list_for_each_safe(i, &pool->waiting_clients, tmp)
 	{
 		PgSocket *c = container_of(i, PgSocket, node);
 		if (c->state != CL_WAITING)
 			continue;
 		PgSocket *s = take_idle_server(pool);
-		if (!s)
-			break;
+		if (!s) {
+			unserved++;
+			continue;
+		}
 		link_client_server(c, s);
 		if (!s->setting_vars)
 			client_server_assigned(c);
+	}
+	/* used servers are checked for the clients still waiting; each answer wakes the pool again */
+	List *n;
+	while (unserved-- > 0 && (n = list_first(&pool->used_servers)) != NULL) {
+		if (!start_check(container_of(n, PgSocket, node))) {
+			pool_wake_waiters(pool); /* no check query any more: it is idle now */
+			return;
+		}
 	}
 	pool_maybe_launch(pool);
 }
@@ -610,6 +619,18 @@ static bool can_launch(PgPool *pool, bool for_replication, BudgetHold *hold)
 	return true;
 }
 
+/* Whether the servers running their check query are enough for the clients waiting for a server. */
+static bool checks_serve_waiters(const PgPool *pool)
+{
+	int checks = 0, waiting = 0;
+	List *i;
+	list_for_each(i, &pool->tested_servers) checks += container_of(i, PgSocket, node)->checking;
+	if (checks == 0)
+		return false;
+	list_for_each(i, &pool->waiting_clients) waiting += container_of(i, PgSocket, node)->state == CL_WAITING;
+	return waiting <= checks;
+}
+
 void pool_maybe_launch(PgPool *pool)
 {
 	if (pool->db->admin)
@@ -626,6 +647,9 @@ void pool_maybe_launch(PgPool *pool)
 		break;
 	}
 	if (!first && !auth_query_waiting(pool))
+		return;
+	/* a server that passes its check is theirs: no new connection for them meanwhile */
+	if (first && first->replication == REPLICATION_NONE && !auth_query_waiting(pool) && checks_serve_waiters(pool))
 		return;
 	BudgetHold hold;
 	if (first && first->replication != REPLICATION_NONE) {

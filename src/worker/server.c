@@ -553,6 +553,7 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 		return SB_CONSUMED;
 	}
 	s->resetting = false;
+	s->checking = false;
 	s->ready = true;
 	pool_server_ready(s);
 	return s->state == SV_JUSTFREE ? SB_CLOSED : SB_CONSUMED;
