@@ -15,6 +15,13 @@ from test_bad_input import PgWire
 from test_pooling import backend_state, pool_row, show
 
 
+def backends_of(pg, user):
+    """PostgreSQL pids of the client backends logged in as `user`."""
+    rows = pg.sql("SELECT pid FROM pg_stat_activity WHERE usename = %s AND backend_type = 'client backend'",
+                  [user])
+    return sorted(r[0] for r in rows)
+
+
 def test_check_query_runs_before_every_reuse_with_delay_zero(bouncer, pg):
     """server_check_delay = 0: each transaction of a transaction-mode client
     gets a server that has just answered server_check_query."""
@@ -115,3 +122,16 @@ def test_server_lifetime_zero_means_no_limit(bouncer, pg):
         with b.connect(autocommit=True) as conn:
             assert conn.execute("SELECT pg_backend_pid()").fetchone()[0] == pid
     assert "server lifetime over" not in b.log_text()
+
+
+def test_min_pool_size_fills_forced_user_pool_without_clients(bouncer, pg):
+    pg.create_role("pgb_minpool", password="minpoolpw")
+    b = bouncer(ini_overrides={"min_pool_size": 2},
+                databases={"warm": pg.connstr("postgres", user="pgb_minpool", password="minpoolpw"),
+                           "postgres": pg.connstr("postgres")})
+    wait_for(lambda: len(backends_of(pg, "pgb_minpool")) == 2,
+             "two servers of the forced user before any client", timeout=15)
+    row = pool_row(b, "warm", "pgb_minpool")
+    assert row is not None and row["cl_active"] == 0 and row["sv_idle"] == 2, row
+    with b.connect(dbname="warm", autocommit=True) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == ("pgb_minpool",)

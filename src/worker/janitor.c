@@ -123,7 +123,7 @@ static void check_server_states(PgPool *pool)
 		}
 	}
 	int size = pool_effective_size(pool);
-	int min = pool->db->cf.min_pool_size != CF_UNSET ? pool->db->cf.min_pool_size : wk.cf.g.min_pool_size;
+	int min = db_min_pool_size(pool->db);
 	if (size > 0 && min > size)
 		min = size;
 	usec_t lifetime = pool_server_lifetime(pool);
@@ -148,13 +148,27 @@ static void check_server_states(PgPool *pool)
 		}
 	}
 	/* min_pool_size: one connection at a time while the pool has clients or a forced user */
-	bool wanted = pool_client_count(pool) > 0 || pool->db->forced_user;
+	bool wanted = pool_client_count(pool) > 0 || (pool->db->forced_user && wk.run_state == RUN_ACTIVE);
 	if (min > 0 && wanted && pool_global_servers(pool) < min && wk.pause_mode == P_NONE && !pool->db->paused &&
 	    list_empty(&pool->new_servers) && !pool->db->admin &&
 	    !(pool->last_login_failed && now - pool->last_failed_time < wk.cf.g.server_login_retry))
 		pool_launch_min(pool, min);
 	/* clients (or auth_query lookups) may wait for a retry after a failed login, or for room */
 	pool_maybe_launch(pool);
+}
+
+/* min_pool_size: the pool of a database with a forced user is filled before any client comes */
+static void open_forced_user_pools(void)
+{
+	if (wk.run_state != RUN_ACTIVE)
+		return;
+	List *i;
+	list_for_each(i, &wk.databases)
+	{
+		PgDatabase *db = container_of(i, PgDatabase, node);
+		if (db->forced_user && !db->admin && !db->placeholder && !db->disabled && db_min_pool_size(db) > 0)
+			(void)pool_get(db, db->forced_user);
+	}
 }
 
 static void check_login_clients(void)
@@ -208,6 +222,7 @@ void janitor_run(void)
 	wk.now = get_time_usec();
 	if (wk.pause_mode != P_SUSPEND) {
 		check_login_clients();
+		open_forced_user_pools();
 		List *i, *tmp;
 		list_for_each_safe(i, &wk.pools, tmp)
 		{

@@ -517,6 +517,11 @@ int pool_effective_size(const PgPool *pool)
 	return wk.cf.g.default_pool_size;
 }
 
+int db_min_pool_size(const PgDatabase *db)
+{
+	return db->cf.min_pool_size != CF_UNSET ? db->cf.min_pool_size : wk.cf.g.min_pool_size;
+}
+
 usec_t pool_server_lifetime(const PgPool *pool)
 {
 	if (pool->db->cf.server_lifetime > 0)
