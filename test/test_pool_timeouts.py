@@ -135,3 +135,18 @@ def test_min_pool_size_fills_forced_user_pool_without_clients(bouncer, pg):
     assert row is not None and row["cl_active"] == 0 and row["sv_idle"] == 2, row
     with b.connect(dbname="warm", autocommit=True) as conn:
         assert conn.execute("SELECT current_user").fetchone() == ("pgb_minpool",)
+
+
+def test_host_list_skips_a_host_that_does_not_resolve(bouncer, pg):
+    b = bouncer(databases={"pair": f"host=no-such-host.invalid,127.0.0.1 port={pg.port} dbname=postgres"},
+                start=False)
+    # a resolver nobody answers on: the test does not depend on the machine's DNS
+    resolv = b.dir / "resolv.conf"
+    b.run_as.write(resolv, "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+    b.update(resolv_conf=str(resolv))
+    b.write_ini()
+    b.start()
+    for _ in range(2):  # while the lookup runs, and once its failure is cached
+        with b.connect(dbname="pair", autocommit=True) as conn:
+            assert conn.execute("SELECT current_database()").fetchone() == ("postgres",)
+    b.wait_log(r'could not resolve host "no-such-host.invalid"')
