@@ -150,3 +150,20 @@ def test_host_list_skips_a_host_that_does_not_resolve(bouncer, pg):
         with b.connect(dbname="pair", autocommit=True) as conn:
             assert conn.execute("SELECT current_database()").fetchone() == ("postgres",)
     b.wait_log(r'could not resolve host "no-such-host.invalid"')
+
+
+def test_safe_shutdown_refuses_a_client_that_needs_a_server(bouncer, pg):
+    """After SHUTDOWN WAIT_FOR_SERVERS a logged-in client without a server
+    is told so at its next query; a client holding a server finishes."""
+    b = bouncer(ini_overrides={"query_wait_timeout": 10})
+    holder = b.connect(autocommit=True)
+    holder.execute("SELECT 1")  # session mode: keeps its server until it leaves
+    late = PgWire(b.port)
+    late.login()  # logged in, no server yet
+    with b.admin() as admin:
+        admin.execute("SHUTDOWN WAIT_FOR_SERVERS")  # answered once the pooler is shutting down
+    late.send(b"Q\x00\x00\x00\x0dSELECT 1\x00")
+    late.expect_fatal("server shutting down")
+    assert holder.execute("SELECT 'holder finishes'").fetchone() == ("holder finishes",)
+    holder.close()
+    b.wait_log(r"server connections dropped, exiting")

@@ -382,6 +382,11 @@ bool pool_find_server(PgSocket *c)
 			return !s->setting_vars;
 		}
 	}
+	/* the safe shutdown hands out no more servers: queueing would be for ever */
+	if (wk.run_state == RUN_SHUTDOWN_SERVERS) {
+		disconnect_client(c, true, "server shutting down");
+		return false;
+	}
 	if (pool_fast_fail(c))
 		return false;
 	c->wait_start = wk.now;
