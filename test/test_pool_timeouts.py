@@ -167,3 +167,15 @@ def test_safe_shutdown_refuses_a_client_that_needs_a_server(bouncer, pg):
     assert holder.execute("SELECT 'holder finishes'").fetchone() == ("holder finishes",)
     holder.close()
     b.wait_log(r"server connections dropped, exiting")
+
+
+def test_query_timeout_counts_while_waiting_at_login(bouncer, pg):
+    """The first server of a pool never comes: query_timeout ends the wait
+    before client_login_timeout does."""
+    dead_port = free_port()
+    b = bouncer(ini_overrides={"query_timeout": 1, "client_login_timeout": 8, "server_login_retry": 30},
+                databases={"down": f"host=127.0.0.1 port={dead_port} dbname=postgres",
+                           "postgres": pg.connstr("postgres")})
+    w = PgWire(b.port)
+    w.startup(database="down")
+    w.expect_fatal("query_timeout")

@@ -25,9 +25,16 @@ static void check_client_timeouts(PgPool *pool)
 {
 	List *i, *tmp;
 	usec_t now = wk.now;
+	/* a queued query, or a login waiting for the pool's first server, counts against query_timeout */
+	const PgUser *pu = pool->user;
+	usec_t qt = user_timeout(pu, pu->cf ? pu->cf->query_timeout : 0, wk.cf.g.query_timeout);
 	list_for_each_safe(i, &pool->waiting_clients, tmp)
 	{
 		PgSocket *c = container_of(i, PgSocket, node);
+		if (qt > 0 && now - c->wait_start > qt) {
+			disconnect_client(c, true, "query_timeout");
+			continue;
+		}
 		if (c->state == CL_WAITING_LOGIN) {
 			if (wk.cf.g.client_login_timeout > 0 && now - c->connect_time > wk.cf.g.client_login_timeout)
 				disconnect_client(c, true, "client_login_timeout (server down)");
@@ -39,13 +46,6 @@ static void check_client_timeouts(PgPool *pool)
 			qwt = (usec_t)u->cf->query_wait_timeout * USEC_PER_SEC;
 		else if (pool->db->cf.query_wait_timeout != CF_UNSET)
 			qwt = (usec_t)pool->db->cf.query_wait_timeout * USEC_PER_SEC;
-		/* a queued query counts against query_timeout too (spec/cli.md §7) */
-		const PgUser *pu = pool->user;
-		usec_t qt = user_timeout(pu, pu->cf ? pu->cf->query_timeout : 0, wk.cf.g.query_timeout);
-		if (qt > 0 && now - c->wait_start > qt) {
-			disconnect_client(c, true, "query_timeout");
-			continue;
-		}
 		if (qwt > 0 && now - c->wait_start > qwt) {
 			disconnect_client(c, true, "query_wait_timeout");
 			continue;
