@@ -179,3 +179,38 @@ def test_query_timeout_counts_while_waiting_at_login(bouncer, pg):
     w = PgWire(b.port)
     w.startup(database="down")
     w.expect_fatal("query_timeout")
+
+
+def test_server_fast_close_after_reconnect(bouncer, pg):
+    """server_fast_close = 1 in session mode: after RECONNECT an idle session
+    loses its server (and its connection) at once; one inside a transaction
+    finishes the transaction first."""
+    b = bouncer(ini_overrides={"server_fast_close": 1})
+    idle = b.connect(autocommit=True)
+    idle_pid = idle.execute("SELECT pg_backend_pid()").fetchone()[0]
+    busy = b.connect()
+    busy_pid = busy.execute("SELECT pg_backend_pid()").fetchone()[0]  # opens a transaction
+    with b.admin() as admin:
+        admin.execute("RECONNECT")
+    wait_for(lambda: backend_state(pg, idle_pid) is None, "the idle session's server to be closed", timeout=10)
+    with pytest.raises(psycopg.OperationalError, match="database configuration changed"):
+        idle.execute("SELECT 1")
+    assert busy.execute("SELECT 'still in my transaction'").fetchone() == ("still in my transaction",)
+    assert backend_state(pg, busy_pid) is not None
+    busy.commit()
+    wait_for(lambda: backend_state(pg, busy_pid) is None, "the server to close at transaction end", timeout=10)
+    with b.connect(autocommit=True) as conn:
+        assert conn.execute("SELECT pg_backend_pid()").fetchone()[0] not in (idle_pid, busy_pid)
+
+
+def test_server_fast_close_off_waits_for_session_end(bouncer, pg):
+    b = bouncer()
+    conn = b.connect(autocommit=True)
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    with b.admin() as admin:
+        admin.execute("RECONNECT")
+        wait_for(lambda: [r for r in show(admin, "SERVERS") if r["close_needed"] == 1],
+                 "the server to be marked close_needed")
+    assert conn.execute("SELECT pg_backend_pid()").fetchone()[0] == pid
+    conn.close()
+    wait_for(lambda: backend_state(pg, pid) is None, "the server to close at session end")

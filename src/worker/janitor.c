@@ -95,6 +95,11 @@ static void check_linked_server_timeouts(PgPool *pool)
 		}
 		if (!c)
 			continue;
+		if (s->close_needed && wk.cf.g.server_fast_close && pool_effective_mode(pool) == POOL_SESSION &&
+		    server_between_transactions(s)) {
+			disconnect_server(s, true, "database configuration changed");
+			continue;
+		}
 		if (qt > 0 && c->query_start && now - c->query_start > qt) {
 			disconnect_server(s, true, "query timeout");
 			continue;

@@ -714,6 +714,12 @@ SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *d
 	}
 }
 
+bool server_between_transactions(const PgSocket *s)
+{
+	return s->ready && s->txn_status == 'I' && !s->copy_mode && s->rq.count == 0 && !s->rq.copy_in &&
+	       sbuf_is_flushed(&s->sb) && sbuf_unprocessed(&s->sb) == 0;
+}
+
 /* The client let go of this server (session end): reset it and make it idle, or close it. */
 void server_release(PgSocket *s)
 {
@@ -732,8 +738,7 @@ void server_release(PgSocket *s)
 		disconnect_server(s, true, "close_needed");
 		return;
 	}
-	if (!s->ready || s->txn_status != 'I' || s->copy_mode || s->rq.count > 0 || s->rq.copy_in ||
-	    !sbuf_is_flushed(&s->sb) || sbuf_unprocessed(&s->sb) > 0) {
+	if (!server_between_transactions(s)) {
 		disconnect_server(s, true, "client disconnect while server was not ready");
 		return;
 	}
