@@ -214,3 +214,16 @@ def test_server_fast_close_off_waits_for_session_end(bouncer, pg):
     assert conn.execute("SELECT pg_backend_pid()").fetchone()[0] == pid
     conn.close()
     wait_for(lambda: backend_state(pg, pid) is None, "the server to close at session end")
+
+
+def test_pool_idle_timeout_frees_an_unused_pool(bouncer, pg):
+    b = bouncer(ini_overrides={"pool_idle_timeout": 1, "server_idle_timeout": 1})
+    with b.connect(autocommit=True) as conn:
+        # in use for longer than pool_idle_timeout: kept
+        assert conn.execute("SELECT pg_sleep(2.5), 1").fetchone() == ("", 1)
+        assert pool_row(b) is not None
+    wait_for(lambda: pool_row(b) is None, "the unused pool to leave SHOW POOLS", timeout=15)
+    # it comes back on the next login
+    with b.connect(autocommit=True) as conn:
+        assert conn.execute("SELECT 'pool again'").fetchone() == ("pool again",)
+        assert pool_row(b) is not None

@@ -144,6 +144,7 @@ struct PgPool {
 	usec_t last_failed_time;
 	char failed_msg[256];       /* cached reason for the fast-fail message */
 	usec_t last_lifetime_close; /* spacing of server_lifetime closes */
+	usec_t unused_since;        /* pool_idle_timeout: first seen without clients and servers; 0 = in use */
 	BudgetRef budget;           /* its global server count (pool_size, reserve, min_pool_size) */
 	int mode;                   /* effective pool_mode, as of config generation mode_gen */
 	uint32_t mode_gen;          /* wk.cf_gen + 1 when mode was computed; 0 = never */

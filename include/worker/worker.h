@@ -115,6 +115,7 @@ PgUser *user_find(const char *name);
 PgUser *user_add(const char *name);
 void user_set_secret(PgUser *u, const char *secret, SecretKind kind);
 PgPool *pool_get(PgDatabase *db, PgUser *user);
+void pool_free(PgPool *pool); /* one without clients and servers; its statistics go with it */
 PgPool *pool_find(PgDatabase *db, PgUser *user);
 void objects_load_databases(void);
 void objects_load_userlist(bool force);

@@ -176,6 +176,31 @@ static void open_forced_user_pools(void)
 	}
 }
 
+static bool pool_unused(const PgPool *pool)
+{
+	return pool_client_count(pool) == 0 && pool_server_count(pool) == 0 && list_empty(&pool->active_cancel_req) &&
+	       list_empty(&pool->waiting_cancel_req) && list_empty(&pool->active_cancel_servers) &&
+	       !auth_query_waiting(pool);
+}
+
+/* pool_idle_timeout: free a pool that has had no clients and no servers for that long. */
+static void check_pool_idle(PgPool *pool)
+{
+	const PgDatabase *db = pool->db;
+	/* the console's pool, and a forced-user pool that min_pool_size keeps filling, stay */
+	bool kept = db->admin || (db->forced_user == pool->user && db_min_pool_size(db) > 0);
+	if (wk.cf.g.pool_idle_timeout <= 0 || kept || !pool_unused(pool)) {
+		pool->unused_since = 0;
+		return;
+	}
+	if (!pool->unused_since) {
+		pool->unused_since = wk.now;
+	} else if (wk.now - pool->unused_since > wk.cf.g.pool_idle_timeout) {
+		log_debug("pool %s/%s unused for pool_idle_timeout, freed", db->name, pool->user->name);
+		pool_free(pool);
+	}
+}
+
 static void check_login_clients(void)
 {
 	List *i, *tmp;
@@ -209,12 +234,7 @@ static void check_autodb(void)
 				PgPool *pool = container_of(p, PgPool, node);
 				if (pool->db != db)
 					continue;
-				pool_budget_forget(pool);
-				list_del(&pool->node);
-				pktbuf_free(&pool->welcome_params);
-				for (int k = 0; k < MAX_TRACKED; k++)
-					var_set(&pool->defaults[k], NULL);
-				free(pool);
+				pool_free(pool);
 			}
 			list_del(&db->node);
 			list_append(&wk.autodb_idle, &db->node);
@@ -235,6 +255,7 @@ void janitor_run(void)
 			check_client_timeouts(pool);
 			check_linked_server_timeouts(pool);
 			check_server_states(pool);
+			check_pool_idle(pool);
 		}
 		check_autodb();
 	}

@@ -461,8 +461,10 @@ PgPool *pool_find(PgDatabase *db, PgUser *user)
 PgPool *pool_get(PgDatabase *db, PgUser *user)
 {
 	PgPool *pool = pool_find(db, user);
-	if (pool)
+	if (pool) {
+		pool->unused_since = 0; /* a login counts as use, even between two janitor passes */
 		return pool;
+	}
 	pool = xcalloc(1, sizeof(*pool));
 	pool->db = db;
 	pool->user = user;
@@ -484,6 +486,16 @@ PgPool *pool_get(PgDatabase *db, PgUser *user)
 	}
 	list_insert_between(&pool->node, i->prev, i);
 	return pool;
+}
+
+void pool_free(PgPool *pool)
+{
+	pool_budget_forget(pool);
+	list_del(&pool->node);
+	pktbuf_free(&pool->welcome_params);
+	for (int k = 0; k < MAX_TRACKED; k++)
+		var_set(&pool->defaults[k], NULL);
+	free(pool);
 }
 
 static int compute_mode(const PgPool *pool)
