@@ -144,6 +144,7 @@ struct PgPool {
 	usec_t last_failed_time;
 	char failed_msg[256];       /* cached reason for the fast-fail message */
 	usec_t last_lifetime_close; /* spacing of server_lifetime closes */
+	usec_t unused_since;        /* pool_idle_timeout: first seen without clients and servers; 0 = in use */
 	BudgetRef budget;           /* its global server count (pool_size, reserve, min_pool_size) */
 	int mode;                   /* effective pool_mode, as of config generation mode_gen */
 	uint32_t mode_gen;          /* wk.cf_gen + 1 when mode was computed; 0 = never */
@@ -202,6 +203,8 @@ struct PgSocket {
 	/* protocol state */
 	bool setting_vars;     /* server: running SET for tracked parameters */
 	bool resetting;        /* server: running reset/check query */
+	bool lent;             /* server: given out since its login or its last check (server_check_delay = 0) */
+	bool checking;         /* server: running server_check_query for a waiting client */
 	bool close_needed;     /* server: close when released */
 	bool ready;            /* server: saw ReadyForQuery, no query running */
 	char txn_status;       /* last ReadyForQuery status: I, T, E */

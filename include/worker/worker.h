@@ -115,6 +115,7 @@ PgUser *user_find(const char *name);
 PgUser *user_add(const char *name);
 void user_set_secret(PgUser *u, const char *secret, SecretKind kind);
 PgPool *pool_get(PgDatabase *db, PgUser *user);
+void pool_free(PgPool *pool); /* one without clients and servers; its statistics go with it */
 PgPool *pool_find(PgDatabase *db, PgUser *user);
 void objects_load_databases(void);
 void objects_load_userlist(bool force);
@@ -125,6 +126,8 @@ void client_send_error(PgSocket *c, bool fatal_err, const char *sqlstate, const 
 const char *state_name(SocketState st, bool for_sockets);
 int pool_effective_mode(const PgPool *pool);
 int pool_effective_size(const PgPool *pool);
+int db_min_pool_size(const PgDatabase *db);      /* min_pool_size: database, else global */
+usec_t pool_server_lifetime(const PgPool *pool); /* server_lifetime: database, else global; 0 = no limit */
 int pool_server_count(const PgPool *pool);
 int pool_client_count(const PgPool *pool);
 void slog(LogLevel level, const PgSocket *s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -148,6 +151,8 @@ SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *d
 bool server_launch(PgPool *pool, BudgetHold *hold);
 bool server_launch_replication(PgPool *pool, PgSocket *client, BudgetHold *hold); /* dedicated, linked to client */
 void server_release(PgSocket *server);
+/* Idle outside a transaction, nothing outstanding or unsent: it can go back to the pool (or be closed) now. */
+bool server_between_transactions(const PgSocket *server);
 void server_reset_or_ready(PgSocket *server, bool always_reset); /* released and ready: reset query, then idle */
 bool server_param_status(PgSocket *server, const uint8_t *body, uint32_t len); /* false: malformed */
 

@@ -225,7 +225,7 @@ static bool show_databases(PgSocket *c)
 	{
 		PgDatabase *db = container_of(i, PgDatabase, node);
 		int pool_size = db->cf.pool_size != CF_UNSET ? db->cf.pool_size : wk.cf.g.default_pool_size;
-		int minp = db->cf.min_pool_size != CF_UNSET ? db->cf.min_pool_size : wk.cf.g.min_pool_size;
+		int minp = db_min_pool_size(db);
 		int resv = db->cf.reserve_pool_size != CF_UNSET ? db->cf.reserve_pool_size : wk.cf.g.reserve_pool_size;
 		int life =
 		    db->cf.server_lifetime > 0 ? db->cf.server_lifetime : (int)(wk.cf.g.server_lifetime / USEC_PER_SEC);

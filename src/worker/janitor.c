@@ -25,9 +25,16 @@ static void check_client_timeouts(PgPool *pool)
 {
 	List *i, *tmp;
 	usec_t now = wk.now;
+	/* a queued query, or a login waiting for the pool's first server, counts against query_timeout */
+	const PgUser *pu = pool->user;
+	usec_t qt = user_timeout(pu, pu->cf ? pu->cf->query_timeout : 0, wk.cf.g.query_timeout);
 	list_for_each_safe(i, &pool->waiting_clients, tmp)
 	{
 		PgSocket *c = container_of(i, PgSocket, node);
+		if (qt > 0 && now - c->wait_start > qt) {
+			disconnect_client(c, true, "query_timeout");
+			continue;
+		}
 		if (c->state == CL_WAITING_LOGIN) {
 			if (wk.cf.g.client_login_timeout > 0 && now - c->connect_time > wk.cf.g.client_login_timeout)
 				disconnect_client(c, true, "client_login_timeout (server down)");
@@ -39,13 +46,6 @@ static void check_client_timeouts(PgPool *pool)
 			qwt = (usec_t)u->cf->query_wait_timeout * USEC_PER_SEC;
 		else if (pool->db->cf.query_wait_timeout != CF_UNSET)
 			qwt = (usec_t)pool->db->cf.query_wait_timeout * USEC_PER_SEC;
-		/* a queued query counts against query_timeout too (spec/cli.md §7) */
-		const PgUser *pu = pool->user;
-		usec_t qt = user_timeout(pu, pu->cf ? pu->cf->query_timeout : 0, wk.cf.g.query_timeout);
-		if (qt > 0 && now - c->wait_start > qt) {
-			disconnect_client(c, true, "query_timeout");
-			continue;
-		}
 		if (qwt > 0 && now - c->wait_start > qwt) {
 			disconnect_client(c, true, "query_wait_timeout");
 			continue;
@@ -95,6 +95,11 @@ static void check_linked_server_timeouts(PgPool *pool)
 		}
 		if (!c)
 			continue;
+		if (s->close_needed && wk.cf.g.server_fast_close && pool_effective_mode(pool) == POOL_SESSION &&
+		    server_between_transactions(s)) {
+			disconnect_server(s, true, "database configuration changed");
+			continue;
+		}
 		if (qt > 0 && c->query_start && now - c->query_start > qt) {
 			disconnect_server(s, true, "query timeout");
 			continue;
@@ -123,11 +128,10 @@ static void check_server_states(PgPool *pool)
 		}
 	}
 	int size = pool_effective_size(pool);
-	int min = pool->db->cf.min_pool_size != CF_UNSET ? pool->db->cf.min_pool_size : wk.cf.g.min_pool_size;
+	int min = db_min_pool_size(pool->db);
 	if (size > 0 && min > size)
 		min = size;
-	usec_t lifetime = pool->db->cf.server_lifetime > 0 ? (usec_t)pool->db->cf.server_lifetime * USEC_PER_SEC
-	                                                   : wk.cf.g.server_lifetime;
+	usec_t lifetime = pool_server_lifetime(pool);
 	list_for_each_safe(i, &pool->idle_servers, tmp)
 	{
 		PgSocket *s = container_of(i, PgSocket, node);
@@ -149,13 +153,52 @@ static void check_server_states(PgPool *pool)
 		}
 	}
 	/* min_pool_size: one connection at a time while the pool has clients or a forced user */
-	bool wanted = pool_client_count(pool) > 0 || pool->db->forced_user;
+	bool wanted = pool_client_count(pool) > 0 || (pool->db->forced_user && wk.run_state == RUN_ACTIVE);
 	if (min > 0 && wanted && pool_global_servers(pool) < min && wk.pause_mode == P_NONE && !pool->db->paused &&
 	    list_empty(&pool->new_servers) && !pool->db->admin &&
 	    !(pool->last_login_failed && now - pool->last_failed_time < wk.cf.g.server_login_retry))
 		pool_launch_min(pool, min);
 	/* clients (or auth_query lookups) may wait for a retry after a failed login, or for room */
 	pool_maybe_launch(pool);
+}
+
+/* min_pool_size: the pool of a database with a forced user is filled before any client comes */
+static void open_forced_user_pools(void)
+{
+	if (wk.run_state != RUN_ACTIVE)
+		return;
+	List *i;
+	list_for_each(i, &wk.databases)
+	{
+		PgDatabase *db = container_of(i, PgDatabase, node);
+		if (db->forced_user && !db->admin && !db->placeholder && !db->disabled && db_min_pool_size(db) > 0)
+			(void)pool_get(db, db->forced_user);
+	}
+}
+
+static bool pool_unused(const PgPool *pool)
+{
+	return pool_client_count(pool) == 0 && pool_server_count(pool) == 0 && list_empty(&pool->active_cancel_req) &&
+	       list_empty(&pool->waiting_cancel_req) && list_empty(&pool->active_cancel_servers) &&
+	       !auth_query_waiting(pool);
+}
+
+/* pool_idle_timeout: free a pool that has had no clients and no servers for that long. */
+static void check_pool_idle(PgPool *pool)
+{
+	const PgDatabase *db = pool->db;
+	/* the console's pool, and a forced-user pool that min_pool_size keeps filling, stay */
+	bool kept = db->admin || (db->forced_user == pool->user && db_min_pool_size(db) > 0);
+	if (wk.cf.g.pool_idle_timeout <= 0 || kept || !pool_unused(pool)) {
+		pool->unused_since = 0;
+		return;
+	}
+	if (!pool->unused_since) {
+		pool->unused_since = wk.now;
+	} else if (wk.now - pool->unused_since > wk.cf.g.pool_idle_timeout) {
+		log_debug("pool %s/%s unused for pool_idle_timeout, freed", db->name, pool->user->name);
+		pool_free(pool);
+	}
 }
 
 static void check_login_clients(void)
@@ -191,12 +234,7 @@ static void check_autodb(void)
 				PgPool *pool = container_of(p, PgPool, node);
 				if (pool->db != db)
 					continue;
-				pool_budget_forget(pool);
-				list_del(&pool->node);
-				pktbuf_free(&pool->welcome_params);
-				for (int k = 0; k < MAX_TRACKED; k++)
-					var_set(&pool->defaults[k], NULL);
-				free(pool);
+				pool_free(pool);
 			}
 			list_del(&db->node);
 			list_append(&wk.autodb_idle, &db->node);
@@ -209,6 +247,7 @@ void janitor_run(void)
 	wk.now = get_time_usec();
 	if (wk.pause_mode != P_SUSPEND) {
 		check_login_clients();
+		open_forced_user_pools();
 		List *i, *tmp;
 		list_for_each_safe(i, &wk.pools, tmp)
 		{
@@ -216,6 +255,7 @@ void janitor_run(void)
 			check_client_timeouts(pool);
 			check_linked_server_timeouts(pool);
 			check_server_states(pool);
+			check_pool_idle(pool);
 		}
 		check_autodb();
 	}

@@ -461,8 +461,10 @@ PgPool *pool_find(PgDatabase *db, PgUser *user)
 PgPool *pool_get(PgDatabase *db, PgUser *user)
 {
 	PgPool *pool = pool_find(db, user);
-	if (pool)
+	if (pool) {
+		pool->unused_since = 0; /* a login counts as use, even between two janitor passes */
 		return pool;
+	}
 	pool = xcalloc(1, sizeof(*pool));
 	pool->db = db;
 	pool->user = user;
@@ -484,6 +486,16 @@ PgPool *pool_get(PgDatabase *db, PgUser *user)
 	}
 	list_insert_between(&pool->node, i->prev, i);
 	return pool;
+}
+
+void pool_free(PgPool *pool)
+{
+	pool_budget_forget(pool);
+	list_del(&pool->node);
+	pktbuf_free(&pool->welcome_params);
+	for (int k = 0; k < MAX_TRACKED; k++)
+		var_set(&pool->defaults[k], NULL);
+	free(pool);
 }
 
 static int compute_mode(const PgPool *pool)
@@ -515,6 +527,18 @@ int pool_effective_size(const PgPool *pool)
 	if (pool->db->cf.pool_size != CF_UNSET)
 		return pool->db->cf.pool_size;
 	return wk.cf.g.default_pool_size;
+}
+
+int db_min_pool_size(const PgDatabase *db)
+{
+	return db->cf.min_pool_size != CF_UNSET ? db->cf.min_pool_size : wk.cf.g.min_pool_size;
+}
+
+usec_t pool_server_lifetime(const PgPool *pool)
+{
+	if (pool->db->cf.server_lifetime > 0)
+		return (usec_t)pool->db->cf.server_lifetime * USEC_PER_SEC;
+	return wk.cf.g.server_lifetime;
 }
 
 int pool_server_count(const PgPool *pool)

@@ -310,6 +310,7 @@ static void link_client_server(PgSocket *c, PgSocket *s)
 	s->link = c;
 	c->sb.dst = &s->sb;
 	s->sb.dst = &c->sb;
+	s->lent = true;
 	change_state(s, SV_ACTIVE);
 	if (c->state != CL_ACTIVE)
 		change_state(c, CL_ACTIVE);
@@ -349,7 +350,9 @@ static bool start_check(PgSocket *s)
 		return true;
 	}
 	s->resetting = true;
+	s->checking = true;
 	s->ready = false;
+	s->lent = false;
 	change_state(s, SV_TESTED);
 	return true;
 }
@@ -357,15 +360,14 @@ static bool start_check(PgSocket *s)
 PgSocket *pool_take_idle(PgPool *pool)
 {
 	PgSocket *s = take_idle_server(pool);
-	if (s)
-		return s;
-	List *n = list_first(&pool->used_servers);
-	if (n) {
-		PgSocket *u = container_of(n, PgSocket, node);
-		if (!start_check(u))
-			return u;
+	if (!s) {
+		List *n = list_first(&pool->used_servers);
+		if (!n || start_check(container_of(n, PgSocket, node)))
+			return NULL;
+		s = container_of(n, PgSocket, node); /* no check query any more: idle now */
 	}
-	return NULL;
+	s->lent = true;
+	return s;
 }
 
 bool pool_fast_fail(PgSocket *c)
@@ -386,20 +388,17 @@ bool pool_find_server(PgSocket *c)
 {
 	PgPool *pool = c->pool;
 	if (!pool_paused(pool)) {
-		PgSocket *s = take_idle_server(pool);
+		/* a used server passes the check query first; its answer wakes the pool */
+		PgSocket *s = pool_take_idle(pool);
 		if (s) {
 			link_client_server(c, s);
 			return !s->setting_vars;
 		}
-		/* a used server must pass the check query first */
-		List *n = list_first(&pool->used_servers);
-		if (n) {
-			PgSocket *u = container_of(n, PgSocket, node);
-			if (!start_check(u)) {
-				link_client_server(c, u);
-				return !u->setting_vars;
-			}
-		}
+	}
+	/* the safe shutdown hands out no more servers: queueing would be for ever */
+	if (wk.run_state == RUN_SHUTDOWN_SERVERS) {
+		disconnect_client(c, true, "server shutting down");
+		return false;
 	}
 	if (pool_fast_fail(c))
 		return false;
@@ -421,9 +420,7 @@ void pool_server_ready(PgSocket *s)
 	}
 	change_state(s, SV_IDLE);
 
-	/* lifetime and close_needed are honoured when a server becomes free */
-	usec_t lifetime = pool->db->cf.server_lifetime > 0 ? (usec_t)pool->db->cf.server_lifetime * USEC_PER_SEC
-	                                                   : wk.cf.g.server_lifetime;
+	/* close_needed and lifetime are honoured when a server becomes free */
 	if (s->close_needed) {
 		disconnect_server(s, true, "database configuration changed");
 		return;
@@ -439,15 +436,19 @@ void pool_server_ready(PgSocket *s)
 		pool_wake_waiters(pool); /* a first login's welcome still goes out */
 		return;
 	}
-	if (lifetime == 0 || (lifetime > 0 && wk.now - s->connect_time >= lifetime &&
-	                      wk.now - pool->last_lifetime_close >=
-	                          lifetime / (pool_effective_size(pool) > 0 ? pool_effective_size(pool) : 1))) {
-		if (lifetime == 0 || wk.now - s->connect_time >= lifetime) {
-			pool->last_lifetime_close = wk.now;
-			disconnect_server(s, true, "server lifetime over");
-			return;
-		}
+	/* server_lifetime = 0 is no limit (issue #10; spec/config.md says "use each server once") */
+	usec_t lifetime = pool_server_lifetime(pool);
+	int size = pool_effective_size(pool);
+	if (lifetime > 0 && wk.now - s->connect_time >= lifetime &&
+	    wk.now - pool->last_lifetime_close >= lifetime / (size > 0 ? size : 1)) {
+		pool->last_lifetime_close = wk.now;
+		disconnect_server(s, true, "server lifetime over");
+		return;
 	}
+	/* server_check_delay = 0: whoever used it, the next user gets it only after a check */
+	const char *check = wk.cf.g.server_check_query;
+	if (s->lent && wk.cf.g.server_check_delay == 0 && check && *check)
+		change_state(s, SV_USED);
 	pool_wake_waiters(pool);
 }
 
@@ -470,17 +471,28 @@ void pool_wake_waiters(PgPool *pool)
 		return;
 	/* auth_query lookups first: they are short, and their clients are still logging in */
 	auth_query_wake(pool);
+	int unserved = 0;
 	list_for_each_safe(i, &pool->waiting_clients, tmp)
 	{
 		PgSocket *c = container_of(i, PgSocket, node);
 		if (c->state != CL_WAITING)
 			continue;
 		PgSocket *s = take_idle_server(pool);
-		if (!s)
-			break;
+		if (!s) {
+			unserved++;
+			continue;
+		}
 		link_client_server(c, s);
 		if (!s->setting_vars)
 			client_server_assigned(c);
+	}
+	/* used servers are checked for the clients still waiting; each answer wakes the pool again */
+	List *n;
+	while (unserved-- > 0 && (n = list_first(&pool->used_servers)) != NULL) {
+		if (!start_check(container_of(n, PgSocket, node))) {
+			pool_wake_waiters(pool); /* no check query any more: it is idle now */
+			return;
+		}
 	}
 	pool_maybe_launch(pool);
 }
@@ -625,6 +637,18 @@ static bool can_launch(PgPool *pool, bool for_replication, BudgetHold *hold)
 	return true;
 }
 
+/* Whether the servers running their check query are enough for the clients waiting for a server. */
+static bool checks_serve_waiters(const PgPool *pool)
+{
+	int checks = 0, waiting = 0;
+	List *i;
+	list_for_each(i, &pool->tested_servers) checks += container_of(i, PgSocket, node)->checking;
+	if (checks == 0)
+		return false;
+	list_for_each(i, &pool->waiting_clients) waiting += container_of(i, PgSocket, node)->state == CL_WAITING;
+	return waiting <= checks;
+}
+
 /*
  * Waiting clients are not read (their input waits for a server), so a
  * client that hung up is not seen by the event loop. Before a server is
@@ -632,6 +656,15 @@ static bool can_launch(PgPool *pool, bool for_replication, BudgetHold *hold)
  * closed peer even when unread bytes precede its FIN. Those gone are
  * dropped, so a login that keeps failing is not retried for nobody.
  */
+static void poll_and_drop(struct pollfd *fds, PgSocket **socks, int n)
+{
+	if (n == 0 || poll(fds, (nfds_t)n, 0) <= 0)
+		return;
+	for (int k = 0; k < n; k++)
+		if (fds[k].revents & (POLLRDHUP | POLLHUP | POLLERR))
+			disconnect_client(socks[k], false, "client disconnected while waiting");
+}
+
 static void drop_gone_waiters(PgPool *pool)
 {
 	enum { BATCH = 64 };
@@ -646,15 +679,12 @@ static void drop_gone_waiters(PgPool *pool)
 			continue;
 		fds[n] = (struct pollfd){.fd = c->sb.fd, .events = POLLRDHUP};
 		socks[n++] = c;
-		if (n == BATCH || tmp == &pool->waiting_clients) {
-			if (poll(fds, (nfds_t)n, 0) > 0) {
-				for (int k = 0; k < n; k++)
-					if (fds[k].revents & (POLLRDHUP | POLLHUP | POLLERR))
-						disconnect_client(socks[k], false, "client disconnected while waiting");
-			}
+		if (n == BATCH) {
+			poll_and_drop(fds, socks, n); /* only clients before `tmp` go */
 			n = 0;
 		}
 	}
+	poll_and_drop(fds, socks, n);
 }
 
 /* The first waiting client that needs a new server; it says which kind. */
@@ -678,6 +708,9 @@ void pool_maybe_launch(PgPool *pool)
 	/* auth_query lookups need a normal server */
 	PgSocket *first = first_needing_server(pool);
 	if (!first && !auth_query_waiting(pool))
+		return;
+	/* a server that passes its check is theirs: no new connection for them meanwhile */
+	if (first && first->replication == REPLICATION_NONE && !auth_query_waiting(pool) && checks_serve_waiters(pool))
 		return;
 	bool repl = first && first->replication != REPLICATION_NONE;
 	BudgetHold hold;

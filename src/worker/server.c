@@ -23,8 +23,20 @@
 #include "worker/dns.h"
 #include "worker/worker.h"
 
-/* Pick the host for a new connection (host lists rotate per pool's database). */
-/* `host` receives the host list entry used (the name TLS verify-full checks). */
+/* Entries in the database's host list (1 for a single host or none). */
+static int host_count(const PgDatabase *db)
+{
+	int n = 1;
+	for (const char *p = db->cf.host; p && *p; p++)
+		n += *p == ',';
+	return n;
+}
+
+/*
+ * Pick the host for a new connection (host lists rotate per pool's
+ * database). `host` receives the host list entry used (the name TLS
+ * verify-full checks).
+ */
 static DnsResult pick_address(PgPool *pool, struct sockaddr_storage *ss, socklen_t *len, char *host, size_t hostlen,
                               char *err, size_t errlen)
 {
@@ -33,11 +45,7 @@ static DnsResult pick_address(PgPool *pool, struct sockaddr_storage *ss, socklen
 	host[0] = '\0';
 	if (db->cf.host && *db->cf.host) {
 		/* comma-separated list: choose one entry */
-		int n = 1;
-		for (const char *p = db->cf.host; *p; p++)
-			if (*p == ',')
-				n++;
-		int want = db->host_index % n;
+		int want = db->host_index % host_count(db);
 		const char *p = db->cf.host;
 		for (int i = 0; i < want; i++)
 			p = strchr(p, ',') + 1;
@@ -87,10 +95,9 @@ static DnsResult pick_address(PgPool *pool, struct sockaddr_storage *ss, socklen
 		/* a name: asynchronous lookup through c-ares, cached */
 		r = dns_lookup(host, port, ss, len, err, errlen);
 	}
-	if (r == DNS_OK && db->cf.load_balance_hosts == LB_ROUND_ROBIN)
+	/* round-robin moves on at every attempt; disable sticks to a host until it fails */
+	if (r == DNS_FAIL || (r == DNS_OK && db->cf.load_balance_hosts == LB_ROUND_ROBIN))
 		db->host_index++;
-	else if (r == DNS_FAIL && db->cf.load_balance_hosts == LB_DISABLE)
-		db->host_index++; /* stick to a host until it fails */
 	return r;
 }
 
@@ -150,14 +157,19 @@ static bool launch(PgPool *pool, PgSocket *repl_client, BudgetHold *hold)
 	struct sockaddr_storage ss;
 	socklen_t len;
 	char err[320], host[256];
-	DnsResult r = pick_address(pool, &ss, &len, host, sizeof(host), err, sizeof(err));
+	/* a name of a host list that does not resolve is skipped: the next one may */
+	DnsResult r;
+	int tries = host_count(pool->db);
+	do
+		r = pick_address(pool, &ss, &len, host, sizeof(host), err, sizeof(err));
+	while (r == DNS_FAIL && --tries > 0);
 	if (r != DNS_OK)
 		budget_hold_release(hold); /* no connection: the units go back */
 	if (r == DNS_PENDING)
 		return false; /* the lookup's end wakes the pool again */
 	if (r == DNS_FAIL) {
 		pool_login_failed(pool, NULL, err, false);
-		/* nothing will connect before dns_nxdomain_ttl passes: don't keep clients waiting */
+		/* no host resolves before dns_nxdomain_ttl passes: don't keep clients waiting */
 		List *i, *tmp;
 		list_for_each_safe(i, &pool->waiting_clients, tmp)
 		    disconnect_client(container_of(i, PgSocket, node), true, "%s", err);
@@ -583,6 +595,7 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 		return SB_CONSUMED;
 	}
 	s->resetting = false;
+	s->checking = false;
 	s->ready = true;
 	pool_server_ready(s);
 	return s->state == SV_JUSTFREE ? SB_CLOSED : SB_CONSUMED;
@@ -755,6 +768,12 @@ SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *d
 	}
 }
 
+bool server_between_transactions(const PgSocket *s)
+{
+	return s->ready && s->txn_status == 'I' && !s->copy_mode && s->rq.count == 0 && !s->rq.copy_in &&
+	       sbuf_is_flushed(&s->sb) && sbuf_unprocessed(&s->sb) == 0;
+}
+
 /* The client let go of this server (session end): reset it and make it idle, or close it. */
 void server_release(PgSocket *s)
 {
@@ -773,8 +792,7 @@ void server_release(PgSocket *s)
 		disconnect_server(s, true, "close_needed");
 		return;
 	}
-	if (!s->ready || s->txn_status != 'I' || s->copy_mode || s->rq.count > 0 || s->rq.copy_in ||
-	    !sbuf_is_flushed(&s->sb) || sbuf_unprocessed(&s->sb) > 0) {
+	if (!server_between_transactions(s)) {
 		disconnect_server(s, true, "client disconnect while server was not ready");
 		return;
 	}

@@ -1,0 +1,229 @@
+"""Pool maintenance and timeouts off the happy path (spec/config.md,
+spec/behaviours.md §4, §11-14): health checks before reuse, unlimited
+server lifetime, min_pool_size for forced users, host lists whose first
+name does not resolve, the safe shutdown, query_timeout at login,
+server_fast_close and pool_idle_timeout."""
+
+import socket
+import threading
+
+import psycopg
+import pytest
+
+from conftest import free_port, wait_for
+from test_bad_input import PgWire
+from test_pooling import backend_state, pool_row, show
+
+
+def backends_of(pg, user):
+    """PostgreSQL pids of the client backends logged in as `user`."""
+    rows = pg.sql("SELECT pid FROM pg_stat_activity WHERE usename = %s AND backend_type = 'client backend'",
+                  [user])
+    return sorted(r[0] for r in rows)
+
+
+def test_check_query_runs_before_every_reuse_with_delay_zero(bouncer, pg):
+    """server_check_delay = 0: each transaction of a transaction-mode client
+    gets a server that has just answered server_check_query."""
+    pg.sql("CREATE SEQUENCE IF NOT EXISTS pgb_checks")
+    before = pg.sql("SELECT last_value, is_called FROM pgb_checks")[0]
+    start = before[0] if before[1] else 0
+    b = bouncer(ini_overrides={"pool_mode": "transaction", "server_check_delay": 0,
+                               "server_check_query": "SELECT nextval('pgb_checks')"})
+    with b.connect(autocommit=True) as conn:
+        for _ in range(10):
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    checks = pg.sql("SELECT last_value FROM pgb_checks")[0][0] - start
+    # the first transaction has a freshly logged-in server, every later one a checked one
+    assert checks >= 9, f"only {checks} checks for 10 transactions"
+
+
+class DoomableProxy:
+    """A TCP proxy to PostgreSQL whose existing connections can be doomed: a
+    doomed connection closes, silently, as soon as the pooler sends on it,
+    like a server that died while the pooler was not looking. New
+    connections work."""
+
+    def __init__(self, target_port):
+        self.target_port = target_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.conns = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target_port))
+            conn = {"socks": (client, server), "doomed": False}
+            self.conns.append(conn)
+            threading.Thread(target=self._pump, args=(client, server, conn, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, conn, False), daemon=True).start()
+
+    @staticmethod
+    def _close(conn):
+        for s in conn["socks"]:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def _pump(self, src, dst, conn, from_pooler):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data or (from_pooler and conn["doomed"]):
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        self._close(conn)
+
+    def doom_existing(self):
+        for conn in self.conns:
+            conn["doomed"] = True
+
+    def close(self):
+        self.listener.close()
+        for conn in self.conns:
+            self._close(conn)
+
+
+def test_dead_server_not_handed_out_with_check_delay_zero(bouncer, pg):
+    """A server that died unnoticed fails its check, and the client's next
+    transaction runs on a new server instead of failing."""
+    proxy = DoomableProxy(pg.port)
+    try:
+        b = bouncer(ini_overrides={"pool_mode": "transaction", "server_check_delay": 0,
+                                   "server_check_query": "SELECT 1", "default_pool_size": 1},
+                    databases={"postgres": f"host=127.0.0.1 port={proxy.port} dbname=postgres"})
+        conn = b.connect(autocommit=True)
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        proxy.doom_existing()
+        assert conn.execute("SELECT pg_backend_pid()").fetchone()[0] != pid
+        b.wait_log(r"S-0x[0-9a-f]+: postgres/postgres@127\.0\.0\.1:\d+ closing because: server conn crashed\?")
+    finally:
+        proxy.close()
+
+
+def test_server_lifetime_zero_means_no_limit(bouncer, pg):
+    b = bouncer(ini_overrides={"server_lifetime": 0, "query_wait_timeout": 5})
+    with b.connect(autocommit=True) as conn:
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    with b.admin() as admin:
+        row = {r["key"]: r["value"] for r in show(admin, "CONFIG")}
+    assert row["server_lifetime"] == "0"
+    # the same server serves the next client: nothing closed it
+    for _ in range(3):
+        with b.connect(autocommit=True) as conn:
+            assert conn.execute("SELECT pg_backend_pid()").fetchone()[0] == pid
+    assert "server lifetime over" not in b.log_text()
+
+
+def test_min_pool_size_fills_forced_user_pool_without_clients(bouncer, pg):
+    pg.create_role("pgb_minpool", password="minpoolpw")
+    b = bouncer(ini_overrides={"min_pool_size": 2},
+                databases={"warm": pg.connstr("postgres", user="pgb_minpool", password="minpoolpw"),
+                           "postgres": pg.connstr("postgres")})
+    wait_for(lambda: len(backends_of(pg, "pgb_minpool")) == 2,
+             "two servers of the forced user before any client", timeout=15)
+    row = pool_row(b, "warm", "pgb_minpool")
+    assert row is not None and row["cl_active"] == 0 and row["sv_idle"] == 2, row
+    with b.connect(dbname="warm", autocommit=True) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == ("pgb_minpool",)
+
+
+def test_host_list_skips_a_host_that_does_not_resolve(bouncer, pg):
+    b = bouncer(databases={"pair": f"host=no-such-host.invalid,127.0.0.1 port={pg.port} dbname=postgres"},
+                start=False)
+    # a resolver nobody answers on: the test does not depend on the machine's DNS
+    resolv = b.dir / "resolv.conf"
+    b.run_as.write(resolv, "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+    b.update(resolv_conf=str(resolv))
+    b.write_ini()
+    b.start()
+    for _ in range(2):  # while the lookup runs, and once its failure is cached
+        with b.connect(dbname="pair", autocommit=True) as conn:
+            assert conn.execute("SELECT current_database()").fetchone() == ("postgres",)
+    b.wait_log(r'could not resolve host "no-such-host.invalid"')
+
+
+def test_safe_shutdown_refuses_a_client_that_needs_a_server(bouncer, pg):
+    """After SHUTDOWN WAIT_FOR_SERVERS a logged-in client without a server
+    is told so at its next query; a client holding a server finishes."""
+    b = bouncer(ini_overrides={"query_wait_timeout": 10})
+    holder = b.connect(autocommit=True)
+    holder.execute("SELECT 1")  # session mode: keeps its server until it leaves
+    late = PgWire(b.port)
+    late.login()  # logged in, no server yet
+    with b.admin() as admin:
+        admin.execute("SHUTDOWN WAIT_FOR_SERVERS")  # answered once the pooler is shutting down
+    late.send(b"Q\x00\x00\x00\x0dSELECT 1\x00")
+    late.expect_fatal("server shutting down")
+    assert holder.execute("SELECT 'holder finishes'").fetchone() == ("holder finishes",)
+    holder.close()
+    b.wait_log(r"server connections dropped, exiting")
+
+
+def test_query_timeout_counts_while_waiting_at_login(bouncer, pg):
+    """The first server of a pool never comes: query_timeout ends the wait
+    before client_login_timeout does."""
+    dead_port = free_port()
+    b = bouncer(ini_overrides={"query_timeout": 1, "client_login_timeout": 8, "server_login_retry": 30},
+                databases={"down": f"host=127.0.0.1 port={dead_port} dbname=postgres",
+                           "postgres": pg.connstr("postgres")})
+    w = PgWire(b.port)
+    w.startup(database="down")
+    w.expect_fatal("query_timeout")
+
+
+def test_server_fast_close_after_reconnect(bouncer, pg):
+    """server_fast_close = 1 in session mode: after RECONNECT an idle session
+    loses its server (and its connection) at once; one inside a transaction
+    finishes the transaction first."""
+    b = bouncer(ini_overrides={"server_fast_close": 1})
+    idle = b.connect(autocommit=True)
+    idle_pid = idle.execute("SELECT pg_backend_pid()").fetchone()[0]
+    busy = b.connect()
+    busy_pid = busy.execute("SELECT pg_backend_pid()").fetchone()[0]  # opens a transaction
+    with b.admin() as admin:
+        admin.execute("RECONNECT")
+    wait_for(lambda: backend_state(pg, idle_pid) is None, "the idle session's server to be closed", timeout=10)
+    with pytest.raises(psycopg.OperationalError, match="database configuration changed"):
+        idle.execute("SELECT 1")
+    assert busy.execute("SELECT 'still in my transaction'").fetchone() == ("still in my transaction",)
+    assert backend_state(pg, busy_pid) is not None
+    busy.commit()
+    wait_for(lambda: backend_state(pg, busy_pid) is None, "the server to close at transaction end", timeout=10)
+    with b.connect(autocommit=True) as conn:
+        assert conn.execute("SELECT pg_backend_pid()").fetchone()[0] not in (idle_pid, busy_pid)
+
+
+def test_server_fast_close_off_waits_for_session_end(bouncer, pg):
+    b = bouncer()
+    conn = b.connect(autocommit=True)
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    with b.admin() as admin:
+        admin.execute("RECONNECT")
+        wait_for(lambda: [r for r in show(admin, "SERVERS") if r["close_needed"] == 1],
+                 "the server to be marked close_needed")
+    assert conn.execute("SELECT pg_backend_pid()").fetchone()[0] == pid
+    conn.close()
+    wait_for(lambda: backend_state(pg, pid) is None, "the server to close at session end")
+
+
+def test_pool_idle_timeout_frees_an_unused_pool(bouncer, pg):
+    b = bouncer(ini_overrides={"pool_idle_timeout": 1, "server_idle_timeout": 1})
+    with b.connect(autocommit=True) as conn:
+        # in use for longer than pool_idle_timeout: kept
+        assert conn.execute("SELECT pg_sleep(2.5), 1").fetchone() == ("", 1)
+        assert pool_row(b) is not None
+    wait_for(lambda: pool_row(b) is None, "the unused pool to leave SHOW POOLS", timeout=15)
+    # it comes back on the next login
+    with b.connect(autocommit=True) as conn:
+        assert conn.execute("SELECT 'pool again'").fetchone() == ("pool again",)
+        assert pool_row(b) is not None
