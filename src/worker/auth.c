@@ -339,7 +339,7 @@ SBufAction auth_start(PgSocket *c)
 		auth_login_complete(c);
 		break;
 	default:
-		/* reject (hba), and methods this build does not support: pam, ldap */
+		/* reject, and ldap (no LDAP in this build), both from an hba rule; auth_type pam/ldap are refused at load */
 		disconnect_client(c, true, "login rejected");
 		return SB_CLOSED;
 	}
