@@ -89,6 +89,21 @@ def test_trust_unknown_user(bouncer):
     assert (err["C"], err["M"]) == ("08P01", '"trust" authentication failed')
 
 
+def test_trust_does_not_admit_users_listed_only_in_users_section(bouncer, pg):
+    """A [users] entry gives a user settings, not a login: without an auth
+    file entry (or auth_query) trust refuses it like an unknown user."""
+    pg.create_role("pgb_only_in_users")
+    b = bouncer(ini_overrides={"auth_type": "trust"}, start=False)
+    b.write_ini(text=b.render_ini() + "[users]\npgb_only_in_users = pool_mode=session\n"
+                "postgres = pool_mode=session\n")
+    b.start()
+    err = raw_login_error(b, "pgb_only_in_users", None)
+    assert (err["C"], err["M"]) == ("08P01", '"trust" authentication failed')
+    assert can_login(b, "postgres", None) == "postgres"
+    with b.admin() as admin:
+        assert "pgb_only_in_users" in [r[0] for r in admin.execute("SHOW USERS").fetchall()]
+
+
 # (auth_type, stored secret kind) -> message for a wrong password, or the exchange expected
 MATRIX = [
     ("plain", "plain", "password authentication failed"),

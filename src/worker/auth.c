@@ -27,9 +27,13 @@ static bool send_auth(PgSocket *c, uint32_t code, const void *data, size_t len)
 	return ok;
 }
 
+/*
+ * A user with a secret from auth_file or auth_query, even an empty one. A
+ * [users] entry alone gives settings, not a login (spec/config.md §4).
+ */
 static bool user_known(const PgUser *u)
 {
-	return u && (u->secret || u->cf);
+	return u && u->secret;
 }
 
 /* Is this login user allowed on the console? Sets admin_user/stats_user. */
