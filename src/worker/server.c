@@ -464,14 +464,15 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 		PgSocket *c = s->link;
 		if (s->replication != REPLICATION_NONE && c) {
 			/*
-			 * Only its own client hears it: a refused walsender (no
+			 * Only its own client is failed: a refused walsender (no
 			 * replication hba line, max_wal_senders) says nothing about
-			 * the pool's normal logins.
+			 * the pool's normal logins. Like any client whose linked
+			 * server is lost before login completes, it gets PgBouncer's
+			 * generic error (spec/cli.md §7); the server's is logged above.
 			 */
 			s->link = NULL;
 			c->link = NULL;
-			client_send_error(c, true, code, "%s", msg);
-			disconnect_client(c, false, "%s", msg);
+			disconnect_client(c, true, "bouncer config error");
 		} else {
 			pool_login_failed(s->pool, code, msg, true);
 		}
