@@ -273,12 +273,19 @@ def test_lookup_missing_in_database_names_the_bootstrap(bouncer, apg, setup):
 
 
 def test_auth_user_with_wrong_password(bouncer, apg, setup):
+    """The client hears why the lookup could not run: the server's error, then
+    within server_login_retry the cached one, as for any failing pool."""
     b = start(bouncer, apg, setup, auth_line=f'"{AUTH}" "not the password"')
     mark = b.log_mark()
     err = raw_login_error(b, SCRAM_ROLE, SCRAM_PW, database=APPDB)
-    assert (err["C"], err["M"]) == ("08P01", "bouncer config error")
+    assert (err["C"], err["M"]) == ("28P01", f'password authentication failed for user "{AUTH}"')
     line = b.wait_log(r"^.*auth_query cannot run: login of auth_user .*$", after=mark)[0]
     assert "password authentication failed" in line and "plain password" in line, line
+    err = raw_login_error(b, SCRAM_ROLE, SCRAM_PW, database=APPDB)
+    assert (err["C"], err["M"]) == (
+        "08P01", f'server login has been failing, cached error: password authentication failed for user '
+                 f'"{AUTH}" (server_login_retry)')
+
 
 
 # ---------------------------------------------------------------------------

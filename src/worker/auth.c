@@ -99,7 +99,7 @@ void auth_login_complete(PgSocket *c)
 	}
 	PgUser *pool_user = db->forced_user ? db->forced_user : u;
 	c->pool = pool_get(db, pool_user);
-	if (!c->pool->welcome_ready && pool_fast_fail(c))
+	if (!c->pool->welcome_ready && pool_fast_fail(c, c->pool))
 		return;
 	db->client_count++;
 	u->client_count++;
