@@ -287,6 +287,35 @@ def test_auth_user_with_wrong_password(bouncer, apg, setup):
                  f'"{AUTH}" (server_login_retry)')
 
 
+def test_console_logins_use_auth_query(bouncer, apg, setup):
+    """With auth_dbname set, roles known only to PostgreSQL log into the admin
+    console too; the admin and stats lists still decide who gets in."""
+    b = start(bouncer, apg, setup, ini={"auth_dbname": APPDB, "stats_users": SCRAM_ROLE})
+    with b.connect(dbname="pgbouncer", user=SCRAM_ROLE, password=SCRAM_PW, autocommit=True,
+                   prepare_threshold=None) as conn:
+        assert conn.execute("SHOW USERS").fetchall()
+    err = raw_login_error(b, SCRAM_ROLE, "wrong", database="pgbouncer")
+    assert (err["C"], err["M"]) == ("08P01", "SASL authentication failed")
+    err = raw_login_error(b, MD5_ROLE, MD5_PW, database="pgbouncer")
+    assert (err["C"], err["M"]) == ("08P01", "not allowed")
+    err = raw_login_error(b, "authq_nobody", "pw", database="pgbouncer")
+    assert (err["C"], err["M"]) == ("08P01", "no such user")
+    # the auth_file's console user needs no lookup
+    with b.admin(password="pgbouncer") as admin:
+        assert admin.execute("SHOW VERSION").fetchone()
+
+
+def test_disabled_auth_database_is_not_used(bouncer, apg, setup):
+    """A DISABLEd database runs no lookups for the databases that use it as auth_dbname."""
+    b = start(bouncer, apg, setup, ini={"auth_dbname": APPDB})
+    assert login(b, SCRAM_ROLE, SCRAM_PW, dbname=OTHERDB)[0] == SCRAM_ROLE
+    with b.admin(password="pgbouncer", prepare_threshold=None) as admin:
+        admin.execute(f"DISABLE {APPDB}")
+        err = raw_login_error(b, SCRAM_ROLE, SCRAM_PW, database=OTHERDB)
+        assert (err["C"], err["M"]) == ("08P01", f'authentication database "{APPDB}" is disabled')
+        admin.execute(f"ENABLE {APPDB}")
+    assert login(b, SCRAM_ROLE, SCRAM_PW, dbname=OTHERDB)[0] == SCRAM_ROLE
+
 
 # ---------------------------------------------------------------------------
 # what the client sends does not reach the lookup

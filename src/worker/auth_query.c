@@ -99,7 +99,10 @@ bool auth_query_wanted(const PgSocket *c)
 	const PgDatabase *db = c->db;
 	const PgUser *u = c->login_user;
 	/* auth_type=any ignores the client's user name altogether */
-	if (!db || db->admin || db->placeholder || wk.cf.g.auth_type == AUTH_ANY || !auth_user_of(db))
+	if (!db || db->placeholder || wk.cf.g.auth_type == AUTH_ANY || !auth_user_of(db))
+		return false;
+	/* the console has no server of its own: it looks users up only in the auth_dbname */
+	if (db->admin && (!nonempty(wk.cf.g.auth_dbname) || auth_console_peer(c)))
 		return false;
 	return !u || !u->secret || u->from_auth_query;
 }
@@ -126,6 +129,11 @@ SBufAction auth_query_start(PgSocket *c)
 	if (!adb || adb->admin || adb->placeholder) {
 		slog(LG_WARNING, c, "auth_dbname %s is not a database in [databases]: cannot run auth_query", dbname);
 		disconnect_client(c, true, "bouncer config error");
+		return SB_CLOSED;
+	}
+	if (adb->disabled) {
+		slog(LG_WARNING, c, "auth_query cannot run: auth database %s is disabled (DISABLE)", adb->name);
+		disconnect_client(c, true, "authentication database \"%s\" is disabled", adb->name);
 		return SB_CLOSED;
 	}
 

@@ -353,6 +353,9 @@ static SBufAction handle_startup(PgSocket *c, const PktHdr *hdr, const uint8_t *
 		slog(LG_LOG, c, "login attempt: db=%s user=%s tls=%s replication=%s", dbname, user, desc,
 		     proto_replication_value(c->replication));
 	}
+	/* remember the requested names for auth even if unknown */
+	free(c->app_name_raw);
+	c->app_name_raw = xstrdup(user);
 	/* a user not in auth_file may be found by auth_query: that tells whether it exists */
 	bool lookup = auth_query_wanted(c);
 	/* a secret that auth_query fetched counts only where auth_query runs */
@@ -369,9 +372,6 @@ static SBufAction handle_startup(PgSocket *c, const PktHdr *hdr, const uint8_t *
 		return SB_CLOSED;
 	}
 	c->sb.startup = false;
-	/* remember the requested names for auth even if unknown */
-	free(c->app_name_raw);
-	c->app_name_raw = xstrdup(user);
 	SBufAction act = lookup ? auth_query_start(c) : auth_start(c);
 	return act == SB_CLOSED ? SB_CLOSED : SB_CONSUMED;
 }
