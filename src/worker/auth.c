@@ -44,6 +44,22 @@ static bool console_access(PgSocket *c, const char *name)
 	return c->admin_user || c->stats_user;
 }
 
+/* max_user_client_connections of a login user: its [users] entry's, else the global one */
+static int max_user_clients(const PgUser *u)
+{
+	return u->cf && u->cf->max_user_client_connections > 0 ? u->cf->max_user_client_connections
+	                                                       : wk.cf.g.max_user_client_connections;
+}
+
+/* Take the client's place under both client limits (counted across workers); false = refused. */
+static bool take_client_slot(PgSocket *c, int max_db)
+{
+	const char *full = pool_take_client_budget(c, max_db, max_user_clients(c->login_user));
+	if (full)
+		disconnect_client(c, true, "client connections exceeded (%s)", full);
+	return !full;
+}
+
 void auth_login_complete(PgSocket *c)
 {
 	PgDatabase *db = c->db;
@@ -58,14 +74,11 @@ void auth_login_complete(PgSocket *c)
 			disconnect_client(c, true, "not allowed");
 			return;
 		}
-		/* admin_users are exempt from max_db_client_connections on the console */
-		if (!c->admin_user && wk.cf.g.max_db_client_connections > 0 &&
-		    db->client_count >= wk.cf.g.max_db_client_connections) {
-			disconnect_client(c, true, "client connections exceeded (max_db_client_connections)");
-			return;
-		}
 		if (!c->login_user)
 			c->login_user = user_add(uname);
+		/* admin_users are exempt from the client limits on the console, stats users are not */
+		if (!c->admin_user && !take_client_slot(c, wk.cf.g.max_db_client_connections))
+			return;
 		/* one console pool, whoever logs in */
 		c->pool = pool_get(db, wk.admin_user);
 		db->client_count++;
@@ -89,14 +102,9 @@ void auth_login_complete(PgSocket *c)
 	int max_db =
 	    db->cf.max_db_client_connections > 0 ? db->cf.max_db_client_connections : wk.cf.g.max_db_client_connections;
 	PgUser *u = c->login_user;
-	int max_user = u->cf && u->cf->max_user_client_connections > 0 ? u->cf->max_user_client_connections
-	                                                               : wk.cf.g.max_user_client_connections;
 	/* counted across all workers, like the server limits; given back when the client goes */
-	const char *full = pool_take_client_budget(c, max_db, max_user);
-	if (full) {
-		disconnect_client(c, true, "client connections exceeded (%s)", full);
+	if (!take_client_slot(c, max_db))
 		return;
-	}
 	PgUser *pool_user = db->forced_user ? db->forced_user : u;
 	c->pool = pool_get(db, pool_user);
 	if (!c->pool->welcome_ready && pool_fast_fail(c, c->pool))
