@@ -404,3 +404,46 @@ def test_entry_password_is_only_for_that_entrys_server_logins(bouncer, pwpg, aut
         assert can_login(b, role, client_pw, database="special") == role
     finally:
         pwpg.sql(f"DROP ROLE IF EXISTS {role}")
+
+
+# ---------------------------------------------------------------------------
+# passwords as long as the protocol allows
+
+LONG_PW = ("0123456789abcdef" * 4096)[:65535]
+
+# (auth_type, kind of the stored secret); the pooler then logs into PostgreSQL with
+# SCRAM from the plain password, md5 from the md5 secret, or the client's SCRAM keys
+LONG_MATRIX = [("plain", "plain"), ("plain", "md5"), ("md5", "plain"), ("md5", "md5"), ("md5", "scram"),
+               ("scram-sha-256", "plain"), ("scram-sha-256", "scram")]
+
+
+@pytest.mark.parametrize("auth_type,kind", LONG_MATRIX, ids=[f"{a}-{k}" for a, k in LONG_MATRIX])
+def test_password_of_65535_bytes(bouncer, pwpg, auth_type, kind):
+    role = "pgb_long_" + re.sub(r"\W", "_", f"{auth_type}_{kind}")
+    md5 = kind == "md5"
+    pwpg.sql(f"CREATE ROLE {role} LOGIN" + (" IN ROLE pgb_md5_members" if md5 else ""))
+    try:
+        set_role_password(pwpg, role, LONG_PW, md5)
+        # pass-through needs the very verifier PostgreSQL has
+        (stored,) = pwpg.sql("SELECT rolpassword FROM pg_authid WHERE rolname = %s", [role])[0]
+        secret = {"plain": LONG_PW, "md5": md5_secret(role, LONG_PW), "scram": stored}[kind]
+        b = pw_bouncer(bouncer, pwpg, auth_type, [(role, secret)])
+        assert can_login(b, role, LONG_PW) == role
+        wrong = LONG_PW[:-1] + "x"
+        err = raw_login_error(b, role, wrong)
+        assert err["C"] == "08P01" and err["M"] in ("password authentication failed", "SASL authentication failed")
+    finally:
+        pwpg.sql(f"DROP ROLE IF EXISTS {role}")
+
+
+def test_password_over_65535_bytes_is_refused(bouncer):
+    b = bouncer(ini_overrides={"auth_type": "plain"},
+                users_txt=userlist(("postgres", PASSWORD), ("too_long", "y" * 65536)))
+    b.wait_log(r"line 2: password too long")
+    w = PgWire(b.port)
+    w.startup()
+    assert w.read_msg()[0] == b"R"
+    w.send(message(b"p", b"x" * 65536 + b"\0"))
+    w.expect_fatal("password too long")
+    # the users before the long line were read
+    assert can_login(b, "postgres", PASSWORD) == "postgres"

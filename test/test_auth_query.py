@@ -455,3 +455,24 @@ def test_client_gone_during_lookup_disturbs_nobody(bouncer, apg, setup):
         assert login(b, MD5_ROLE, MD5_PW)[0] == MD5_ROLE
         servers = [r for r in admin.execute("SHOW SERVERS").fetchall() if r[1] == AUTH]
     assert [(r[2], r[4]) for r in servers] == [("authdb", "idle")]
+
+
+@pytest.mark.parametrize("auth_type", ["plain", "scram-sha-256"])
+def test_lookup_may_return_a_password_of_65535_bytes(bouncer, apg, setup, auth_type):
+    """As long as the auth_file allows and a client may send; one byte more is refused."""
+    role = "authq_long_pw"
+    long_pw = ("0123456789abcdef" * 4096)[:65535]
+    apg.create_role(role, password=long_pw)
+    try:
+        query = "SELECT $1::text, left(repeat('0123456789abcdef', 4097), {})"
+        b = start(bouncer, apg, setup, auth_type=auth_type, ini={"auth_query": query.format(65535)})
+        assert login(b, role, long_pw)[0] == role
+        err = raw_login_error(b, role, long_pw[:-1] + "x", database=APPDB)
+        assert err["C"] == "08P01" and err["M"] in ("password authentication failed", "SASL authentication failed")
+
+        b = start(bouncer, apg, setup, auth_type=auth_type, ini={"auth_query": query.format(65536)})
+        err = raw_login_error(b, role, long_pw, database=APPDB)
+        assert (err["C"], err["M"]) == ("08P01", "bouncer config error")
+        b.wait_log(r"auth_query returned a password of 65536 bytes \(at most 65535 are allowed\)")
+    finally:
+        apg.sql(pgsql.SQL("DROP ROLE IF EXISTS {}").format(pgsql.Identifier(role)))
