@@ -485,6 +485,30 @@ def test_only_admin_users_are_exempt_from_max_db_client_connections(bouncer):
         version_ok(conn)
 
 
+def test_stats_users_are_held_to_max_user_client_connections(bouncer):
+    """Counted over all workers, like the pooled databases; admin_users are exempt on the console."""
+    b = bouncer(ini_overrides={"max_user_client_connections": 1, "stats_users": "watcher",
+                               "admin_users": "pgbouncer", "min_workers": 2, "max_workers": 2},
+                users_txt=users_txt("pgbouncer", "postgres", "watcher"))
+    first = console(b, user="watcher")
+    for _ in range(3):
+        expect_login_failure(b, "client connections exceeded (max_user_client_connections)", dbname="pgbouncer",
+                             user="watcher")
+    admins = [console(b), console(b)]
+    for conn in [first] + admins:
+        version_ok(conn)
+    first.close()
+
+    def watcher_gets_in():
+        try:
+            version_ok(console(b, user="watcher"))
+            return True
+        except psycopg.OperationalError:
+            return False
+
+    wait_for(watcher_gets_in, "the stats user's slot to be free")
+
+
 def test_admin_db_is_exempt_from_max_client_conn(bouncer):
     b = bouncer(ini_overrides={"max_client_conn": 1})
     first = pooled(b)

@@ -3,7 +3,9 @@ scram-sha-256; spec/behaviours.md §2, errors of spec/cli.md §7) and the
 pooler's own login to a PostgreSQL that asks for md5 or SCRAM passwords,
 including SCRAM pass-through with only a stored SCRAM secret."""
 
+import base64
 import hashlib
+import hmac
 import re
 
 import psycopg
@@ -17,6 +19,15 @@ PASSWORD = "s3cret pw"
 
 def md5_secret(user, password):
     return "md5" + hashlib.md5((password + user).encode()).hexdigest()
+
+
+def scram_secret(password, salt=b"pgbouncer-salt16", iterations=4096):
+    """A SCRAM-SHA-256 verifier of an ASCII password, computed as PostgreSQL does."""
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    stored = hashlib.sha256(hmac.new(salted, b"Client Key", "sha256").digest()).digest()
+    server = hmac.new(salted, b"Server Key", "sha256").digest()
+    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    return f"SCRAM-SHA-256${iterations}:{b64(salt)}${b64(stored)}:{b64(server)}"
 
 
 def scram_secret_of(server, role, password):
@@ -76,6 +87,21 @@ def test_trust_unknown_user(bouncer):
         can_login(b, "nobody_here", None)
     err = raw_login_error(b, "nobody_here", None)
     assert (err["C"], err["M"]) == ("08P01", '"trust" authentication failed')
+
+
+def test_trust_does_not_admit_users_listed_only_in_users_section(bouncer, pg):
+    """A [users] entry gives a user settings, not a login: without an auth
+    file entry (or auth_query) trust refuses it like an unknown user."""
+    pg.create_role("pgb_only_in_users")
+    b = bouncer(ini_overrides={"auth_type": "trust"}, start=False)
+    b.write_ini(text=b.render_ini() + "[users]\npgb_only_in_users = pool_mode=session\n"
+                "postgres = pool_mode=session\n")
+    b.start()
+    err = raw_login_error(b, "pgb_only_in_users", None)
+    assert (err["C"], err["M"]) == ("08P01", '"trust" authentication failed')
+    assert can_login(b, "postgres", None) == "postgres"
+    with b.admin() as admin:
+        assert "pgb_only_in_users" in [r[0] for r in admin.execute("SHOW USERS").fetchall()]
 
 
 # (auth_type, stored secret kind) -> message for a wrong password, or the exchange expected
@@ -221,12 +247,14 @@ def pwpg(run_as, session_dir):
         with server.connect() as conn:
             conn.execute("SET password_encryption = 'md5'")
             conn.execute("CREATE ROLE pgb_md5 LOGIN PASSWORD 'md5-pw'")
+            conn.execute("CREATE ROLE pgb_md5_members NOLOGIN")
             conn.execute("SET password_encryption = 'scram-sha-256'")
             conn.execute("CREATE ROLE pgb_scram LOGIN PASSWORD 'scram-pw'")
         run_as.write(server.datadir / "pg_hba.conf",
                      "local all all trust\n"
                      "host all postgres 127.0.0.1/32 trust\n"
                      "host all pgb_md5 127.0.0.1/32 md5\n"
+                     "host all +pgb_md5_members 127.0.0.1/32 md5\n"
                      "host all all 127.0.0.1/32 scram-sha-256\n", mode=0o600)
         server.sql("SELECT pg_reload_conf()")
 
@@ -326,3 +354,96 @@ def test_server_login_recovers_after_retry(bouncer, pwpg):
             return False
 
     wait_for(works, "the pool to log in again after server_login_retry", interval=0.3)
+
+
+# ---------------------------------------------------------------------------
+# a [databases] entry with user= and password= (spec/config.md §3, behaviours.md §11)
+
+ENTRY_PW, USER_PW = "entry-pw-1", "user-pw-2"
+
+# (auth_type, kind of the forced user's auth_file secret) -> message for a wrong password
+FORCED_MATRIX = MATRIX + [("trust", "plain", None), ("trust", "md5", None)]
+
+
+def set_role_password(server, role, password, md5):
+    with server.connect(autocommit=True) as conn:
+        conn.execute("SET password_encryption = " + ("'md5'" if md5 else "'scram-sha-256'"))
+        conn.execute(f"ALTER ROLE {role} PASSWORD '{password}'")
+
+
+@pytest.mark.parametrize("auth_type,kind,wrong_msg", FORCED_MATRIX, ids=[f"{a}-{k}" for a, k, _ in FORCED_MATRIX])
+def test_entry_password_is_only_for_that_entrys_server_logins(bouncer, pwpg, auth_type, kind, wrong_msg):
+    """`special` forces user X with a password of its own; X's auth_file
+    password stays X's: X logs in to the pooler with it, not with the entry's,
+    and `app`, which forces X without a password, logs into PostgreSQL with
+    it (md5 server exchange for an md5 secret; a SCRAM secret alone gives a
+    forced user no server login)."""
+    role = "pgb_fx_" + re.sub(r"\W", "_", f"{auth_type}_{kind}")
+    md5 = kind == "md5"
+    pwpg.sql(f"CREATE ROLE {role} LOGIN" + (" IN ROLE pgb_md5_members" if md5 else ""))
+    try:
+        set_role_password(pwpg, role, ENTRY_PW, md5)
+        secret = {"plain": USER_PW, "md5": md5_secret(role, USER_PW), "scram": scram_secret(USER_PW)}[kind]
+        b = bouncer(ini_overrides={"auth_type": auth_type}, users_txt=userlist((role, secret)),
+                    databases={"special": pwpg.connstr("postgres", user=role, password=ENTRY_PW),
+                               "app": pwpg.connstr("postgres", user=role)})
+        client_pw = None if auth_type == "trust" else USER_PW
+        assert can_login(b, role, client_pw, database="special") == role
+        if wrong_msg:
+            err = raw_login_error(b, role, ENTRY_PW, database="special")
+            assert (err["C"], err["M"]) == ("08P01", wrong_msg)
+
+        # now PostgreSQL has the auth_file password: the entry without a password logs in with it
+        set_role_password(pwpg, role, USER_PW, md5)
+        if kind == "scram":
+            err = raw_login_error(b, role, client_pw, database="app")
+            assert (err["C"], err["M"]) == ("08P01", "server login failed: wrong password type")
+        else:
+            assert can_login(b, role, client_pw, database="app") == role
+        # the pooled server of `special` still serves X
+        assert can_login(b, role, client_pw, database="special") == role
+    finally:
+        pwpg.sql(f"DROP ROLE IF EXISTS {role}")
+
+
+# ---------------------------------------------------------------------------
+# passwords as long as the protocol allows
+
+LONG_PW = ("0123456789abcdef" * 4096)[:65535]
+
+# (auth_type, kind of the stored secret); the pooler then logs into PostgreSQL with
+# SCRAM from the plain password, md5 from the md5 secret, or the client's SCRAM keys
+LONG_MATRIX = [("plain", "plain"), ("plain", "md5"), ("md5", "plain"), ("md5", "md5"), ("md5", "scram"),
+               ("scram-sha-256", "plain"), ("scram-sha-256", "scram")]
+
+
+@pytest.mark.parametrize("auth_type,kind", LONG_MATRIX, ids=[f"{a}-{k}" for a, k in LONG_MATRIX])
+def test_password_of_65535_bytes(bouncer, pwpg, auth_type, kind):
+    role = "pgb_long_" + re.sub(r"\W", "_", f"{auth_type}_{kind}")
+    md5 = kind == "md5"
+    pwpg.sql(f"CREATE ROLE {role} LOGIN" + (" IN ROLE pgb_md5_members" if md5 else ""))
+    try:
+        set_role_password(pwpg, role, LONG_PW, md5)
+        # pass-through needs the very verifier PostgreSQL has
+        (stored,) = pwpg.sql("SELECT rolpassword FROM pg_authid WHERE rolname = %s", [role])[0]
+        secret = {"plain": LONG_PW, "md5": md5_secret(role, LONG_PW), "scram": stored}[kind]
+        b = pw_bouncer(bouncer, pwpg, auth_type, [(role, secret)])
+        assert can_login(b, role, LONG_PW) == role
+        wrong = LONG_PW[:-1] + "x"
+        err = raw_login_error(b, role, wrong)
+        assert err["C"] == "08P01" and err["M"] in ("password authentication failed", "SASL authentication failed")
+    finally:
+        pwpg.sql(f"DROP ROLE IF EXISTS {role}")
+
+
+def test_password_over_65535_bytes_is_refused(bouncer):
+    b = bouncer(ini_overrides={"auth_type": "plain"},
+                users_txt=userlist(("postgres", PASSWORD), ("too_long", "y" * 65536)))
+    b.wait_log(r"line 2: password too long")
+    w = PgWire(b.port)
+    w.startup()
+    assert w.read_msg()[0] == b"R"
+    w.send(message(b"p", b"x" * 65536 + b"\0"))
+    w.expect_fatal("password too long")
+    # the users before the long line were read
+    assert can_login(b, "postgres", PASSWORD) == "postgres"

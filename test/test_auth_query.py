@@ -273,12 +273,48 @@ def test_lookup_missing_in_database_names_the_bootstrap(bouncer, apg, setup):
 
 
 def test_auth_user_with_wrong_password(bouncer, apg, setup):
+    """The client hears why the lookup could not run: the server's error, then
+    within server_login_retry the cached one, as for any failing pool."""
     b = start(bouncer, apg, setup, auth_line=f'"{AUTH}" "not the password"')
     mark = b.log_mark()
     err = raw_login_error(b, SCRAM_ROLE, SCRAM_PW, database=APPDB)
-    assert (err["C"], err["M"]) == ("08P01", "bouncer config error")
+    assert (err["C"], err["M"]) == ("28P01", f'password authentication failed for user "{AUTH}"')
     line = b.wait_log(r"^.*auth_query cannot run: login of auth_user .*$", after=mark)[0]
     assert "password authentication failed" in line and "plain password" in line, line
+    err = raw_login_error(b, SCRAM_ROLE, SCRAM_PW, database=APPDB)
+    assert (err["C"], err["M"]) == (
+        "08P01", f'server login has been failing, cached error: password authentication failed for user '
+                 f'"{AUTH}" (server_login_retry)')
+
+
+def test_console_logins_use_auth_query(bouncer, apg, setup):
+    """With auth_dbname set, roles known only to PostgreSQL log into the admin
+    console too; the admin and stats lists still decide who gets in."""
+    b = start(bouncer, apg, setup, ini={"auth_dbname": APPDB, "stats_users": SCRAM_ROLE})
+    with b.connect(dbname="pgbouncer", user=SCRAM_ROLE, password=SCRAM_PW, autocommit=True,
+                   prepare_threshold=None) as conn:
+        assert conn.execute("SHOW USERS").fetchall()
+    err = raw_login_error(b, SCRAM_ROLE, "wrong", database="pgbouncer")
+    assert (err["C"], err["M"]) == ("08P01", "SASL authentication failed")
+    err = raw_login_error(b, MD5_ROLE, MD5_PW, database="pgbouncer")
+    assert (err["C"], err["M"]) == ("08P01", "not allowed")
+    err = raw_login_error(b, "authq_nobody", "pw", database="pgbouncer")
+    assert (err["C"], err["M"]) == ("08P01", "no such user")
+    # the auth_file's console user needs no lookup
+    with b.admin(password="pgbouncer") as admin:
+        assert admin.execute("SHOW VERSION").fetchone()
+
+
+def test_disabled_auth_database_is_not_used(bouncer, apg, setup):
+    """A DISABLEd database runs no lookups for the databases that use it as auth_dbname."""
+    b = start(bouncer, apg, setup, ini={"auth_dbname": APPDB})
+    assert login(b, SCRAM_ROLE, SCRAM_PW, dbname=OTHERDB)[0] == SCRAM_ROLE
+    with b.admin(password="pgbouncer", prepare_threshold=None) as admin:
+        admin.execute(f"DISABLE {APPDB}")
+        err = raw_login_error(b, SCRAM_ROLE, SCRAM_PW, database=OTHERDB)
+        assert (err["C"], err["M"]) == ("08P01", f'authentication database "{APPDB}" is disabled')
+        admin.execute(f"ENABLE {APPDB}")
+    assert login(b, SCRAM_ROLE, SCRAM_PW, dbname=OTHERDB)[0] == SCRAM_ROLE
 
 
 # ---------------------------------------------------------------------------
@@ -419,3 +455,24 @@ def test_client_gone_during_lookup_disturbs_nobody(bouncer, apg, setup):
         assert login(b, MD5_ROLE, MD5_PW)[0] == MD5_ROLE
         servers = [r for r in admin.execute("SHOW SERVERS").fetchall() if r[1] == AUTH]
     assert [(r[2], r[4]) for r in servers] == [("authdb", "idle")]
+
+
+@pytest.mark.parametrize("auth_type", ["plain", "scram-sha-256"])
+def test_lookup_may_return_a_password_of_65535_bytes(bouncer, apg, setup, auth_type):
+    """As long as the auth_file allows and a client may send; one byte more is refused."""
+    role = "authq_long_pw"
+    long_pw = ("0123456789abcdef" * 4096)[:65535]
+    apg.create_role(role, password=long_pw)
+    try:
+        query = "SELECT $1::text, left(repeat('0123456789abcdef', 4097), {})"
+        b = start(bouncer, apg, setup, auth_type=auth_type, ini={"auth_query": query.format(65535)})
+        assert login(b, role, long_pw)[0] == role
+        err = raw_login_error(b, role, long_pw[:-1] + "x", database=APPDB)
+        assert err["C"] == "08P01" and err["M"] in ("password authentication failed", "SASL authentication failed")
+
+        b = start(bouncer, apg, setup, auth_type=auth_type, ini={"auth_query": query.format(65536)})
+        err = raw_login_error(b, role, long_pw, database=APPDB)
+        assert (err["C"], err["M"]) == ("08P01", "bouncer config error")
+        b.wait_log(r"auth_query returned a password of 65536 bytes \(at most 65535 are allowed\)")
+    finally:
+        apg.sql(pgsql.SQL("DROP ROLE IF EXISTS {}").format(pgsql.Identifier(role)))

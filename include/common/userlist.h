@@ -8,8 +8,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define USERLIST_MAX_USER   127  /* longest user name in bytes */
-#define USERLIST_MAX_SECRET 2047 /* longest secret in bytes */
+#define USERLIST_MAX_USER   127   /* longest user name in bytes */
+#define USERLIST_MAX_SECRET 65535 /* longest secret in bytes: a password message's limit in the protocol */
 
 typedef enum SecretKind {
 	SECRET_EMPTY, /* user exists, password auth always fails */

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/userlist.h"
+
 #define SCRAM_KEY_LEN               32 /* SHA-256 output */
 #define SCRAM_MAX_SALT              64
 #define SCRAM_NONCE_LEN             18   /* random bytes before base64 */
@@ -102,9 +104,9 @@ bool scram_server_final(ScramServer *st, const char *client_final, size_t len, c
 
 /* --- client side: the pooler logs into PostgreSQL --- */
 typedef struct ScramClient {
-	bool have_password;                /* else use client_key/server_key */
-	char password[1024];               /* SASLprep'ed plain password */
-	uint8_t client_key[SCRAM_KEY_LEN]; /* pass-through keys */
+	bool have_password;                     /* else use client_key/server_key */
+	char password[USERLIST_MAX_SECRET + 1]; /* SASLprep'ed plain password */
+	uint8_t client_key[SCRAM_KEY_LEN];      /* pass-through keys */
 	uint8_t server_key[SCRAM_KEY_LEN];
 	char client_nonce[64];
 	char client_first_bare[SCRAM_MAX_MSG];

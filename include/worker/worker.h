@@ -167,7 +167,10 @@ void txn_server_discard_check(PgSocket *s, const uint8_t *data, uint32_t len);
 
 /* pool.c */
 bool pool_find_server(PgSocket *client);
-bool pool_fast_fail(PgSocket *client);
+/* Within server_login_retry of a failed login of the pool, with no server to use (not while paused). */
+bool pool_login_failing(const PgPool *pool);
+/* If pool_login_failing(): close `client` with the cached error and return true. */
+bool pool_fast_fail(PgSocket *client, const PgPool *pool);
 void pool_server_ready(PgSocket *server);
 void pool_wake_waiters(PgPool *pool);
 void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool from_server);
@@ -247,12 +250,15 @@ SBufAction auth_query_start(PgSocket *client); /* instead of auth_start(); the c
 SBufAction auth_query_server_packet(PgSocket *server, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
 void auth_query_wake(PgPool *pool);          /* idle servers of the pool serve queued lookups */
 bool auth_query_waiting(const PgPool *pool); /* lookups wait for a server of this pool */
-void auth_query_pool_failed(PgPool *pool, const char *sqlstate, const char *msg);
+/* The auth_user's login failed: lookups waiting for it fail, with the server's error when it sent one. */
+void auth_query_pool_failed(PgPool *pool, const char *sqlstate, const char *msg, bool from_server);
 void auth_query_client_gone(PgSocket *client);
 void auth_query_server_gone(PgSocket *server);
 
 /* auth.c */
 SBufAction auth_start(PgSocket *c);
+/* The same-UID Unix-socket user "pgbouncer": the console without a password (nor a lookup). */
+bool auth_console_peer(const PgSocket *c);
 /*
  * (Re)read auth_hba_file and auth_ident_file when auth_type=hba (on start
  * and every reload); a file that cannot be read keeps the previous contents.

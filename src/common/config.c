@@ -540,6 +540,12 @@ bool config_set(Config *cf, const char *name, const char *value, char *errbuf, s
 		set_error(errbuf, errlen, "invalid value \"%s\" for parameter %s", value ? value : "(null)", name);
 		return false;
 	}
+	/* PgBouncer knows these words only when built with LDAP or PAM; this build has neither */
+	if (p->offset == offsetof(CfGlobals, auth_type) && (v.i == AUTH_PAM || v.i == AUTH_LDAP)) {
+		set_error(errbuf, errlen, "auth_type \"%s\" is not supported by this build",
+		          config_enum_name(cf_auth_types, v.i));
+		return false;
+	}
 	if (p->unimplemented && !is_default_value(p, v))
 		log_warning("parameter %s is accepted but not implemented; the value is ignored", p->name);
 	put_value(&cf->g, p, v);

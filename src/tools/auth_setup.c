@@ -26,9 +26,9 @@
 #define EXIT_PROBLEM 1 /* something is missing or could not be fixed; the output says what */
 #define EXIT_USAGE   2 /* bad arguments, no connection, not a superuser, server too old */
 
-#define NAME_MAX_BYTES     63   /* NAMEDATALEN - 1: longer names are truncated by PostgreSQL */
-#define PASSWORD_MAX_BYTES 2047 /* longest password an auth_file line may hold */
-#define RANDOM_PW_BYTES    24   /* 192 bits, 32 characters once encoded */
+#define NAME_MAX_BYTES     63    /* NAMEDATALEN - 1: longer names are truncated by PostgreSQL */
+#define PASSWORD_MAX_BYTES 65535 /* longest password an auth_file line may hold (USERLIST_MAX_SECRET) */
+#define RANDOM_PW_BYTES    24    /* 192 bits, 32 characters once encoded */
 #define MIN_SERVER_VERSION 100000
 
 /* the fixed search_path of the lookup function, as written and as stored in pg_proc.proconfig */

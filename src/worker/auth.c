@@ -27,9 +27,13 @@ static bool send_auth(PgSocket *c, uint32_t code, const void *data, size_t len)
 	return ok;
 }
 
+/*
+ * A user with a secret from auth_file or auth_query, even an empty one. A
+ * [users] entry alone gives settings, not a login (spec/config.md §4).
+ */
 static bool user_known(const PgUser *u)
 {
-	return u && (u->secret || u->cf);
+	return u && u->secret;
 }
 
 /* Is this login user allowed on the console? Sets admin_user/stats_user. */
@@ -38,6 +42,22 @@ static bool console_access(PgSocket *c, const char *name)
 	c->admin_user = config_list_contains(wk.cf.g.admin_users, name);
 	c->stats_user = config_list_contains(wk.cf.g.stats_users, name);
 	return c->admin_user || c->stats_user;
+}
+
+/* max_user_client_connections of a login user: its [users] entry's, else the global one */
+static int max_user_clients(const PgUser *u)
+{
+	return u->cf && u->cf->max_user_client_connections > 0 ? u->cf->max_user_client_connections
+	                                                       : wk.cf.g.max_user_client_connections;
+}
+
+/* Take the client's place under both client limits (counted across workers); false = refused. */
+static bool take_client_slot(PgSocket *c, int max_db)
+{
+	const char *full = pool_take_client_budget(c, max_db, max_user_clients(c->login_user));
+	if (full)
+		disconnect_client(c, true, "client connections exceeded (%s)", full);
+	return !full;
 }
 
 void auth_login_complete(PgSocket *c)
@@ -54,14 +74,11 @@ void auth_login_complete(PgSocket *c)
 			disconnect_client(c, true, "not allowed");
 			return;
 		}
-		/* admin_users are exempt from max_db_client_connections on the console */
-		if (!c->admin_user && wk.cf.g.max_db_client_connections > 0 &&
-		    db->client_count >= wk.cf.g.max_db_client_connections) {
-			disconnect_client(c, true, "client connections exceeded (max_db_client_connections)");
-			return;
-		}
 		if (!c->login_user)
 			c->login_user = user_add(uname);
+		/* admin_users are exempt from the client limits on the console, stats users are not */
+		if (!c->admin_user && !take_client_slot(c, wk.cf.g.max_db_client_connections))
+			return;
 		/* one console pool, whoever logs in */
 		c->pool = pool_get(db, wk.admin_user);
 		db->client_count++;
@@ -85,17 +102,12 @@ void auth_login_complete(PgSocket *c)
 	int max_db =
 	    db->cf.max_db_client_connections > 0 ? db->cf.max_db_client_connections : wk.cf.g.max_db_client_connections;
 	PgUser *u = c->login_user;
-	int max_user = u->cf && u->cf->max_user_client_connections > 0 ? u->cf->max_user_client_connections
-	                                                               : wk.cf.g.max_user_client_connections;
 	/* counted across all workers, like the server limits; given back when the client goes */
-	const char *full = pool_take_client_budget(c, max_db, max_user);
-	if (full) {
-		disconnect_client(c, true, "client connections exceeded (%s)", full);
+	if (!take_client_slot(c, max_db))
 		return;
-	}
 	PgUser *pool_user = db->forced_user ? db->forced_user : u;
 	c->pool = pool_get(db, pool_user);
-	if (!c->pool->welcome_ready && pool_fast_fail(c))
+	if (!c->pool->welcome_ready && pool_fast_fail(c, c->pool))
 		return;
 	db->client_count++;
 	u->client_count++;
@@ -248,6 +260,13 @@ static bool cert_allowed(PgSocket *c, const char *user, const char *map)
 	return false;
 }
 
+bool auth_console_peer(const PgSocket *c)
+{
+	const char *uname = c->login_user ? c->login_user->name : c->app_name_raw;
+	return c->db && c->db->admin && c->is_unix && c->peer_uid == getuid() && uname &&
+	       strcmp(uname, "pgbouncer") == 0;
+}
+
 SBufAction auth_start(PgSocket *c)
 {
 	PgUser *u = c->login_user;
@@ -255,8 +274,7 @@ SBufAction auth_start(PgSocket *c)
 	int method = wk.cf.g.auth_type;
 	const char *map = NULL; /* ident map of the hba rule */
 
-	/* same-UID unix socket user "pgbouncer" gets the console without a password */
-	if (c->db && c->db->admin && c->is_unix && c->peer_uid == getuid() && strcmp(uname, "pgbouncer") == 0) {
+	if (auth_console_peer(c)) {
 		c->admin_user = true;
 		if (wk.cf.g.log_connections)
 			slog(LG_LOG, c, "pgbouncer access from unix socket");
@@ -339,7 +357,7 @@ SBufAction auth_start(PgSocket *c)
 		auth_login_complete(c);
 		break;
 	default:
-		/* reject (hba), and methods this build does not support: pam, ldap */
+		/* reject, and ldap (no LDAP in this build), both from an hba rule; auth_type pam/ldap are refused at load */
 		disconnect_client(c, true, "login rejected");
 		return SB_CLOSED;
 	}

@@ -52,15 +52,29 @@ static void free_lookup(AuthQuery *q)
 	free(q);
 }
 
-/* The client cannot log in because the lookup could not be done: the spec's generic error. */
-static void fail_lookup(AuthQuery *q)
+/*
+ * The client cannot log in because the lookup could not be done: the
+ * server's error when the auth_user's login got one (as every client
+ * waiting for a failing pool hears it), else the spec's generic error.
+ */
+static void fail_lookup_with(AuthQuery *q, const char *sqlstate, const char *msg)
 {
 	PgSocket *c = q->client;
 	if (c) {
 		c->auth_query = NULL;
-		disconnect_client(c, true, "bouncer config error");
+		if (sqlstate) {
+			client_send_error(c, true, sqlstate, "%s", msg);
+			disconnect_client(c, false, "%s", msg);
+		} else {
+			disconnect_client(c, true, "bouncer config error");
+		}
 	}
 	free_lookup(q);
+}
+
+static void fail_lookup(AuthQuery *q)
+{
+	fail_lookup_with(q, NULL, NULL);
 }
 
 static AuthQuery *first_queued(const PgPool *pool)
@@ -85,7 +99,10 @@ bool auth_query_wanted(const PgSocket *c)
 	const PgDatabase *db = c->db;
 	const PgUser *u = c->login_user;
 	/* auth_type=any ignores the client's user name altogether */
-	if (!db || db->admin || db->placeholder || wk.cf.g.auth_type == AUTH_ANY || !auth_user_of(db))
+	if (!db || db->placeholder || wk.cf.g.auth_type == AUTH_ANY || !auth_user_of(db))
+		return false;
+	/* the console has no server of its own: it looks users up only in the auth_dbname */
+	if (db->admin && (!nonempty(wk.cf.g.auth_dbname) || auth_console_peer(c)))
 		return false;
 	return !u || !u->secret || u->from_auth_query;
 }
@@ -114,25 +131,29 @@ SBufAction auth_query_start(PgSocket *c)
 		disconnect_client(c, true, "bouncer config error");
 		return SB_CLOSED;
 	}
+	if (adb->disabled) {
+		slog(LG_WARNING, c, "auth_query cannot run: auth database %s is disabled (DISABLE)", adb->name);
+		disconnect_client(c, true, "authentication database \"%s\" is disabled", adb->name);
+		return SB_CLOSED;
+	}
+
+	PgPool *pool = pool_get(adb, user_add(auth_user));
+	/* within server_login_retry of a failed login and no server to use: don't wait for nothing */
+	if (pool_login_failing(pool)) {
+		slog(LG_WARNING, c, "auth_query cannot run: login of auth_user %s to database %s has been failing: %s",
+		     pool->user->name, adb->name, pool->failed_msg);
+		(void)pool_fast_fail(c, pool);
+		return SB_CLOSED;
+	}
 
 	AuthQuery *q = xcalloc(1, sizeof(*q));
 	list_init(&q->node);
 	q->client = c;
 	q->db = adb;
-	q->user = user_add(auth_user);
+	q->user = pool->user;
 	q->query = xstrdup(query);
 	pgb_strlcpy(q->login, c->app_name_raw, sizeof(q->login));
 	c->auth_query = q;
-
-	PgPool *pool = pool_get(adb, q->user);
-	/* within server_login_retry of a failed login and no server to use: don't wait for nothing */
-	if (pool->last_login_failed && wk.now - pool->last_failed_time < wk.cf.g.server_login_retry &&
-	    pool_server_count(pool) == list_count(&pool->new_servers)) {
-		slog(LG_WARNING, c, "auth_query cannot run: login of auth_user %s to database %s has been failing: %s",
-		     q->user->name, adb->name, pool->failed_msg);
-		fail_lookup(q);
-		return SB_CLOSED;
-	}
 	list_append(&queued, &q->node);
 	/* nothing is read from the client until its secret is known */
 	sbuf_pause(&c->sb);
@@ -173,8 +194,10 @@ void auth_query_wake(PgPool *pool)
 	}
 }
 
-void auth_query_pool_failed(PgPool *pool, const char *sqlstate, const char *msg)
+void auth_query_pool_failed(PgPool *pool, const char *sqlstate, const char *msg, bool from_server)
 {
+	/* 57P03 (the server is starting up) says nothing about the set-up: the generic error */
+	bool tell = from_server && sqlstate && strcmp(sqlstate, "57P03") != 0;
 	bool logged = false;
 	AuthQuery *q;
 	while ((q = first_queued(pool)) != NULL) {
@@ -192,7 +215,7 @@ void auth_query_pool_failed(PgPool *pool, const char *sqlstate, const char *msg)
 			     q->user->name, q->db->name, msg, hint[0] ? "; " : "", hint);
 			logged = true;
 		}
-		fail_lookup(q);
+		fail_lookup_with(q, tell ? sqlstate : NULL, msg);
 	}
 }
 

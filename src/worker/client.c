@@ -374,6 +374,9 @@ static SBufAction handle_startup_params(PgSocket *c, const StartupParam *params,
 		slog(LG_LOG, c, "login attempt: db=%s user=%s tls=%s replication=%s", dbname, user, desc,
 		     proto_replication_value(c->replication));
 	}
+	/* remember the requested names for auth even if unknown */
+	free(c->app_name_raw);
+	c->app_name_raw = xstrdup(user);
 	/* a user not in auth_file may be found by auth_query: that tells whether it exists */
 	bool lookup = auth_query_wanted(c);
 	/* a secret that auth_query fetched counts only where auth_query runs */
@@ -390,9 +393,6 @@ static SBufAction handle_startup_params(PgSocket *c, const StartupParam *params,
 		return SB_CLOSED;
 	}
 	c->sb.startup = false;
-	/* remember the requested names for auth even if unknown */
-	free(c->app_name_raw);
-	c->app_name_raw = xstrdup(user);
 	SBufAction act = lookup ? auth_query_start(c) : auth_start(c);
 	return act == SB_CLOSED ? SB_CLOSED : SB_CONSUMED;
 }

@@ -327,11 +327,9 @@ static void db_apply_cf(PgDatabase *db, const CfDatabase *cf)
 	db->forced_user = NULL;
 	if (cf->auth_user && *cf->auth_user)
 		user_add(cf->auth_user); /* a known user (SHOW USERS) */
-	if (cf->user) {
+	/* the entry's password is for its own server logins only (server_password()), never the user's */
+	if (cf->user)
 		db->forced_user = user_add(cf->user);
-		if (cf->password && *cf->password)
-			user_set_secret(db->forced_user, cf->password, userlist_secret_kind(cf->password));
-	}
 }
 
 PgDatabase *db_add(const CfDatabase *cf)

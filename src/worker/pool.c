@@ -370,14 +370,18 @@ PgSocket *pool_take_idle(PgPool *pool)
 	return s;
 }
 
-bool pool_fast_fail(PgSocket *c)
+bool pool_login_failing(const PgPool *pool)
 {
-	PgPool *pool = c->pool;
 	if (!pool->last_login_failed || wk.now - pool->last_failed_time >= wk.cf.g.server_login_retry ||
 	    pool_paused(pool))
 		return false;
 	/* servers still logging in do not count: they may fail the same way */
-	if (pool_server_count(pool) > list_count(&pool->new_servers))
+	return pool_server_count(pool) == list_count(&pool->new_servers);
+}
+
+bool pool_fast_fail(PgSocket *c, const PgPool *pool)
+{
+	if (!pool_login_failing(pool))
 		return false;
 	disconnect_client(c, true, "server login has been failing, cached error: %.99s (server_login_retry)",
 	                  pool->failed_msg);
@@ -400,7 +404,7 @@ bool pool_find_server(PgSocket *c)
 		disconnect_client(c, true, "server shutting down");
 		return false;
 	}
-	if (pool_fast_fail(c))
+	if (pool_fast_fail(c, pool))
 		return false;
 	c->wait_start = wk.now;
 	c->wait_notice_sent = false;
@@ -763,7 +767,7 @@ void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool
 	pool->last_login_failed = true;
 	pool->last_failed_time = wk.now;
 	pgb_strlcpy(pool->failed_msg, msg, sizeof(pool->failed_msg));
-	auth_query_pool_failed(pool, sqlstate, msg); /* lookups waiting for this pool fail at once */
+	auth_query_pool_failed(pool, sqlstate, msg, from_server); /* lookups waiting for this pool fail at once */
 	if (!from_server || (sqlstate && strcmp(sqlstate, "57P03") == 0))
 		return;
 	bool usable = pool->welcome_ready && !list_empty(&pool->idle_servers);

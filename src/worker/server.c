@@ -258,12 +258,21 @@ static SBufAction handle_ssl_answer(PgSocket *s, uint8_t answer, uint32_t avail)
 	return SB_CLOSED;
 }
 
-static const char *server_password(PgSocket *s)
+/*
+ * The password of a pool's server logins: the database entry's password in
+ * that entry's forced-user pool, else the pool user's auth_file (or
+ * auth_query) secret. The entry's password is not the auth_user's for
+ * auth_query pools of that database, and not the user's anywhere else.
+ */
+static const char *server_password(PgSocket *s, SecretKind *kind)
 {
 	PgUser *u = s->pool->user;
-	/* the database's password belongs to its forced user, not to the auth_user's pool of that database */
-	if (u == s->pool->db->forced_user && s->pool->db->cf.password && *s->pool->db->cf.password)
-		return s->pool->db->cf.password;
+	const char *entry_pw = s->pool->db->cf.password;
+	if (u == s->pool->db->forced_user && entry_pw && *entry_pw) {
+		*kind = userlist_secret_kind(entry_pw);
+		return entry_pw;
+	}
+	*kind = u->kind;
 	return u->secret;
 }
 
@@ -298,21 +307,21 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
 	if (!pktreader_get_u32(&r, &code))
 		return login_fail(s, "bad auth packet from server");
 	PgUser *u = s->pool->user;
-	const char *pw = server_password(s);
+	SecretKind kind;
+	const char *pw = server_password(s, &kind);
 	char err[128];
 
 	switch (code) {
 	case 0:
 		return SB_CONSUMED;
 	case 3: /* cleartext */
-		if (!pw || u->kind != SECRET_PLAIN)
+		if (!pw || kind != SECRET_PLAIN)
 			return login_fail(s, "wrong password type");
 		return send_password_msg(s, pw, strlen(pw) + 1) ? SB_CONSUMED : SB_CLOSED;
 	case 5: { /* md5 */
 		const uint8_t *salt;
 		if (!pktreader_get_bytes(&r, 4, &salt))
 			return login_fail(s, "bad md5 auth packet");
-		SecretKind kind = pw == u->secret ? u->kind : userlist_secret_kind(pw ? pw : "");
 		if (!pw || (kind != SECRET_PLAIN && kind != SECRET_MD5))
 			return login_fail(s, "wrong password type");
 		char resp[MD5_PASSWD_LEN + 1];
@@ -329,7 +338,6 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
 			return login_fail(s, "none of the server's SASL authentication mechanisms are supported");
 		free(s->scram_cli);
 		s->scram_cli = xcalloc(1, sizeof(*s->scram_cli));
-		SecretKind kind = pw == u->secret ? u->kind : userlist_secret_kind(pw ? pw : "");
 		if (pw && kind == SECRET_PLAIN)
 			scram_client_init_password(s->scram_cli, pw);
 		else if (kind == SECRET_SCRAM && u->has_scram_keys && !s->pool->db->cf.user)
@@ -496,14 +504,15 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 		PgSocket *c = s->link;
 		if (s->replication != REPLICATION_NONE && c) {
 			/*
-			 * Only its own client hears it: a refused walsender (no
+			 * Only its own client is failed: a refused walsender (no
 			 * replication hba line, max_wal_senders) says nothing about
-			 * the pool's normal logins.
+			 * the pool's normal logins. Like any client whose linked
+			 * server is lost before login completes, it gets PgBouncer's
+			 * generic error (spec/cli.md §7); the server's is logged above.
 			 */
 			s->link = NULL;
 			c->link = NULL;
-			client_send_error(c, true, code, "%s", msg);
-			disconnect_client(c, false, "%s", msg);
+			disconnect_client(c, true, "bouncer config error");
 		} else {
 			pool_login_failed(s->pool, code, msg, true);
 		}

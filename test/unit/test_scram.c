@@ -416,11 +416,17 @@ static void test_client_unusable_password(void **state)
 {
 	ScramClient cl;
 	char buf[SCRAM_MAX_MSG];
-	char *longpw = malloc(2048);
+	char *longpw = malloc(USERLIST_MAX_SECRET + 2);
 
 	assert_non_null(longpw);
-	memset(longpw, 'x', 2047);
-	longpw[2047] = '\0';
+	/* as long as an auth_file password may be: usable */
+	memset(longpw, 'x', USERLIST_MAX_SECRET);
+	longpw[USERLIST_MAX_SECRET] = '\0';
+	scram_client_init_password(&cl, longpw);
+	assert_true(scram_client_first(&cl, buf, sizeof(buf)));
+	/* one byte more does not fit */
+	longpw[USERLIST_MAX_SECRET] = 'x';
+	longpw[USERLIST_MAX_SECRET + 1] = '\0';
 	scram_client_init_password(&cl, longpw);
 	assert_false(scram_client_first(&cl, buf, sizeof(buf)));
 	free(longpw);

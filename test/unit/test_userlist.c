@@ -215,24 +215,25 @@ static void test_length_limits(void **state)
 	char *name127 = repeat('n', USERLIST_MAX_USER);
 	char *name128 = repeat('n', USERLIST_MAX_USER + 1);
 	char *name126 = repeat('n', USERLIST_MAX_USER - 1);
-	char *secret2047 = repeat('s', USERLIST_MAX_SECRET);
-	char *secret2048 = repeat('s', USERLIST_MAX_SECRET + 1);
-	char *text = malloc(8192);
+	char *secret_max = repeat('s', USERLIST_MAX_SECRET);
+	char *secret_over = repeat('s', USERLIST_MAX_SECRET + 1);
+	const size_t text_len = USERLIST_MAX_SECRET + 1024;
+	char *text = malloc(text_len);
 	(void)state;
 
 	assert_int_equal(strlen(name127), 127);
-	assert_int_equal(strlen(secret2047), 2047);
+	assert_int_equal(strlen(secret_max), 65535); /* a password message's limit in the protocol */
 	assert_non_null(text);
 
 	/* exactly at the limits: accepted */
-	snprintf(text, 8192, "\"%s\" \"%s\"\n", name127, secret2047);
+	snprintf(text, text_len, "\"%s\" \"%s\"\n", name127, secret_max);
 	assert_true(userlist_parse(&ul, text, err, sizeof(err)));
 	assert_int_equal(ul.n_users, 1);
-	assert_user(&ul, 0, name127, secret2047, SECRET_PLAIN);
+	assert_user(&ul, 0, name127, secret_max, SECRET_PLAIN);
 	userlist_free(&ul);
 
 	/* an escaped quote counts as one byte: 126 + 1 = 127 */
-	snprintf(text, 8192, "\"%s\"\"\" \"x\"\n", name126);
+	snprintf(text, text_len, "\"%s\"\"\" \"x\"\n", name126);
 	assert_true(userlist_parse(&ul, text, err, sizeof(err)));
 	assert_int_equal(ul.n_users, 1);
 	assert_int_equal(strlen(ul.users[0].name), 127);
@@ -240,14 +241,14 @@ static void test_length_limits(void **state)
 	userlist_free(&ul);
 
 	/* one byte over: error, earlier users kept, later lines not read */
-	snprintf(text, 8192, "\"ok\" \"1\"\n\"%s\" \"x\"\n\"after\" \"2\"\n", name128);
+	snprintf(text, text_len, "\"ok\" \"1\"\n\"%s\" \"x\"\n\"after\" \"2\"\n", name128);
 	assert_false(userlist_parse(&ul, text, err, sizeof(err)));
 	assert_string_equal(err, "line 2: username too long");
 	assert_int_equal(ul.n_users, 1);
 	assert_user(&ul, 0, "ok", "1", SECRET_PLAIN);
 	userlist_free(&ul);
 
-	snprintf(text, 8192, "; c\n\"ok\" \"1\"\n\"u\" \"%s\"\n\"after\" \"2\"\n", secret2048);
+	snprintf(text, text_len, "; c\n\"ok\" \"1\"\n\"u\" \"%s\"\n\"after\" \"2\"\n", secret_over);
 	assert_false(userlist_parse(&ul, text, err, sizeof(err)));
 	assert_string_equal(err, "line 3: password too long");
 	assert_int_equal(ul.n_users, 1);
@@ -257,8 +258,8 @@ static void test_length_limits(void **state)
 	free(name126);
 	free(name127);
 	free(name128);
-	free(secret2047);
-	free(secret2048);
+	free(secret_max);
+	free(secret_over);
 	free(text);
 }
 
