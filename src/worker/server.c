@@ -65,36 +65,8 @@ static DnsResult pick_address(PgPool *pool, struct sockaddr_storage *ss, socklen
 		if (!host[0])
 			pgb_strlcpy(host, "/tmp", hostlen);
 	}
-	memset(ss, 0, sizeof(*ss));
-	DnsResult r = DNS_OK;
-	if (host[0] == '/' || host[0] == '@') {
-		struct sockaddr_un *un = (struct sockaddr_un *)ss;
-		un->sun_family = AF_UNIX;
-		int n = snprintf(un->sun_path, sizeof(un->sun_path), "%s/.s.PGSQL.%d", host, port);
-		if (n < 0 || (size_t)n >= sizeof(un->sun_path)) {
-			snprintf(err, errlen, "unix socket path too long");
-			return DNS_FAIL;
-		}
-		if (host[0] == '@') {
-			un->sun_path[0] = '\0';
-			*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n);
-		} else {
-			*len = sizeof(*un);
-		}
-	} else if (inet_pton(AF_INET, host, &((struct sockaddr_in *)ss)->sin_addr) == 1) {
-		struct sockaddr_in *in = (struct sockaddr_in *)ss;
-		in->sin_family = AF_INET;
-		in->sin_port = htons((uint16_t)port);
-		*len = sizeof(*in);
-	} else if (inet_pton(AF_INET6, host, &((struct sockaddr_in6 *)ss)->sin6_addr) == 1) {
-		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
-		in6->sin6_family = AF_INET6;
-		in6->sin6_port = htons((uint16_t)port);
-		*len = sizeof(*in6);
-	} else {
-		/* a name: asynchronous lookup through c-ares, cached */
-		r = dns_lookup(host, port, ss, len, err, errlen);
-	}
+	/* a name goes through c-ares (cached); an address or a socket directory is used as it is */
+	DnsResult r = dns_address(host, port, ss, len, err, errlen);
 	/* round-robin moves on at every attempt; disable sticks to a host until it fails */
 	if (r == DNS_FAIL || (r == DNS_OK && db->cf.load_balance_hosts == LB_ROUND_ROBIN))
 		db->host_index++;
