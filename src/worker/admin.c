@@ -1619,6 +1619,28 @@ static bool cmd_shutdown(PgSocket *c, const char *arg, const char *query)
 	return true;
 }
 
+/*
+ * TLS cannot be built after SET key=val of a key that is not itself a TLS
+ * setting: if the old value builds it, the new one is the cause and is
+ * taken back (false); else TLS settings set earlier are still incomplete,
+ * and the new value stays (true).
+ */
+static bool set_tls_blocker(const char *key, const char *old, const char *val)
+{
+	char err[CF_ERRMSG_LEN];
+	if (!config_set(&wk.cf, key, old, err, sizeof(err))) {
+		log_warning("%s", err);
+		return false;
+	}
+	if (worker_tls_reload(err, sizeof(err)))
+		return false;
+	if (!config_set(&wk.cf, key, val, err, sizeof(err))) {
+		log_warning("%s", err);
+		return false;
+	}
+	return true;
+}
+
 static bool cmd_set(PgSocket *c, const char *p, const char *query)
 {
 	char key[MAX_WORD], val[256];
@@ -1676,26 +1698,40 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 	char err[CF_ERRMSG_LEN];
 	if (!param)
 		return admin_error(c, NULL, "SET failed");
-	char old[1024];
-	bool is_tls = strstr(param->name, "_tls_") != NULL || strcmp(param->name, "auth_type") == 0;
-	if (is_tls && !config_format_value(&wk.cf, param, old, sizeof(old)))
+	/*
+	 * A TLS key is kept even when TLS cannot be built from it yet, as in
+	 * PgBouncer: enabling TLS takes several SETs (mode, key, certificate),
+	 * and the running TLS stays until they make a whole. auth_type (cert
+	 * needs client certificates) is refused when it is what breaks TLS.
+	 */
+	bool tls_key = strstr(param->name, "_tls_") != NULL || strstr(param->name, "_tls13_") != NULL;
+	bool needs_tls = tls_key || strcmp(param->name, "auth_type") == 0;
+	char old[1024]; /* auth_type's, to take it back; a TLS string may be unset (NULL) */
+	if (needs_tls && !tls_key && !config_format_value(&wk.cf, param, old, sizeof(old)))
 		return admin_error(c, NULL, "SET failed");
-	if (param->reloadable && !config_set(&wk.cf, key, val, err, sizeof(err))) {
+	if (!param->reloadable)
+		needs_tls = false; /* reported as set, changes nothing */
+	else if (!config_set(&wk.cf, key, val, err, sizeof(err))) {
 		log_warning("%s", err);
 		return admin_error(c, NULL, "SET failed");
 	}
-	if (param->reloadable && is_tls && !worker_tls_reload(err, sizeof(err))) {
-		/* the TLS contexts could not be built from the new value: keep the old one */
-		char ignored[CF_ERRMSG_LEN];
+	bool tls_kept = false;
+	if (needs_tls && !worker_tls_reload(err, sizeof(err))) {
 		log_warning("TLS configuration not changed: %s", err);
-		if (!config_set(&wk.cf, key, old, ignored, sizeof(ignored)))
-			log_warning("%s", ignored);
-		return admin_error(c, NULL, "SET failed");
+		tls_kept = true;
+		if (!tls_key && !set_tls_blocker(key, old, val))
+			return admin_error(c, NULL, "SET failed");
 	}
 	wk.cf_gen++;
 	char tag[400];
 	snprintf(tag, sizeof(tag), "SET %s=%s", key, val);
-	return send_simple(c, tag);
+	PktBuf pb;
+	pktbuf_init(&pb, 128);
+	if (tls_kept)
+		pktbuf_write_notice(&pb, "TLS settings could not be applied, still using old configuration");
+	pktbuf_write_command_complete(&pb, tag);
+	pktbuf_write_ready(&pb, 'I');
+	return send_pktbuf(c, &pb);
 }
 
 /*
