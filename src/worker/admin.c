@@ -491,26 +491,19 @@ static int collect_stats(DbStats **out)
 		DbStats *d = &arr[n - 1];
 		const PgStats *src[3] = {&p->stats, &p->older_stats, &p->newer_stats};
 		PgStats *dst[3] = {&d->total, &d->older, &d->newer};
-		for (int k = 0; k < 3; k++) {
-			dst[k]->server_assignment_count += src[k]->server_assignment_count;
-			dst[k]->xact_count += src[k]->xact_count;
-			dst[k]->query_count += src[k]->query_count;
-			dst[k]->client_bytes += src[k]->client_bytes;
-			dst[k]->server_bytes += src[k]->server_bytes;
-			dst[k]->xact_time += src[k]->xact_time;
-			dst[k]->query_time += src[k]->query_time;
-			dst[k]->wait_time += src[k]->wait_time;
-			dst[k]->client_parse_count += src[k]->client_parse_count;
-			dst[k]->server_parse_count += src[k]->server_parse_count;
-			dst[k]->bind_count += src[k]->bind_count;
-		}
+		for (int k = 0; k < 3; k++)
+			pgstats_add(dst[k], src[k]);
 	}
 	*out = arr;
 	return n;
 }
 
+/* Counters per SHOW STATS half (totals, then averages), in PgStats order. */
+#define STATS_COLUMNS 12
+_Static_assert(STATS_COLUMNS == PGSTATS_FIELDS, "every PgStats counter has a SHOW STATS column");
+
 /* Averages over the last complete stats_period. */
-static void averages(const DbStats *d, long long avg[11])
+static void averages(const DbStats *d, long long avg[STATS_COLUMNS])
 {
 	double secs = wk.cf.g.stats_period > 0 ? wk.cf.g.stats_period : 60;
 	const PgStats *a = &d->older, *b = &d->newer;
@@ -527,9 +520,10 @@ static void averages(const DbStats *d, long long avg[11])
 	avg[8] = (long long)((b->client_parse_count - a->client_parse_count) / secs);
 	avg[9] = (long long)((b->server_parse_count - a->server_parse_count) / secs);
 	avg[10] = (long long)((b->bind_count - a->bind_count) / secs);
+	avg[11] = (long long)((b->client_login_count - a->client_login_count) / secs);
 }
 
-static void totals(const PgStats *t, long long tot[11])
+static void totals(const PgStats *t, long long tot[STATS_COLUMNS])
 {
 	tot[0] = (long long)t->server_assignment_count;
 	tot[1] = (long long)t->xact_count;
@@ -542,6 +536,7 @@ static void totals(const PgStats *t, long long tot[11])
 	tot[8] = (long long)t->client_parse_count;
 	tot[9] = (long long)t->server_parse_count;
 	tot[10] = (long long)t->bind_count;
+	tot[11] = (long long)t->client_login_count;
 }
 
 static void write_totals(PktBuf *pb, const DbStats *arr, int n);
@@ -564,6 +559,7 @@ void admin_write_stats(PktBuf *pb, int which, const DbStats *arr, int n)
 	                                   "total_client_parse_count",
 	                                   "total_server_parse_count",
 	                                   "total_bind_count",
+	                                   "total_client_login_count",
 	                                   "avg_server_assignment_count",
 	                                   "avg_xact_count",
 	                                   "avg_query_count",
@@ -574,13 +570,15 @@ void admin_write_stats(PktBuf *pb, int which, const DbStats *arr, int n)
 	                                   "avg_wait_time",
 	                                   "avg_client_parse_count",
 	                                   "avg_server_parse_count",
-	                                   "avg_bind_count"};
+	                                   "avg_bind_count",
+	                                   "avg_client_login_count"};
 	static const char *const tot_names[] = {"database",           "server_assignment_count",
 	                                        "xact_count",         "query_count",
 	                                        "bytes_received",     "bytes_sent",
 	                                        "xact_time",          "query_time",
 	                                        "wait_time",          "client_parse_count",
-	                                        "server_parse_count", "bind_count"};
+	                                        "server_parse_count", "bind_count",
+	                                        "client_login_count"};
 	static const char *const avg_names[] = {"database",
 	                                        "server_assignment_count",
 	                                        "xact_count",
@@ -592,25 +590,27 @@ void admin_write_stats(PktBuf *pb, int which, const DbStats *arr, int n)
 	                                        "wait_time",
 	                                        "avg_client_parse_count",
 	                                        "avg_server_parse_count",
-	                                        "avg_bind_count"};
+	                                        "avg_bind_count",
+	                                        "avg_client_login_count"};
 	Reply r = {.pb = *pb};
-	r.ncols = which == 0 ? 23 : 12;
-	if (which == 0)
-		pktbuf_write_row_description(&r.pb, "TNNNNNNNNNNNNNNNNNNNNNN", full);
-	else
-		pktbuf_write_row_description(&r.pb, "TNNNNNNNNNNN", which == 1 ? tot_names : avg_names);
+	r.ncols = 1 + (which == 0 ? 2 : 1) * STATS_COLUMNS;
+	char types[2 + 2 * STATS_COLUMNS];
+	memset(types, 'N', sizeof(types));
+	types[0] = 'T';
+	types[r.ncols] = '\0';
+	pktbuf_write_row_description(&r.pb, types, which == 0 ? full : which == 1 ? tot_names : avg_names);
 	for (int k = 0; k < n; k++) {
-		long long tot[11], avg[11];
+		long long tot[STATS_COLUMNS], avg[STATS_COLUMNS];
 		totals(&arr[k].total, tot);
 		averages(&arr[k], avg);
-		const char *v[23];
+		const char *v[1 + 2 * STATS_COLUMNS];
 		v[0] = arr[k].name;
 		int col = 1;
 		if (which != 2)
-			for (int m = 0; m < 11; m++)
+			for (int m = 0; m < STATS_COLUMNS; m++)
 				v[col++] = fmt_int(tot[m]);
 		if (which != 1)
-			for (int m = 0; m < 11; m++)
+			for (int m = 0; m < STATS_COLUMNS; m++)
 				v[col++] = fmt_int(avg[m]);
 		reply_row(&r, v);
 	}
@@ -632,6 +632,7 @@ static void write_totals(PktBuf *pb, const DbStats *arr, int n)
 	                                   "total_ps_client_parse_count",
 	                                   "total_ps_server_parse_count",
 	                                   "total_ps_bind_count",
+	                                   "total_client_login_count",
 	                                   "avg_server_assignment_count",
 	                                   "avg_xact_count",
 	                                   "avg_query_count",
@@ -642,25 +643,21 @@ static void write_totals(PktBuf *pb, const DbStats *arr, int n)
 	                                   "avg_wait_time",
 	                                   "avg_ps_client_parse_count",
 	                                   "avg_ps_server_parse_count",
-	                                   "avg_ps_bind_count"};
+	                                   "avg_ps_bind_count",
+	                                   "avg_client_login_count"};
 	DbStats all = {0};
 	for (int k = 0; k < n; k++) {
-		const PgStats *src[3] = {&arr[k].total, &arr[k].older, &arr[k].newer};
-		PgStats *dst[3] = {&all.total, &all.older, &all.newer};
-		for (int m = 0; m < 3; m++) {
-			const uint64_t *s = (const uint64_t *)src[m];
-			uint64_t *d = (uint64_t *)dst[m];
-			for (size_t f = 0; f < sizeof(PgStats) / sizeof(uint64_t); f++)
-				d[f] += s[f];
-		}
+		pgstats_add(&all.total, &arr[k].total);
+		pgstats_add(&all.older, &arr[k].older);
+		pgstats_add(&all.newer, &arr[k].newer);
 	}
-	long long tot[11], avg[11];
+	long long tot[STATS_COLUMNS], avg[STATS_COLUMNS];
 	totals(&all.total, tot);
 	averages(&all, avg);
 	Reply r = {.pb = *pb, .ncols = 2};
 	pktbuf_write_row_description(&r.pb, "TN", names);
-	for (int k = 0; k < 22; k++) {
-		const char *v[] = {rows[k], fmt_int(k < 11 ? tot[k] : avg[k - 11])};
+	for (int k = 0; k < 2 * STATS_COLUMNS; k++) {
+		const char *v[] = {rows[k], fmt_int(k < STATS_COLUMNS ? tot[k] : avg[k - STATS_COLUMNS])};
 		reply_row(&r, v);
 	}
 	pktbuf_write_command_complete(&r.pb, "SHOW");
