@@ -106,8 +106,8 @@ TOTALS_ROWS = [
     "avg_xact_time", "avg_query_time", "avg_wait_time", "avg_ps_client_parse_count", "avg_ps_server_parse_count",
     "avg_ps_bind_count", "avg_client_login_count",
 ]
-# post-1.25.2 parameters an implementation may add
-OPTIONAL_CONFIG_KEYS = {"login_notify_message", "pool_idle_timeout"}
+# post-1.25.2 parameters an implementation may add (login_notify_message is in CONFIG_ROWS)
+OPTIONAL_CONFIG_KEYS = {"pool_idle_timeout"}
 # parameters this project adds (DESIGN.md §7)
 EXTENSION_CONFIG_KEYS = {"min_workers", "max_workers", "worker_scale_interval", "worker_scale_up_threshold",
                          "worker_scale_up_samples", "worker_scale_down_threshold", "worker_scale_down_samples",
@@ -132,6 +132,7 @@ CONFIG_ROWS = [
     ("job_name", "pgbouncer", "no"), ("listen_addr", "", "no"), ("listen_backlog", "128", "no"),
     ("listen_port", "6432", "no"), ("log_connections", "1", "yes"), ("log_disconnections", "1", "yes"),
     ("log_pooler_errors", "1", "yes"), ("log_stats", "1", "yes"), ("logfile", "", "yes"),
+    ("login_notify_message", "", "yes"),
     ("max_client_conn", "100", "yes"), ("max_db_client_connections", "0", "yes"),
     ("max_db_connections", "0", "yes"), ("max_packet_size", "2147483647", "yes"),
     ("max_prepared_statements", "200", "yes"), ("max_user_client_connections", "0", "yes"),
