@@ -45,15 +45,17 @@ SHOW_COLUMNS = {
     "STATS": [("database", TEXT)] + _cols(NUMERIC, """
         total_server_assignment_count total_xact_count total_query_count total_received total_sent
         total_xact_time total_query_time total_wait_time total_client_parse_count
-        total_server_parse_count total_bind_count
+        total_server_parse_count total_bind_count total_client_login_count
         avg_server_assignment_count avg_xact_count avg_query_count avg_recv avg_sent avg_xact_time
-        avg_query_time avg_wait_time avg_client_parse_count avg_server_parse_count avg_bind_count"""),
+        avg_query_time avg_wait_time avg_client_parse_count avg_server_parse_count avg_bind_count
+        avg_client_login_count"""),
     "STATS_TOTALS": [("database", TEXT)] + _cols(NUMERIC, """
         server_assignment_count xact_count query_count bytes_received bytes_sent xact_time
-        query_time wait_time client_parse_count server_parse_count bind_count"""),
+        query_time wait_time client_parse_count server_parse_count bind_count client_login_count"""),
     "STATS_AVERAGES": [("database", TEXT)] + _cols(NUMERIC, """
         server_assignment_count xact_count query_count bytes_received bytes_sent xact_time
-        query_time wait_time avg_client_parse_count avg_server_parse_count avg_bind_count"""),
+        query_time wait_time avg_client_parse_count avg_server_parse_count avg_bind_count
+        avg_client_login_count"""),
     "TOTALS": [("name", TEXT), ("value", NUMERIC)],
     "SERVERS": SOCKET_COLUMNS,
     "CLIENTS": SOCKET_COLUMNS,
@@ -99,13 +101,13 @@ LISTS_ROWS = ["databases", "users", "peers", "pools", "peer_pools", "free_client
 TOTALS_ROWS = [
     "total_server_assignment_count", "total_xact_count", "total_query_count", "total_client_bytes",
     "total_server_bytes", "total_xact_time", "total_query_time", "total_wait_time", "total_ps_client_parse_count",
-    "total_ps_server_parse_count", "total_ps_bind_count", "avg_server_assignment_count", "avg_xact_count",
-    "avg_query_count", "avg_client_bytes", "avg_server_bytes", "avg_xact_time", "avg_query_time", "avg_wait_time",
-    "avg_ps_client_parse_count", "avg_ps_server_parse_count", "avg_ps_bind_count",
+    "total_ps_server_parse_count", "total_ps_bind_count", "total_client_login_count",
+    "avg_server_assignment_count", "avg_xact_count", "avg_query_count", "avg_client_bytes", "avg_server_bytes",
+    "avg_xact_time", "avg_query_time", "avg_wait_time", "avg_ps_client_parse_count", "avg_ps_server_parse_count",
+    "avg_ps_bind_count", "avg_client_login_count",
 ]
-# post-1.25.2 rows/parameters an implementation may add
-OPTIONAL_TOTALS_ROWS = {"total_client_login_count", "avg_client_login_count"}
-OPTIONAL_CONFIG_KEYS = {"login_notify_message", "pool_idle_timeout"}
+# post-1.25.2 parameters an implementation may add (login_notify_message is in CONFIG_ROWS)
+OPTIONAL_CONFIG_KEYS = {"pool_idle_timeout"}
 # parameters this project adds (DESIGN.md §7)
 EXTENSION_CONFIG_KEYS = {"min_workers", "max_workers", "worker_scale_interval", "worker_scale_up_threshold",
                          "worker_scale_up_samples", "worker_scale_down_threshold", "worker_scale_down_samples",
@@ -130,6 +132,7 @@ CONFIG_ROWS = [
     ("job_name", "pgbouncer", "no"), ("listen_addr", "", "no"), ("listen_backlog", "128", "no"),
     ("listen_port", "6432", "no"), ("log_connections", "1", "yes"), ("log_disconnections", "1", "yes"),
     ("log_pooler_errors", "1", "yes"), ("log_stats", "1", "yes"), ("logfile", "", "yes"),
+    ("login_notify_message", "", "yes"),
     ("max_client_conn", "100", "yes"), ("max_db_client_connections", "0", "yes"),
     ("max_db_connections", "0", "yes"), ("max_packet_size", "2147483647", "yes"),
     ("max_prepared_statements", "200", "yes"), ("max_user_client_connections", "0", "yes"),
@@ -855,7 +858,7 @@ def test_stats_after_queries(bouncer):
     assert averages["query_count"] == stats["avg_query_count"]
     assert [r["database"] for r in rows(conn, "SHOW STATS")] == ["pgbouncer", "postgres"]
     t = rows(conn, "SHOW TOTALS")
-    assert [r["name"] for r in t if r["name"] not in OPTIONAL_TOTALS_ROWS] == TOTALS_ROWS
+    assert [r["name"] for r in t] == TOTALS_ROWS
     tv = {r["name"]: r["value"] for r in t}
     all_stats = rows(conn, "SHOW STATS")
     assert tv["total_query_count"] == sum(r["total_query_count"] for r in all_stats)
@@ -863,6 +866,35 @@ def test_stats_after_queries(bouncer):
     # a later query keeps counting
     client.execute("SELECT 4")
     assert row(conn, "SHOW STATS", database="postgres")["total_query_count"] == 8
+
+
+def test_client_logins_are_counted(bouncer):
+    """Successful logins per database (the post-1.25.2 client_login_count
+    columns, spec/admin.md §4); a refused login counts nowhere."""
+    b = bouncer(ini_overrides={"auth_type": "md5", "stats_period": 1, "min_workers": 2, "max_workers": 2})
+    conn = console(b, password="pgbouncer")
+    for _ in range(3):
+        pooled(b, password="postgres").close()
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        pooled(b, password="wrong")
+    stats = row(conn, "SHOW STATS", database="postgres")
+    assert stats["total_client_login_count"] == 3
+    assert row(conn, "SHOW STATS", database="pgbouncer")["total_client_login_count"] >= 1  # this console
+    assert row(conn, "SHOW STATS_TOTALS", database="postgres")["client_login_count"] == 3
+    tv = kv(conn, "SHOW TOTALS")
+    assert tv["total_client_login_count"] == sum(r["total_client_login_count"] for r in rows(conn, "SHOW STATS"))
+
+    def averaged():
+        pooled(b, password="postgres").close()
+        s = row(conn, "SHOW STATS", database="postgres")
+        return s["avg_client_login_count"] > 0 and s
+
+    s = wait_for(averaged, "logins to show in avg_client_login_count")
+    a = row(conn, "SHOW STATS_AVERAGES", database="postgres")
+    assert a["avg_client_login_count"] >= 0
+    assert kv(conn, "SHOW TOTALS")["avg_client_login_count"] >= 0
+    assert s["avg_client_login_count"] > 0
+    b.wait_log(r"stats: .* binds/s, \d+ client logins/s, in \d+ B/s")
 
 
 def test_show_clients_servers_pools_databases(bouncer, pg):

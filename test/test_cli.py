@@ -209,6 +209,19 @@ def test_broken_config_at_start(bouncer, run_pgbouncer, case):
     assert not b.pidfile.exists()
 
 
+def test_config_error_at_start_goes_to_the_logfile(bouncer, run_pgbouncer):
+    """A value below its minimum stops the start; the reason is in the log
+    file as well as on stderr, for a pooler started by a service manager."""
+    b = bouncer(ini_overrides={"pkt_buf": 100}, start=False)
+    run = run_pgbouncer([b.ini_path])
+    assert run.rc == 1
+    assert "pkt_buf (100) must be at least 512" in run.stderr
+    log = b.log_text()
+    assert re.search(r"\[\d+\] ERROR .*pkt_buf \(100\) must be at least 512", log), log
+    assert re.search(r"\[\d+\] FATAL cannot load config file", log), log
+    assert not b.pidfile.exists()
+
+
 # ---------------------------------------------------------------------------
 # pidfile and another instance
 

@@ -536,27 +536,112 @@ def test_reload_with_bad_certificate_keeps_the_old_one(bouncer, tls_files):
         check_tls_select(conn)
 
 
+TLS_NOT_APPLIED = "TLS settings could not be applied, still using old configuration"
+
+
+def console_notices(b):
+    """An admin console over the Unix socket and the list its NOTICE texts go to."""
+    admin = psycopg.connect(host=str(b.dir), port=b.port, dbname="pgbouncer", user="pgbouncer", autocommit=True,
+                            connect_timeout=10)
+    seen = []
+    admin.add_notice_handler(lambda d: seen.append(d.message_primary))
+    return admin, seen
+
+
 def test_admin_set_of_tls_settings_rebuilds_or_keeps_tls(bouncer, tls_files):
-    """SET of a client_tls_* key takes effect for new connections; a value TLS cannot use is refused."""
+    """SET of a client_tls_* key takes effect for new connections; a value TLS
+    cannot use is stored with a NOTICE while the running TLS stays (spec/admin.md §3)."""
     b = tls_bouncer(bouncer, tls_files, max_workers=1)
-    with b.connect(dbname="pgbouncer", user="pgbouncer", host=str(b.dir), autocommit=True) as admin:
+    admin, seen = console_notices(b)
+    with admin:
         admin.execute("SET client_tls_protocols = 'tlsv1.2'")
+        assert seen == []
         with tls_connect(b, tls_files, application_name="after-set") as conn:
             check_tls_select(conn)
             tls = [r for r in admin.execute("SHOW CLIENTS").fetchall() if "after-set" in r]
             assert len(tls) == 1 and any(str(v).startswith("TLSv1.2/") for v in tls[0]), tls
-        # a certificate that does not go with the key: refused, the running one stays
-        with pytest.raises(psycopg.Error, match="SET failed"):
-            admin.execute(f"SET client_tls_cert_file = '{tls_files.server2_cert}'")
+        # a certificate that does not go with the key: taken, but the running TLS stays
+        cur = admin.execute(f"SET client_tls_cert_file = '{tls_files.server2_cert}'")
+        assert cur.statusmessage == f"SET client_tls_cert_file={tls_files.server2_cert}"
+        assert seen == [TLS_NOT_APPLIED]
         cfg = {r[0]: r[1] for r in admin.execute("SHOW CONFIG").fetchall()}
-        assert cfg["client_tls_cert_file"] == str(tls_files.server_cert)
+        assert cfg["client_tls_cert_file"] == str(tls_files.server2_cert)
         assert every_new_connection_sees(b, tls_files.der(tls_files.server_cert), n=3)
+        # the matching key completes the pair: now it is used
+        admin.execute(f"SET client_tls_key_file = '{tls_files.server2_key}'")
+        assert seen == [TLS_NOT_APPLIED]
+        assert every_new_connection_sees(b, tls_files.der(tls_files.server2_cert), n=3)
         admin.execute("SET client_tls_protocols = 'secure'")
         with tls_connect(b, tls_files, application_name="after-reset") as conn:
             check_tls_select(conn)
             tls = [r for r in admin.execute("SHOW CLIENTS").fetchall() if "after-reset" in r]
             assert len(tls) == 1 and any(str(v).startswith("TLSv1.3/") for v in tls[0]), tls
     b.wait_log(r"TLS configuration not changed: .*client_tls_key_file")
+
+
+def test_admin_set_enables_tls_step_by_step(bouncer, tls_files):
+    """The order PgBouncer takes: mode first, then key, then certificate. Each
+    incomplete step is accepted with a NOTICE and changes nothing; the last one
+    turns TLS on in every worker."""
+    b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2}, users_txt=USERS_TXT)
+    admin, seen = console_notices(b)
+    with admin:
+        cur = admin.execute("SET client_tls_sslmode = 'require'")
+        assert cur.statusmessage == "SET client_tls_sslmode=require"
+        assert seen == [TLS_NOT_APPLIED]  # once, though both workers answered
+        with b.connect(sslmode="disable", autocommit=True) as conn:  # still the old configuration
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        cur = admin.execute(f"SET client_tls_key_file = '{tls_files.server_key}'")
+        assert cur.statusmessage == f"SET client_tls_key_file={tls_files.server_key}"
+        assert seen == [TLS_NOT_APPLIED] * 2
+        cur = admin.execute(f"SET client_tls_cert_file = '{tls_files.server_cert}'")
+        assert cur.statusmessage == f"SET client_tls_cert_file={tls_files.server_cert}"
+        assert seen == [TLS_NOT_APPLIED] * 2
+        cfg = {r[0]: r[1] for r in admin.execute("SHOW CONFIG").fetchall()}
+        assert (cfg["client_tls_sslmode"], cfg["client_tls_key_file"], cfg["client_tls_cert_file"]) == (
+            "require", str(tls_files.server_key), str(tls_files.server_cert))
+    for _ in range(6):  # new connections land on either worker
+        with tls_connect(b, tls_files, "verify-full") as conn:
+            check_tls_select(conn)
+        assert "SSL required" in login_fails(lambda: b.connect(sslmode="disable"))
+
+
+def test_admin_set_auth_type_cert_with_tls(bouncer, tls_files):
+    """auth_type=cert needs client certificates: refused while the TLS
+    settings in force cannot ask for them, taken (with the NOTICE) while TLS
+    settings set before it are still incomplete, in force once they are."""
+    b = tls_bouncer(bouncer, tls_files, "require")
+    admin, seen = console_notices(b)
+    good = {"sslcert": str(tls_files.client_cert("postgres")), "sslkey": str(tls_files.client_key("postgres"))}
+    with admin:
+        with pytest.raises(psycopg.Error, match="SET failed"):
+            admin.execute("SET auth_type = 'cert'")
+        assert {r[0]: r[1] for r in admin.execute("SHOW CONFIG").fetchall()}["auth_type"] == "trust"
+        admin.execute("SET client_tls_sslmode = 'verify-full'")  # no CA file yet
+        assert seen == [TLS_NOT_APPLIED]
+        assert admin.execute("SET auth_type = 'cert'").statusmessage == "SET auth_type=cert"
+        assert seen == [TLS_NOT_APPLIED] * 2
+        admin.execute(f"SET client_tls_ca_file = '{tls_files.ca_cert}'")
+        assert seen == [TLS_NOT_APPLIED] * 2
+    with tls_connect(b, tls_files, "verify-full", **good) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == ("postgres",)
+    login_fails(lambda: tls_connect(b, tls_files, "verify-full", sslcert=str(b.dir / "no-such-client.crt")))
+
+
+def test_admin_set_client_tls13_ciphers(bouncer, tls_files):
+    b = tls_bouncer(bouncer, tls_files, min_workers=2, max_workers=2)
+    w = tls_wire(b.port)
+    assert w.sock.cipher()[0] != "TLS_CHACHA20_POLY1305_SHA256"  # not the server's first choice
+    w.close()
+    admin, seen = console_notices(b)
+    with admin:
+        admin.execute("SET client_tls13_ciphers = 'TLS_CHACHA20_POLY1305_SHA256'")
+        assert seen == []
+    for _ in range(6):
+        w = tls_wire(b.port)
+        assert w.sock.cipher()[0] == "TLS_CHACHA20_POLY1305_SHA256"
+        w.login()
+        w.close()
 
 
 # ---------------------------------------------------------------------------

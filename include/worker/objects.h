@@ -115,7 +115,19 @@ typedef struct PgStats {
 	uint64_t client_parse_count;
 	uint64_t server_parse_count;
 	uint64_t bind_count;
+	uint64_t client_login_count; /* welcomes sent (post-1.25.2 PgBouncer) */
 } PgStats;
+
+/* Every field of a PgStats is a uint64_t counter: sums go field by field. */
+#define PGSTATS_FIELDS (sizeof(PgStats) / sizeof(uint64_t))
+
+static inline void pgstats_add(PgStats *dst, const PgStats *src)
+{
+	uint64_t *d = (uint64_t *)dst;
+	const uint64_t *s = (const uint64_t *)src;
+	for (size_t f = 0; f < PGSTATS_FIELDS; f++)
+		d[f] += s[f];
+}
 
 /* One (database, pool user) pool. */
 struct PgPool {

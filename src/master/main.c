@@ -391,6 +391,8 @@ int main(int argc, char **argv)
 	/* the -v count, unless the file sets verbose (which no [pgbouncer] header resets) */
 	master.cf.g.verbose = master.cmdline_verbose;
 	if (!config_load(&master.cf, argv[optind], err, sizeof(err))) {
+		/* a logfile read before the error (or before a failed check of the whole file) gets the reason too */
+		apply_log_settings(&master.cf);
 		log_error("%s", err);
 		fatal("cannot load config file");
 	}

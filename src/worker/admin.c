@@ -491,26 +491,19 @@ static int collect_stats(DbStats **out)
 		DbStats *d = &arr[n - 1];
 		const PgStats *src[3] = {&p->stats, &p->older_stats, &p->newer_stats};
 		PgStats *dst[3] = {&d->total, &d->older, &d->newer};
-		for (int k = 0; k < 3; k++) {
-			dst[k]->server_assignment_count += src[k]->server_assignment_count;
-			dst[k]->xact_count += src[k]->xact_count;
-			dst[k]->query_count += src[k]->query_count;
-			dst[k]->client_bytes += src[k]->client_bytes;
-			dst[k]->server_bytes += src[k]->server_bytes;
-			dst[k]->xact_time += src[k]->xact_time;
-			dst[k]->query_time += src[k]->query_time;
-			dst[k]->wait_time += src[k]->wait_time;
-			dst[k]->client_parse_count += src[k]->client_parse_count;
-			dst[k]->server_parse_count += src[k]->server_parse_count;
-			dst[k]->bind_count += src[k]->bind_count;
-		}
+		for (int k = 0; k < 3; k++)
+			pgstats_add(dst[k], src[k]);
 	}
 	*out = arr;
 	return n;
 }
 
+/* Counters per SHOW STATS half (totals, then averages), in PgStats order. */
+#define STATS_COLUMNS 12
+_Static_assert(STATS_COLUMNS == PGSTATS_FIELDS, "every PgStats counter has a SHOW STATS column");
+
 /* Averages over the last complete stats_period. */
-static void averages(const DbStats *d, long long avg[11])
+static void averages(const DbStats *d, long long avg[STATS_COLUMNS])
 {
 	double secs = wk.cf.g.stats_period > 0 ? wk.cf.g.stats_period : 60;
 	const PgStats *a = &d->older, *b = &d->newer;
@@ -527,9 +520,10 @@ static void averages(const DbStats *d, long long avg[11])
 	avg[8] = (long long)((b->client_parse_count - a->client_parse_count) / secs);
 	avg[9] = (long long)((b->server_parse_count - a->server_parse_count) / secs);
 	avg[10] = (long long)((b->bind_count - a->bind_count) / secs);
+	avg[11] = (long long)((b->client_login_count - a->client_login_count) / secs);
 }
 
-static void totals(const PgStats *t, long long tot[11])
+static void totals(const PgStats *t, long long tot[STATS_COLUMNS])
 {
 	tot[0] = (long long)t->server_assignment_count;
 	tot[1] = (long long)t->xact_count;
@@ -542,6 +536,7 @@ static void totals(const PgStats *t, long long tot[11])
 	tot[8] = (long long)t->client_parse_count;
 	tot[9] = (long long)t->server_parse_count;
 	tot[10] = (long long)t->bind_count;
+	tot[11] = (long long)t->client_login_count;
 }
 
 static void write_totals(PktBuf *pb, const DbStats *arr, int n);
@@ -564,6 +559,7 @@ void admin_write_stats(PktBuf *pb, int which, const DbStats *arr, int n)
 	                                   "total_client_parse_count",
 	                                   "total_server_parse_count",
 	                                   "total_bind_count",
+	                                   "total_client_login_count",
 	                                   "avg_server_assignment_count",
 	                                   "avg_xact_count",
 	                                   "avg_query_count",
@@ -574,13 +570,15 @@ void admin_write_stats(PktBuf *pb, int which, const DbStats *arr, int n)
 	                                   "avg_wait_time",
 	                                   "avg_client_parse_count",
 	                                   "avg_server_parse_count",
-	                                   "avg_bind_count"};
+	                                   "avg_bind_count",
+	                                   "avg_client_login_count"};
 	static const char *const tot_names[] = {"database",           "server_assignment_count",
 	                                        "xact_count",         "query_count",
 	                                        "bytes_received",     "bytes_sent",
 	                                        "xact_time",          "query_time",
 	                                        "wait_time",          "client_parse_count",
-	                                        "server_parse_count", "bind_count"};
+	                                        "server_parse_count", "bind_count",
+	                                        "client_login_count"};
 	static const char *const avg_names[] = {"database",
 	                                        "server_assignment_count",
 	                                        "xact_count",
@@ -592,25 +590,27 @@ void admin_write_stats(PktBuf *pb, int which, const DbStats *arr, int n)
 	                                        "wait_time",
 	                                        "avg_client_parse_count",
 	                                        "avg_server_parse_count",
-	                                        "avg_bind_count"};
+	                                        "avg_bind_count",
+	                                        "avg_client_login_count"};
 	Reply r = {.pb = *pb};
-	r.ncols = which == 0 ? 23 : 12;
-	if (which == 0)
-		pktbuf_write_row_description(&r.pb, "TNNNNNNNNNNNNNNNNNNNNNN", full);
-	else
-		pktbuf_write_row_description(&r.pb, "TNNNNNNNNNNN", which == 1 ? tot_names : avg_names);
+	r.ncols = 1 + (which == 0 ? 2 : 1) * STATS_COLUMNS;
+	char types[2 + 2 * STATS_COLUMNS];
+	memset(types, 'N', sizeof(types));
+	types[0] = 'T';
+	types[r.ncols] = '\0';
+	pktbuf_write_row_description(&r.pb, types, which == 0 ? full : which == 1 ? tot_names : avg_names);
 	for (int k = 0; k < n; k++) {
-		long long tot[11], avg[11];
+		long long tot[STATS_COLUMNS], avg[STATS_COLUMNS];
 		totals(&arr[k].total, tot);
 		averages(&arr[k], avg);
-		const char *v[23];
+		const char *v[1 + 2 * STATS_COLUMNS];
 		v[0] = arr[k].name;
 		int col = 1;
 		if (which != 2)
-			for (int m = 0; m < 11; m++)
+			for (int m = 0; m < STATS_COLUMNS; m++)
 				v[col++] = fmt_int(tot[m]);
 		if (which != 1)
-			for (int m = 0; m < 11; m++)
+			for (int m = 0; m < STATS_COLUMNS; m++)
 				v[col++] = fmt_int(avg[m]);
 		reply_row(&r, v);
 	}
@@ -632,6 +632,7 @@ static void write_totals(PktBuf *pb, const DbStats *arr, int n)
 	                                   "total_ps_client_parse_count",
 	                                   "total_ps_server_parse_count",
 	                                   "total_ps_bind_count",
+	                                   "total_client_login_count",
 	                                   "avg_server_assignment_count",
 	                                   "avg_xact_count",
 	                                   "avg_query_count",
@@ -642,25 +643,21 @@ static void write_totals(PktBuf *pb, const DbStats *arr, int n)
 	                                   "avg_wait_time",
 	                                   "avg_ps_client_parse_count",
 	                                   "avg_ps_server_parse_count",
-	                                   "avg_ps_bind_count"};
+	                                   "avg_ps_bind_count",
+	                                   "avg_client_login_count"};
 	DbStats all = {0};
 	for (int k = 0; k < n; k++) {
-		const PgStats *src[3] = {&arr[k].total, &arr[k].older, &arr[k].newer};
-		PgStats *dst[3] = {&all.total, &all.older, &all.newer};
-		for (int m = 0; m < 3; m++) {
-			const uint64_t *s = (const uint64_t *)src[m];
-			uint64_t *d = (uint64_t *)dst[m];
-			for (size_t f = 0; f < sizeof(PgStats) / sizeof(uint64_t); f++)
-				d[f] += s[f];
-		}
+		pgstats_add(&all.total, &arr[k].total);
+		pgstats_add(&all.older, &arr[k].older);
+		pgstats_add(&all.newer, &arr[k].newer);
 	}
-	long long tot[11], avg[11];
+	long long tot[STATS_COLUMNS], avg[STATS_COLUMNS];
 	totals(&all.total, tot);
 	averages(&all, avg);
 	Reply r = {.pb = *pb, .ncols = 2};
 	pktbuf_write_row_description(&r.pb, "TN", names);
-	for (int k = 0; k < 22; k++) {
-		const char *v[] = {rows[k], fmt_int(k < 11 ? tot[k] : avg[k - 11])};
+	for (int k = 0; k < 2 * STATS_COLUMNS; k++) {
+		const char *v[] = {rows[k], fmt_int(k < STATS_COLUMNS ? tot[k] : avg[k - STATS_COLUMNS])};
 		reply_row(&r, v);
 	}
 	pktbuf_write_command_complete(&r.pb, "SHOW");
@@ -1619,6 +1616,28 @@ static bool cmd_shutdown(PgSocket *c, const char *arg, const char *query)
 	return true;
 }
 
+/*
+ * TLS cannot be built after SET key=val of a key that is not itself a TLS
+ * setting: if the old value builds it, the new one is the cause and is
+ * taken back (false); else TLS settings set earlier are still incomplete,
+ * and the new value stays (true).
+ */
+static bool set_tls_blocker(const char *key, const char *old, const char *val)
+{
+	char err[CF_ERRMSG_LEN];
+	if (!config_set(&wk.cf, key, old, err, sizeof(err))) {
+		log_warning("%s", err);
+		return false;
+	}
+	if (worker_tls_reload(err, sizeof(err)))
+		return false;
+	if (!config_set(&wk.cf, key, val, err, sizeof(err))) {
+		log_warning("%s", err);
+		return false;
+	}
+	return true;
+}
+
 static bool cmd_set(PgSocket *c, const char *p, const char *query)
 {
 	char key[MAX_WORD], val[256];
@@ -1676,26 +1695,40 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 	char err[CF_ERRMSG_LEN];
 	if (!param)
 		return admin_error(c, NULL, "SET failed");
-	char old[1024];
-	bool is_tls = strstr(param->name, "_tls_") != NULL || strcmp(param->name, "auth_type") == 0;
-	if (is_tls && !config_format_value(&wk.cf, param, old, sizeof(old)))
+	/*
+	 * A TLS key is kept even when TLS cannot be built from it yet, as in
+	 * PgBouncer: enabling TLS takes several SETs (mode, key, certificate),
+	 * and the running TLS stays until they make a whole. auth_type (cert
+	 * needs client certificates) is refused when it is what breaks TLS.
+	 */
+	bool tls_key = strstr(param->name, "_tls_") != NULL || strstr(param->name, "_tls13_") != NULL;
+	bool needs_tls = tls_key || strcmp(param->name, "auth_type") == 0;
+	char old[1024]; /* auth_type's, to take it back; a TLS string may be unset (NULL) */
+	if (needs_tls && !tls_key && !config_format_value(&wk.cf, param, old, sizeof(old)))
 		return admin_error(c, NULL, "SET failed");
-	if (param->reloadable && !config_set(&wk.cf, key, val, err, sizeof(err))) {
+	if (!param->reloadable)
+		needs_tls = false; /* reported as set, changes nothing */
+	else if (!config_set(&wk.cf, key, val, err, sizeof(err))) {
 		log_warning("%s", err);
 		return admin_error(c, NULL, "SET failed");
 	}
-	if (param->reloadable && is_tls && !worker_tls_reload(err, sizeof(err))) {
-		/* the TLS contexts could not be built from the new value: keep the old one */
-		char ignored[CF_ERRMSG_LEN];
+	bool tls_kept = false;
+	if (needs_tls && !worker_tls_reload(err, sizeof(err))) {
 		log_warning("TLS configuration not changed: %s", err);
-		if (!config_set(&wk.cf, key, old, ignored, sizeof(ignored)))
-			log_warning("%s", ignored);
-		return admin_error(c, NULL, "SET failed");
+		tls_kept = true;
+		if (!tls_key && !set_tls_blocker(key, old, val))
+			return admin_error(c, NULL, "SET failed");
 	}
 	wk.cf_gen++;
 	char tag[400];
 	snprintf(tag, sizeof(tag), "SET %s=%s", key, val);
-	return send_simple(c, tag);
+	PktBuf pb;
+	pktbuf_init(&pb, 128);
+	if (tls_kept)
+		pktbuf_write_notice(&pb, "TLS settings could not be applied, still using old configuration");
+	pktbuf_write_command_complete(&pb, tag);
+	pktbuf_write_ready(&pb, 'I');
+	return send_pktbuf(c, &pb);
 }
 
 /*

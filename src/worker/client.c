@@ -138,6 +138,7 @@ bool client_send_welcome(PgSocket *c)
 	pktbuf_write_ready(&pb, 'I');
 	/* active before sending, so that a failed send is accounted as a logged-in client */
 	change_state(c, CL_ACTIVE);
+	c->pool->stats.client_login_count++;
 	bool ok = sbuf_send(&c->sb, pb.buf, pb.len);
 	pktbuf_free(&pb);
 	if (!ok) {

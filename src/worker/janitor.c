@@ -274,28 +274,8 @@ void stats_period_tick(void)
 		PgPool *p = container_of(i, PgPool, node);
 		p->older_stats = p->newer_stats;
 		p->newer_stats = p->stats;
-		total.xact_count += p->newer_stats.xact_count;
-		total.query_count += p->newer_stats.query_count;
-		total.client_bytes += p->newer_stats.client_bytes;
-		total.server_bytes += p->newer_stats.server_bytes;
-		total.xact_time += p->newer_stats.xact_time;
-		total.query_time += p->newer_stats.query_time;
-		total.wait_time += p->newer_stats.wait_time;
-		total.server_assignment_count += p->newer_stats.server_assignment_count;
-		total.client_parse_count += p->newer_stats.client_parse_count;
-		total.server_parse_count += p->newer_stats.server_parse_count;
-		total.bind_count += p->newer_stats.bind_count;
-		prev.xact_count += p->older_stats.xact_count;
-		prev.query_count += p->older_stats.query_count;
-		prev.client_bytes += p->older_stats.client_bytes;
-		prev.server_bytes += p->older_stats.server_bytes;
-		prev.xact_time += p->older_stats.xact_time;
-		prev.query_time += p->older_stats.query_time;
-		prev.wait_time += p->older_stats.wait_time;
-		prev.server_assignment_count += p->older_stats.server_assignment_count;
-		prev.client_parse_count += p->older_stats.client_parse_count;
-		prev.server_parse_count += p->older_stats.server_parse_count;
-		prev.bind_count += p->older_stats.bind_count;
+		pgstats_add(&total, &p->newer_stats);
+		pgstats_add(&prev, &p->older_stats);
 	}
 	if (!wk.cf.g.log_stats)
 		return;
@@ -303,11 +283,12 @@ void stats_period_tick(void)
 	uint64_t dx = total.xact_count - prev.xact_count, dq = total.query_count - prev.query_count;
 	uint64_t da = total.server_assignment_count - prev.server_assignment_count;
 	log_info("stats: %llu xacts/s, %llu queries/s, %llu client parses/s, %llu server parses/s, %llu binds/s, "
-	         "in %llu B/s, out %llu B/s, xact %llu us, query %llu us, wait %llu us",
+	         "%llu client logins/s, in %llu B/s, out %llu B/s, xact %llu us, query %llu us, wait %llu us",
 	         (unsigned long long)(dx / secs), (unsigned long long)(dq / secs),
 	         (unsigned long long)((total.client_parse_count - prev.client_parse_count) / secs),
 	         (unsigned long long)((total.server_parse_count - prev.server_parse_count) / secs),
 	         (unsigned long long)((total.bind_count - prev.bind_count) / secs),
+	         (unsigned long long)((total.client_login_count - prev.client_login_count) / secs),
 	         (unsigned long long)((total.client_bytes - prev.client_bytes) / secs),
 	         (unsigned long long)((total.server_bytes - prev.server_bytes) / secs),
 	         (unsigned long long)(dx ? (total.xact_time - prev.xact_time) / dx : 0),

@@ -488,7 +488,8 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 		} else {
 			pool_login_failed(s->pool, code, msg, true);
 		}
-		disconnect_server(s, false, "login failed");
+		/* the closing line says why, in PostgreSQL's words, as the client's does */
+		disconnect_server(s, false, "%s", msg);
 		return SB_CLOSED;
 	}
 	case 'Z':
