@@ -9,6 +9,7 @@ session's PostgreSQL (wal_level=logical, see conftest.py)."""
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import time
@@ -357,3 +358,58 @@ def test_replication_to_admin_console_is_refused(bouncer):
     w = PgWire(b.port)
     w.startup(user="pgbouncer", database="pgbouncer", replication="database")
     w.expect_fatal("replication connections are not supported by the admin console")
+
+
+# ---------------------------------------------------------------------------
+# back-pressure: small socket buffers make every write partial
+
+
+@pytest.fixture
+def small_buffers(bouncer, pg):
+    return bouncer(ini_overrides={"tcp_socket_buffer": 4096, "pkt_buf": 4096},
+                   databases={"postgres": pg.connstr("postgres"), "replication": pg.connstr("postgres")})
+
+
+def test_base_backup_with_small_socket_buffers(small_buffers, pg, tmp_path):
+    b = small_buffers
+    target = tmp_path / "backup"
+    out = run([tool("pg_basebackup"), "-d", conninfo(b), "-D", target, "-X", "stream", "-c", "fast",
+               "--no-sync", "--no-manifest"], timeout=max(DEADLINE * 4, 120))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (target / "PG_VERSION").exists()
+    assert any((target / "pg_wal").iterdir()), "the WAL stream wrote nothing"
+
+
+def test_pg_receivewal_stops_at_endpos_with_small_socket_buffers(small_buffers, pg, tmp_path):
+    b = small_buffers
+    target = tmp_path / "wal"
+    target.mkdir()
+    pg.sql("CREATE TABLE IF NOT EXISTS repl_fill (v text)")
+    pg.sql("INSERT INTO repl_fill SELECT repeat('x', 1000) FROM generate_series(1, 5000)")
+    endpos = pg.sql("SELECT pg_current_wal_insert_lsn()::text")[0][0]
+    out = run([tool("pg_receivewal"), "-d", conninfo(b), "-D", target, "--no-loop", "--no-sync",
+               f"--endpos={endpos}"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    pg.sql("DROP TABLE repl_fill")
+
+
+def test_pg_receivewal_stops_when_told(small_buffers, pg, tmp_path):
+    """SIGINT asks pg_receivewal to finish: it ends its COPY and exits while data flows."""
+    b = small_buffers
+    target = tmp_path / "wal"
+    target.mkdir()
+    proc = subprocess.Popen([str(tool("pg_receivewal")), "-d", conninfo(b), "-D", str(target), "--no-loop",
+                             "--no-sync", "-v"], env=child_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+    try:
+        wait_for(lambda: any(target.iterdir()), "pg_receivewal to start writing")
+        pg.sql("CREATE TABLE IF NOT EXISTS repl_fill2 (v text)")
+        pg.sql("INSERT INTO repl_fill2 SELECT repeat('y', 1000) FROM generate_series(1, 5000)")
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=DEADLINE)
+        assert proc.returncode == 0, out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        pg.sql("DROP TABLE IF EXISTS repl_fill2")

@@ -104,9 +104,15 @@ struct SBuf {
 void sbuf_accept(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_buf, uint32_t max_len, sbuf_cb_t cb,
                  void *owner);
 
-/* Start a non-blocking connect; SBEV_CONNECTED or SBEV_CONNECT_FAILED follows. False if it failed at once. */
+/*
+ * Start a non-blocking connect; SBEV_CONNECTED or SBEV_CONNECT_FAILED
+ * follows. False if it failed at once. tune (may be NULL) sets socket
+ * options on a TCP socket before the connect: buffer sizes must be known
+ * before TCP agrees on its window.
+ */
 bool sbuf_connect(SBuf *sb, struct event_base *base, const struct sockaddr *sa, socklen_t salen, uint32_t pkt_buf,
-                  uint32_t max_len, sbuf_cb_t cb, void *owner) __attribute__((warn_unused_result));
+                  uint32_t max_len, void (*tune)(int fd), sbuf_cb_t cb, void *owner)
+    __attribute__((warn_unused_result));
 
 /* Stop reading (e.g. while a client waits for a server). */
 void sbuf_pause(SBuf *sb);

@@ -109,6 +109,15 @@ static int open_tcp(const ListenAddr *a, const CfGlobals *g, char *err, size_t e
 		if (setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &val, sizeof(val)) < 0)
 			log_warning("setsockopt(TCP_DEFER_ACCEPT) failed: %s", strerror(errno));
 	}
+	if (g->tcp_socket_buffer > 0) {
+		/*
+		 * Accepted sockets inherit these, and TCP agrees on its window
+		 * before accept(): set after it, a smaller buffer than the window
+		 * offered makes the kernel drop data (doc/pgbouncer.5.md).
+		 */
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &g->tcp_socket_buffer, sizeof(int));
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &g->tcp_socket_buffer, sizeof(int));
+	}
 	if (bind(fd, (const struct sockaddr *)&a->sa, a->salen) < 0) {
 		snprintf(err, errlen, "bind(): %s", strerror(errno));
 		close(fd);

@@ -176,7 +176,8 @@ static const char *cancel_by_key(const uint8_t *key)
 	list_append(&inflight, &cs->node);
 	cs->cancel_target = server;
 	server->cancels_pending++;
-	if (!sbuf_connect(&cs->sb, wk.base, (struct sockaddr *)&cs->remote, len, 512, 1 << 20, cancel_conn_cb, cs))
+	if (!sbuf_connect(&cs->sb, wk.base, (struct sockaddr *)&cs->remote, len, 512, 1 << 20, NULL, cancel_conn_cb,
+	                  cs))
 		cancel_conn_done(cs);
 	return "cancel request handled";
 }
@@ -237,7 +238,7 @@ static bool peer_connect(PeerQueue *q, const CfPeer *p, const uint8_t *key)
 	cs->cancel_server_key_len = CANCEL_KEY_LEN - 4;
 	list_append(&inflight, &cs->node);
 	q->active++;
-	if (!sbuf_connect(&cs->sb, wk.base, (struct sockaddr *)&ss, len, 512, 1 << 20, cancel_conn_cb, cs)) {
+	if (!sbuf_connect(&cs->sb, wk.base, (struct sockaddr *)&ss, len, 512, 1 << 20, NULL, cancel_conn_cb, cs)) {
 		log_warning("cancel forwarding to peer %d failed: %s", p->id, strerror(cs->sb.last_errno));
 		cancel_conn_done(cs);
 	}

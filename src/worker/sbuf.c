@@ -181,7 +181,7 @@ void sbuf_accept(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_buf, ui
 }
 
 bool sbuf_connect(SBuf *sb, struct event_base *base, const struct sockaddr *sa, socklen_t salen, uint32_t pkt_buf,
-                  uint32_t max_len, sbuf_cb_t cb, void *owner)
+                  uint32_t max_len, void (*tune)(int fd), sbuf_cb_t cb, void *owner)
 {
 	int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	sbuf_setup(sb, base, fd, pkt_buf, max_len, cb, owner);
@@ -189,6 +189,8 @@ bool sbuf_connect(SBuf *sb, struct event_base *base, const struct sockaddr *sa, 
 		sb->last_errno = errno;
 		return false;
 	}
+	if (tune && sa->sa_family != AF_UNIX)
+		tune(fd);
 	if (connect(fd, sa, salen) < 0 && errno != EINPROGRESS) {
 		sb->last_errno = errno;
 		return false;

@@ -174,14 +174,12 @@ static bool launch(PgPool *pool, PgSocket *repl_client, BudgetHold *hold)
 		}
 	}
 	if (!sbuf_connect(&s->sb, wk.base, (struct sockaddr *)&ss, len, (uint32_t)wk.cf.g.pkt_buf,
-	                  wk.cf.g.max_packet_size, server_cb, s)) {
+	                  wk.cf.g.max_packet_size, tune_tcp_socket, server_cb, s)) {
 		slog(LG_LOG, s, "connect failed: %s", strerror(s->sb.last_errno));
 		pool_login_failed(pool, NULL, "server connect failed", false);
 		disconnect_server(s, false, "connect failed");
 		return false;
 	}
-	if (!s->is_unix)
-		tune_tcp_socket(s->sb.fd);
 	return true;
 }
 
