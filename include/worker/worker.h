@@ -173,6 +173,7 @@ bool pool_login_failing(const PgPool *pool);
 bool pool_fast_fail(PgSocket *client, const PgPool *pool);
 void pool_server_ready(PgSocket *server);
 void pool_wake_waiters(PgPool *pool);
+void pool_drop_gone_waiters(PgPool *pool); /* close waiting clients that hung up (janitor) */
 void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool from_server);
 void pool_maybe_launch(PgPool *pool);
 void pool_mark_close_needed(PgPool *pool);     /* every server reconnects once it is free */

@@ -252,6 +252,8 @@ void janitor_run(void)
 		list_for_each_safe(i, &wk.pools, tmp)
 		{
 			PgPool *pool = container_of(i, PgPool, node);
+			if (!list_empty(&pool->waiting_clients))
+				pool_drop_gone_waiters(pool);
 			check_client_timeouts(pool);
 			check_linked_server_timeouts(pool);
 			check_server_states(pool);

@@ -655,11 +655,15 @@ static bool checks_serve_waiters(const PgPool *pool)
 
 /*
  * Waiting clients are not read (their input waits for a server), so a
- * client that hung up is not seen by the event loop. Before a server is
- * launched for them they are asked, all in one poll(): POLLRDHUP tells a
- * closed peer even when unread bytes precede its FIN. Those gone are
- * dropped, so a login that keeps failing is not retried for nobody.
+ * client that hung up is not seen by the event loop. poll() asks:
+ * POLLRDHUP tells a closed peer even when unread bytes precede its FIN.
  */
+static bool client_hung_up(const PgSocket *c)
+{
+	struct pollfd p = {.fd = c->sb.fd, .events = POLLRDHUP};
+	return c->sb.fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 static void poll_and_drop(struct pollfd *fds, PgSocket **socks, int n)
 {
 	if (n == 0 || poll(fds, (nfds_t)n, 0) <= 0)
@@ -669,7 +673,7 @@ static void poll_and_drop(struct pollfd *fds, PgSocket **socks, int n)
 			disconnect_client(socks[k], false, "client disconnected while waiting");
 }
 
-static void drop_gone_waiters(PgPool *pool)
+void pool_drop_gone_waiters(PgPool *pool)
 {
 	enum { BATCH = 64 };
 	struct pollfd fds[BATCH];
@@ -720,19 +724,15 @@ void pool_maybe_launch(PgPool *pool)
 	BudgetHold hold;
 	if (!can_launch(pool, repl, &hold))
 		return;
-	if (first) {
-		drop_gone_waiters(pool);
-		PgSocket *still = first_needing_server(pool);
-		if (!still && !auth_query_waiting(pool)) {
-			budget_hold_release(&hold);
-			return;
-		}
-		if (still != first || (still && (still->replication != REPLICATION_NONE) != repl)) {
-			/* the one it was for is gone: decide again with what is left */
-			budget_hold_release(&hold);
-			pool_maybe_launch(pool);
-			return;
-		}
+	if (first && client_hung_up(first)) {
+		/*
+		 * Not for a client that is gone (a failing login would be retried
+		 * for nobody). It is not closed here, where a caller may be walking
+		 * the waiting list: the janitor's pool_drop_gone_waiters() does it,
+		 * then launches for the clients still there.
+		 */
+		budget_hold_release(&hold);
+		return;
 	}
 	if (repl)
 		(void)server_launch_replication(pool, first, &hold);
