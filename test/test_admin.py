@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from conftest import DEADLINE, wait_for
+from helpers import console, expect_error, kv, row, rows
 
 VERSION = "1.25.2"
 
@@ -183,42 +184,10 @@ def pooled(b, **kw):
     return b.connect(**kw)
 
 
-def console(b, user="pgbouncer", **kw):
-    """A console connection. psycopg would switch a statement it has run five
-    times to the extended protocol, which the console refuses: never prepare."""
-    return b.admin(user=user, prepare_threshold=None, **kw)
-
-
-def rows(conn, command):
-    """Runs a SHOW; returns its rows as dicts keyed by column name."""
-    cur = conn.execute(command)
-    names = [d.name for d in cur.description]
-    return [dict(zip(names, r)) for r in cur.fetchall()]
-
-
-def row(conn, command, **match):
-    """The one row of `command` whose columns equal `match`."""
-    found = [r for r in rows(conn, command) if all(r[k] == v for k, v in match.items())]
-    assert len(found) == 1, f"{command}: expected one row with {match}, got {found}"
-    return found[0]
-
-
-def kv(conn, command):
-    """A two-column SHOW (STATE, LISTS, TOTALS) as a dict."""
-    return dict(conn.execute(command).fetchall())
-
 
 def version_ok(conn):
     assert conn.execute("SHOW VERSION").fetchone() == (f"PgBouncer {VERSION}",)
 
-
-def expect_error(conn, command, message, sqlstate="08P01"):
-    """The console answers `command` with ERROR `message` and stays usable."""
-    with pytest.raises(psycopg.Error) as info:
-        conn.execute(command)
-    diag = info.value.diag
-    assert (diag.severity, diag.sqlstate, diag.message_primary) == ("ERROR", sqlstate, message), command
-    version_ok(conn)
 
 
 def expect_login_failure(b, message, **kw):

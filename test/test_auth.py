@@ -12,13 +12,11 @@ import psycopg
 import pytest
 
 from conftest import Postgres, wait_for
-from test_bad_input import PgWire, error_fields, message
+from helpers import raw_login_error, scram_secret_of
+from pgwire import md5_secret, message, PgWire
 
 PASSWORD = "s3cret pw"
 
-
-def md5_secret(user, password):
-    return "md5" + hashlib.md5((password + user).encode()).hexdigest()
 
 
 def scram_secret(password, salt=b"pgbouncer-salt16", iterations=4096):
@@ -30,29 +28,10 @@ def scram_secret(password, salt=b"pgbouncer-salt16", iterations=4096):
     return f"SCRAM-SHA-256${iterations}:{b64(salt)}${b64(stored)}:{b64(server)}"
 
 
-def scram_secret_of(server, role, password):
-    """A SCRAM verifier made by PostgreSQL itself (pg_authid.rolpassword)."""
-    server.create_role(role, password=password)
-    (secret,) = server.sql("SELECT rolpassword FROM pg_authid WHERE rolname = %s", [role])[0]
-    assert secret.startswith("SCRAM-SHA-256$"), secret
-    return secret
-
 
 def userlist(*entries):
     return "".join(f'"{u}" "{p}"\n' for u, p in entries) + '"pgbouncer" "pgbouncer"\n'
 
-
-def raw_login_error(b, user, password, database="postgres"):
-    """Logs in over a raw socket; returns the ErrorResponse fields (asserting it was FATAL and final)."""
-    w = PgWire(b.port)
-    w.startup(user=user, database=database)
-    first = w.authenticate(user, password)
-    assert first is not None and first[0] == b"E", f"expected a login error, got {first!r}"
-    err = error_fields(first[1])
-    assert err["S"] == "FATAL", err
-    assert set(err) == {"S", "C", "M"}, err
-    assert w.at_eof()
-    return err
 
 
 def can_login(b, user, password, database="postgres"):

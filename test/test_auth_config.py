@@ -5,7 +5,8 @@ instead of being accepted and then failing every login."""
 
 import pytest
 
-from test_admin import console, expect_error, row
+from helpers import console, expect_error, row
+
 
 
 @pytest.mark.parametrize("method", ["pam", "ldap"])

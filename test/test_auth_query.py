@@ -17,8 +17,8 @@ import pytest
 from psycopg import sql as pgsql
 
 from conftest import DEADLINE, Postgres, Run, child_env, wait_for
-from test_auth import raw_login_error
-from test_bad_input import PgWire
+from helpers import raw_login_error
+from pgwire import PgWire
 from test_auth_setup import setting, tool_path, userlist_lines
 
 AUTH = "pgb_authq"  # the auth_user the bootstrap makes

@@ -5,8 +5,8 @@ The client_login_count stats are in test_admin.py, SET of TLS settings in
 test_tls.py, the start-up error in the log file in test_cli.py."""
 
 import re
+from pgwire import error_fields, PgWire
 
-from test_bad_input import PgWire, error_fields
 
 NOTICE_TEXT = "Maintenance tonight at 22:00 UTC; expect a short break"
 

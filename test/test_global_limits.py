@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from conftest import wait_for
-from test_workers import states, worker_of, workers
+from helpers import conn_on, two_workers, worker_of, workers
 
 TWO = {"min_workers": 2, "max_workers": 2, "pool_mode": "transaction"}
 USERS = '"postgres" "postgres"\n"pgbouncer" "pgbouncer"\n"glimit_u2" "pw"\n'
@@ -22,25 +22,6 @@ USERS = '"postgres" "postgres"\n"pgbouncer" "pgbouncer"\n"glimit_u2" "pw"\n'
 def backends(pg, app):
     return pg.sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [app])[0][0]
 
-
-def conn_on(b, worker, **kw):
-    """A client connection that landed on the given worker (others are closed at once)."""
-    def attempt():
-        try:
-            c = b.connect(autocommit=True, **kw)
-        except psycopg.OperationalError as e:
-            # under max_client_conn, the close of a previous attempt may not be seen yet
-            assert "max_client_conn" in str(e)
-            return None
-        if worker_of(c) == worker:
-            return c
-        c.close()
-        return None
-    return wait_for(attempt, f"a client on worker {worker}")
-
-
-def two_workers(b):
-    wait_for(lambda: states(b) == ["active", "active"], "two workers")
 
 
 def run_clients(b, pg, app, clients, dbs=("postgres",), users=("postgres",)):

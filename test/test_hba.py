@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from conftest import wait_for
-from test_auth import md5_secret, scram_secret_of
-from test_bad_input import PgWire, error_fields
+from helpers import scram_secret_of
+from pgwire import error_fields, md5_secret, PgWire
 
 PASSWORD = "hba pw"
 

@@ -16,7 +16,9 @@ import time
 import psycopg
 import pytest
 
-from test_bad_input import PgWire, check_unharmed
+from helpers import check_unharmed
+from pgwire import PgWire
+
 
 
 class ScriptedServer:

@@ -8,11 +8,7 @@ import socket
 import struct
 import time
 
-import pytest
-
-from test_bad_input import PgWire, error_fields, query_message
-
-CANCEL_REQUEST = 80877102
+from pgwire import CANCEL_REQUEST, error_fields, PgWire, query_message
 
 
 def peered(bouncer, pg, n=2, host_of=None, **ini):

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from conftest import free_port, wait_for
-from test_bad_input import PgWire
-from test_pooling import backend_state, pool_row, show
+from helpers import backend_state, pool_row, show
+from pgwire import PgWire
 
 
 def backends_of(pg, user):

@@ -15,79 +15,9 @@ import pytest
 from psycopg import errors
 
 from conftest import DEADLINE, free_port, parent_pid, wait_for
-from test_bad_input import PgWire, error_fields, message, query_message, startup_packet
+from helpers import backend_state, Background, pool_row, show, wait_reset, wait_running, wait_server_idle
+from pgwire import error_fields, message, PgWire, query_message, startup_packet
 
-
-def show(admin, what):
-    """Rows of a SHOW command on the console, as dicts."""
-    cur = admin.execute(f"SHOW {what}")
-    names = [d.name for d in cur.description]
-    return [dict(zip(names, row)) for row in cur.fetchall()]
-
-
-def pool_row(b, database="postgres", user="postgres"):
-    with b.admin() as admin:
-        for row in show(admin, "POOLS"):
-            if row["database"] == database and row["user"] == user:
-                return row
-    return None
-
-
-def backend_state(pg, pid):
-    """(state, query) of a backend in pg_stat_activity, or None when it is gone."""
-    rows = pg.sql("SELECT state, query FROM pg_stat_activity WHERE pid = %s", [pid])
-    return tuple(rows[0]) if rows else None
-
-
-def wait_reset(b, pg, pid):
-    """Waits until the pooler's server_reset_query has run on backend `pid`
-    and the pooler has the server back among its idle ones."""
-    wait_for(lambda: backend_state(pg, pid) == ("idle", "DISCARD ALL"),
-             f"DISCARD ALL to finish on backend {pid}")
-    wait_server_idle(b)
-
-
-def wait_server_idle(b, database="postgres", user="postgres"):
-    """Waits until SHOW POOLS shows a free server (idle or used) and none busy."""
-    def settled():
-        row = pool_row(b, database, user) or {}
-        free = row.get("sv_idle", 0) + row.get("sv_used", 0)
-        return free >= 1 and row.get("sv_active") == 0 and row.get("sv_tested") == 0
-    wait_for(settled, "a released server to be idle in the pool")
-
-
-class Background:
-    """Runs fn() in a thread; result() returns its value or raises its exception."""
-
-    def __init__(self, fn):
-        self._value = self._error = None
-        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
-        self._thread.start()
-
-    def _run(self, fn):
-        try:
-            self._value = fn()
-        except BaseException as e:  # noqa: B902 - handed to the test thread
-            self._error = e
-
-    def done(self):
-        return not self._thread.is_alive()
-
-    def result(self, timeout=30):
-        self._thread.join(timeout)
-        assert not self._thread.is_alive(), "background query did not finish"
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-def wait_running(pg, sql_prefix):
-    """Waits until PostgreSQL runs a query starting with sql_prefix; returns its pid."""
-    def find():
-        rows = pg.sql("SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query LIKE %s",
-                      [sql_prefix + "%"])
-        return rows[0][0] if rows else None
-    return wait_for(find, f"PostgreSQL to run {sql_prefix!r}")
 
 
 # ---------------------------------------------------------------------------

@@ -29,9 +29,8 @@ import psycopg
 import pytest
 
 from conftest import wait_for
-from test_admin import console, row, rows
-from test_bad_input import PgWire, data_row as datarow, error_fields, message, query_message
-from test_global_limits import conn_on, two_workers
+from helpers import conn_on, console, row, rows, two_workers
+from pgwire import data_row as datarow, error_fields, message, PgWire, query_message
 
 TX = {"pool_mode": "transaction", "default_pool_size": 2, "pkt_buf": 4096, "query_wait_timeout": 10}
 

@@ -6,7 +6,6 @@ normal clients of the same pool do not notice. Real clients (psql,
 pg_recvlogical, pg_basebackup) and a raw protocol client, against the
 session's PostgreSQL (wal_level=logical, see conftest.py)."""
 
-import os
 import re
 import shutil
 import signal
@@ -17,7 +16,7 @@ import time
 import pytest
 
 from conftest import DEADLINE, child_env, pg_bindir, wait_for
-from test_bad_input import PgWire, error_fields, message, query_message
+from pgwire import error_fields, message, PgWire, query_message
 
 
 def tool(name):

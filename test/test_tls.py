@@ -25,7 +25,7 @@ import psycopg
 import pytest
 
 from conftest import DEADLINE, port_listening, wait_for
-from test_bad_input import SSL_REQUEST, PgWire, query_message, request_packet, startup_packet
+from pgwire import PgWire, query_message, request_packet, SSL_REQUEST, startup_packet
 
 SYSTEM_PGBOUNCER = Path("/usr/sbin/pgbouncer")
 NO_CA_ENV = {"SSL_CERT_FILE": "/nonexistent/cert.pem", "SSL_CERT_DIR": "/nonexistent/certs"}

@@ -8,7 +8,8 @@ import uuid
 
 import pytest
 
-from test_bad_input import PgWire
+from pgwire import PgWire
+
 
 TRACKED = ["DateStyle", "client_encoding", "TimeZone", "standard_conforming_strings", "application_name",
            "IntervalStyle", "search_path"]

@@ -23,9 +23,8 @@ from psycopg import errors
 from psycopg.pq import TransactionStatus
 
 from conftest import wait_for
-from test_bad_input import PgWire, data_row as decode_row, error_fields, message, query_message
-from test_global_limits import conn_on, two_workers
-from test_pooling import Background, backend_state, pool_row, show, wait_reset, wait_running
+from helpers import backend_state, Background, conn_on, pool_row, show, two_workers, wait_reset, wait_running
+from pgwire import data_row as decode_row, error_fields, message, PgWire, query_message
 
 # query_wait_timeout well below the default 120 s: a client that would wait for
 # a session-bound server fails in seconds instead of minutes

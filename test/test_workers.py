@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from conftest import pg_bindir, wait_for
+from helpers import states, worker_of, workers
 
 # Fast, low thresholds so a small loopback load moves the scaler.
 SCALING = {
@@ -27,13 +28,6 @@ SCALING = {
 }
 
 
-def workers(b):
-    """SHOW WORKERS as a list of dicts."""
-    with b.admin() as conn:
-        cur = conn.execute("SHOW WORKERS")
-        names = [d.name for d in cur.description]
-        return [dict(zip(names, row)) for row in cur.fetchall()]
-
 
 def scaler(b):
     with b.admin() as conn:
@@ -41,14 +35,6 @@ def scaler(b):
         names = [d.name for d in cur.description]
         return dict(zip(names, cur.fetchone()))
 
-
-def states(b):
-    return sorted(w["state"] for w in workers(b))
-
-
-def worker_of(conn):
-    """The worker id a client landed on: the pooler puts it into byte 3 of the cancel key."""
-    return conn.info.backend_pid & 0xFF
 
 
 def churn(b, seconds, clients=8):
