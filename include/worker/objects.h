@@ -62,7 +62,7 @@ typedef struct BudgetHold {
 
 /* Value of one tracked parameter (client_encoding, DateStyle, ...). */
 typedef struct VarValue {
-	char *value; /* NULL = none */
+	char *value; /* NULL = none; interned by var_set(): equal values are equal pointers */
 } VarValue;
 
 /* A [databases] entry as the worker uses it (or an auto-database, or the admin db). */

@@ -133,7 +133,7 @@ int var_index(const char *name);
 const char *var_name(int idx);
 void var_learn_name(int idx, const char *name); /* a server reported it: use its spelling from now on */
 int var_count(void);
-void var_set(VarValue *v, const char *value);
+void var_set(VarValue *v, const char *value); /* interns a copy (NULL clears): equal texts, equal pointers */
 void tune_tcp_socket(int fd);
 
 /* client.c */

@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,10 +53,76 @@ void var_learn_name(int idx, const char *name)
 	}
 }
 
+/*
+ * Tracked values are interned: one reference-counted copy per distinct
+ * text in the worker, so that equal values are equal pointers and the
+ * comparison at every link of a client to a server (replay_vars) is a
+ * pointer comparison. There are few distinct values (encodings, time
+ * zones, application names), so a small chained hash table does.
+ */
+typedef struct VarText {
+	struct VarText *next; /* in its hash chain */
+	uint32_t refs;        /* VarValues pointing at text */
+	uint32_t hash;
+	char text[]; /* NUL-terminated */
+} VarText;
+
+#define VAR_BUCKETS 256
+static VarText *var_texts[VAR_BUCKETS];
+
+static uint32_t var_hash(const char *s)
+{
+	uint32_t h = 2166136261u; /* FNV-1a */
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 16777619u;
+	return h;
+}
+
+static VarText *var_text_of(const char *value)
+{
+	return (VarText *)(void *)(value - offsetof(VarText, text));
+}
+
+static char *var_intern(const char *value)
+{
+	uint32_t h = var_hash(value);
+	VarText **head = &var_texts[h % VAR_BUCKETS];
+	for (VarText *t = *head; t; t = t->next)
+		if (t->hash == h && strcmp(t->text, value) == 0) {
+			t->refs++;
+			return t->text;
+		}
+	size_t len = strlen(value);
+	VarText *t = xmalloc(sizeof(*t) + len + 1);
+	memcpy(t->text, value, len + 1);
+	t->refs = 1;
+	t->hash = h;
+	t->next = *head;
+	*head = t;
+	return t->text;
+}
+
+static void var_release(char *value)
+{
+	if (!value)
+		return;
+	VarText *t = var_text_of(value);
+	if (--t->refs > 0)
+		return;
+	VarText **p = &var_texts[t->hash % VAR_BUCKETS];
+	while (*p != t)
+		p = &(*p)->next;
+	*p = t->next;
+	free(t);
+}
+
 void var_set(VarValue *v, const char *value)
 {
-	free(v->value);
-	v->value = value ? xstrdup(value) : NULL;
+	if (v->value && value && strcmp(v->value, value) == 0)
+		return;
+	char *old = v->value;
+	v->value = value ? var_intern(value) : NULL; /* before the release: value may be old's text */
+	var_release(old);
 }
 
 static void vars_init(const char *extra)
@@ -599,7 +666,7 @@ void change_state(PgSocket *s, SocketState st)
 static void free_socket(PgSocket *s)
 {
 	for (int i = 0; i < MAX_TRACKED; i++)
-		free(s->vars[i].value);
+		var_set(&s->vars[i], NULL);
 	free(s->app_name_raw);
 	free(s->repl_options);
 	pktbuf_free(&s->repl_params);

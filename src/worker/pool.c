@@ -246,34 +246,25 @@ static void append_set(PktBuf *q, const char *name, const char *value)
 	pktbuf_put_u8(q, ';');
 }
 
-/* strcmp() == 0 for the short values of tracked parameters, without the library call's set-up. */
-static bool same_text(const char *a, const char *b)
-{
-	while (*a && *a == *b)
-		a++, b++;
-	return *a == *b;
-}
-
 /*
  * Replay the client's tracked parameters on its new server. Returns true if
  * a SET query was sent (the client waits for its answer).
  */
 static bool replay_vars(PgSocket *c, PgSocket *s)
 {
-	PktBuf q;
-	pktbuf_init(&q, 128);
-	for (int i = 0; i < var_count(); i++) {
+	PktBuf q = {0};
+	int n = var_count();
+	for (int i = 0; i < n; i++) {
 		const char *want = c->vars[i].value, *have = s->vars[i].value;
-		/* equal spellings first: the common case at every transaction, and cheaper than strcasecmp */
-		if (want && have && !same_text(want, have) && strcasecmp(want, have) != 0)
-			append_set(&q, var_name(i), want);
-		else if (want && !have)
-			append_set(&q, var_name(i), want);
+		/* values are interned: the same value is the same pointer, the common case at every link */
+		if (want == have || !want || (have && strcasecmp(want, have) == 0))
+			continue;
+		if (!q.buf)
+			pktbuf_init(&q, 128);
+		append_set(&q, var_name(i), want);
 	}
-	if (q.len == 0) {
-		pktbuf_free(&q);
+	if (!q.buf)
 		return false;
-	}
 	PktBuf msg;
 	pktbuf_init(&msg, q.len + 8);
 	pktbuf_start_msg(&msg, 'Q');
