@@ -6,9 +6,10 @@
  * cannot take more stops the source from reading (back-pressure), so a slow
  * reader never makes the pooler buffer a whole result set.
  *
- * The read event stays armed while a socket is reading; a write event is
- * armed only while output is blocked. Normal traffic therefore costs one
- * recv and one send per packet batch and no epoll_ctl.
+ * The read event stays armed while a socket is reading, and also while its
+ * owner waits (SB_WAIT) until input arrives; a write event is armed only
+ * while output is blocked. Normal traffic therefore costs one recv and one
+ * send per packet batch and no epoll_ctl.
  */
 #ifndef PGB_WORKER_SBUF_H
 #define PGB_WORKER_SBUF_H
@@ -61,7 +62,7 @@ struct SBuf {
 	int fd;                    /* -1 when closed */
 	struct event ev_read;      /* EV_READ|EV_PERSIST, armed while reading */
 	struct event ev_write;     /* armed while output is blocked or connecting */
-	bool reading;              /* ev_read is armed */
+	bool reading;              /* ev_read is armed (left so after SB_WAIT until input comes) */
 	bool writing;              /* ev_write is armed */
 	bool connecting;           /* waiting for connect() to finish */
 	bool startup;              /* packets have no type byte (startup phase) */

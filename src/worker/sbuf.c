@@ -549,9 +549,14 @@ static void sbuf_process(SBuf *sb, bool do_read)
 				sb->resume_pending = false;
 				continue;
 			}
-			/* resumed later by sbuf_continue(); what was forwarded before goes out now */
+			/*
+			 * Resumed later by sbuf_continue(); what was forwarded before
+			 * goes out now. The read event stays armed: a client waiting
+			 * for a server usually sends nothing meanwhile, and leaving it
+			 * armed saves two epoll_ctl() calls per wait. Should input
+			 * come anyway, on_read() disarms it then.
+			 */
 			sb->paused = true;
-			disable_read(sb);
 			if (flush_pending(sb) == STEP_CLOSED && sb->fd >= 0 && sb->send_pos != sb->send_end) {
 				peer_send_failed(sb);
 				return;
@@ -586,13 +591,18 @@ static void sbuf_process(SBuf *sb, bool do_read)
 	 * OpenSSL may hold decrypted bytes the socket no longer signals: come
 	 * back for them from the event loop (not now, to let others run).
 	 */
-	if (sb->ssl && sb->reading && SSL_pending(sb->ssl) > 0 && has_room(sb))
+	if (sb->ssl && sb->reading && !sb->paused && SSL_pending(sb->ssl) > 0 && has_room(sb))
 		event_active(&sb->ev_read, EV_READ, 0);
 }
 
 static void on_read(evutil_socket_t fd, short what, void *arg)
 {
 	SBuf *sb = arg;
+	if (sb->paused && !sb->tls_handshake) {
+		/* paused with the read event left armed (sbuf_process): stop reading for real */
+		disable_read(sb);
+		return;
+	}
 	sbuf_process(sb, true);
 }
 
