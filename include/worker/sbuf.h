@@ -101,6 +101,12 @@ struct SBuf {
 	SSL *ssl; /* TLS on this socket (owned) once sbuf_tls_start() ran, or NULL for plain */
 };
 
+/*
+ * A function run at the start of every socket event, before any owner
+ * callback (the worker reads its clock there once, not per packet).
+ */
+void sbuf_set_wake_hook(void (*hook)(void));
+
 /* Attach an accepted socket (non-blocking is set here) and start reading. */
 void sbuf_accept(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_buf, uint32_t max_len, sbuf_cb_t cb,
                  void *owner);

@@ -94,6 +94,7 @@ extern Worker wk;
 int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerListener *listeners, int n_listeners, int master_fd,
                 int cmdline_verbose, ShmSegment *shm);
 void worker_listen_pause(bool pause);
+void worker_clock_tick(void);                     /* wk.now = the time now; every event callback starts with it */
 bool worker_tls_reload(char *err, size_t errlen); /* rebuild TLS from wk.cf; false keeps the old contexts */
 void worker_count_tls_handshake(void);
 void worker_check_shutdown(void);
@@ -123,7 +124,15 @@ void disconnect_server(PgSocket *s, bool notify, const char *fmt, ...) __attribu
 void client_send_error(PgSocket *c, bool fatal_err, const char *sqlstate, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 const char *state_name(SocketState st, bool for_sockets);
-int pool_effective_mode(const PgPool *pool);
+int pool_mode_refresh(PgPool *pool); /* pool_effective_mode() after a config change */
+
+/* The pool's pool_mode (user, database, global); asked several times per transaction, so inline. */
+static inline int pool_effective_mode(const PgPool *pool)
+{
+	if (__builtin_expect(pool->mode_gen == wk.cf_gen + 1, 1))
+		return pool->mode;
+	return pool_mode_refresh((PgPool *)pool);
+}
 int pool_effective_size(const PgPool *pool);
 int pool_server_count(const PgPool *pool);
 int pool_client_count(const PgPool *pool);

@@ -473,7 +473,30 @@ static SBufAction handle_admin_packet(PgSocket *c, const PktHdr *hdr, const uint
 
 static bool known_client_type(char t)
 {
-	return strchr("QPBEDCSHFdcfX", t) != NULL && t != '\0';
+	switch (t) {
+	case 'Q':
+	case 'P':
+	case 'B':
+	case 'E':
+	case 'D':
+	case 'C':
+	case 'S':
+	case 'H':
+	case 'F':
+	case 'd':
+	case 'c':
+	case 'f':
+	case 'X':
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* Flush and the COPY messages: with no server linked, nothing they could mean. */
+static bool needs_no_server(char t)
+{
+	return t == 'H' || t == 'd' || t == 'c' || t == 'f';
 }
 
 static SBufAction handle_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
@@ -517,7 +540,7 @@ static SBufAction handle_client_packet(PgSocket *c, const PktHdr *hdr, const uin
 		return SB_CLOSED;
 	}
 	c->request_time = wk.now;
-	if (!c->link && strchr("Hdcf", hdr->type) && pool_effective_mode(c->pool) != POOL_SESSION &&
+	if (!c->link && needs_no_server(hdr->type) && pool_effective_mode(c->pool) != POOL_SESSION &&
 	    c->replication == REPLICATION_NONE) {
 		/* nothing outstanding to flush; COPY messages after a failed COPY let go of: no server needed */
 		return SB_SKIP;
@@ -553,7 +576,7 @@ void client_server_assigned(PgSocket *c)
 SBufAction client_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
 {
 	PgSocket *c = sb->owner;
-	wk.now = get_time_usec();
+	/* wk.now: read at the start of the event (worker_clock_tick), not per packet */
 	switch (ev) {
 	case SBEV_PACKET:
 		if (sb->startup)

@@ -564,15 +564,11 @@ static int compute_mode(const PgPool *pool)
 	return wk.cf.g.pool_mode;
 }
 
-int pool_effective_mode(const PgPool *pool)
+int pool_mode_refresh(PgPool *pool)
 {
-	/* asked several times per transaction: worked out again only after a config change */
-	PgPool *p = (PgPool *)pool;
-	if (p->mode_gen != wk.cf_gen + 1) {
-		p->mode = compute_mode(p);
-		p->mode_gen = wk.cf_gen + 1;
-	}
-	return p->mode;
+	pool->mode = compute_mode(pool);
+	pool->mode_gen = wk.cf_gen + 1;
+	return pool->mode;
 }
 
 int pool_effective_size(const PgPool *pool)

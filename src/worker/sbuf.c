@@ -32,12 +32,20 @@ typedef enum Step {
 	STEP_TLS,     /* the owner switched the socket to TLS: run the handshake */
 } Step;
 
+/* Run at the start of each socket event (sbuf_set_wake_hook). */
+static void (*wake_hook)(void);
+
 /* The last TLS failure, for the owner's callback (one event loop per process). */
 static char tls_err[256];
 
 static void on_read(evutil_socket_t fd, short what, void *arg);
 static void on_write(evutil_socket_t fd, short what, void *arg);
 static void sbuf_process(SBuf *sb, bool do_read);
+
+void sbuf_set_wake_hook(void (*hook)(void))
+{
+	wake_hook = hook;
+}
 
 static void set_nonblocking(int fd)
 {
@@ -598,6 +606,8 @@ static void sbuf_process(SBuf *sb, bool do_read)
 static void on_read(evutil_socket_t fd, short what, void *arg)
 {
 	SBuf *sb = arg;
+	if (wake_hook)
+		wake_hook();
 	if (sb->paused && !sb->tls_handshake) {
 		/* paused with the read event left armed (sbuf_process): stop reading for real */
 		disable_read(sb);
@@ -694,6 +704,8 @@ static void finish_connect(SBuf *sb)
 static void on_write(evutil_socket_t fd, short what, void *arg)
 {
 	SBuf *sb = arg;
+	if (wake_hook)
+		wake_hook();
 	if (sb->connecting) {
 		finish_connect(sb);
 		return;

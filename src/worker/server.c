@@ -610,7 +610,7 @@ static SBufAction handle_active_packet(PgSocket *s, const PktHdr *hdr, const uin
 SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
 {
 	PgSocket *s = sb->owner;
-	wk.now = get_time_usec();
+	/* wk.now: read at the start of the event (worker_clock_tick), not per packet */
 	switch (ev) {
 	case SBEV_CONNECTED: {
 		struct sockaddr_storage ss;
