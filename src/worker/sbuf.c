@@ -289,7 +289,7 @@ static Step send_both(SBuf *sb, SBuf *dst)
  * Write this buffer's pending range to the peer. On a partial write the
  * source stops reading and waits for the peer's write event.
  */
-static Step flush_pending(SBuf *sb)
+static Step flush_pending_slow(SBuf *sb)
 {
 	SBuf *dst = sb->dst;
 	if (sb->send_pos == sb->send_end) {
@@ -334,6 +334,14 @@ static Step flush_pending(SBuf *sb)
 	}
 	sb->send_pos = sb->send_end = 0;
 	return STEP_OK;
+}
+
+/* flush_pending_slow(), with the common case of nothing to write decided inline. */
+static inline Step flush_pending(SBuf *sb)
+{
+	if (sb->send_pos == sb->send_end && (!sb->dst || sb->dst->out_pos >= sb->dst->out.len))
+		return STEP_OK;
+	return flush_pending_slow(sb);
 }
 
 /* Make room so that a packet of `need` bytes starting at pos fits in the buffer. */
@@ -755,11 +763,55 @@ bool sbuf_send(SBuf *sb, const void *data, size_t len)
 	return flush_out(sb) != STEP_CLOSED;
 }
 
+/*
+ * Send src's pending range to dst now, after dst's own queue; what the
+ * socket does not take moves into dst's queue (its write event sends it,
+ * or reports the failure), so src has nothing pending afterwards.
+ */
+static void send_pending_now(SBuf *src, SBuf *dst)
+{
+	Step st = dst->ssl ? STEP_OK : send_both(src, dst);
+	if (st == STEP_OK)
+		st = flush_out(dst);
+	while (st == STEP_OK && src->send_pos < src->send_end) {
+		ssize_t n = io_send(dst, src->buf + src->send_pos, src->send_end - src->send_pos);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				dst->last_errno = errno;
+			break;
+		}
+		src->send_pos += (uint32_t)n;
+		src->bytes_out += (uint64_t)n;
+	}
+	if (src->send_pos < src->send_end) {
+		pktbuf_put_bytes(&dst->out, src->buf + src->send_pos, src->send_end - src->send_pos);
+		src->bytes_out += src->send_end - src->send_pos;
+		enable_write(dst);
+	}
+	src->send_pos = src->send_end = 0;
+}
+
 void sbuf_forward_own(SBuf *src, const void *data, size_t len, bool flush_now)
 {
 	SBuf *dst = src->dst;
 	if (!dst || dst->fd < 0)
 		return;
+	if (flush_now && len && (const uint8_t *)data == src->buf + src->pos && len <= src->end - src->pos &&
+	    (src->send_pos == src->send_end || src->send_end == src->pos) && !dst->connecting && !dst->waiting_src &&
+	    !dst->writing) {
+		/*
+		 * The packet being processed, right behind what src marked for
+		 * the peer (a ReadyForQuery that releases the server): both go
+		 * out from src's buffer, without a copy into the peer's queue.
+		 */
+		if (src->send_pos == src->send_end)
+			src->send_pos = src->pos;
+		src->send_end = src->pos + (uint32_t)len;
+		send_pending_now(src, dst);
+		return;
+	}
 	if (src->send_pos != src->send_end) {
 		/* what src marked for the peer goes first: it moves into the peer's queue */
 		pktbuf_put_bytes(&dst->out, src->buf + src->send_pos, src->send_end - src->send_pos);
