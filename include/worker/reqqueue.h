@@ -45,7 +45,7 @@ typedef struct ReqQueue {
 	Request *items; /* ring buffer */
 	uint32_t head;
 	uint32_t count;
-	uint32_t cap;
+	uint32_t cap;  /* 0 or a power of two */
 	bool skipping; /* the server had an error and ignores everything up to the next Sync */
 	bool copy_in;  /* the client is sending COPY data the server waits for */
 } ReqQueue;
@@ -57,9 +57,29 @@ typedef enum ReqPop {
 	POP_UNKNOWN, /* an answer with nothing queued for it: a protocol error */
 } ReqPop;
 
-void reqqueue_push(ReqQueue *q, ReqKind kind, ReqAnswer answer);
-Request *reqqueue_head(ReqQueue *q);          /* NULL when empty */
-Request *reqqueue_tail(ReqQueue *q);          /* the request pushed last, NULL when empty */
+void reqqueue_grow(ReqQueue *q); /* room for one more (reqqueue_push) */
+
+/* Inline: a few of these run for every message of a transaction. */
+static inline void reqqueue_push(ReqQueue *q, ReqKind kind, ReqAnswer answer)
+{
+	if (q->count == q->cap)
+		reqqueue_grow(q);
+	q->items[(q->head + q->count) & (q->cap - 1)] = (Request){.kind = (uint8_t)kind, .answer = (uint8_t)answer};
+	q->count++;
+}
+
+/* NULL when empty */
+static inline Request *reqqueue_head(ReqQueue *q)
+{
+	return q->count ? &q->items[q->head] : NULL;
+}
+
+/* the request pushed last, NULL when empty */
+static inline Request *reqqueue_tail(ReqQueue *q)
+{
+	return q->count ? &q->items[(q->head + q->count - 1) & (q->cap - 1)] : NULL;
+}
+
 void reqqueue_pop(ReqQueue *q, Request *out); /* out may be NULL; else the caller frees its strings */
 void reqqueue_clear(ReqQueue *q, void (*dropped)(Request *r, void *arg), void *arg);
 void reqqueue_free(ReqQueue *q);

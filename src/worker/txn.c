@@ -215,12 +215,21 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 	return SB_CONSUMED;
 }
 
+/* The first NUL in [p, end), or NULL. Names are short (often empty): a loop beats memchr()'s set-up. */
+static const uint8_t *find_nul(const uint8_t *p, const uint8_t *end)
+{
+	for (; p < end; p++)
+		if (!*p)
+			return p;
+	return NULL;
+}
+
 /* Where the statement name of a Bind starts and ends in the buffered bytes (NULL: not all there). */
 static const char *bind_stmt_name(const uint8_t *data, uint32_t avail, const uint8_t **after)
 {
-	const uint8_t *body = data + 5, *end = data + avail;
-	const uint8_t *p1 = avail > 5 ? memchr(body, 0, (size_t)(end - body)) : NULL;
-	const uint8_t *p2 = p1 ? memchr(p1 + 1, 0, (size_t)(end - p1 - 1)) : NULL;
+	const uint8_t *end = data + avail;
+	const uint8_t *p1 = avail > 5 ? find_nul(data + 5, end) : NULL;
+	const uint8_t *p2 = p1 ? find_nul(p1 + 1, end) : NULL;
 	if (!p2)
 		return NULL;
 	*after = p2 + 1;
@@ -293,14 +302,14 @@ static SBufAction client_describe_close(PgSocket *c, PgSocket *s, const PktHdr *
 	ReqKind kind = hdr->type == 'D' ? REQ_DESCRIBE : REQ_CLOSE;
 	if (avail < hdr->len)
 		return SB_NEED_FULL; /* a name is short: this is rare */
-	PktReader r;
-	uint8_t what;
-	const char *name;
-	pktreader_init(&r, data + 5, hdr->len - 5);
-	if (!pktreader_get_u8(&r, &what) || !pktreader_get_string(&r, &name)) {
+	/* Byte1 'S' or 'P', then the name */
+	const uint8_t *nul = hdr->len > 6 ? find_nul(data + 6, data + hdr->len) : NULL;
+	if (!nul) {
 		disconnect_client(c, true, "invalid %s message", hdr->type == 'D' ? "Describe" : "Close");
 		return SB_CLOSED;
 	}
+	uint8_t what = data[5];
+	const char *name = (const char *)data + 6;
 	if (what != 'S' || !*name) {
 		reqqueue_push(&s->rq, kind, ANS_CLIENT);
 		return SB_FORWARD;
@@ -358,7 +367,6 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 			q->copy_in = false;
 		return SB_SKIP;
 	}
-	bool ps = tracks_statements(c->pool);
 	switch (hdr->type) {
 	case 'Q':
 	case 'F':
@@ -371,7 +379,7 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 		reqqueue_push(q, REQ_SYNC, ANS_CLIENT);
 		return SB_FORWARD;
 	case 'P':
-		if (!ps) {
+		if (!tracks_statements(c->pool)) {
 			reqqueue_push(q, REQ_PARSE, ANS_CLIENT);
 			return SB_FORWARD;
 		}
@@ -379,14 +387,14 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 			return SB_NEED_FULL;
 		return client_parse(c, s, data + 5, hdr->len - 5);
 	case 'B':
-		if (!ps) {
+		if (!tracks_statements(c->pool)) {
 			reqqueue_push(q, REQ_BIND, ANS_CLIENT);
 			return SB_FORWARD;
 		}
 		return client_bind(c, s, data, avail, hdr->len);
 	case 'D':
 	case 'C':
-		if (!ps) {
+		if (!tracks_statements(c->pool)) {
 			reqqueue_push(q, hdr->type == 'D' ? REQ_DESCRIBE : REQ_CLOSE, ANS_CLIENT);
 			return SB_FORWARD;
 		}
@@ -557,12 +565,14 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 		if (avail < hdr->len)
 			return SB_NEED_FULL;
 		break;
-	default:
+	case 'G':
 		break;
+	default:
+		return SB_FORWARD; /* DataRow, notices, ...: they answer no request (reqqueue_server_msg) */
 	}
 	if (t == 'C' && tracks_statements(s->pool))
 		check_discard(s, data, hdr->len);
-	Request req = {0};
+	Request req; /* filled when POP_ANSWER */
 	ReqPop pop = reqqueue_server_msg(&s->rq, t, &req, request_dropped, s);
 	if (pop == POP_UNKNOWN) {
 		disconnect_server(s, true, "server sent an answer (%s) to no request", proto_msg_name(t, true));
@@ -578,8 +588,10 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 	} else if (req.answer == ANS_SWALLOW) {
 		act = SB_CONSUMED;
 	}
-	free(req.error);
-	free(req.stmt_name);
+	if (req.error)
+		free(req.error);
+	if (req.stmt_name)
+		free(req.stmt_name);
 	if (req.closed)
 		prepare_client_free(req.closed);
 	if (act == SB_FORWARD && reqqueue_head(&s->rq) && reqqueue_head(&s->rq)->answer == ANS_POOLER)
