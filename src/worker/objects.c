@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <netinet/tcp.h>
+#include <uthash.h>
 
 #include "common/log.h"
 #include "common/pktbuf.h"
@@ -57,48 +58,29 @@ void var_learn_name(int idx, const char *name)
  * Tracked values are interned: one reference-counted copy per distinct
  * text in the worker, so that equal values are equal pointers and the
  * comparison at every link of a client to a server (replay_vars) is a
- * pointer comparison. There are few distinct values (encodings, time
- * zones, application names), so a small chained hash table does.
+ * pointer comparison.
  */
 typedef struct VarText {
-	struct VarText *next; /* in its hash chain */
-	uint32_t refs;        /* VarValues pointing at text */
-	uint32_t hash;
-	char text[]; /* NUL-terminated */
+	UT_hash_handle hh; /* in var_texts, keyed by text */
+	uint32_t refs;     /* VarValues pointing at text */
+	char text[];       /* NUL-terminated */
 } VarText;
 
-#define VAR_BUCKETS 256
-static VarText *var_texts[VAR_BUCKETS];
-
-static uint32_t var_hash(const char *s)
-{
-	uint32_t h = 2166136261u; /* FNV-1a */
-	for (; *s; s++)
-		h = (h ^ (uint8_t)*s) * 16777619u;
-	return h;
-}
-
-static VarText *var_text_of(const char *value)
-{
-	return (VarText *)(void *)(value - offsetof(VarText, text));
-}
+static VarText *var_texts; /* uthash head */
 
 static char *var_intern(const char *value)
 {
-	uint32_t h = var_hash(value);
-	VarText **head = &var_texts[h % VAR_BUCKETS];
-	for (VarText *t = *head; t; t = t->next)
-		if (t->hash == h && strcmp(t->text, value) == 0) {
-			t->refs++;
-			return t->text;
-		}
 	size_t len = strlen(value);
-	VarText *t = xmalloc(sizeof(*t) + len + 1);
+	VarText *t;
+	HASH_FIND(hh, var_texts, value, len, t);
+	if (t) {
+		t->refs++;
+		return t->text;
+	}
+	t = xcalloc(1, sizeof(*t) + len + 1);
 	memcpy(t->text, value, len + 1);
 	t->refs = 1;
-	t->hash = h;
-	t->next = *head;
-	*head = t;
+	HASH_ADD_KEYPTR(hh, var_texts, t->text, len, t);
 	return t->text;
 }
 
@@ -106,13 +88,10 @@ static void var_release(char *value)
 {
 	if (!value)
 		return;
-	VarText *t = var_text_of(value);
+	VarText *t = (VarText *)(void *)(value - offsetof(VarText, text));
 	if (--t->refs > 0)
 		return;
-	VarText **p = &var_texts[t->hash % VAR_BUCKETS];
-	while (*p != t)
-		p = &(*p)->next;
-	*p = t->next;
+	HASH_DELETE(hh, var_texts, t);
 	free(t);
 }
 
