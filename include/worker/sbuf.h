@@ -129,6 +129,8 @@ void sbuf_continue(SBuf *sb);
 bool sbuf_send(SBuf *sb, const void *data, size_t len);
 bool sbuf_send_pktbuf(SBuf *sb, PktBuf *pb); /* sends and resets pb */
 
+void sbuf_forward_queue(SBuf *src, const void *data, size_t len, bool flush_now); /* sbuf_forward_own()'s work */
+
 /*
  * Pooler-made bytes for src's peer that must follow, in order, everything
  * src has already marked for forwarding (a rewritten or synthetic message
@@ -137,7 +139,14 @@ bool sbuf_send_pktbuf(SBuf *sb, PktBuf *pb); /* sends and resets pb */
  * src's batch carries them out. A failed write is reported by the peer's
  * own events.
  */
-void sbuf_forward_own(SBuf *src, const void *data, size_t len, bool flush_now);
+static inline void sbuf_forward_own(SBuf *src, const void *data, size_t len, bool flush_now)
+{
+	SBuf *dst = src->dst;
+	/* inline for the common call with nothing marked, nothing to add and nothing to write */
+	if (!len && src->send_pos == src->send_end && (!dst || !flush_now || dst->out_pos >= dst->out.len))
+		return;
+	sbuf_forward_queue(src, data, len, flush_now);
+}
 
 /* Ask for SBEV_FLUSHED once nothing is left to write (immediately if already flushed). */
 void sbuf_notify_flush(SBuf *sb);

@@ -499,7 +499,8 @@ static bool needs_no_server(char t)
 	return t == 'H' || t == 'd' || t == 'c' || t == 'f';
 }
 
-static SBufAction handle_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+static __attribute__((noinline)) SBufAction handle_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data,
+                                                                 uint32_t avail)
 {
 	if (c->state == CL_LOGIN) {
 		if (hdr->type == 'p') {
@@ -573,15 +574,14 @@ void client_server_assigned(PgSocket *c)
 	sbuf_continue(&c->sb);
 }
 
-SBufAction client_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+/* Every event but a packet after the startup phase (client_cb). */
+static __attribute__((noinline)) SBufAction client_event(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data,
+                                                         uint32_t avail)
 {
 	PgSocket *c = sb->owner;
-	/* wk.now: read at the start of the event (worker_clock_tick), not per packet */
 	switch (ev) {
 	case SBEV_PACKET:
-		if (sb->startup)
-			return handle_startup_phase(c, hdr, data, avail);
-		return handle_client_packet(c, hdr, data, avail);
+		return handle_startup_phase(c, hdr, data, avail);
 	case SBEV_BAD_PACKET: {
 		char hex[64];
 		proto_hex_prefix(data, avail, hex, sizeof(hex));
@@ -612,4 +612,12 @@ SBufAction client_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *d
 		break;
 	}
 	return SB_CONSUMED;
+}
+
+SBufAction client_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+{
+	/* wk.now: read at the start of the event (worker_clock_tick), not per packet */
+	if (ev == SBEV_PACKET && !sb->startup)
+		return handle_client_packet(sb->owner, hdr, data, avail); /* the common case, kept a thin call */
+	return client_event(sb, ev, hdr, data, avail);
 }

@@ -400,8 +400,9 @@ static Step process_buffer(SBuf *sb)
 		}
 
 		PktHdr hdr;
-		uint32_t max = sb->startup ? PROTO_MAX_STARTUP_LEN : sb->max_len;
-		HdrResult hr = proto_parse_header(sb->buf + sb->pos, avail, sb->startup, max, &hdr);
+		HdrResult hr = sb->startup
+		                   ? proto_parse_header(sb->buf + sb->pos, avail, true, PROTO_MAX_STARTUP_LEN, &hdr)
+		                   : proto_parse_header(sb->buf + sb->pos, avail, false, sb->max_len, &hdr);
 		if (hr == HDR_INCOMPLETE)
 			return STEP_NEED;
 		if (hr == HDR_BAD) {
@@ -412,6 +413,18 @@ static Step process_buffer(SBuf *sb)
 		uint32_t have = avail < hdr.len ? avail : hdr.len;
 		sb->resume_pending = false;
 		SBufAction act = sb->cb(sb, SBEV_PACKET, &hdr, sb->buf + sb->pos, have);
+		if (act == SB_FORWARD && have == hdr.len && sb->dst && sb->fd >= 0 && !sb->tls_handshake &&
+		    !sb->raw_byte) {
+			/* the whole packet is here (the common case): marked for the peer at once */
+			Step st = add_pending(sb, have);
+			if (st == STEP_OK) {
+				sb->pos += have;
+				continue;
+			}
+			sb->pkt_forward = true;
+			sb->pkt_remain = hdr.len;
+			return st;
+		}
 		switch (act) {
 		case SB_FORWARD:
 		case SB_SKIP:
@@ -793,7 +806,7 @@ static void send_pending_now(SBuf *src, SBuf *dst)
 	src->send_pos = src->send_end = 0;
 }
 
-void sbuf_forward_own(SBuf *src, const void *data, size_t len, bool flush_now)
+void sbuf_forward_queue(SBuf *src, const void *data, size_t len, bool flush_now)
 {
 	SBuf *dst = src->dst;
 	if (!dst || dst->fd < 0)
