@@ -50,17 +50,10 @@ void pktbuf_reset(PktBuf *pb)
 	pb->in_msg = false;
 }
 
-/* Make room for `extra` more bytes. */
-static void pktbuf_reserve(PktBuf *pb, size_t extra)
+/* Grow the buffer to hold `need` bytes. */
+static void pktbuf_grow(PktBuf *pb, size_t need)
 {
-	size_t need = pb->len + extra;
-	size_t cap;
-
-	if (need < pb->len)
-		fatal("pktbuf: size overflow");
-	if (need <= pb->cap)
-		return;
-	cap = pb->cap ? pb->cap : PKTBUF_MIN_CAP;
+	size_t cap = pb->cap ? pb->cap : PKTBUF_MIN_CAP;
 	while (cap < need) {
 		if (cap > SIZE_MAX / 2) {
 			cap = need;
@@ -70,6 +63,16 @@ static void pktbuf_reserve(PktBuf *pb, size_t extra)
 	}
 	pb->buf = xrealloc(pb->buf, cap);
 	pb->cap = cap;
+}
+
+/* Make room for `extra` more bytes (inline: the room is usually there). */
+static inline void pktbuf_reserve(PktBuf *pb, size_t extra)
+{
+	size_t need = pb->len + extra;
+	if (need < pb->len)
+		fatal("pktbuf: size overflow");
+	if (need > pb->cap)
+		pktbuf_grow(pb, need);
 }
 
 static void put_be32_at(uint8_t *p, uint32_t v)

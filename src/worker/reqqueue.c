@@ -30,6 +30,15 @@ void reqqueue_grow(ReqQueue *q)
 	q->cap = ncap;
 }
 
+void request_set_name(Request *r, const char *name)
+{
+	size_t len = strlen(name);
+	if (len < sizeof(r->short_name))
+		memcpy(r->short_name, name, len + 1);
+	else
+		r->stmt_name = xstrdup(name);
+}
+
 /* Free what a request owns. */
 static void request_free(Request *r)
 {
@@ -86,81 +95,45 @@ void reqqueue_free(ReqQueue *q)
 	q->cap = 0;
 }
 
-/* Whether a server message of this type answers a request of this kind. */
-static bool answers(char type, ReqKind kind)
-{
-	switch (type) {
-	case 'Z':
-		return kind == REQ_QUERY || kind == REQ_SYNC;
-	case '1':
-		return kind == REQ_PARSE;
-	case '2':
-		return kind == REQ_BIND;
-	case '3':
-		return kind == REQ_CLOSE;
-	case 'T':
-	case 'n':
-		return kind == REQ_DESCRIBE;
-	case 'C':
-	case 'I':
-	case 's':
-		return kind == REQ_EXECUTE;
-	default:
-		return false;
-	}
-}
+#define K(kind) (1u << (kind))
+const uint8_t reqqueue_answers[256] = {
+    ['Z'] = K(REQ_QUERY) | K(REQ_SYNC),
+    ['1'] = K(REQ_PARSE),
+    ['2'] = K(REQ_BIND),
+    ['3'] = K(REQ_CLOSE),
+    ['T'] = K(REQ_DESCRIBE),
+    ['n'] = K(REQ_DESCRIBE),
+    ['C'] = K(REQ_EXECUTE),
+    ['I'] = K(REQ_EXECUTE),
+    ['s'] = K(REQ_EXECUTE),
+};
+#undef K
 
-ReqPop reqqueue_server_msg(ReqQueue *q, char type, Request *out, void (*dropped)(Request *r, void *arg), void *arg)
+ReqPop reqqueue_server_special(ReqQueue *q, char type, Request *out, void (*dropped)(Request *r, void *arg), void *arg)
 {
 	Request *h = reqqueue_head(q);
-	switch (type) {
-	case 'E':
-		/* an error ends a COPY FROM STDIN: what the client still sends for it is dropped */
-		q->copy_in = false;
-		/* a Query's error ends at its ReadyForQuery; so does one raised at a Sync (a deferred check) */
-		if (!h || h->kind == REQ_QUERY || h->kind == REQ_SYNC)
-			return POP_NONE;
-		/* the failed request goes to the caller; the server skips the rest up to the next Sync */
-		pop_head(q, out);
-		uint32_t skipped = 0;
-		while (skipped < q->count && item(q, skipped)->kind != REQ_SYNC)
-			skipped++;
-		/* undone last first, as effects are rolled back (a Close and a Parse of one statement) */
-		while (skipped > 0)
-			drop_at(q, --skipped, dropped, arg);
-		if (!q->count)
-			q->skipping = true;
-		return POP_ANSWER;
-	case 'G': {
+	if (type == 'G') {
 		/* COPY FROM STDIN: Syncs sent behind its Query/Execute are ignored by the server */
 		q->copy_in = true;
 		while (q->count > 1 && item(q, 1)->kind == REQ_SYNC)
 			drop_at(q, 1, dropped, arg);
 		return POP_NONE;
 	}
-	case 'T':
-		/* a Query's own RowDescription */
-		if (!h || h->kind != REQ_DESCRIBE)
-			return POP_NONE;
-		break;
-	case 'C':
-	case 'I':
-		if (h && h->kind == REQ_QUERY)
-			return POP_NONE; /* the statements of a Query; its ReadyForQuery ends it */
-		break;
-	case 'Z':
-	case '1':
-	case '2':
-	case '3':
-	case 'n':
-	case 's':
-		break;
-	default:
+	/* 'E': an error ends a COPY FROM STDIN: what the client still sends for it is dropped */
+	q->copy_in = false;
+	/* a Query's error ends at its ReadyForQuery; so does one raised at a Sync (a deferred check) */
+	if (!h || h->kind == REQ_QUERY || h->kind == REQ_SYNC)
 		return POP_NONE;
-	}
-	if (!h || !answers(type, h->kind))
-		return POP_UNKNOWN;
+	/* the failed request goes to the caller; the server skips the rest up to the next Sync */
 	pop_head(q, out);
+	uint32_t skipped = 0;
+	while (skipped < q->count && item(q, skipped)->kind != REQ_SYNC)
+		skipped++;
+	/* undone last first, as effects are rolled back (a Close and a Parse of one statement) */
+	while (skipped > 0)
+		drop_at(q, --skipped, dropped, arg);
+	if (!q->count)
+		q->skipping = true;
 	return POP_ANSWER;
 }
 

@@ -151,16 +151,24 @@ static void ensure_prepared(PgSocket *c, PgSocket *s, PreparedStmt *ps)
 
 /* ---- client messages ---- */
 
+/* The first NUL in [p, end), or NULL. Names are short (often empty): a loop beats memchr()'s set-up. */
+static const uint8_t *find_nul(const uint8_t *p, const uint8_t *end)
+{
+	for (; p < end; p++)
+		if (!*p)
+			return p;
+	return NULL;
+}
+
 /* Parse with a statement name: map it, and prepare it on the server unless it is there already. */
 static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, uint32_t blen)
 {
-	const char *name;
-	PktReader r;
-	pktreader_init(&r, body, blen);
-	if (!pktreader_get_string(&r, &name)) {
+	const uint8_t *nul = find_nul(body, body + blen);
+	if (!nul) {
 		disconnect_client(c, true, "invalid Parse message");
 		return SB_CLOSED;
 	}
+	const char *name = (const char *)body;
 	if (!*name) {
 		reqqueue_push(&s->rq, REQ_PARSE, ANS_CLIENT);
 		return SB_FORWARD;
@@ -189,7 +197,7 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 		reqqueue_tail(&s->rq)->error = xstrdup(err);
 		return SB_CONSUMED;
 	}
-	size_t keylen = pktreader_remaining(&r);
+	size_t keylen = (size_t)(body + blen - (nul + 1));
 	PreparedStmt *ps = prepare_stmt_get(body + (blen - keylen), keylen);
 	ClientStmt *cs = prepare_client_add(&c->stmts, name, ps);
 	if (s->txn_status == 'E' && s->rq.count == 0) {
@@ -213,15 +221,6 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 	}
 	prepare_stmt_unref(ps); /* the mapping holds it */
 	return SB_CONSUMED;
-}
-
-/* The first NUL in [p, end), or NULL. Names are short (often empty): a loop beats memchr()'s set-up. */
-static const uint8_t *find_nul(const uint8_t *p, const uint8_t *end)
-{
-	for (; p < end; p++)
-		if (!*p)
-			return p;
-	return NULL;
 }
 
 /* Where the statement name of a Bind starts and ends in the buffered bytes (NULL: not all there). */
@@ -291,7 +290,7 @@ static SBufAction client_bind(PgSocket *c, PgSocket *s, const uint8_t *data, uin
 	pktbuf_finish_msg(pb);
 	to_server(c, pb);
 	reqqueue_push(&s->rq, REQ_BIND, ANS_CLIENT);
-	reqqueue_tail(&s->rq)->stmt_name = xstrdup(stmt);
+	request_set_name(reqqueue_tail(&s->rq), stmt);
 	return SB_CONSUMED;
 }
 
@@ -334,7 +333,7 @@ static SBufAction client_describe_close(PgSocket *c, PgSocket *s, const PktHdr *
 	put_simple_msg(pb, 'D', 'S', sname);
 	to_server(c, pb);
 	reqqueue_push(&s->rq, REQ_DESCRIBE, ANS_CLIENT);
-	reqqueue_tail(&s->rq)->stmt_name = xstrdup(name);
+	request_set_name(reqqueue_tail(&s->rq), name);
 	return SB_CONSUMED;
 }
 
@@ -526,8 +525,8 @@ static bool own_error(PgSocket *s, const Request *req, const uint8_t *data, uint
 	/* in a failed transaction PostgreSQL refuses everything with 25P02 first: so do we */
 	if (strcmp(sqlstate, "25P02") == 0)
 		return false;
-	if (req->stmt_name)
-		return rename_in_error(s, req->stmt_name, data, len);
+	if (request_name(req))
+		return rename_in_error(s, request_name(req), data, len);
 	if (req->answer != ANS_FAKE_ERROR)
 		return false;
 	PktBuf pb;
