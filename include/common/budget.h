@@ -34,8 +34,11 @@ int budget_held(GlobalBudget *gb, int w, int idx);
 /* Worker self has (on) or no longer has clients waiting for room in the entry. */
 void budget_want(GlobalBudget *gb, int self, int idx, bool on);
 
-/* Whether a worker other than self waits for room in the entry. */
-bool budget_others_want(GlobalBudget *gb, int self, int idx);
+/* Whether a worker other than self waits for room in the entry (inline: asked at every release). */
+static inline bool budget_others_want(GlobalBudget *gb, int self, int idx)
+{
+	return (atomic_load(&gb->entries[idx].want_mask) & ~(1ull << self)) != 0;
+}
 
 /* Workers that hold servers of the entry or wait for room in it (at least 1). */
 int budget_participants(GlobalBudget *gb, int idx);

@@ -125,6 +125,7 @@ struct PgPool {
 
 	List active_clients;         /* CL_ACTIVE */
 	List waiting_clients;        /* CL_WAITING, CL_WAITING_LOGIN */
+	int waiting_login;           /* of which CL_WAITING_LOGIN (kept by change_state) */
 	List active_cancel_req;      /* CL_ACTIVE_CANCEL */
 	List waiting_cancel_req;     /* CL_WAITING_CANCEL */
 	List active_servers;         /* SV_ACTIVE */

@@ -105,11 +105,6 @@ void budget_want(GlobalBudget *gb, int self, int idx, bool on)
 		atomic_fetch_and(&gb->entries[idx].want_mask, ~bit);
 }
 
-bool budget_others_want(GlobalBudget *gb, int self, int idx)
-{
-	return (atomic_load(&gb->entries[idx].want_mask) & ~(1ull << self)) != 0;
-}
-
 int budget_participants(GlobalBudget *gb, int idx)
 {
 	BudgetEntry *e = &gb->entries[idx];

@@ -627,6 +627,10 @@ void change_state(PgSocket *s, SocketState st)
 {
 	if (list_linked(&s->node))
 		list_del(&s->node);
+	if (s->state == CL_WAITING_LOGIN)
+		s->pool->waiting_login--;
+	if (st == CL_WAITING_LOGIN)
+		s->pool->waiting_login++;
 	s->state = st;
 	List *l = state_list(s, st);
 	if (!l)

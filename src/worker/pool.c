@@ -433,7 +433,7 @@ void pool_wake_waiters(PgPool *pool)
 {
 	List *i, *tmp;
 	/* clients waiting for the welcome can have it now */
-	if (pool->welcome_ready) {
+	if (pool->welcome_ready && pool->waiting_login > 0) {
 		list_for_each_safe(i, &pool->waiting_clients, tmp)
 		{
 			PgSocket *c = container_of(i, PgSocket, node);
