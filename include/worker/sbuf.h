@@ -148,6 +148,13 @@ static inline void sbuf_forward_own(SBuf *src, const void *data, size_t len, boo
 	sbuf_forward_queue(src, data, len, flush_now);
 }
 
+/*
+ * Like sbuf_forward_own() without flush_now, for a message the caller
+ * builds in place: the marked bytes move into the peer's queue, which is
+ * returned to append to (NULL when there is no peer).
+ */
+PktBuf *sbuf_own_queue(SBuf *src);
+
 /* Ask for SBEV_FLUSHED once nothing is left to write (immediately if already flushed). */
 void sbuf_notify_flush(SBuf *sb);
 

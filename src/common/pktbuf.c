@@ -87,12 +87,14 @@ void pktbuf_start_msg(PktBuf *pb, char type)
 {
 	if (pb->in_msg)
 		fatal("pktbuf: message started inside another one");
+	pktbuf_reserve(pb, 5); /* once for the type and the length */
 	if (type != 0)
-		pktbuf_put_u8(pb, (uint8_t)type);
+		pb->buf[pb->len++] = (uint8_t)type;
 	/* length placeholder, patched by pktbuf_finish_msg */
 	pb->msg_start = pb->len;
 	pb->in_msg = true;
-	pktbuf_put_u32(pb, 0);
+	put_be32_at(pb->buf + pb->len, 0);
+	pb->len += 4;
 }
 
 void pktbuf_finish_msg(PktBuf *pb)

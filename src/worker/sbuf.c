@@ -806,6 +806,33 @@ static void send_pending_now(SBuf *src, SBuf *dst)
 	src->send_pos = src->send_end = 0;
 }
 
+/* What src marked for the peer moves into the peer's queue, ahead of pooler bytes added next. */
+static void move_marked(SBuf *src, SBuf *dst)
+{
+	if (src->send_pos == src->send_end)
+		return;
+	pktbuf_put_bytes(&dst->out, src->buf + src->send_pos, src->send_end - src->send_pos);
+	src->bytes_out += src->send_end - src->send_pos;
+	src->send_pos = src->send_end = 0;
+	if (dst->waiting_src == src) {
+		/* src no longer waits: the peer's write event flushes its queue */
+		dst->waiting_src = NULL;
+		if (!src->paused && !src->in_process && src->fd >= 0) {
+			enable_read(src);
+			event_active(&src->ev_read, EV_READ, 0);
+		}
+	}
+}
+
+PktBuf *sbuf_own_queue(SBuf *src)
+{
+	SBuf *dst = src->dst;
+	if (!dst || dst->fd < 0)
+		return NULL;
+	move_marked(src, dst);
+	return &dst->out;
+}
+
 void sbuf_forward_queue(SBuf *src, const void *data, size_t len, bool flush_now)
 {
 	SBuf *dst = src->dst;
@@ -825,20 +852,7 @@ void sbuf_forward_queue(SBuf *src, const void *data, size_t len, bool flush_now)
 		send_pending_now(src, dst);
 		return;
 	}
-	if (src->send_pos != src->send_end) {
-		/* what src marked for the peer goes first: it moves into the peer's queue */
-		pktbuf_put_bytes(&dst->out, src->buf + src->send_pos, src->send_end - src->send_pos);
-		src->bytes_out += src->send_end - src->send_pos;
-		src->send_pos = src->send_end = 0;
-		if (dst->waiting_src == src) {
-			/* src no longer waits: the peer's write event flushes its queue */
-			dst->waiting_src = NULL;
-			if (!src->paused && !src->in_process && src->fd >= 0) {
-				enable_read(src);
-				event_active(&src->ev_read, EV_READ, 0);
-			}
-		}
-	}
+	move_marked(src, dst); /* what src marked for the peer goes first */
 	if (len)
 		pktbuf_put_bytes(&dst->out, data, len);
 	if (!flush_now || dst->out_pos >= dst->out.len || dst->connecting || dst->waiting_src || dst->writing)

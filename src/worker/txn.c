@@ -52,9 +52,17 @@ static void to_server_bytes(PgSocket *c, const void *data, size_t len)
 	sbuf_forward_own(&c->sb, data, len, false);
 }
 
-static void to_server(PgSocket *c, const PktBuf *pb)
+/*
+ * Where a pooler-made message for the server is built: in the server's
+ * queue itself, after what the client has forwarded so far (it goes out
+ * with the client's batch), or in the scratch if the server is gone.
+ * Nothing else may be queued for the server until the message is done.
+ */
+static PktBuf *server_msg(PgSocket *c)
 {
-	to_server_bytes(c, pb->buf, pb->len);
+	c->link->ready = false;
+	PktBuf *q = sbuf_own_queue(&c->sb);
+	return q ? q : scratch();
 }
 
 /* To the client, after what the server has forwarded so far. */
@@ -106,9 +114,7 @@ static void evict_statements(PgSocket *c, PgSocket *s, const PreparedStmt *keep)
 {
 	PreparedStmt *old;
 	while ((old = prepare_server_evict(&s->sstmts, (unsigned)wk.cf.g.max_prepared_statements, keep))) {
-		PktBuf *pb = scratch();
-		put_simple_msg(pb, 'C', 'S', prepare_stmt_name(old));
-		to_server(c, pb);
+		put_simple_msg(server_msg(c), 'C', 'S', prepare_stmt_name(old));
 		reqqueue_push(&s->rq, REQ_CLOSE, ANS_SWALLOW);
 		reqqueue_tail(&s->rq)->stmt_id = prepare_stmt_id(old); /* put back if the server skips the Close */
 		prepare_stmt_unref(old);
@@ -121,12 +127,11 @@ static void send_parse_msg(PgSocket *c, PgSocket *s, PreparedStmt *ps, ReqAnswer
 {
 	size_t keylen;
 	const uint8_t *key = prepare_stmt_key(ps, &keylen);
-	PktBuf *pb = scratch();
+	PktBuf *pb = server_msg(c);
 	pktbuf_start_msg(pb, 'P');
 	pktbuf_put_string(pb, unnamed ? "" : prepare_stmt_name(ps));
 	pktbuf_put_bytes(pb, key, keylen);
 	pktbuf_finish_msg(pb);
-	to_server(c, pb);
 	reqqueue_push(&s->rq, REQ_PARSE, answer);
 	Request *r = reqqueue_tail(&s->rq);
 	r->stmt_id = stmt_id;
@@ -280,15 +285,14 @@ static SBufAction client_bind(PgSocket *c, PgSocket *s, const uint8_t *data, uin
 		reqqueue_push(&s->rq, REQ_BIND, ANS_CLIENT);
 		return SB_FORWARD;
 	}
-	const char *name = server_name(c, s, cs); /* may send a Parse first: before the scratch is taken */
+	const char *name = server_name(c, s, cs); /* may queue a Parse first: before the message is started */
 	const char *portal = (const char *)data + 5;
-	PktBuf *pb = scratch();
+	PktBuf *pb = server_msg(c);
 	pktbuf_start_msg(pb, 'B');
 	pktbuf_put_string(pb, portal);
 	pktbuf_put_string(pb, name);
 	pktbuf_put_bytes(pb, rest, (size_t)(data + len - rest));
 	pktbuf_finish_msg(pb);
-	to_server(c, pb);
 	reqqueue_push(&s->rq, REQ_BIND, ANS_CLIENT);
 	request_set_name(reqqueue_tail(&s->rq), stmt);
 	return SB_CONSUMED;
@@ -328,10 +332,8 @@ static SBufAction client_describe_close(PgSocket *c, PgSocket *s, const PktHdr *
 		reqqueue_push(&s->rq, REQ_DESCRIBE, ANS_CLIENT);
 		return SB_FORWARD;
 	}
-	const char *sname = server_name(c, s, cs); /* may send a Parse first: before the scratch is taken */
-	PktBuf *pb = scratch();
-	put_simple_msg(pb, 'D', 'S', sname);
-	to_server(c, pb);
+	const char *sname = server_name(c, s, cs); /* may queue a Parse first: before the message is started */
+	put_simple_msg(server_msg(c), 'D', 'S', sname);
 	reqqueue_push(&s->rq, REQ_DESCRIBE, ANS_CLIENT);
 	request_set_name(reqqueue_tail(&s->rq), name);
 	return SB_CONSUMED;
