@@ -25,8 +25,11 @@ bool budget_take(GlobalBudget *gb, int self, int idx, int limit) __attribute__((
 /* Give back a unit that worker self took. */
 void budget_give(GlobalBudget *gb, int self, int idx);
 
-/* Servers of the entry across all workers. */
-int budget_count(GlobalBudget *gb, int idx);
+/* Servers of the entry across all workers (inline: asked at every release). */
+static inline int budget_count(GlobalBudget *gb, int idx)
+{
+	return atomic_load(&gb->entries[idx].count);
+}
 
 /* Servers of the entry held by worker w. */
 int budget_held(GlobalBudget *gb, int w, int idx);

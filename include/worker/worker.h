@@ -163,7 +163,7 @@ void server_param_status(PgSocket *server, const uint8_t *body, uint32_t len);
 /* txn.c: transaction and statement mode (doc/transaction.md) */
 /* A message of a client linked to a server in transaction/statement mode: queued, maybe rewritten. */
 SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
-/* A message of a linked server in transaction/statement mode: answers pop requests; may release it. */
+/* A message of a linked server in transaction/statement mode: answers pop requests; may release it; counts its bytes. */
 SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
 void txn_release(PgSocket *s); /* unlink from its client and return it to the pool */
 /* A CommandComplete of the reset query: DISCARD ALL / DEALLOCATE ALL empty the server's statements. */

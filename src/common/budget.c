@@ -86,11 +86,6 @@ void budget_give(GlobalBudget *gb, int self, int idx)
 	atomic_fetch_sub(&e->count, 1);
 }
 
-int budget_count(GlobalBudget *gb, int idx)
-{
-	return atomic_load(&gb->entries[idx].count);
-}
-
 int budget_held(GlobalBudget *gb, int w, int idx)
 {
 	return atomic_load(&gb->entries[idx].held[w]);

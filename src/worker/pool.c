@@ -30,20 +30,24 @@ static GlobalBudget *gbudget(void)
 	return wk.slot ? &wk.shm->budget : NULL;
 }
 
-/* The entry index behind ref, looked up once; -1 = per-worker limits (no segment, or table full). */
-static int budget_entry(BudgetRef *ref, BudgetKind kind, const char *db, const char *user)
+/* budget_entry() the first time: look the entry up. */
+static void budget_entry_lookup(BudgetRef *ref, BudgetKind kind, const char *db, const char *user)
 {
-	if (ref->idx == 0) {
-		int idx = gbudget() ? budget_lookup(gbudget(), wk.id, kind, db, user) : -1;
-		ref->idx = idx < 0 ? -1 : idx + 1;
-		static bool warned;
-		if (idx < 0 && gbudget() && !warned) {
-			warned = true;
-			log_warning(
-			    "global budget table full (%d entries): limits of %s/%s and others apply per worker",
-			    SHM_BUDGET_ENTRIES, *db ? db : "*", *user ? user : "*");
-		}
+	int idx = gbudget() ? budget_lookup(gbudget(), wk.id, kind, db, user) : -1;
+	ref->idx = idx < 0 ? -1 : idx + 1;
+	static bool warned;
+	if (idx < 0 && gbudget() && !warned) {
+		warned = true;
+		log_warning("global budget table full (%d entries): limits of %s/%s and others apply per worker",
+		            SHM_BUDGET_ENTRIES, *db ? db : "*", *user ? user : "*");
 	}
+}
+
+/* The entry index behind ref, looked up once; -1 = per-worker limits (no segment, or table full). */
+static inline int budget_entry(BudgetRef *ref, BudgetKind kind, const char *db, const char *user)
+{
+	if (ref->idx == 0)
+		budget_entry_lookup(ref, kind, db, user);
 	return ref->idx > 0 ? ref->idx - 1 : -1;
 }
 

@@ -607,10 +607,7 @@ static __attribute__((noinline)) SBufAction handle_active_packet(PgSocket *s, co
 		pool->stats.server_bytes += hdr->len;
 		return SB_FORWARD;
 	}
-	SBufAction act = txn_server_packet(s, hdr, data, avail);
-	if (act != SB_NEED_FULL)
-		pool->stats.server_bytes += hdr->len;
-	return act;
+	return txn_server_packet(s, hdr, data, avail); /* counts the bytes too */
 }
 
 /* Every event but a packet of a linked server (server_cb). */

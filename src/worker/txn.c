@@ -569,8 +569,10 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 	case 'G':
 		break;
 	default:
+		s->pool->stats.server_bytes += hdr->len;
 		return SB_FORWARD; /* DataRow, notices, ...: they answer no request (reqqueue_server_msg) */
 	}
+	s->pool->stats.server_bytes += hdr->len; /* once: a packet asked for whole (SB_NEED_FULL) comes back */
 	if (t == 'C' && tracks_statements(s->pool))
 		check_discard(s, data, hdr->len);
 	Request req; /* filled when POP_ANSWER */
