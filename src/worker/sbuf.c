@@ -304,9 +304,13 @@ static Step flush_pending_slow(SBuf *sb)
 		sb->send_pos = sb->send_end = 0;
 		return STEP_OK;
 	}
-	Step st = dst->ssl ? STEP_OK : send_both(sb, dst);
-	if (st == STEP_OK)
-		st = flush_out(dst);
+	Step st = STEP_OK;
+	if (dst->out_pos < dst->out.len) {
+		/* the peer's own queue first (usually empty) */
+		st = dst->ssl ? STEP_OK : send_both(sb, dst);
+		if (st == STEP_OK)
+			st = flush_out(dst);
+	}
 	if (st == STEP_CLOSED) {
 		dst->waiting_src = NULL;
 		return STEP_CLOSED;
@@ -783,9 +787,13 @@ bool sbuf_send(SBuf *sb, const void *data, size_t len)
  */
 static void send_pending_now(SBuf *src, SBuf *dst)
 {
-	Step st = dst->ssl ? STEP_OK : send_both(src, dst);
-	if (st == STEP_OK)
-		st = flush_out(dst);
+	Step st = STEP_OK;
+	if (dst->out_pos < dst->out.len) {
+		/* the peer's own queue first (usually empty) */
+		st = dst->ssl ? STEP_OK : send_both(src, dst);
+		if (st == STEP_OK)
+			st = flush_out(dst);
+	}
 	while (st == STEP_OK && src->send_pos < src->send_end) {
 		ssize_t n = io_send(dst, src->buf + src->send_pos, src->send_end - src->send_pos);
 		if (n < 0) {
