@@ -25,8 +25,11 @@ bool budget_take(GlobalBudget *gb, int self, int idx, int limit) __attribute__((
 /* Give back a unit that worker self took. */
 void budget_give(GlobalBudget *gb, int self, int idx);
 
-/* Servers of the entry across all workers. */
-int budget_count(GlobalBudget *gb, int idx);
+/* Servers of the entry across all workers (inline: asked at every release). */
+static inline int budget_count(GlobalBudget *gb, int idx)
+{
+	return atomic_load(&gb->entries[idx].count);
+}
 
 /* Servers of the entry held by worker w. */
 int budget_held(GlobalBudget *gb, int w, int idx);
@@ -34,8 +37,11 @@ int budget_held(GlobalBudget *gb, int w, int idx);
 /* Worker self has (on) or no longer has clients waiting for room in the entry. */
 void budget_want(GlobalBudget *gb, int self, int idx, bool on);
 
-/* Whether a worker other than self waits for room in the entry. */
-bool budget_others_want(GlobalBudget *gb, int self, int idx);
+/* Whether a worker other than self waits for room in the entry (inline: asked at every release). */
+static inline bool budget_others_want(GlobalBudget *gb, int self, int idx)
+{
+	return (atomic_load(&gb->entries[idx].want_mask) & ~(1ull << self)) != 0;
+}
 
 /* Workers that hold servers of the entry or wait for room in it (at least 1). */
 int budget_participants(GlobalBudget *gb, int idx);

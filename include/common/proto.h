@@ -36,7 +36,41 @@ typedef struct PktHdr {
  * header; body after it); else "byte type, int32 len".
  * max_len bounds the total size (max_packet_size, or PROTO_MAX_STARTUP_LEN).
  */
-HdrResult proto_parse_header(const uint8_t *buf, size_t avail, bool startup, uint32_t max_len, PktHdr *hdr);
+static inline uint32_t proto_get_be32(const uint8_t *p)
+{
+	return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+/* Inline: it runs for every message in either direction. */
+static inline HdrResult proto_parse_header(const uint8_t *buf, size_t avail, bool startup, uint32_t max_len,
+                                           PktHdr *hdr)
+{
+	if (startup) {
+		if (avail < 8)
+			return HDR_INCOMPLETE;
+		/* The length counts itself and the code. */
+		uint32_t len = proto_get_be32(buf);
+		if (len < 8 || len > max_len)
+			return HDR_BAD;
+		hdr->type = 0;
+		hdr->code = proto_get_be32(buf + 4);
+		hdr->len = len;
+		hdr->body_off = 8;
+		return HDR_OK;
+	}
+	if (avail < 5)
+		return HDR_INCOMPLETE;
+	/* The length counts itself but not the type byte; 64-bit so 0xffffffff + 1 cannot wrap. */
+	uint32_t len = proto_get_be32(buf + 1);
+	uint64_t total = (uint64_t)len + 1;
+	if (len < 4 || total > max_len)
+		return HDR_BAD;
+	hdr->type = (char)buf[0];
+	hdr->code = 0;
+	hdr->len = (uint32_t)total;
+	hdr->body_off = 5;
+	return HDR_OK;
+}
 
 /* One key/value pair from a StartupMessage. */
 typedef struct StartupParam {

@@ -62,7 +62,7 @@ typedef struct BudgetHold {
 
 /* Value of one tracked parameter (client_encoding, DateStyle, ...). */
 typedef struct VarValue {
-	char *value; /* NULL = none */
+	char *value; /* NULL = none; interned by var_set(): equal values are equal pointers */
 } VarValue;
 
 /* A [databases] entry as the worker uses it (or an auto-database, or the admin db). */
@@ -137,6 +137,7 @@ struct PgPool {
 
 	List active_clients;         /* CL_ACTIVE */
 	List waiting_clients;        /* CL_WAITING, CL_WAITING_LOGIN */
+	int waiting_login;           /* of which CL_WAITING_LOGIN (kept by change_state) */
 	List active_cancel_req;      /* CL_ACTIVE_CANCEL */
 	List waiting_cancel_req;     /* CL_WAITING_CANCEL */
 	List active_servers;         /* SV_ACTIVE */

@@ -31,21 +31,36 @@ typedef enum ReqAnswer {
 	ANS_FAKE_ERROR, /* an injected failing Parse: its ErrorResponse is replaced by the pooler's error */
 } ReqAnswer;
 
+#define REQ_SHORT_NAME 22 /* room in a Request for a short statement name (most drivers' names fit) */
+
 typedef struct Request {
-	uint8_t kind;       /* ReqKind */
-	uint8_t answer;     /* ReqAnswer */
-	uint64_t stmt_id;   /* Parse: registry id recorded on the server by it (0 = none) */
-	uint64_t map_gen;   /* Parse: the client's name mapping made by it (0 = none) */
-	char *error;        /* ANS_FAKE_ERROR: the message the client gets */
-	char *stmt_name;    /* Bind/Describe renamed by the pooler: the client's name (for the server's errors) */
-	ClientStmt *closed; /* Close of a client's statement: its mapping, freed once answered */
+	uint8_t kind;                    /* ReqKind */
+	uint8_t answer;                  /* ReqAnswer */
+	char short_name[REQ_SHORT_NAME]; /* the client's name of a renamed Bind/Describe when it fits, else "" */
+	uint64_t stmt_id;                /* Parse: registry id recorded on the server by it (0 = none) */
+	uint64_t map_gen;                /* Parse: the client's name mapping made by it (0 = none) */
+	char *error;                     /* ANS_FAKE_ERROR: the message the client gets */
+	char *stmt_name;                 /* the client's name of a renamed Bind/Describe when longer (owned) */
+	ClientStmt *closed;              /* Close of a client's statement: its mapping, freed once answered */
 } Request;
+
+/*
+ * Bind/Describe renamed by the pooler: remember the client's statement
+ * name (not empty) for the server's errors. Short names need no malloc.
+ */
+void request_set_name(Request *r, const char *name);
+
+/* The client's statement name of a renamed Bind/Describe, or NULL. */
+static inline const char *request_name(const Request *r)
+{
+	return r->stmt_name ? r->stmt_name : r->short_name[0] ? r->short_name : NULL;
+}
 
 typedef struct ReqQueue {
 	Request *items; /* ring buffer */
 	uint32_t head;
 	uint32_t count;
-	uint32_t cap;
+	uint32_t cap;  /* 0 or a power of two */
 	bool skipping; /* the server had an error and ignores everything up to the next Sync */
 	bool copy_in;  /* the client is sending COPY data the server waits for */
 } ReqQueue;
@@ -57,12 +72,38 @@ typedef enum ReqPop {
 	POP_UNKNOWN, /* an answer with nothing queued for it: a protocol error */
 } ReqPop;
 
-void reqqueue_push(ReqQueue *q, ReqKind kind, ReqAnswer answer);
-Request *reqqueue_head(ReqQueue *q);          /* NULL when empty */
-Request *reqqueue_tail(ReqQueue *q);          /* the request pushed last, NULL when empty */
+void reqqueue_grow(ReqQueue *q); /* room for one more (reqqueue_push) */
+
+/* Inline: a few of these run for every message of a transaction. */
+static inline void reqqueue_push(ReqQueue *q, ReqKind kind, ReqAnswer answer)
+{
+	if (q->count == q->cap)
+		reqqueue_grow(q);
+	q->items[(q->head + q->count) & (q->cap - 1)] = (Request){.kind = (uint8_t)kind, .answer = (uint8_t)answer};
+	q->count++;
+}
+
+/* NULL when empty */
+static inline Request *reqqueue_head(ReqQueue *q)
+{
+	return q->count ? &q->items[q->head] : NULL;
+}
+
+/* the request pushed last, NULL when empty */
+static inline Request *reqqueue_tail(ReqQueue *q)
+{
+	return q->count ? &q->items[(q->head + q->count - 1) & (q->cap - 1)] : NULL;
+}
+
 void reqqueue_pop(ReqQueue *q, Request *out); /* out may be NULL; else the caller frees its strings */
 void reqqueue_clear(ReqQueue *q, void (*dropped)(Request *r, void *arg), void *arg);
 void reqqueue_free(ReqQueue *q);
+
+ReqPop reqqueue_server_special(ReqQueue *q, char type, Request *out, void (*dropped)(Request *r, void *arg),
+                               void *arg); /* the 'E' and 'G' part of reqqueue_server_msg() */
+
+/* For each server message type, the request kinds it answers (a bit per ReqKind; 0: none). */
+extern const uint8_t reqqueue_answers[256];
 
 /*
  * A server message of type `type`: pops the request it answers into *out.
@@ -73,9 +114,29 @@ void reqqueue_free(ReqQueue *q);
  * client sends one; it also ends a COPY FROM STDIN (copy_in), whose late
  * CopyData/CopyDone the pooler drops. 'G' (CopyInResponse)
  * sets copy_in and drops the Syncs queued right behind the COPY's request
- * (the server ignores Sync during COPY FROM STDIN).
+ * (the server ignores Sync during COPY FROM STDIN). Inline: it runs for
+ * most server messages.
  */
-ReqPop reqqueue_server_msg(ReqQueue *q, char type, Request *out, void (*dropped)(Request *r, void *arg), void *arg);
+static inline ReqPop reqqueue_server_msg(ReqQueue *q, char type, Request *out, void (*dropped)(Request *r, void *arg),
+                                         void *arg)
+{
+	if (type == 'E' || type == 'G')
+		return reqqueue_server_special(q, type, out, dropped, arg);
+	unsigned kinds = reqqueue_answers[(uint8_t)type];
+	if (!kinds)
+		return POP_NONE;
+	Request *h = reqqueue_head(q);
+	if (!h || !(kinds & (1u << h->kind))) {
+		/* a Query's own RowDescription, and the statements of a Query (its ReadyForQuery ends it) */
+		if (type == 'T' || (h && (type == 'C' || type == 'I') && h->kind == REQ_QUERY))
+			return POP_NONE;
+		return POP_UNKNOWN;
+	}
+	*out = *h;
+	q->head = (q->head + 1) & (q->cap - 1);
+	q->count--;
+	return POP_ANSWER;
+}
 
 /* The release decision of spec/behaviours.md §4 for a server at ReadyForQuery `status`. */
 typedef enum ReleaseDecision {

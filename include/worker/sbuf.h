@@ -6,9 +6,10 @@
  * cannot take more stops the source from reading (back-pressure), so a slow
  * reader never makes the pooler buffer a whole result set.
  *
- * The read event stays armed while a socket is reading; a write event is
- * armed only while output is blocked. Normal traffic therefore costs one
- * recv and one send per packet batch and no epoll_ctl.
+ * The read event stays armed while a socket is reading, and also while its
+ * owner waits (SB_WAIT) until input arrives; a write event is armed only
+ * while output is blocked. Normal traffic therefore costs one recv and one
+ * send per packet batch and no epoll_ctl.
  */
 #ifndef PGB_WORKER_SBUF_H
 #define PGB_WORKER_SBUF_H
@@ -61,7 +62,7 @@ struct SBuf {
 	int fd;                    /* -1 when closed */
 	struct event ev_read;      /* EV_READ|EV_PERSIST, armed while reading */
 	struct event ev_write;     /* armed while output is blocked or connecting */
-	bool reading;              /* ev_read is armed */
+	bool reading;              /* ev_read is armed (left so after SB_WAIT until input comes) */
 	bool writing;              /* ev_write is armed */
 	bool connecting;           /* waiting for connect() to finish */
 	bool startup;              /* packets have no type byte (startup phase) */
@@ -100,6 +101,12 @@ struct SBuf {
 	SSL *ssl; /* TLS on this socket (owned) once sbuf_tls_start() ran, or NULL for plain */
 };
 
+/*
+ * A function run at the start of every socket event, before any owner
+ * callback (the worker reads its clock there once, not per packet).
+ */
+void sbuf_set_wake_hook(void (*hook)(void));
+
 /* Attach an accepted socket (non-blocking is set here) and start reading. */
 void sbuf_accept(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_buf, uint32_t max_len, sbuf_cb_t cb,
                  void *owner);
@@ -128,6 +135,8 @@ void sbuf_continue(SBuf *sb);
 bool sbuf_send(SBuf *sb, const void *data, size_t len);
 bool sbuf_send_pktbuf(SBuf *sb, PktBuf *pb); /* sends and resets pb */
 
+void sbuf_forward_queue(SBuf *src, const void *data, size_t len, bool flush_now); /* sbuf_forward_own()'s work */
+
 /*
  * Pooler-made bytes for src's peer that must follow, in order, everything
  * src has already marked for forwarding (a rewritten or synthetic message
@@ -136,7 +145,21 @@ bool sbuf_send_pktbuf(SBuf *sb, PktBuf *pb); /* sends and resets pb */
  * src's batch carries them out. A failed write is reported by the peer's
  * own events.
  */
-void sbuf_forward_own(SBuf *src, const void *data, size_t len, bool flush_now);
+static inline void sbuf_forward_own(SBuf *src, const void *data, size_t len, bool flush_now)
+{
+	SBuf *dst = src->dst;
+	/* inline for the common call with nothing marked, nothing to add and nothing to write */
+	if (!len && src->send_pos == src->send_end && (!dst || !flush_now || dst->out_pos >= dst->out.len))
+		return;
+	sbuf_forward_queue(src, data, len, flush_now);
+}
+
+/*
+ * Like sbuf_forward_own() without flush_now, for a message the caller
+ * builds in place: the marked bytes move into the peer's queue, which is
+ * returned to append to (NULL when there is no peer).
+ */
+PktBuf *sbuf_own_queue(SBuf *src);
 
 /* Ask for SBEV_FLUSHED once nothing is left to write (immediately if already flushed). */
 void sbuf_notify_flush(SBuf *sb);

@@ -94,6 +94,7 @@ extern Worker wk;
 int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerListener *listeners, int n_listeners, int master_fd,
                 int cmdline_verbose, ShmSegment *shm);
 void worker_listen_pause(bool pause);
+void worker_clock_tick(void);                     /* wk.now = the time now; every event callback starts with it */
 bool worker_tls_reload(char *err, size_t errlen); /* rebuild TLS from wk.cf; false keeps the old contexts */
 void worker_count_tls_handshake(void);
 void worker_check_shutdown(void);
@@ -124,7 +125,15 @@ void disconnect_server(PgSocket *s, bool notify, const char *fmt, ...) __attribu
 void client_send_error(PgSocket *c, bool fatal_err, const char *sqlstate, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 const char *state_name(SocketState st, bool for_sockets);
-int pool_effective_mode(const PgPool *pool);
+int pool_mode_refresh(PgPool *pool); /* pool_effective_mode() after a config change */
+
+/* The pool's pool_mode (user, database, global); asked several times per transaction, so inline. */
+static inline int pool_effective_mode(const PgPool *pool)
+{
+	if (__builtin_expect(pool->mode_gen == wk.cf_gen + 1, 1))
+		return pool->mode;
+	return pool_mode_refresh((PgPool *)pool);
+}
 int pool_effective_size(const PgPool *pool);
 int db_min_pool_size(const PgDatabase *db);      /* min_pool_size: database, else global */
 usec_t pool_server_lifetime(const PgPool *pool); /* server_lifetime: database, else global; 0 = no limit */
@@ -136,7 +145,7 @@ int var_index(const char *name);
 const char *var_name(int idx);
 void var_learn_name(int idx, const char *name); /* a server reported it: use its spelling from now on */
 int var_count(void);
-void var_set(VarValue *v, const char *value);
+void var_set(VarValue *v, const char *value); /* interns a copy (NULL clears): equal texts, equal pointers */
 void tune_tcp_socket(int fd);
 
 /* client.c */
@@ -159,7 +168,7 @@ bool server_param_status(PgSocket *server, const uint8_t *body, uint32_t len); /
 /* txn.c: transaction and statement mode (doc/transaction.md) */
 /* A message of a client linked to a server in transaction/statement mode: queued, maybe rewritten. */
 SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
-/* A message of a linked server in transaction/statement mode: answers pop requests; may release it. */
+/* A message of a linked server in transaction/statement mode: answers pop requests; may release it; counts its bytes. */
 SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
 void txn_release(PgSocket *s); /* unlink from its client and return it to the pool */
 /* A CommandComplete of the reset query: DISCARD ALL / DEALLOCATE ALL empty the server's statements. */

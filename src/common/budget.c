@@ -86,11 +86,6 @@ void budget_give(GlobalBudget *gb, int self, int idx)
 	atomic_fetch_sub(&e->count, 1);
 }
 
-int budget_count(GlobalBudget *gb, int idx)
-{
-	return atomic_load(&gb->entries[idx].count);
-}
-
 int budget_held(GlobalBudget *gb, int w, int idx)
 {
 	return atomic_load(&gb->entries[idx].held[w]);
@@ -103,11 +98,6 @@ void budget_want(GlobalBudget *gb, int self, int idx, bool on)
 		atomic_fetch_or(&gb->entries[idx].want_mask, bit);
 	else
 		atomic_fetch_and(&gb->entries[idx].want_mask, ~bit);
-}
-
-bool budget_others_want(GlobalBudget *gb, int self, int idx)
-{
-	return (atomic_load(&gb->entries[idx].want_mask) & ~(1ull << self)) != 0;
 }
 
 int budget_participants(GlobalBudget *gb, int idx)

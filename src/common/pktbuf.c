@@ -50,17 +50,10 @@ void pktbuf_reset(PktBuf *pb)
 	pb->in_msg = false;
 }
 
-/* Make room for `extra` more bytes. */
-static void pktbuf_reserve(PktBuf *pb, size_t extra)
+/* Grow the buffer to hold `need` bytes. */
+static void pktbuf_grow(PktBuf *pb, size_t need)
 {
-	size_t need = pb->len + extra;
-	size_t cap;
-
-	if (need < pb->len)
-		fatal("pktbuf: size overflow");
-	if (need <= pb->cap)
-		return;
-	cap = pb->cap ? pb->cap : PKTBUF_MIN_CAP;
+	size_t cap = pb->cap ? pb->cap : PKTBUF_MIN_CAP;
 	while (cap < need) {
 		if (cap > SIZE_MAX / 2) {
 			cap = need;
@@ -70,6 +63,16 @@ static void pktbuf_reserve(PktBuf *pb, size_t extra)
 	}
 	pb->buf = xrealloc(pb->buf, cap);
 	pb->cap = cap;
+}
+
+/* Make room for `extra` more bytes (inline: the room is usually there). */
+static inline void pktbuf_reserve(PktBuf *pb, size_t extra)
+{
+	size_t need = pb->len + extra;
+	if (need < pb->len)
+		fatal("pktbuf: size overflow");
+	if (need > pb->cap)
+		pktbuf_grow(pb, need);
 }
 
 static void put_be32_at(uint8_t *p, uint32_t v)
@@ -84,12 +87,14 @@ void pktbuf_start_msg(PktBuf *pb, char type)
 {
 	if (pb->in_msg)
 		fatal("pktbuf: message started inside another one");
+	pktbuf_reserve(pb, 5); /* once for the type and the length */
 	if (type != 0)
-		pktbuf_put_u8(pb, (uint8_t)type);
+		pb->buf[pb->len++] = (uint8_t)type;
 	/* length placeholder, patched by pktbuf_finish_msg */
 	pb->msg_start = pb->len;
 	pb->in_msg = true;
-	pktbuf_put_u32(pb, 0);
+	put_be32_at(pb->buf + pb->len, 0);
+	pb->len += 4;
 }
 
 void pktbuf_finish_msg(PktBuf *pb)

@@ -10,45 +10,6 @@
 #include <string.h>
 #include <strings.h>
 
-static uint32_t get_be32(const uint8_t *p)
-{
-	return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
-}
-
-HdrResult proto_parse_header(const uint8_t *buf, size_t avail, bool startup, uint32_t max_len, PktHdr *hdr)
-{
-	if (startup) {
-		uint32_t len;
-
-		if (avail < 8)
-			return HDR_INCOMPLETE;
-		/* The length counts itself and the code. */
-		len = get_be32(buf);
-		if (len < 8 || len > max_len)
-			return HDR_BAD;
-		hdr->type = 0;
-		hdr->code = get_be32(buf + 4);
-		hdr->len = len;
-		hdr->body_off = 8;
-	} else {
-		uint64_t total;
-		uint32_t len;
-
-		if (avail < 5)
-			return HDR_INCOMPLETE;
-		/* The length counts itself but not the type byte; 64-bit so 0xffffffff + 1 cannot wrap. */
-		len = get_be32(buf + 1);
-		total = (uint64_t)len + 1;
-		if (len < 4 || total > max_len)
-			return HDR_BAD;
-		hdr->type = (char)buf[0];
-		hdr->code = 0;
-		hdr->len = (uint32_t)total;
-		hdr->body_off = 5;
-	}
-	return HDR_OK;
-}
-
 /*
  * The body is "key\0value\0" pairs followed by one more NUL, which must be
  * the last byte. An empty key is that terminator, so anything after it, a

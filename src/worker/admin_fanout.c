@@ -536,6 +536,7 @@ static void write_notices(AdminFanout *fo, PktBuf *pb)
 static void on_finish(evutil_socket_t fd, short what, void *arg)
 {
 	AdminFanout *fo = arg;
+	worker_clock_tick();
 	if (!fo->active || !all_done(fo))
 		return;
 	PgSocket *c = fo->console;
@@ -700,6 +701,7 @@ static void on_peer_read(struct bufferevent *bev, void *arg)
 static void on_peer_event(struct bufferevent *bev, short what, void *arg)
 {
 	Peer *p = arg;
+	worker_clock_tick();
 	if (what & BEV_EVENT_EOF) {
 		peer_failed(p, "its connection closed");
 	} else if (what & BEV_EVENT_ERROR) {

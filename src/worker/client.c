@@ -495,10 +495,34 @@ static SBufAction handle_admin_packet(PgSocket *c, const PktHdr *hdr, const uint
 
 static bool known_client_type(char t)
 {
-	return strchr("QPBEDCSHFdcfX", t) != NULL && t != '\0';
+	switch (t) {
+	case 'Q':
+	case 'P':
+	case 'B':
+	case 'E':
+	case 'D':
+	case 'C':
+	case 'S':
+	case 'H':
+	case 'F':
+	case 'd':
+	case 'c':
+	case 'f':
+	case 'X':
+		return true;
+	default:
+		return false;
+	}
 }
 
-static SBufAction handle_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+/* Flush and the COPY messages: with no server linked, nothing they could mean. */
+static bool needs_no_server(char t)
+{
+	return t == 'H' || t == 'd' || t == 'c' || t == 'f';
+}
+
+static __attribute__((noinline)) SBufAction handle_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data,
+                                                                 uint32_t avail)
 {
 	if (c->state == CL_LOGIN) {
 		if (hdr->type == 'p') {
@@ -539,7 +563,7 @@ static SBufAction handle_client_packet(PgSocket *c, const PktHdr *hdr, const uin
 		return SB_CLOSED;
 	}
 	c->request_time = wk.now;
-	if (!c->link && strchr("Hdcf", hdr->type) && pool_effective_mode(c->pool) != POOL_SESSION &&
+	if (!c->link && needs_no_server(hdr->type) && pool_effective_mode(c->pool) != POOL_SESSION &&
 	    c->replication == REPLICATION_NONE) {
 		/* nothing outstanding to flush; COPY messages after a failed COPY let go of: no server needed */
 		return SB_SKIP;
@@ -572,15 +596,14 @@ void client_server_assigned(PgSocket *c)
 	sbuf_continue(&c->sb);
 }
 
-SBufAction client_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+/* Every event but a packet after the startup phase (client_cb). */
+static __attribute__((noinline)) SBufAction client_event(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data,
+                                                         uint32_t avail)
 {
 	PgSocket *c = sb->owner;
-	wk.now = get_time_usec();
 	switch (ev) {
 	case SBEV_PACKET:
-		if (sb->startup)
-			return handle_startup_phase(c, hdr, data, avail);
-		return handle_client_packet(c, hdr, data, avail);
+		return handle_startup_phase(c, hdr, data, avail);
 	case SBEV_BAD_PACKET: {
 		char hex[64];
 		proto_hex_prefix(data, avail, hex, sizeof(hex));
@@ -611,4 +634,12 @@ SBufAction client_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *d
 		break;
 	}
 	return SB_CONSUMED;
+}
+
+SBufAction client_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+{
+	/* wk.now: read at the start of the event (worker_clock_tick), not per packet */
+	if (ev == SBEV_PACKET && !sb->startup)
+		return handle_client_packet(sb->owner, hdr, data, avail); /* the common case, kept a thin call */
+	return client_event(sb, ev, hdr, data, avail);
 }

@@ -52,12 +52,14 @@ static void arm_timer(void)
 
 static void on_sock(evutil_socket_t fd, short what, void *arg)
 {
+	worker_clock_tick();
 	ares_process_fd(channel, (what & EV_READ) ? fd : ARES_SOCKET_BAD, (what & EV_WRITE) ? fd : ARES_SOCKET_BAD);
 	arm_timer();
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
+	worker_clock_tick();
 	ares_process_fd(channel, ARES_SOCKET_BAD, ARES_SOCKET_BAD);
 	arm_timer();
 }

@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <netinet/tcp.h>
+#include <uthash.h>
 
 #include "common/log.h"
 #include "common/pktbuf.h"
@@ -52,10 +54,54 @@ void var_learn_name(int idx, const char *name)
 	}
 }
 
+/*
+ * Tracked values are interned: one reference-counted copy per distinct
+ * text in the worker, so that equal values are equal pointers and the
+ * comparison at every link of a client to a server (replay_vars) is a
+ * pointer comparison.
+ */
+typedef struct VarText {
+	UT_hash_handle hh; /* in var_texts, keyed by text */
+	uint32_t refs;     /* VarValues pointing at text */
+	char text[];       /* NUL-terminated */
+} VarText;
+
+static VarText *var_texts; /* uthash head */
+
+static char *var_intern(const char *value)
+{
+	size_t len = strlen(value);
+	VarText *t;
+	HASH_FIND(hh, var_texts, value, len, t);
+	if (t) {
+		t->refs++;
+		return t->text;
+	}
+	t = xcalloc(1, sizeof(*t) + len + 1);
+	memcpy(t->text, value, len + 1);
+	t->refs = 1;
+	HASH_ADD_KEYPTR(hh, var_texts, t->text, len, t);
+	return t->text;
+}
+
+static void var_release(char *value)
+{
+	if (!value)
+		return;
+	VarText *t = (VarText *)(void *)(value - offsetof(VarText, text));
+	if (--t->refs > 0)
+		return;
+	HASH_DELETE(hh, var_texts, t);
+	free(t);
+}
+
 void var_set(VarValue *v, const char *value)
 {
-	free(v->value);
-	v->value = value ? xstrdup(value) : NULL;
+	if (v->value && value && strcmp(v->value, value) == 0)
+		return;
+	char *old = v->value;
+	v->value = value ? var_intern(value) : NULL; /* before the release: value may be old's text */
+	var_release(old);
 }
 
 static void vars_init(const char *extra)
@@ -507,15 +553,11 @@ static int compute_mode(const PgPool *pool)
 	return wk.cf.g.pool_mode;
 }
 
-int pool_effective_mode(const PgPool *pool)
+int pool_mode_refresh(PgPool *pool)
 {
-	/* asked several times per transaction: worked out again only after a config change */
-	PgPool *p = (PgPool *)pool;
-	if (p->mode_gen != wk.cf_gen + 1) {
-		p->mode = compute_mode(p);
-		p->mode_gen = wk.cf_gen + 1;
-	}
-	return p->mode;
+	pool->mode = compute_mode(pool);
+	pool->mode_gen = wk.cf_gen + 1;
+	return pool->mode;
 }
 
 int pool_effective_size(const PgPool *pool)
@@ -607,6 +649,10 @@ void change_state(PgSocket *s, SocketState st)
 {
 	if (list_linked(&s->node))
 		list_del(&s->node);
+	if (s->state == CL_WAITING_LOGIN)
+		s->pool->waiting_login--;
+	if (st == CL_WAITING_LOGIN)
+		s->pool->waiting_login++;
 	s->state = st;
 	List *l = state_list(s, st);
 	if (!l)
@@ -621,7 +667,7 @@ void change_state(PgSocket *s, SocketState st)
 static void free_socket(PgSocket *s)
 {
 	for (int i = 0; i < MAX_TRACKED; i++)
-		free(s->vars[i].value);
+		var_set(&s->vars[i], NULL);
 	free(s->app_name_raw);
 	free(s->repl_options);
 	pktbuf_free(&s->repl_params);

@@ -31,20 +31,24 @@ static GlobalBudget *gbudget(void)
 	return wk.slot ? &wk.shm->budget : NULL;
 }
 
-/* The entry index behind ref, looked up once; -1 = per-worker limits (no segment, or table full). */
-static int budget_entry(BudgetRef *ref, BudgetKind kind, const char *db, const char *user)
+/* budget_entry() the first time: look the entry up. */
+static void budget_entry_lookup(BudgetRef *ref, BudgetKind kind, const char *db, const char *user)
 {
-	if (ref->idx == 0) {
-		int idx = gbudget() ? budget_lookup(gbudget(), wk.id, kind, db, user) : -1;
-		ref->idx = idx < 0 ? -1 : idx + 1;
-		static bool warned;
-		if (idx < 0 && gbudget() && !warned) {
-			warned = true;
-			log_warning(
-			    "global budget table full (%d entries): limits of %s/%s and others apply per worker",
-			    SHM_BUDGET_ENTRIES, *db ? db : "*", *user ? user : "*");
-		}
+	int idx = gbudget() ? budget_lookup(gbudget(), wk.id, kind, db, user) : -1;
+	ref->idx = idx < 0 ? -1 : idx + 1;
+	static bool warned;
+	if (idx < 0 && gbudget() && !warned) {
+		warned = true;
+		log_warning("global budget table full (%d entries): limits of %s/%s and others apply per worker",
+		            SHM_BUDGET_ENTRIES, *db ? db : "*", *user ? user : "*");
 	}
+}
+
+/* The entry index behind ref, looked up once; -1 = per-worker limits (no segment, or table full). */
+static inline int budget_entry(BudgetRef *ref, BudgetKind kind, const char *db, const char *user)
+{
+	if (ref->idx == 0)
+		budget_entry_lookup(ref, kind, db, user);
 	return ref->idx > 0 ? ref->idx - 1 : -1;
 }
 
@@ -259,34 +263,25 @@ static void append_set(PktBuf *q, const char *name, const char *value)
 	pktbuf_put_u8(q, ';');
 }
 
-/* strcmp() == 0 for the short values of tracked parameters, without the library call's set-up. */
-static bool same_text(const char *a, const char *b)
-{
-	while (*a && *a == *b)
-		a++, b++;
-	return *a == *b;
-}
-
 /*
  * Replay the client's tracked parameters on its new server. Returns true if
  * a SET query was sent (the client waits for its answer).
  */
 static bool replay_vars(PgSocket *c, PgSocket *s)
 {
-	PktBuf q;
-	pktbuf_init(&q, 128);
-	for (int i = 0; i < var_count(); i++) {
+	PktBuf q = {0};
+	int n = var_count();
+	for (int i = 0; i < n; i++) {
 		const char *want = c->vars[i].value, *have = s->vars[i].value;
-		/* equal spellings first: the common case at every transaction, and cheaper than strcasecmp */
-		if (want && have && !same_text(want, have) && strcasecmp(want, have) != 0)
-			append_set(&q, var_name(i), want);
-		else if (want && !have)
-			append_set(&q, var_name(i), want);
+		/* values are interned: the same value is the same pointer, the common case at every link */
+		if (want == have || !want || (have && strcasecmp(want, have) == 0))
+			continue;
+		if (!q.buf)
+			pktbuf_init(&q, 128);
+		append_set(&q, var_name(i), want);
 	}
-	if (q.len == 0) {
-		pktbuf_free(&q);
+	if (!q.buf)
 		return false;
-	}
 	PktBuf msg;
 	pktbuf_init(&msg, q.len + 8);
 	pktbuf_start_msg(&msg, 'Q');
@@ -460,7 +455,7 @@ void pool_wake_waiters(PgPool *pool)
 {
 	List *i, *tmp;
 	/* clients waiting for the welcome can have it now */
-	if (pool->welcome_ready) {
+	if (pool->welcome_ready && pool->waiting_login > 0) {
 		list_for_each_safe(i, &pool->waiting_clients, tmp)
 		{
 			PgSocket *c = container_of(i, PgSocket, node);

@@ -12,61 +12,70 @@
 #include "common/config.h"
 #include "common/util.h"
 
-void reqqueue_push(ReqQueue *q, ReqKind kind, ReqAnswer answer)
+/* The request at position i of the queue (0 = head). */
+static inline Request *item(ReqQueue *q, uint32_t i)
 {
-	if (q->count == q->cap) {
-		uint32_t ncap = q->cap ? q->cap * 2 : 16;
-		Request *n = xmalloc(ncap * sizeof(*n));
-		for (uint32_t i = 0; i < q->count; i++)
-			n[i] = q->items[(q->head + i) % q->cap];
-		free(q->items);
-		q->items = n;
-		q->head = 0;
-		q->cap = ncap;
-	}
-	Request *r = &q->items[(q->head + q->count) % q->cap];
-	*r = (Request){.kind = (uint8_t)kind, .answer = (uint8_t)answer};
-	q->count++;
+	return &q->items[(q->head + i) & (q->cap - 1)];
 }
 
-Request *reqqueue_head(ReqQueue *q)
+void reqqueue_grow(ReqQueue *q)
 {
-	return q->count ? &q->items[q->head] : NULL;
+	uint32_t ncap = q->cap ? q->cap * 2 : 16; /* a power of two: positions wrap with a mask */
+	Request *n = xmalloc(ncap * sizeof(*n));
+	for (uint32_t i = 0; i < q->count; i++)
+		n[i] = *item(q, i);
+	free(q->items);
+	q->items = n;
+	q->head = 0;
+	q->cap = ncap;
 }
 
-Request *reqqueue_tail(ReqQueue *q)
+void request_set_name(Request *r, const char *name)
 {
-	return q->count ? &q->items[(q->head + q->count - 1) % q->cap] : NULL;
+	size_t len = strlen(name);
+	if (len < sizeof(r->short_name))
+		memcpy(r->short_name, name, len + 1);
+	else
+		r->stmt_name = xstrdup(name);
+}
+
+/* Free what a request owns. */
+static void request_free(Request *r)
+{
+	if (r->error)
+		free(r->error);
+	if (r->stmt_name)
+		free(r->stmt_name);
+	if (r->closed)
+		prepare_client_free(r->closed);
+}
+
+static inline void pop_head(ReqQueue *q, Request *out)
+{
+	Request *r = &q->items[q->head];
+	if (out)
+		*out = *r;
+	else
+		request_free(r);
+	q->head = (q->head + 1) & (q->cap - 1);
+	q->count--;
 }
 
 void reqqueue_pop(ReqQueue *q, Request *out)
 {
-	Request *r = &q->items[q->head];
-	if (out) {
-		*out = *r;
-	} else {
-		free(r->error);
-		free(r->stmt_name);
-		if (r->closed)
-			prepare_client_free(r->closed);
-	}
-	q->head = (q->head + 1) % q->cap;
-	q->count--;
+	pop_head(q, out);
 }
 
 /* Drop the request at position i of the queue (0 = head). */
 static void drop_at(ReqQueue *q, uint32_t i, void (*dropped)(Request *r, void *arg), void *arg)
 {
-	Request r = q->items[(q->head + i) % q->cap];
+	Request r = *item(q, i);
 	for (uint32_t k = i; k + 1 < q->count; k++)
-		q->items[(q->head + k) % q->cap] = q->items[(q->head + k + 1) % q->cap];
+		*item(q, k) = *item(q, k + 1);
 	q->count--;
 	if (dropped)
 		dropped(&r, arg); /* may take r.closed back */
-	free(r.error);
-	free(r.stmt_name);
-	if (r.closed)
-		prepare_client_free(r.closed);
+	request_free(&r);
 }
 
 void reqqueue_clear(ReqQueue *q, void (*dropped)(Request *r, void *arg), void *arg)
@@ -86,81 +95,45 @@ void reqqueue_free(ReqQueue *q)
 	q->cap = 0;
 }
 
-/* Whether a server message of this type answers a request of this kind. */
-static bool answers(char type, ReqKind kind)
-{
-	switch (type) {
-	case 'Z':
-		return kind == REQ_QUERY || kind == REQ_SYNC;
-	case '1':
-		return kind == REQ_PARSE;
-	case '2':
-		return kind == REQ_BIND;
-	case '3':
-		return kind == REQ_CLOSE;
-	case 'T':
-	case 'n':
-		return kind == REQ_DESCRIBE;
-	case 'C':
-	case 'I':
-	case 's':
-		return kind == REQ_EXECUTE;
-	default:
-		return false;
-	}
-}
+#define K(kind) (1u << (kind))
+const uint8_t reqqueue_answers[256] = {
+    ['Z'] = K(REQ_QUERY) | K(REQ_SYNC),
+    ['1'] = K(REQ_PARSE),
+    ['2'] = K(REQ_BIND),
+    ['3'] = K(REQ_CLOSE),
+    ['T'] = K(REQ_DESCRIBE),
+    ['n'] = K(REQ_DESCRIBE),
+    ['C'] = K(REQ_EXECUTE),
+    ['I'] = K(REQ_EXECUTE),
+    ['s'] = K(REQ_EXECUTE),
+};
+#undef K
 
-ReqPop reqqueue_server_msg(ReqQueue *q, char type, Request *out, void (*dropped)(Request *r, void *arg), void *arg)
+ReqPop reqqueue_server_special(ReqQueue *q, char type, Request *out, void (*dropped)(Request *r, void *arg), void *arg)
 {
 	Request *h = reqqueue_head(q);
-	switch (type) {
-	case 'E':
-		/* an error ends a COPY FROM STDIN: what the client still sends for it is dropped */
-		q->copy_in = false;
-		/* a Query's error ends at its ReadyForQuery; so does one raised at a Sync (a deferred check) */
-		if (!h || h->kind == REQ_QUERY || h->kind == REQ_SYNC)
-			return POP_NONE;
-		/* the failed request goes to the caller; the server skips the rest up to the next Sync */
-		reqqueue_pop(q, out);
-		uint32_t skipped = 0;
-		while (skipped < q->count && q->items[(q->head + skipped) % q->cap].kind != REQ_SYNC)
-			skipped++;
-		/* undone last first, as effects are rolled back (a Close and a Parse of one statement) */
-		while (skipped > 0)
-			drop_at(q, --skipped, dropped, arg);
-		if (!q->count)
-			q->skipping = true;
-		return POP_ANSWER;
-	case 'G': {
+	if (type == 'G') {
 		/* COPY FROM STDIN: Syncs sent behind its Query/Execute are ignored by the server */
 		q->copy_in = true;
-		while (q->count > 1 && q->items[(q->head + 1) % q->cap].kind == REQ_SYNC)
+		while (q->count > 1 && item(q, 1)->kind == REQ_SYNC)
 			drop_at(q, 1, dropped, arg);
 		return POP_NONE;
 	}
-	case 'T':
-		/* a Query's own RowDescription */
-		if (!h || h->kind != REQ_DESCRIBE)
-			return POP_NONE;
-		break;
-	case 'C':
-	case 'I':
-		if (h && h->kind == REQ_QUERY)
-			return POP_NONE; /* the statements of a Query; its ReadyForQuery ends it */
-		break;
-	case 'Z':
-	case '1':
-	case '2':
-	case '3':
-	case 'n':
-	case 's':
-		break;
-	default:
+	/* 'E': an error ends a COPY FROM STDIN: what the client still sends for it is dropped */
+	q->copy_in = false;
+	/* a Query's error ends at its ReadyForQuery; so does one raised at a Sync (a deferred check) */
+	if (!h || h->kind == REQ_QUERY || h->kind == REQ_SYNC)
 		return POP_NONE;
-	}
-	if (!h || !answers(type, h->kind))
-		return POP_UNKNOWN;
-	reqqueue_pop(q, out);
+	/* the failed request goes to the caller; the server skips the rest up to the next Sync */
+	pop_head(q, out);
+	uint32_t skipped = 0;
+	while (skipped < q->count && item(q, skipped)->kind != REQ_SYNC)
+		skipped++;
+	/* undone last first, as effects are rolled back (a Close and a Parse of one statement) */
+	while (skipped > 0)
+		drop_at(q, --skipped, dropped, arg);
+	if (!q->count)
+		q->skipping = true;
 	return POP_ANSWER;
 }
 

@@ -32,12 +32,20 @@ typedef enum Step {
 	STEP_TLS,     /* the owner switched the socket to TLS: run the handshake */
 } Step;
 
+/* Run at the start of each socket event (sbuf_set_wake_hook). */
+static void (*wake_hook)(void);
+
 /* The last TLS failure, for the owner's callback (one event loop per process). */
 static char tls_err[256];
 
 static void on_read(evutil_socket_t fd, short what, void *arg);
 static void on_write(evutil_socket_t fd, short what, void *arg);
 static void sbuf_process(SBuf *sb, bool do_read);
+
+void sbuf_set_wake_hook(void (*hook)(void))
+{
+	wake_hook = hook;
+}
 
 static void set_nonblocking(int fd)
 {
@@ -283,7 +291,7 @@ static Step send_both(SBuf *sb, SBuf *dst)
  * Write this buffer's pending range to the peer. On a partial write the
  * source stops reading and waits for the peer's write event.
  */
-static Step flush_pending(SBuf *sb)
+static Step flush_pending_slow(SBuf *sb)
 {
 	SBuf *dst = sb->dst;
 	if (sb->send_pos == sb->send_end) {
@@ -298,9 +306,13 @@ static Step flush_pending(SBuf *sb)
 		sb->send_pos = sb->send_end = 0;
 		return STEP_OK;
 	}
-	Step st = dst->ssl ? STEP_OK : send_both(sb, dst);
-	if (st == STEP_OK)
-		st = flush_out(dst);
+	Step st = STEP_OK;
+	if (dst->out_pos < dst->out.len) {
+		/* the peer's own queue first (usually empty) */
+		st = dst->ssl ? STEP_OK : send_both(sb, dst);
+		if (st == STEP_OK)
+			st = flush_out(dst);
+	}
 	if (st == STEP_CLOSED) {
 		dst->waiting_src = NULL;
 		return STEP_CLOSED;
@@ -328,6 +340,14 @@ static Step flush_pending(SBuf *sb)
 	}
 	sb->send_pos = sb->send_end = 0;
 	return STEP_OK;
+}
+
+/* flush_pending_slow(), with the common case of nothing to write decided inline. */
+static inline Step flush_pending(SBuf *sb)
+{
+	if (sb->send_pos == sb->send_end && (!sb->dst || sb->dst->out_pos >= sb->dst->out.len))
+		return STEP_OK;
+	return flush_pending_slow(sb);
 }
 
 /* Make room so that a packet of `need` bytes starting at pos fits in the buffer. */
@@ -386,8 +406,9 @@ static Step process_buffer(SBuf *sb)
 		}
 
 		PktHdr hdr;
-		uint32_t max = sb->startup ? PROTO_MAX_STARTUP_LEN : sb->max_len;
-		HdrResult hr = proto_parse_header(sb->buf + sb->pos, avail, sb->startup, max, &hdr);
+		HdrResult hr = sb->startup
+		                   ? proto_parse_header(sb->buf + sb->pos, avail, true, PROTO_MAX_STARTUP_LEN, &hdr)
+		                   : proto_parse_header(sb->buf + sb->pos, avail, false, sb->max_len, &hdr);
 		if (hr == HDR_INCOMPLETE)
 			return STEP_NEED;
 		if (hr == HDR_BAD) {
@@ -398,6 +419,18 @@ static Step process_buffer(SBuf *sb)
 		uint32_t have = avail < hdr.len ? avail : hdr.len;
 		sb->resume_pending = false;
 		SBufAction act = sb->cb(sb, SBEV_PACKET, &hdr, sb->buf + sb->pos, have);
+		if (act == SB_FORWARD && have == hdr.len && sb->dst && sb->fd >= 0 && !sb->tls_handshake &&
+		    !sb->raw_byte) {
+			/* the whole packet is here (the common case): marked for the peer at once */
+			Step st = add_pending(sb, have);
+			if (st == STEP_OK) {
+				sb->pos += have;
+				continue;
+			}
+			sb->pkt_forward = true;
+			sb->pkt_remain = hdr.len;
+			return st;
+		}
 		switch (act) {
 		case SB_FORWARD:
 		case SB_SKIP:
@@ -551,9 +584,14 @@ static void sbuf_process(SBuf *sb, bool do_read)
 				sb->resume_pending = false;
 				continue;
 			}
-			/* resumed later by sbuf_continue(); what was forwarded before goes out now */
+			/*
+			 * Resumed later by sbuf_continue(); what was forwarded before
+			 * goes out now. The read event stays armed: a client waiting
+			 * for a server usually sends nothing meanwhile, and leaving it
+			 * armed saves two epoll_ctl() calls per wait. Should input
+			 * come anyway, on_read() disarms it then.
+			 */
 			sb->paused = true;
-			disable_read(sb);
 			if (flush_pending(sb) == STEP_CLOSED && sb->fd >= 0 && sb->send_pos != sb->send_end) {
 				peer_send_failed(sb);
 				return;
@@ -588,13 +626,20 @@ static void sbuf_process(SBuf *sb, bool do_read)
 	 * OpenSSL may hold decrypted bytes the socket no longer signals: come
 	 * back for them from the event loop (not now, to let others run).
 	 */
-	if (sb->ssl && sb->reading && SSL_pending(sb->ssl) > 0 && has_room(sb))
+	if (sb->ssl && sb->reading && !sb->paused && SSL_pending(sb->ssl) > 0 && has_room(sb))
 		event_active(&sb->ev_read, EV_READ, 0);
 }
 
 static void on_read(evutil_socket_t fd, short what, void *arg)
 {
 	SBuf *sb = arg;
+	if (wake_hook)
+		wake_hook();
+	if (sb->paused && !sb->tls_handshake) {
+		/* paused with the read event left armed (sbuf_process): stop reading for real */
+		disable_read(sb);
+		return;
+	}
 	sbuf_process(sb, true);
 }
 
@@ -686,6 +731,8 @@ static void finish_connect(SBuf *sb)
 static void on_write(evutil_socket_t fd, short what, void *arg)
 {
 	SBuf *sb = arg;
+	if (wake_hook)
+		wake_hook();
 	if (sb->connecting) {
 		finish_connect(sb);
 		return;
@@ -735,25 +782,87 @@ bool sbuf_send(SBuf *sb, const void *data, size_t len)
 	return flush_out(sb) != STEP_CLOSED;
 }
 
-void sbuf_forward_own(SBuf *src, const void *data, size_t len, bool flush_now)
+/*
+ * Send src's pending range to dst now, after dst's own queue; what the
+ * socket does not take moves into dst's queue (its write event sends it,
+ * or reports the failure), so src has nothing pending afterwards.
+ */
+static void send_pending_now(SBuf *src, SBuf *dst)
+{
+	Step st = STEP_OK;
+	if (dst->out_pos < dst->out.len) {
+		/* the peer's own queue first (usually empty) */
+		st = dst->ssl ? STEP_OK : send_both(src, dst);
+		if (st == STEP_OK)
+			st = flush_out(dst);
+	}
+	while (st == STEP_OK && src->send_pos < src->send_end) {
+		ssize_t n = io_send(dst, src->buf + src->send_pos, src->send_end - src->send_pos);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				dst->last_errno = errno;
+			break;
+		}
+		src->send_pos += (uint32_t)n;
+		src->bytes_out += (uint64_t)n;
+	}
+	if (src->send_pos < src->send_end) {
+		pktbuf_put_bytes(&dst->out, src->buf + src->send_pos, src->send_end - src->send_pos);
+		src->bytes_out += src->send_end - src->send_pos;
+		enable_write(dst);
+	}
+	src->send_pos = src->send_end = 0;
+}
+
+/* What src marked for the peer moves into the peer's queue, ahead of pooler bytes added next. */
+static void move_marked(SBuf *src, SBuf *dst)
+{
+	if (src->send_pos == src->send_end)
+		return;
+	pktbuf_put_bytes(&dst->out, src->buf + src->send_pos, src->send_end - src->send_pos);
+	src->bytes_out += src->send_end - src->send_pos;
+	src->send_pos = src->send_end = 0;
+	if (dst->waiting_src == src) {
+		/* src no longer waits: the peer's write event flushes its queue */
+		dst->waiting_src = NULL;
+		if (!src->paused && !src->in_process && src->fd >= 0) {
+			enable_read(src);
+			event_active(&src->ev_read, EV_READ, 0);
+		}
+	}
+}
+
+PktBuf *sbuf_own_queue(SBuf *src)
+{
+	SBuf *dst = src->dst;
+	if (!dst || dst->fd < 0)
+		return NULL;
+	move_marked(src, dst);
+	return &dst->out;
+}
+
+void sbuf_forward_queue(SBuf *src, const void *data, size_t len, bool flush_now)
 {
 	SBuf *dst = src->dst;
 	if (!dst || dst->fd < 0)
 		return;
-	if (src->send_pos != src->send_end) {
-		/* what src marked for the peer goes first: it moves into the peer's queue */
-		pktbuf_put_bytes(&dst->out, src->buf + src->send_pos, src->send_end - src->send_pos);
-		src->bytes_out += src->send_end - src->send_pos;
-		src->send_pos = src->send_end = 0;
-		if (dst->waiting_src == src) {
-			/* src no longer waits: the peer's write event flushes its queue */
-			dst->waiting_src = NULL;
-			if (!src->paused && !src->in_process && src->fd >= 0) {
-				enable_read(src);
-				event_active(&src->ev_read, EV_READ, 0);
-			}
-		}
+	if (flush_now && len && (const uint8_t *)data == src->buf + src->pos && len <= src->end - src->pos &&
+	    (src->send_pos == src->send_end || src->send_end == src->pos) && !dst->connecting && !dst->waiting_src &&
+	    !dst->writing) {
+		/*
+		 * The packet being processed, right behind what src marked for
+		 * the peer (a ReadyForQuery that releases the server): both go
+		 * out from src's buffer, without a copy into the peer's queue.
+		 */
+		if (src->send_pos == src->send_end)
+			src->send_pos = src->pos;
+		src->send_end = src->pos + (uint32_t)len;
+		send_pending_now(src, dst);
+		return;
 	}
+	move_marked(src, dst); /* what src marked for the peer goes first */
 	if (len)
 		pktbuf_put_bytes(&dst->out, data, len);
 	if (!flush_now || dst->out_pos >= dst->out.len || dst->connecting || dst->waiting_src || dst->writing)

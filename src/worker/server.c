@@ -581,12 +581,18 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 	return s->state == SV_JUSTFREE ? SB_CLOSED : SB_CONSUMED;
 }
 
-static SBufAction handle_active_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+static __attribute__((noinline)) SBufAction handle_active_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data,
+                                                                 uint32_t avail)
 {
 	PgSocket *c = s->link;
 	if (s->setting_vars)
 		return handle_internal_query(s, hdr, data, avail);
 	PgPool *pool = s->pool;
+	if (hdr->type == 'D') {
+		/* DataRow, the bulk of most answers: nothing to track */
+		pool->stats.server_bytes += hdr->len;
+		return SB_FORWARD;
+	}
 	bool txn = s->replication == REPLICATION_NONE && c && pool_effective_mode(pool) != POOL_SESSION;
 	if ((hdr->type == 'Z' || hdr->type == 'S') && avail < hdr->len)
 		return SB_NEED_FULL;
@@ -625,16 +631,14 @@ static SBufAction handle_active_packet(PgSocket *s, const PktHdr *hdr, const uin
 		pool->stats.server_bytes += hdr->len;
 		return SB_FORWARD;
 	}
-	SBufAction act = txn_server_packet(s, hdr, data, avail);
-	if (act != SB_NEED_FULL)
-		pool->stats.server_bytes += hdr->len;
-	return act;
+	return txn_server_packet(s, hdr, data, avail); /* counts the bytes too */
 }
 
-SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+/* Every event but a packet of a linked server (server_cb). */
+static __attribute__((noinline)) SBufAction server_event(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data,
+                                                         uint32_t avail)
 {
 	PgSocket *s = sb->owner;
-	wk.now = get_time_usec();
 	switch (ev) {
 	case SBEV_CONNECTED: {
 		struct sockaddr_storage ss;
@@ -752,6 +756,18 @@ bool server_between_transactions(const PgSocket *s)
 {
 	return s->ready && s->txn_status == 'I' && !s->copy_mode && s->rq.count == 0 && !s->rq.copy_in &&
 	       sbuf_is_flushed(&s->sb) && sbuf_unprocessed(&s->sb) == 0;
+}
+
+SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+{
+	PgSocket *s = sb->owner;
+	/* wk.now: read at the start of the event (worker_clock_tick), not per packet */
+	if (ev == SBEV_PACKET && s->state == SV_ACTIVE && !s->auth_query) {
+		/* the common case, kept a thin call */
+		s->request_time = wk.now;
+		return handle_active_packet(s, hdr, data, avail);
+	}
+	return server_event(sb, ev, hdr, data, avail);
 }
 
 /* The client let go of this server (session end): reset it and make it idle, or close it. */

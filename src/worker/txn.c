@@ -52,9 +52,17 @@ static void to_server_bytes(PgSocket *c, const void *data, size_t len)
 	sbuf_forward_own(&c->sb, data, len, false);
 }
 
-static void to_server(PgSocket *c, const PktBuf *pb)
+/*
+ * Where a pooler-made message for the server is built: in the server's
+ * queue itself, after what the client has forwarded so far (it goes out
+ * with the client's batch), or in the scratch if the server is gone.
+ * Nothing else may be queued for the server until the message is done.
+ */
+static PktBuf *server_msg(PgSocket *c)
 {
-	to_server_bytes(c, pb->buf, pb->len);
+	c->link->ready = false;
+	PktBuf *q = sbuf_own_queue(&c->sb);
+	return q ? q : scratch();
 }
 
 /* To the client, after what the server has forwarded so far. */
@@ -106,9 +114,7 @@ static void evict_statements(PgSocket *c, PgSocket *s, const PreparedStmt *keep)
 {
 	PreparedStmt *old;
 	while ((old = prepare_server_evict(&s->sstmts, (unsigned)wk.cf.g.max_prepared_statements, keep))) {
-		PktBuf *pb = scratch();
-		put_simple_msg(pb, 'C', 'S', prepare_stmt_name(old));
-		to_server(c, pb);
+		put_simple_msg(server_msg(c), 'C', 'S', prepare_stmt_name(old));
 		reqqueue_push(&s->rq, REQ_CLOSE, ANS_SWALLOW);
 		reqqueue_tail(&s->rq)->stmt_id = prepare_stmt_id(old); /* put back if the server skips the Close */
 		prepare_stmt_unref(old);
@@ -121,12 +127,11 @@ static void send_parse_msg(PgSocket *c, PgSocket *s, PreparedStmt *ps, ReqAnswer
 {
 	size_t keylen;
 	const uint8_t *key = prepare_stmt_key(ps, &keylen);
-	PktBuf *pb = scratch();
+	PktBuf *pb = server_msg(c);
 	pktbuf_start_msg(pb, 'P');
 	pktbuf_put_string(pb, unnamed ? "" : prepare_stmt_name(ps));
 	pktbuf_put_bytes(pb, key, keylen);
 	pktbuf_finish_msg(pb);
-	to_server(c, pb);
 	reqqueue_push(&s->rq, REQ_PARSE, answer);
 	Request *r = reqqueue_tail(&s->rq);
 	r->stmt_id = stmt_id;
@@ -151,16 +156,24 @@ static void ensure_prepared(PgSocket *c, PgSocket *s, PreparedStmt *ps)
 
 /* ---- client messages ---- */
 
+/* The first NUL in [p, end), or NULL. Names are short (often empty): a loop beats memchr()'s set-up. */
+static const uint8_t *find_nul(const uint8_t *p, const uint8_t *end)
+{
+	for (; p < end; p++)
+		if (!*p)
+			return p;
+	return NULL;
+}
+
 /* Parse with a statement name: map it, and prepare it on the server unless it is there already. */
 static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, uint32_t blen)
 {
-	const char *name;
-	PktReader r;
-	pktreader_init(&r, body, blen);
-	if (!pktreader_get_string(&r, &name)) {
+	const uint8_t *nul = find_nul(body, body + blen);
+	if (!nul) {
 		disconnect_client(c, true, "invalid Parse message");
 		return SB_CLOSED;
 	}
+	const char *name = (const char *)body;
 	if (!*name) {
 		reqqueue_push(&s->rq, REQ_PARSE, ANS_CLIENT);
 		return SB_FORWARD;
@@ -189,7 +202,7 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 		reqqueue_tail(&s->rq)->error = xstrdup(err);
 		return SB_CONSUMED;
 	}
-	size_t keylen = pktreader_remaining(&r);
+	size_t keylen = (size_t)(body + blen - (nul + 1));
 	PreparedStmt *ps = prepare_stmt_get(body + (blen - keylen), keylen);
 	ClientStmt *cs = prepare_client_add(&c->stmts, name, ps);
 	if (s->txn_status == 'E' && s->rq.count == 0) {
@@ -218,9 +231,9 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 /* Where the statement name of a Bind starts and ends in the buffered bytes (NULL: not all there). */
 static const char *bind_stmt_name(const uint8_t *data, uint32_t avail, const uint8_t **after)
 {
-	const uint8_t *body = data + 5, *end = data + avail;
-	const uint8_t *p1 = avail > 5 ? memchr(body, 0, (size_t)(end - body)) : NULL;
-	const uint8_t *p2 = p1 ? memchr(p1 + 1, 0, (size_t)(end - p1 - 1)) : NULL;
+	const uint8_t *end = data + avail;
+	const uint8_t *p1 = avail > 5 ? find_nul(data + 5, end) : NULL;
+	const uint8_t *p2 = p1 ? find_nul(p1 + 1, end) : NULL;
 	if (!p2)
 		return NULL;
 	*after = p2 + 1;
@@ -272,17 +285,16 @@ static SBufAction client_bind(PgSocket *c, PgSocket *s, const uint8_t *data, uin
 		reqqueue_push(&s->rq, REQ_BIND, ANS_CLIENT);
 		return SB_FORWARD;
 	}
-	const char *name = server_name(c, s, cs); /* may send a Parse first: before the scratch is taken */
+	const char *name = server_name(c, s, cs); /* may queue a Parse first: before the message is started */
 	const char *portal = (const char *)data + 5;
-	PktBuf *pb = scratch();
+	PktBuf *pb = server_msg(c);
 	pktbuf_start_msg(pb, 'B');
 	pktbuf_put_string(pb, portal);
 	pktbuf_put_string(pb, name);
 	pktbuf_put_bytes(pb, rest, (size_t)(data + len - rest));
 	pktbuf_finish_msg(pb);
-	to_server(c, pb);
 	reqqueue_push(&s->rq, REQ_BIND, ANS_CLIENT);
-	reqqueue_tail(&s->rq)->stmt_name = xstrdup(stmt);
+	request_set_name(reqqueue_tail(&s->rq), stmt);
 	return SB_CONSUMED;
 }
 
@@ -293,14 +305,14 @@ static SBufAction client_describe_close(PgSocket *c, PgSocket *s, const PktHdr *
 	ReqKind kind = hdr->type == 'D' ? REQ_DESCRIBE : REQ_CLOSE;
 	if (avail < hdr->len)
 		return SB_NEED_FULL; /* a name is short: this is rare */
-	PktReader r;
-	uint8_t what;
-	const char *name;
-	pktreader_init(&r, data + 5, hdr->len - 5);
-	if (!pktreader_get_u8(&r, &what) || !pktreader_get_string(&r, &name)) {
+	/* Byte1 'S' or 'P', then the name */
+	const uint8_t *nul = hdr->len > 6 ? find_nul(data + 6, data + hdr->len) : NULL;
+	if (!nul) {
 		disconnect_client(c, true, "invalid %s message", hdr->type == 'D' ? "Describe" : "Close");
 		return SB_CLOSED;
 	}
+	uint8_t what = data[5];
+	const char *name = (const char *)data + 6;
 	if (what != 'S' || !*name) {
 		reqqueue_push(&s->rq, kind, ANS_CLIENT);
 		return SB_FORWARD;
@@ -320,12 +332,10 @@ static SBufAction client_describe_close(PgSocket *c, PgSocket *s, const PktHdr *
 		reqqueue_push(&s->rq, REQ_DESCRIBE, ANS_CLIENT);
 		return SB_FORWARD;
 	}
-	const char *sname = server_name(c, s, cs); /* may send a Parse first: before the scratch is taken */
-	PktBuf *pb = scratch();
-	put_simple_msg(pb, 'D', 'S', sname);
-	to_server(c, pb);
+	const char *sname = server_name(c, s, cs); /* may queue a Parse first: before the message is started */
+	put_simple_msg(server_msg(c), 'D', 'S', sname);
 	reqqueue_push(&s->rq, REQ_DESCRIBE, ANS_CLIENT);
-	reqqueue_tail(&s->rq)->stmt_name = xstrdup(name);
+	request_set_name(reqqueue_tail(&s->rq), name);
 	return SB_CONSUMED;
 }
 
@@ -358,7 +368,6 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 			q->copy_in = false;
 		return SB_SKIP;
 	}
-	bool ps = tracks_statements(c->pool);
 	switch (hdr->type) {
 	case 'Q':
 	case 'F':
@@ -371,7 +380,7 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 		reqqueue_push(q, REQ_SYNC, ANS_CLIENT);
 		return SB_FORWARD;
 	case 'P':
-		if (!ps) {
+		if (!tracks_statements(c->pool)) {
 			reqqueue_push(q, REQ_PARSE, ANS_CLIENT);
 			return SB_FORWARD;
 		}
@@ -379,14 +388,14 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 			return SB_NEED_FULL;
 		return client_parse(c, s, data + 5, hdr->len - 5);
 	case 'B':
-		if (!ps) {
+		if (!tracks_statements(c->pool)) {
 			reqqueue_push(q, REQ_BIND, ANS_CLIENT);
 			return SB_FORWARD;
 		}
 		return client_bind(c, s, data, avail, hdr->len);
 	case 'D':
 	case 'C':
-		if (!ps) {
+		if (!tracks_statements(c->pool)) {
 			reqqueue_push(q, hdr->type == 'D' ? REQ_DESCRIBE : REQ_CLOSE, ANS_CLIENT);
 			return SB_FORWARD;
 		}
@@ -518,8 +527,8 @@ static bool own_error(PgSocket *s, const Request *req, const uint8_t *data, uint
 	/* in a failed transaction PostgreSQL refuses everything with 25P02 first: so do we */
 	if (strcmp(sqlstate, "25P02") == 0)
 		return false;
-	if (req->stmt_name)
-		return rename_in_error(s, req->stmt_name, data, len);
+	if (request_name(req))
+		return rename_in_error(s, request_name(req), data, len);
 	if (req->answer != ANS_FAKE_ERROR)
 		return false;
 	PktBuf pb;
@@ -557,12 +566,16 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 		if (avail < hdr->len)
 			return SB_NEED_FULL;
 		break;
-	default:
+	case 'G':
 		break;
+	default:
+		s->pool->stats.server_bytes += hdr->len;
+		return SB_FORWARD; /* DataRow, notices, ...: they answer no request (reqqueue_server_msg) */
 	}
+	s->pool->stats.server_bytes += hdr->len; /* once: a packet asked for whole (SB_NEED_FULL) comes back */
 	if (t == 'C' && tracks_statements(s->pool))
 		check_discard(s, data, hdr->len);
-	Request req = {0};
+	Request req; /* filled when POP_ANSWER */
 	ReqPop pop = reqqueue_server_msg(&s->rq, t, &req, request_dropped, s);
 	if (pop == POP_UNKNOWN) {
 		disconnect_server(s, true, "server sent an answer (%s) to no request", proto_msg_name(t, true));
@@ -578,8 +591,10 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 	} else if (req.answer == ANS_SWALLOW) {
 		act = SB_CONSUMED;
 	}
-	free(req.error);
-	free(req.stmt_name);
+	if (req.error)
+		free(req.error);
+	if (req.stmt_name)
+		free(req.stmt_name);
 	if (req.closed)
 		prepare_client_free(req.closed);
 	if (act == SB_FORWARD && reqqueue_head(&s->rq) && reqqueue_head(&s->rq)->answer == ANS_POOLER)

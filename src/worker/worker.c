@@ -255,6 +255,11 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	}
 }
 
+void worker_clock_tick(void)
+{
+	wk.now = get_time_usec();
+}
+
 static void on_janitor(evutil_socket_t fd, short what, void *arg)
 {
 	janitor_run();
@@ -262,6 +267,7 @@ static void on_janitor(evutil_socket_t fd, short what, void *arg)
 
 static void on_stats(evutil_socket_t fd, short what, void *arg)
 {
+	worker_clock_tick();
 	stats_period_tick();
 }
 
@@ -348,6 +354,7 @@ static void drop_listener(uint32_t id)
 
 static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
 {
+	worker_clock_tick();
 	log_info("worker_drain_timeout reached, closing the remaining clients");
 	close_clients(&wk.login_clients, "server shutting down");
 	List *p;
@@ -454,6 +461,7 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerListener *list
 	wk.base = event_base_new();
 	if (!wk.base)
 		fatal("event_base_new() failed");
+	sbuf_set_wake_hook(worker_clock_tick);
 	objects_init();
 	auth_load_hba();
 	dns_init();
