@@ -119,7 +119,7 @@ typedef struct BudgetEntry {
 	_Atomic uint16_t held[SHM_MAX_WORKERS]; /* servers of worker w [worker w; master zeroes after reaping] */
 } BudgetEntry;
 
-/* Limits that span the process tree (DESIGN.md §5). */
+/* Limits that span the process tree (doc/workers.md, "Limits span all workers"). */
 typedef struct GlobalBudget {
 	alignas(SHM_CACHELINE) _Atomic int32_t clients; /* client connections, all workers (max_client_conn) */
 	_Atomic int32_t clients_of[SHM_MAX_WORKERS];    /* worker w's share [worker w; master zeroes] */

@@ -18,7 +18,7 @@ typedef int64_t usec_t; /* microseconds */
 #define CF_MAX_INCLUDE_DEPTH 10
 #define CF_MAX_DBNAME        64 /* database names must be shorter than this */
 
-/* Types of [pgbouncer] parameters, as spec/config.md names them. */
+/* Types of [pgbouncer] parameters, as doc/pgbouncer.5.md ("Value types") names them. */
 typedef enum CfType {
 	CF_INT,    /* int, strtol base auto-detect */
 	CF_UINT,   /* unsigned int (max_packet_size) */

@@ -1,6 +1,6 @@
 /*
  * PostgreSQL wire-protocol facts and parsers: message headers, the
- * StartupMessage and its special codes, as spec/behaviours.md describes.
+ * StartupMessage and its special codes, as doc/architecture.md ("Client lifecycle") describes.
  */
 #ifndef PGB_COMMON_PROTO_H
 #define PGB_COMMON_PROTO_H
@@ -87,7 +87,7 @@ typedef struct StartupParam {
  */
 int proto_parse_startup(const uint8_t *body, size_t len, StartupParam *params, int max_params);
 
-/* What the `replication` startup parameter asks for (spec/behaviours.md §1.2, §8). */
+/* What the `replication` startup parameter asks for (doc/pgbouncer.1.md, "REPLICATION CONNECTIONS"). */
 typedef enum ReplicationMode {
 	REPLICATION_NONE,     /* a normal connection (absent, false, or not a boolean) */
 	REPLICATION_PHYSICAL, /* a PostgreSQL boolean true: physical replication */

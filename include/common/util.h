@@ -39,4 +39,12 @@ char *read_file(const char *path, size_t *len_out);
  */
 bool private_socket_dir(const char *unix_socket_dir, int listen_port, char *buf, size_t len);
 
+/*
+ * The host text and port of an address: an IPv4 or IPv6 address as text,
+ * or "unix" with the port a socket file's name carries (.s.PGSQL.N; 0 when
+ * it has none, as a client's peer address).
+ */
+struct sockaddr;
+void sockaddr_host_port(const struct sockaddr *sa, char *host, size_t hostlen, int *port);
+
 #endif

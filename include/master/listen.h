@@ -34,7 +34,7 @@ typedef struct ListenSet {
 /* Boot step 4: fatal "unix socket is in use, cannot continue" if another process answers. */
 void listen_check_unix_in_use(const CfGlobals *g);
 
-/* Open every listener the config asks for; fatal as spec/cli.md §3 says when nothing works. */
+/* Open every listener the config asks for; fatal when nothing works (doc/pgbouncer.1.md, "EXIT STATUS"). */
 void listen_setup(ListenSet *ls, const CfGlobals *g);
 
 /* Open one more SO_REUSEPORT socket on address `addr_index`; -1 on failure (logged). */

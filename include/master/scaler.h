@@ -1,6 +1,6 @@
 /*
  * The scaler's decision: a pure function of the recent busy-ratio history
- * and the settings, so it can be unit-tested alone (DESIGN.md §4).
+ * and the settings, so it can be unit-tested alone (doc/workers.md, "How the scaler decides").
  */
 #ifndef PGB_MASTER_SCALER_H
 #define PGB_MASTER_SCALER_H
@@ -98,6 +98,15 @@ int scaler_physical_cores(void);
 
 /* The same with another directory in place of /sys/devices/system/cpu (for tests). */
 int scaler_physical_cores_at(const char *sysfs_cpu_dir);
+
+/*
+ * The lowest-numbered online CPU of each physical core, in CPU order: at
+ * most max of them into cpus (which may be NULL to count only). Returns
+ * the number of cores, 0 if the topology cannot be read. The workers are
+ * pinned to these (one physical core each).
+ */
+int scaler_core_cpus(int *cpus, int max);
+int scaler_core_cpus_at(const char *sysfs_cpu_dir, int *cpus, int max);
 
 /* "hold", "up", "down" */
 const char *scaler_decision_name(ScaleDecision d);

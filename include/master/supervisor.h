@@ -10,7 +10,7 @@
 
 #include "common/config.h"
 #include "master/listen.h"
-#include "worker/tls.h"
+#include "common/tls.h"
 
 /* Create the shm segment and remember what workers need; call before supervisor_start(). */
 void supervisor_init(struct event_base *base, Config *cf, const TlsContexts *tls, ListenSet *ls, int cmdline_verbose);

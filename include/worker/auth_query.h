@@ -1,57 +1,20 @@
-/*
- * The pure half of auth_query: the extended-protocol request sent to the
- * server, the reading of its answer, and the hint that turns a server error
- * into the grant (or set-up step) that is missing. No sockets, no event loop;
- * the run-time half (queueing clients, borrowing a pooled server) is in
- * src/worker/auth_query.c and declared in worker/worker.h.
- */
+/* auth_query at run time: users not in auth_file looked up on a pooled server (doc/auth_query.md). */
 #ifndef PGB_WORKER_AUTH_QUERY_H
 #define PGB_WORKER_AUTH_QUERY_H
 
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
+#include "worker/objects.h"
 
-#include "common/pktbuf.h"
-
-/* The bootstrap command named in hints (src/tools/auth_setup.c). */
-#define AUTHQ_SETUP_COMMAND "pgbouncer-auth-setup"
-
-/*
- * Unnamed Parse of `query` with one text parameter, Bind with $1 = login
- * (text), Describe portal, Execute (all rows), Sync.
- */
-void authq_write_request(PktBuf *pb, const char *query, const char *login);
-
-/* Number of columns in a RowDescription body, or -1 if it is malformed. */
-int authq_row_columns(const uint8_t *body, uint32_t len);
-
-typedef enum AuthqRow {
-	AUTHQ_ROW_SECRET, /* *secret is a new string (maybe empty) */
-	AUTHQ_ROW_NULL,   /* the password column is NULL: the user can never log in with a password */
-	AUTHQ_ROW_BAD,    /* not two columns, a broken row, or an unusable secret (reason in err) */
-} AuthqRow;
-
-/*
- * The secret (second column) of a DataRow body. A secret longer than
- * max_secret bytes, or one with a NUL byte in it, is AUTHQ_ROW_BAD.
- */
-AuthqRow authq_parse_row(const uint8_t *body, uint32_t len, size_t max_secret, char **secret, char *err, size_t errlen);
-
-/*
- * What an auth_query failure means for the set-up, for the log: for
- * SQLSTATE 42501 the missing grant derived from the server's message
- * ("permission denied for schema S" -> USAGE on schema S, "... for function
- * F" -> EXECUTE on F, ...) with its GRANT statement; for a missing
- * schema/function/table that the lookup is not installed in auth_db. Every
- * hint names the bootstrap command and its --check. `query` (the
- * auth_query, may be NULL) gives a function its schema in the GRANT.
- * Writes "" when the failure says nothing about the set-up. Returns buf.
- */
-const char *authq_error_hint(const char *sqlstate, const char *msg, const char *auth_user, const char *auth_db,
-                             const char *query, char *buf, size_t len);
-
-/* An SQL identifier, double-quoted when it is not a plain lower-case name. */
-void authq_quote_ident(const char *name, char *buf, size_t len);
+/* The client's user must be looked up with auth_query before its login. */
+bool auth_query_wanted(const PgSocket *client);
+SBufAction auth_query_start(PgSocket *client); /* instead of auth_start(); the client waits */
+SBufAction auth_query_server_packet(PgSocket *server, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
+void auth_query_wake(PgPool *pool);          /* idle servers of the pool serve queued lookups */
+bool auth_query_waiting(const PgPool *pool); /* lookups wait for a server of this pool */
+/* The auth_user's login failed: lookups waiting for it fail, with the server's error when it sent one. */
+void auth_query_pool_failed(PgPool *pool, const char *sqlstate, const char *msg, bool from_server);
+/* The client closed: its lookup, if any, is forgotten. */
+void auth_query_client_gone(PgSocket *client);
+/* The server closed: the lookup it ran fails. */
+void auth_query_server_gone(PgSocket *server);
 
 #endif

@@ -12,11 +12,12 @@
 
 #include "common/config.h"
 #include "common/list.h"
+#include "common/log.h"
 #include "common/userlist.h"
 #include "worker/prepare.h"
 #include "worker/reqqueue.h"
 #include "worker/sbuf.h"
-#include "worker/scram.h"
+#include "common/scram.h"
 
 #define MAX_TRACKED    16  /* tracked parameters per connection */
 #define CANCEL_KEY_LEN 8   /* bytes of a cancel key (protocol 3.0) */
@@ -235,7 +236,7 @@ struct PgSocket {
 	ClientStmt *stmts;  /* clients: their protocol-level prepared statements by name */
 	ServerStmt *sstmts; /* servers: the statements prepared on them, LRU order */
 
-	/* replication (spec/behaviours.md §8) */
+	/* replication (doc/pgbouncer.1.md, "REPLICATION CONNECTIONS") */
 	ReplicationMode replication; /* clients: what the startup asked for; servers: dedicated to such a client */
 	char *repl_options;          /* replication clients: the `options` startup parameter, verbatim */
 	PktBuf repl_params;          /* replication servers: ParameterStatus of their login, their client's welcome */
@@ -250,5 +251,63 @@ static inline bool socket_is_tls(const PgSocket *s)
 {
 	return s->sb.ssl != NULL;
 }
+
+/* objects.c */
+void objects_init(void);
+/* Move a socket to the list of its new state (the only place that does). */
+void change_state(PgSocket *s, SocketState st);
+/* A zeroed client or server connection, in no list yet. */
+PgSocket *socket_new(bool is_server);
+/* Free the sockets closed during this loop pass. */
+void socket_free_justfree(void);
+/* The database of this name, or NULL. */
+PgDatabase *db_find(const char *name);
+/* A database made from the `*` entry for `name`; NULL without one. */
+PgDatabase *db_register_auto(const char *name);
+/* Add a [databases] entry (or update the one of that name). */
+PgDatabase *db_add(const CfDatabase *cf);
+/* The user of this name, or NULL. */
+PgUser *user_find(const char *name);
+/* The user of this name, made (without a secret) if missing. */
+PgUser *user_add(const char *name);
+/* Replace the user's password or verifier (NULL: none). */
+void user_set_secret(PgUser *u, const char *secret, SecretKind kind);
+/* The pool of (db, user), made if missing. */
+PgPool *pool_get(PgDatabase *db, PgUser *user);
+void pool_free(PgPool *pool); /* one without clients and servers; its statistics go with it */
+PgPool *pool_find(PgDatabase *db, PgUser *user);
+/* Apply wk.cf's [databases]: add, update, mark for reconnect. */
+void objects_load_databases(void);
+/* Re-read auth_file if it changed (or always with force) and apply [users]. */
+void objects_load_userlist(bool force);
+/* Close a client; notify: send it the reason as a FATAL first. Its server is released or closed. */
+void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Close a server; notify: send Terminate first. A linked client is closed with the reason. */
+void disconnect_server(PgSocket *s, bool notify, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void client_send_error(PgSocket *c, bool fatal_err, const char *sqlstate, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The state column of SHOW CLIENTS/SERVERS (or of SHOW SOCKETS with for_sockets). */
+const char *state_name(SocketState st, bool for_sockets);
+int pool_mode_refresh(PgPool *pool); /* pool_effective_mode() after a config change */
+
+/* pool_size: user, else database, else default_pool_size. */
+int pool_effective_size(const PgPool *pool);
+int db_min_pool_size(const PgDatabase *db);      /* min_pool_size: database, else global */
+usec_t pool_server_lifetime(const PgPool *pool); /* server_lifetime: database, else global; 0 = no limit */
+int pool_server_count(const PgPool *pool);
+/* Clients of the pool in this worker, in any state. */
+int pool_client_count(const PgPool *pool);
+/* Log a line prefixed with the socket's C-/S- name, db/user@addr:port. */
+void slog(LogLevel level, const PgSocket *s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Address text (`unix` for a Unix socket) and port of ss. */
+void format_addr(const struct sockaddr_storage *ss, char *buf, size_t len, int *port);
+/* Index of a tracked parameter (case-insensitive), or -1. */
+int var_index(const char *name);
+/* A tracked parameter's name, in PostgreSQL's spelling once a server reported it. */
+const char *var_name(int idx);
+void var_learn_name(int idx, const char *name); /* a server reported it: use its spelling from now on */
+int var_count(void);
+void var_set(VarValue *v, const char *value); /* interns a copy (NULL clears): equal texts, equal pointers */
+void tune_tcp_socket(int fd);
 
 #endif

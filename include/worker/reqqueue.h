@@ -1,6 +1,6 @@
 /*
  * What a linked server still owes an answer to, in transaction and
- * statement mode (spec/behaviours.md §4, doc/transaction.md): every
+ * statement mode (doc/transaction.md): every
  * request sent (the client's, and the pooler's own Parse/Close) is queued;
  * the server's answers pop it. The server goes back to the pool only when
  * the queue is empty at a ReadyForQuery 'I'. Pure logic, unit-tested on
@@ -138,7 +138,7 @@ static inline ReqPop reqqueue_server_msg(ReqQueue *q, char type, Request *out, v
 	return POP_ANSWER;
 }
 
-/* The release decision of spec/behaviours.md §4 for a server at ReadyForQuery `status`. */
+/* The release decision (doc/transaction.md) for a server at ReadyForQuery `status`. */
 typedef enum ReleaseDecision {
 	RELEASE_KEEP,     /* stays linked (session mode, a transaction is open, requests outstanding, COPY) */
 	RELEASE_RETURN,   /* goes back to the pool */

@@ -13,7 +13,7 @@
 #include "common/log.h"
 #include "common/util.h"
 
-/* Type OIDs and typlen of the column types RowDescription can announce (admin.md "Types"). */
+/* Type OIDs and typlen of the column types RowDescription can announce (doc/architecture.md, "Admin console across workers"). */
 #define OID_BYTEA   17
 #define OID_INT8    20
 #define OID_INT4    23

@@ -6,6 +6,7 @@
 
 #include "common/util.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -130,4 +132,24 @@ bool private_socket_dir(const char *unix_socket_dir, int listen_port, char *buf,
 	/* room for "/worker.NN/.s.PGSQL.NNNNN" in a sockaddr_un */
 	int n = snprintf(buf, len, "%s/pgbouncer-workers.%d", base, listen_port);
 	return n > 0 && (size_t)n < len && (size_t)n + 27 < 108;
+}
+
+void sockaddr_host_port(const struct sockaddr *sa, char *host, size_t hostlen, int *port)
+{
+	*port = 0;
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const void *)sa;
+		inet_ntop(AF_INET, &in->sin_addr, host, (socklen_t)hostlen);
+		*port = ntohs(in->sin_port);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const void *)sa;
+		inet_ntop(AF_INET6, &in6->sin6_addr, host, (socklen_t)hostlen);
+		*port = ntohs(in6->sin6_port);
+	} else {
+		const struct sockaddr_un *un = (const void *)sa;
+		const char *dot = sa->sa_family == AF_UNIX ? strrchr(un->sun_path, '.') : NULL;
+		pgb_strlcpy(host, "unix", hostlen);
+		if (dot && strstr(un->sun_path, ".s.PGSQL."))
+			*port = atoi(dot + 1);
+	}
 }

@@ -24,23 +24,17 @@
 #include "common/log.h"
 #include "common/util.h"
 
-static void format_addr(const struct sockaddr *sa, char *buf, size_t len)
+/* "host:port" or "[v6]:port" of a TCP address, for the log. */
+static void format_listen_addr(const struct sockaddr *sa, char *buf, size_t len)
 {
 	char host[INET6_ADDRSTRLEN] = "?";
-	int port = 0;
-	if (sa->sa_family == AF_INET) {
-		const struct sockaddr_in *in = (const void *)sa;
-		inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-		port = ntohs(in->sin_port);
-		snprintf(buf, len, "%s:%d", host, port);
-	} else if (sa->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *in6 = (const void *)sa;
-		inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-		port = ntohs(in6->sin6_port);
-		snprintf(buf, len, "[%s]:%d", host, port);
-	} else {
+	int port;
+	if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6) {
 		snprintf(buf, len, "?");
+		return;
 	}
+	sockaddr_host_port(sa, host, sizeof(host), &port);
+	snprintf(buf, len, sa->sa_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, port);
 }
 
 /* Fill a sockaddr_un for the unix socket; abstract names start with '@'. */
@@ -161,7 +155,7 @@ static void setup_tcp_item(ListenSet *ls, const char *item, const CfGlobals *g, 
 		ListenAddr a = {0};
 		memcpy(&a.sa, ai->ai_addr, ai->ai_addrlen);
 		a.salen = ai->ai_addrlen;
-		format_addr(ai->ai_addr, a.desc, sizeof(a.desc));
+		format_listen_addr(ai->ai_addr, a.desc, sizeof(a.desc));
 		char err[256];
 		int fd = open_tcp(&a, g, err, sizeof(err));
 		if (fd < 0) {

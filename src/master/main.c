@@ -30,8 +30,8 @@
 #include "master/listen.h"
 #include "master/pidfile.h"
 #include "master/supervisor.h"
-#include "worker/hba.h"
-#include "worker/scram.h"
+#include "common/hba.h"
+#include "common/scram.h"
 
 /* Everything the master owns. */
 typedef struct Master {

@@ -1,5 +1,5 @@
 /*
- * The autoscaler's decision (DESIGN.md §4): a pure function of the busy
+ * The autoscaler's decision (doc/workers.md, "How the scaler decides"): a pure function of the busy
  * history and the settings, plus the checks of those settings and the
  * physical core count that max_workers = 0 stands for.
  */
@@ -206,10 +206,13 @@ const char *scaler_decision_name(ScaleDecision d)
 
 /* ---- physical cores ---- */
 
+#define SYSFS_CPU_DIR "/sys/devices/system/cpu"
+
 typedef struct CoreId {
 	long package; /* topology/physical_package_id */
 	long die;     /* topology/die_id (0 where the kernel has none) */
 	long core;    /* topology/core_id */
+	int cpu;      /* the logical CPU (cpuN) */
 } CoreId;
 
 /* Read one non-negative decimal number (a sysfs attribute); false if missing or not a number. */
@@ -256,8 +259,20 @@ static int cmp_core(const void *a, const void *b)
 	return 0;
 }
 
-/* Distinct cores of the online CPUs under dir; 0 if the topology cannot be read. */
-static int count_cores(const char *dir)
+static int cmp_int(const void *a, const void *b)
+{
+	int x = *(const int *)a, y = *(const int *)b;
+	return (x > y) - (x < y);
+}
+
+/* cmp_core, then the CPU number: the lowest CPU of a core sorts first */
+static int cmp_core_cpu(const void *a, const void *b)
+{
+	int c = cmp_core(a, b);
+	return c ? c : cmp_int(&((const CoreId *)a)->cpu, &((const CoreId *)b)->cpu);
+}
+
+int scaler_core_cpus_at(const char *dir, int *cpus, int max)
 {
 	DIR *d = opendir(dir);
 	if (!d)
@@ -275,7 +290,7 @@ static int count_cores(const char *dir)
 		/* no "online" attribute: a CPU that cannot be taken offline (cpu0 on x86) */
 		if (read_number(path, &online) && online == 0)
 			continue;
-		CoreId id = {.die = 0};
+		CoreId id = {.die = 0, .cpu = atoi(de->d_name + 3)};
 		snprintf(path, sizeof(path), "%s/%s/topology/physical_package_id", dir, de->d_name);
 		if (!read_number(path, &id.package)) {
 			ok = false;
@@ -305,10 +320,15 @@ static int count_cores(const char *dir)
 
 	int cores = 0;
 	if (ok && n > 0) {
-		qsort(ids, n, sizeof(*ids), cmp_core);
+		qsort(ids, n, sizeof(*ids), cmp_core_cpu);
 		for (size_t i = 0; i < n; i++)
-			if (i == 0 || cmp_core(&ids[i - 1], &ids[i]) != 0)
+			if (i == 0 || cmp_core(&ids[i - 1], &ids[i]) != 0) {
+				if (cpus && cores < max)
+					cpus[cores] = ids[i].cpu;
 				cores++;
+			}
+		if (cpus)
+			qsort(cpus, (size_t)(cores < max ? cores : max), sizeof(int), cmp_int);
 	}
 	free(ids);
 	return cores;
@@ -316,7 +336,7 @@ static int count_cores(const char *dir)
 
 int scaler_physical_cores_at(const char *sysfs_cpu_dir)
 {
-	int cores = count_cores(sysfs_cpu_dir);
+	int cores = scaler_core_cpus_at(sysfs_cpu_dir, NULL, 0);
 	if (cores > 0)
 		return cores;
 	long online = sysconf(_SC_NPROCESSORS_ONLN);
@@ -327,5 +347,10 @@ int scaler_physical_cores_at(const char *sysfs_cpu_dir)
 
 int scaler_physical_cores(void)
 {
-	return scaler_physical_cores_at("/sys/devices/system/cpu");
+	return scaler_physical_cores_at(SYSFS_CPU_DIR);
+}
+
+int scaler_core_cpus(int *cpus, int max)
+{
+	return scaler_core_cpus_at(SYSFS_CPU_DIR, cpus, max);
 }

@@ -243,19 +243,14 @@ void supervisor_close_tcp(void)
 
 static void find_core_cpus(void)
 {
-	/* the first logical CPU of each physical core, from sysfs */
-	sv.n_cpus = 0;
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-	for (int cpu = 0; cpu < n && sv.n_cpus < SHM_MAX_WORKERS; cpu++) {
-		char path[128];
-		snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", cpu);
-		char *text = read_file(path, NULL);
-		int first = cpu;
-		if (text) {
-			first = atoi(text);
-			free(text);
-		}
-		if (first == cpu)
+	/* the first logical CPU of each physical core: the scaler counts the same cores */
+	sv.n_cpus = scaler_core_cpus(sv.cpus, SHM_MAX_WORKERS);
+	if (sv.n_cpus > SHM_MAX_WORKERS)
+		sv.n_cpus = SHM_MAX_WORKERS;
+	if (sv.n_cpus == 0) {
+		/* no topology: every online CPU counts as a core */
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		for (int cpu = 0; cpu < n && sv.n_cpus < SHM_MAX_WORKERS; cpu++)
 			sv.cpus[sv.n_cpus++] = cpu;
 	}
 	if (sv.n_cpus == 0)

@@ -1,7 +1,7 @@
 /*
  * The admin console: the "pgbouncer" pseudo-database. Parses one command
  * per Query, checks privileges, and answers SHOW commands with the exact
- * columns of spec/admin.md; process-control commands act on the worker.
+ * columns of doc/pgbouncer.1.md ("ADMIN CONSOLE"); process-control commands act on the worker.
  */
 #include "config.h"
 
@@ -19,6 +19,11 @@
 #include "common/pktbuf.h"
 #include "common/util.h"
 #include "worker/dns.h"
+#include "worker/admin.h"
+#include "worker/admin_fanout.h"
+#include "worker/admin_workers.h"
+#include "worker/objects.h"
+#include "worker/pool.h"
 #include "worker/worker.h"
 
 /*

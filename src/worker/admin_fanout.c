@@ -23,6 +23,10 @@
 #include "common/pktbuf.h"
 #include "common/proto.h"
 #include "common/util.h"
+#include "worker/admin.h"
+#include "worker/admin_fanout.h"
+#include "worker/client.h"
+#include "worker/objects.h"
 #include "worker/worker.h"
 
 #define FANOUT_TIMEOUT_SEC 2         /* a peer that has not answered by then is left out */

@@ -12,6 +12,7 @@
 #include "common/pktbuf.h"
 #include "common/util.h"
 #include "master/scaler.h"
+#include "worker/admin_workers.h"
 #include "worker/worker.h"
 
 static const char *slot_state_name(uint32_t st)

@@ -15,6 +15,10 @@
 #include "common/log.h"
 #include "common/pktbuf.h"
 #include "common/util.h"
+#include "worker/auth.h"
+#include "worker/client.h"
+#include "worker/objects.h"
+#include "worker/pool.h"
 #include "worker/worker.h"
 
 static bool send_auth(PgSocket *c, uint32_t code, const void *data, size_t len)
@@ -29,7 +33,7 @@ static bool send_auth(PgSocket *c, uint32_t code, const void *data, size_t len)
 
 /*
  * A user with a secret from auth_file or auth_query, even an empty one. A
- * [users] entry alone gives settings, not a login (spec/config.md §4).
+ * [users] entry alone gives settings, not a login (doc/pgbouncer.5.md, "SECTION [users]").
  */
 static bool user_known(const PgUser *u)
 {

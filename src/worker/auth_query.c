@@ -14,7 +14,12 @@
 #include "common/log.h"
 #include "common/pktbuf.h"
 #include "common/util.h"
+#include "worker/auth_query_msg.h"
+#include "worker/auth.h"
 #include "worker/auth_query.h"
+#include "worker/objects.h"
+#include "worker/pool.h"
+#include "worker/server.h"
 #include "worker/worker.h"
 
 /* One lookup: queued for a server of its pool, then running on one. */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/auth_query.h"
+#include "worker/auth_query_msg.h"
 
 #define TEXT_OID 25
 

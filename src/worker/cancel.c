@@ -3,7 +3,7 @@
  * (with room for peer_id and worker id bits); a CancelRequest with such a
  * key is sent on a new connection to the server the client is linked to,
  * with that server's own key. A key of another peer_id goes to that
- * [peers] entry (spec/behaviours.md §9, doc/pgbouncer.5.md "[peers]").
+ * [peers] entry (doc/architecture.md, "Cancel routing"; doc/pgbouncer.5.md "[peers]").
  */
 #include "config.h"
 
@@ -19,6 +19,10 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "worker/dns.h"
+#include "worker/admin.h"
+#include "worker/cancel.h"
+#include "worker/objects.h"
+#include "worker/pool.h"
 #include "worker/worker.h"
 
 /*
@@ -74,7 +78,7 @@ static List inflight = {&inflight, &inflight};
 /*
  * A cancel connection is done: its server, parked in being_canceled when
  * its client let go of it meanwhile, can serve others now (a late cancel
- * must never hit another client's query, spec/behaviours.md §9).
+ * must never hit another client's query, doc/architecture.md "Cancel routing").
  */
 static void peer_conn_done(int peer_id);
 

@@ -19,6 +19,14 @@
 #include "common/pktbuf.h"
 #include "common/proto.h"
 #include "common/util.h"
+#include "worker/admin.h"
+#include "worker/auth.h"
+#include "worker/auth_query.h"
+#include "worker/cancel.h"
+#include "worker/client.h"
+#include "worker/objects.h"
+#include "worker/pool.h"
+#include "worker/txn.h"
 #include "worker/worker.h"
 
 void client_accept(int fd, bool is_unix, bool is_private)

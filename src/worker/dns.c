@@ -18,6 +18,8 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "worker/cancel.h"
+#include "worker/pool.h"
 #include "worker/worker.h"
 
 #define DNS_MAX_ADDRS 16

@@ -12,6 +12,12 @@
 #include "common/log.h"
 #include "common/pktbuf.h"
 #include "common/util.h"
+#include "worker/admin.h"
+#include "worker/auth_query.h"
+#include "worker/janitor.h"
+#include "worker/objects.h"
+#include "worker/pool.h"
+#include "worker/server.h"
 #include "worker/worker.h"
 
 static usec_t user_timeout(const PgUser *u, int override_secs, usec_t global)

@@ -21,6 +21,12 @@
 #include "common/log.h"
 #include "common/pktbuf.h"
 #include "common/util.h"
+#include "worker/admin_fanout.h"
+#include "worker/auth_query.h"
+#include "worker/cancel.h"
+#include "worker/objects.h"
+#include "worker/pool.h"
+#include "worker/server.h"
 #include "worker/worker.h"
 
 /* Tracked parameters: the five always tracked, then track_extra_parameters. */
@@ -182,25 +188,13 @@ const char *state_name(SocketState st, bool for_sockets)
 
 void format_addr(const struct sockaddr_storage *ss, char *buf, size_t len, int *port)
 {
-	*port = 0;
-	if (ss->ss_family == AF_INET) {
-		const struct sockaddr_in *in = (const void *)ss;
-		inet_ntop(AF_INET, &in->sin_addr, buf, (socklen_t)len);
-		*port = ntohs(in->sin_port);
-	} else if (ss->ss_family == AF_INET6) {
-		const struct sockaddr_in6 *in6 = (const void *)ss;
-		inet_ntop(AF_INET6, &in6->sin6_addr, buf, (socklen_t)len);
-		*port = ntohs(in6->sin6_port);
-	} else {
-		/* a server's socket file names its port (.s.PGSQL.N); a client's peer address is unnamed */
-		const struct sockaddr_un *un = (const void *)ss;
-		const char *dot = ss->ss_family == AF_UNIX ? strrchr(un->sun_path, '.') : NULL;
-		pgb_strlcpy(buf, "unix", len);
-		*port = dot && strstr(un->sun_path, ".s.PGSQL.") ? atoi(dot + 1) : wk.cf.g.listen_port;
-	}
+	sockaddr_host_port((const struct sockaddr *)ss, buf, len, port);
+	/* a client's Unix socket peer is unnamed: it came in on our port */
+	if (ss->ss_family != AF_INET && ss->ss_family != AF_INET6 && *port == 0)
+		*port = wk.cf.g.listen_port;
 }
 
-/* "C-0x...: db/user@host:port " as spec/cli.md §5 shows. */
+/* "C-0x...: db/user@host:port " (doc/pgbouncer.1.md, "LOG FORMAT"). */
 void slog(LogLevel level, const PgSocket *s, const char *fmt, ...)
 {
 	if (!log_enabled(level))
@@ -799,7 +793,7 @@ void disconnect_server(PgSocket *s, bool notify, const char *fmt, ...)
 	worker_check_shutdown();
 }
 
-/* TCP options of spec/config.md (tcp_keepalive, tcp_keep*, tcp_user_timeout, tcp_socket_buffer). */
+/* TCP options of doc/pgbouncer.5.md, "Low-level network" (tcp_keepalive, tcp_keep*, tcp_user_timeout, tcp_socket_buffer). */
 void tune_tcp_socket(int fd)
 {
 	const CfGlobals *g = &wk.cf.g;

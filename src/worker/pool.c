@@ -17,6 +17,11 @@
 #include "common/log.h"
 #include "common/pktbuf.h"
 #include "common/util.h"
+#include "worker/auth_query.h"
+#include "worker/client.h"
+#include "worker/objects.h"
+#include "worker/pool.h"
+#include "worker/server.h"
 #include "worker/worker.h"
 
 static bool pool_paused(const PgPool *pool)
@@ -435,7 +440,7 @@ void pool_server_ready(PgSocket *s)
 		pool_wake_waiters(pool); /* a first login's welcome still goes out */
 		return;
 	}
-	/* server_lifetime = 0 is no limit (issue #10; spec/config.md says "use each server once") */
+	/* server_lifetime = 0 is no limit (doc/pgbouncer.5.md, server_lifetime) */
 	usec_t lifetime = pool_server_lifetime(pool);
 	int size = pool_effective_size(pool);
 	if (lifetime > 0 && wk.now - s->connect_time >= lifetime &&

@@ -21,6 +21,12 @@
 #include "common/pktbuf.h"
 #include "common/util.h"
 #include "worker/dns.h"
+#include "worker/auth_query.h"
+#include "worker/client.h"
+#include "worker/objects.h"
+#include "worker/pool.h"
+#include "worker/server.h"
+#include "worker/txn.h"
 #include "worker/worker.h"
 
 /* Entries in the database's host list (1 for a single host or none). */
@@ -76,7 +82,7 @@ static DnsResult pick_address(PgPool *pool, struct sockaddr_storage *ss, socklen
 /*
  * The StartupMessage. A replication server also carries `replication`, its
  * client's tracked parameters (which win over the database's) and the
- * client's `options` verbatim: a walsender takes no SET (spec §8).
+ * client's `options` verbatim: a walsender takes no SET (doc/pgbouncer.1.md, "REPLICATION CONNECTIONS").
  */
 static void send_startup(PgSocket *s)
 {
@@ -478,7 +484,7 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 			 * replication hba line, max_wal_senders) says nothing about
 			 * the pool's normal logins. Like any client whose linked
 			 * server is lost before login completes, it gets PgBouncer's
-			 * generic error (spec/cli.md §7); the server's is logged above.
+			 * generic error (doc/architecture.md, "Server lifecycle"); the server's is logged above.
 			 */
 			s->link = NULL;
 			c->link = NULL;

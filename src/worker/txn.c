@@ -17,6 +17,10 @@
 #include "common/util.h"
 #include "worker/prepare.h"
 #include "worker/reqqueue.h"
+#include "worker/objects.h"
+#include "worker/pool.h"
+#include "worker/server.h"
+#include "worker/txn.h"
 #include "worker/worker.h"
 
 /* Whether protocol-level prepared statements are tracked for this pool. */

@@ -21,6 +21,14 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "worker/dns.h"
+#include "worker/admin.h"
+#include "worker/admin_fanout.h"
+#include "worker/auth.h"
+#include "worker/cancel.h"
+#include "worker/client.h"
+#include "worker/janitor.h"
+#include "worker/objects.h"
+#include "worker/pool.h"
 #include "worker/worker.h"
 
 Worker wk;

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/auth_query.h"
+#include "worker/auth_query_msg.h"
 
 /* A reader over pb that checks message framing. */
 typedef struct Msgs {

@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "worker/hba.h"
+#include "common/hba.h"
 
 /* ---- helpers ---- */
 

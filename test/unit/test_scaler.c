@@ -495,6 +495,13 @@ static void test_physical_cores(void **state)
 	put(root, "online", "0-3\n");
 	put(root, "possible", "0-7\n");
 	assert_int_equal(scaler_physical_cores_at(root), 2);
+	/* the workers' CPUs: the lowest of each core, in CPU order */
+	int cpus[8];
+	assert_int_equal(scaler_core_cpus_at(root, cpus, 8), 2);
+	assert_int_equal(cpus[0], 0);
+	assert_int_equal(cpus[1], 1);
+	assert_int_equal(scaler_core_cpus_at(root, cpus, 1), 2); /* counted, one stored */
+	assert_int_equal(cpus[0], 0);
 
 	/* an offline CPU does not count (its topology may be stale) */
 	put_cpu(root, 4, "0\n", "7\n");

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "worker/scram.h"
+#include "common/scram.h"
 
 /* RFC 7677 section 3 */
 #define RFC_CLIENT_NONCE "rOprNGfwEbeRWgbNEkqO"

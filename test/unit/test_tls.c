@@ -23,7 +23,7 @@
 #include <openssl/x509v3.h>
 
 #include "common/config.h"
-#include "worker/tls.h"
+#include "common/tls.h"
 
 #define DAY (24L * 3600L)
 

@@ -6,7 +6,7 @@
  */
 #include "config.h"
 
-#include "worker/tls.h"
+#include "common/tls.h"
 #include "common/util.h"
 
 #include <arpa/inet.h>
@@ -397,7 +397,7 @@ static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outle
 	return SSL_TLSEXT_ERR_ALERT_FATAL;
 }
 
-/* Settings both directions share: no compression, no session resumption (DESIGN.md §8). */
+/* Settings both directions share: no compression, no session resumption (doc/tls.md; doc/architecture.md "TLS defaults"). */
 static void common_setup(SSL_CTX *ctx)
 {
 	SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_TICKET | SSL_OP_NO_RENEGOTIATION);

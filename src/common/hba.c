@@ -5,7 +5,7 @@
  */
 #include "config.h"
 
-#include "worker/hba.h"
+#include "common/hba.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -3,8 +3,8 @@
  * reading them into rules and maps, and choosing the rule for a client.
  * Pure code without worker state, so that it is unit-tested alone.
  */
-#ifndef PGB_WORKER_HBA_H
-#define PGB_WORKER_HBA_H
+#ifndef PGB_COMMON_HBA_H
+#define PGB_COMMON_HBA_H
 
 #include <stdbool.h>
 #include <stddef.h>

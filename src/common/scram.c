@@ -5,7 +5,7 @@
  */
 #include "config.h"
 
-#include "worker/scram.h"
+#include "common/scram.h"
 #include "common/util.h"
 
 #include <limits.h>

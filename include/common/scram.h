@@ -8,8 +8,8 @@
  * password, or with the ClientKey/ServerKey recovered from a client's
  * successful SCRAM exchange (pass-through, no plain password needed).
  */
-#ifndef PGB_WORKER_SCRAM_H
-#define PGB_WORKER_SCRAM_H
+#ifndef PGB_COMMON_SCRAM_H
+#define PGB_COMMON_SCRAM_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -13,8 +13,8 @@
  * keeps it alive, so a reload may free the old contexts while connections
  * made from them finish on the old settings.
  */
-#ifndef PGB_WORKER_TLS_H
-#define PGB_WORKER_TLS_H
+#ifndef PGB_COMMON_TLS_H
+#define PGB_COMMON_TLS_H
 
 #include <stdbool.h>
 #include <stddef.h>

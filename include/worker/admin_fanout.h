@@ -1,0 +1,36 @@
+/* The console answers for every worker: commands sent to the others and answers merged (doc/workers.md). */
+#ifndef PGB_WORKER_ADMIN_FANOUT_H
+#define PGB_WORKER_ADMIN_FANOUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/objects.h"
+
+typedef enum FanoutMerge {
+	FM_COMMAND,   /* process command: one tag once every worker has completed */
+	FM_CONCAT,    /* rows of every worker, worker by worker (CLIENTS, SERVERS, SOCKETS) */
+	FM_POOLS,     /* one row per (database, user): counts summed, maxwait maxed */
+	FM_DATABASES, /* one row per database: connection counts summed, paused/disabled or-ed */
+	FM_USERS,     /* one row per user: connection counts summed */
+	FM_LISTS,     /* items summed row by row */
+	FM_MEM,       /* used, free and memtotal summed */
+	FM_STATE,     /* active if all are, paused/suspended if any is */
+	FM_DNS,       /* one row per host name */
+	FM_STATS,     /* peers answer SHOW STATS_RAW; `which` as admin_write_stats() */
+} FanoutMerge;
+
+void admin_fanout_listen(void); /* the private socket of this worker */
+bool admin_fanout_wanted(const PgSocket *c);
+/*
+ * Send `query` to every other active or draining worker, and capture what
+ * this worker's own console code answers c from now on (run it right after).
+ * `waits`: the command may take long on a live worker (PAUSE, SUSPEND, ...).
+ */
+void admin_fanout_begin(PgSocket *c, const char *query, FanoutMerge merge, int which, bool waits);
+bool admin_fanout_capture(PgSocket *c, const uint8_t *buf, size_t len); /* false: not capturing */
+void admin_fanout_cancel(PgSocket *c);                                  /* a CancelRequest for c: passed to the peers */
+void admin_fanout_client_gone(PgSocket *c);                             /* c is closing: drop its peer connections */
+
+#endif

@@ -1,0 +1,16 @@
+/* Client connections: accept, startup and login, the packets of a logged-in client. */
+#ifndef PGB_WORKER_CLIENT_H
+#define PGB_WORKER_CLIENT_H
+
+#include "worker/objects.h"
+
+/* Take an accepted socket as a new client (is_private: a peer worker's console). */
+void client_accept(int fd, bool is_unix, bool is_private);
+/* The client sockets' sbuf callback: login, then every packet of the client. */
+SBufAction client_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
+/* AuthenticationOk, parameters, BackendKeyData, ReadyForQuery; false if it closed. */
+bool client_send_welcome(PgSocket *c);
+/* A server is linked: offer the packet that waited for it again. */
+void client_server_assigned(PgSocket *c);
+
+#endif

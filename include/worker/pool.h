@@ -1,0 +1,41 @@
+/* Pools: giving servers to clients, launching and closing servers, limits counted across workers. */
+#ifndef PGB_WORKER_POOL_H
+#define PGB_WORKER_POOL_H
+
+#include "worker/objects.h"
+#include "worker/worker.h"
+
+/* The pool's pool_mode (user, database, global); asked several times per transaction, so inline. */
+static inline int pool_effective_mode(const PgPool *pool)
+{
+	if (__builtin_expect(pool->mode_gen == wk.cf_gen + 1, 1))
+		return pool->mode;
+	return pool_mode_refresh((PgPool *)pool);
+}
+
+/* Link a server to the client (true), or queue it and maybe launch one (false). */
+bool pool_find_server(PgSocket *client);
+/* Within server_login_retry of a failed login of the pool, with no server to use (not while paused). */
+bool pool_login_failing(const PgPool *pool);
+/* If pool_login_failing(): close `client` with the cached error and return true. */
+bool pool_fast_fail(PgSocket *client, const PgPool *pool);
+/* A free server: close it (lifetime, pause, give-back) or make it idle and serve waiters. */
+void pool_server_ready(PgSocket *server);
+/* Welcome clients waiting for the first login; give idle servers to queued clients. */
+void pool_wake_waiters(PgPool *pool);
+void pool_drop_gone_waiters(PgPool *pool); /* close waiting clients that hung up (janitor) */
+void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool from_server);
+/* Connect a new server if a client (or lookup) waits and the limits allow. */
+void pool_maybe_launch(PgPool *pool);
+void pool_mark_close_needed(PgPool *pool);     /* every server reconnects once it is free */
+PgSocket *pool_take_idle(PgPool *pool);        /* for internal work; a used server is checked first (NULL meanwhile) */
+void pool_replication_ready(PgSocket *server); /* its login is done: link it to its client, welcome the client */
+int pool_global_servers(PgPool *pool);         /* servers of the pool in all workers (per worker if no budget) */
+void pool_launch_min(PgPool *pool, int min);   /* min_pool_size: one more server while all workers have < min */
+void pool_budget_tick(void);                   /* ~10/s: give idle servers to waiting workers, retry waiters */
+void budget_hold_release(BudgetHold *hold);    /* give back a server's or client's units */
+/* A logging-in client's unit of its database's and login user's client count; NULL, or the limit that is full. */
+const char *pool_take_client_budget(PgSocket *c, int max_db, int max_user);
+void pool_budget_forget(PgPool *pool); /* the pool is freed: it waits for room nowhere any more */
+
+#endif

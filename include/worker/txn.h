@@ -1,0 +1,15 @@
+/* Transaction and statement pooling: what a linked client or server sends, and when the server goes back (doc/transaction.md). */
+#ifndef PGB_WORKER_TXN_H
+#define PGB_WORKER_TXN_H
+
+#include "worker/objects.h"
+
+/* A message of a client linked to a server in transaction/statement mode: queued, maybe rewritten. */
+SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
+/* A message of a linked server in transaction/statement mode: answers pop requests; may release it; counts its bytes. */
+SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
+void txn_release(PgSocket *s); /* unlink from its client and return it to the pool */
+/* A CommandComplete of the reset query: DISCARD ALL / DEALLOCATE ALL empty the server's statements. */
+void txn_server_discard_check(PgSocket *s, const uint8_t *data, uint32_t len);
+
+#endif
