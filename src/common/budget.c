@@ -3,7 +3,7 @@
  * per-user server counts in shared memory, plus the client counter. Units
  * are taken with compare-and-swap and never with a lock (see include/shm.h).
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "common/budget.h"
 

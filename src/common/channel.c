@@ -3,7 +3,7 @@
  * SOCK_SEQPACKET socketpair, with SCM_RIGHTS for handing a listening
  * socket to another worker.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "common/channel.h"
 

@@ -3,7 +3,7 @@
  * SHOW CONFIG formatting, and the ini loader (%include, [databases], [users],
  * [peers] connection strings) that builds a Config from pgbouncer.ini.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "common/config.h"
 

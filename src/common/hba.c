@@ -3,7 +3,7 @@
  * quoting, comma lists, comments), the rule and map parsers, and the rule
  * matching that picks a client's authentication method when auth_type=hba.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "common/hba.h"
 

@@ -3,7 +3,7 @@
  * syslog. Each line is written with one write() so lines from several
  * processes sharing the file never interleave.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "common/log.h"
 

@@ -3,7 +3,7 @@
  * fields out of received message bodies with bounds checks on every read.
  * Pure code: callers own the sockets.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "common/pktbuf.h"
 

@@ -3,7 +3,7 @@
  * headers (typed and startup-phase), StartupMessage key/value pairs, and the
  * hex and name helpers used in log lines and "bad packet header" errors.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "common/proto.h"
 

@@ -3,7 +3,7 @@
  * into the pooler and for the pooler logging into servers, plus PostgreSQL's
  * MD5 password hashing. All crypto is OpenSSL's; SASLprep is libidn's.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "common/scram.h"
 #include "common/util.h"

@@ -4,7 +4,7 @@
  * swaps them on reload only when the new ones are good, and formats the
  * `tls` text of a connection. Pure OpenSSL: no sockets, no event loop.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "common/tls.h"
 #include "common/util.h"

@@ -3,7 +3,7 @@
  * secrets, classifying each secret as empty, plain, md5 or SCRAM so that
  * authentication can tell which methods a user can take part in.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "common/userlist.h"
 

@@ -2,7 +2,7 @@
  * Small helpers shared by master and workers: clocks, allocation that
  * treats out-of-memory as a broken invariant, whole-file reads.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "common/util.h"
 

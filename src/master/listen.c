@@ -3,7 +3,7 @@
  * SO_REUSEPORT on every TCP socket so each worker can own a slot of its
  * own, and the unix socket file with its lock, mode and group.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "master/listen.h"
 

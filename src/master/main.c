@@ -3,7 +3,7 @@
  * listening sockets and signals. It never touches client traffic; the
  * pooling code lives in the workers it supervises.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <ares.h>
 #include <errno.h>

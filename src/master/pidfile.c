@@ -2,7 +2,7 @@
  * Pidfile handling for the master: one instance per pidfile, stale files
  * from a crashed instance cleaned up, ours removed at exit.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "master/pidfile.h"
 

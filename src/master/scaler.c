@@ -3,7 +3,7 @@
  * history and the settings, plus the checks of those settings and the
  * physical core count that max_workers = 0 stands for.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "master/scaler.h"
 #include "common/util.h"

@@ -4,7 +4,7 @@
  * with a control channel, drain, reap, respawn with back-off, and the
  * scaler tick that turns the workers' busy counters into decisions.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "master/supervisor.h"
 

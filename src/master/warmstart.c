@@ -3,7 +3,7 @@
  * worker count after every change and restores it at start. Format in
  * include/master/warmstart.h; parsing is strict, writing atomic.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "master/warmstart.h"
 #include "common/util.h"

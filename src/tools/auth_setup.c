@@ -4,7 +4,7 @@
  * grant pgbouncer needs (USAGE on the schema included), prints the settings
  * to paste, and with --check names each missing piece with the SQL that fixes it.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <ctype.h>
 #include <errno.h>

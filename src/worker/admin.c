@@ -3,7 +3,7 @@
  * per Query, checks privileges, and answers SHOW commands with the exact
  * columns of doc/pgbouncer.1.md ("ADMIN CONSOLE"); process-control commands act on the worker.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <ctype.h>
 #include <errno.h>

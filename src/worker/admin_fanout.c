@@ -5,7 +5,7 @@
  * Everything runs in the event loop; a worker that does not answer in time
  * is left out and named in a NOTICE.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <errno.h>
 #include <event2/buffer.h>

@@ -3,7 +3,7 @@
  * read from the shared-memory segment, so that every worker answers the
  * same whichever one the console connection landed on.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <stdio.h>
 #include <string.h>

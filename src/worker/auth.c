@@ -4,7 +4,7 @@
  * mock exchange for unknown users so that they cannot be told apart; with
  * auth_type=hba the method comes from the client's first matching hba rule.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <openssl/rand.h>
 #include <pwd.h>

@@ -4,7 +4,7 @@
  * (auth database, auth_user) runs auth_query for its name; the secret found
  * then drives the normal password exchange (auth.c), as if from the auth_file.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <stdarg.h>
 #include <stdio.h>

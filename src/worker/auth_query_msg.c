@@ -3,7 +3,7 @@
  * RowDescription/DataRow that answer it, and the set-up hint logged when it
  * fails. Pure code, unit-tested in test/unit/test_auth_query.c.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <stdio.h>
 #include <stdlib.h>

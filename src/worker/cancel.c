@@ -5,7 +5,7 @@
  * with that server's own key. A key of another peer_id goes to that
  * [peers] entry (doc/architecture.md, "Cancel routing"; doc/pgbouncer.5.md "[peers]").
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <openssl/rand.h>
 #include <sys/random.h>

@@ -3,7 +3,7 @@
  * StartupMessage parameters), the welcome, and client packets once logged
  * in (forwarded to the linked server, or queued until one is assigned).
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * libevent, its timeouts on a timer; answers cached per name. When a lookup
  * ends, every pool with waiting clients gets another chance to connect.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "worker/dns.h"
 

@@ -3,7 +3,7 @@
  * and servers, health checks, idle and lifetime closes, min_pool_size,
  * retries after failed logins; and the stats_period averages and log line.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <stdio.h>
 #include <stdlib.h>

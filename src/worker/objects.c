@@ -3,7 +3,7 @@
  * state lists, change_state() (the only way a socket changes lists), and
  * disconnect_client()/disconnect_server() with their reasons.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -5,7 +5,7 @@
  * give idle servers back to workers whose clients wait, replay tracked
  * parameters, and fail queued clients when the server refuses logins.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <poll.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * worker's registry of distinct Parse bodies, clients' name maps and
  * servers' LRU sets (include/worker/prepare.h, doc/transaction.md).
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "worker/prepare.h"
 

@@ -2,7 +2,7 @@
  * The outstanding-request queue of a linked server and the release
  * decision of transaction and statement mode (include/worker/reqqueue.h).
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "worker/reqqueue.h"
 

@@ -3,7 +3,7 @@
  * to the linked peer with back-pressure, and pooler-generated output.
  * See include/worker/sbuf.h for the contract.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include "worker/sbuf.h"
 

@@ -4,7 +4,7 @@
  * welcome, then forward responses to the linked client and run reset,
  * check and parameter-replay queries whose answers clients never see.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -6,7 +6,7 @@
  * statements are renamed, prepared on demand on whichever server a client
  * gets, and answered in order when the pooler answers them itself.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <stdio.h>
 #include <stdlib.h>

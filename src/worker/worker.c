@@ -4,7 +4,7 @@
  * reacts to the signals the master passes on, and exits when the master
  * goes away or a shutdown has finished.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -3,7 +3,7 @@
  * table, "take if below the limit" across processes, fair give-back, and the
  * master returning a dead worker's share.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

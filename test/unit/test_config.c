@@ -3,7 +3,7 @@
  * spec, value syntax, the ini loader with its error messages, %include,
  * [databases]/[users]/[peers], validation, SET and SHOW CONFIG formatting.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <stdarg.h>
 #include <stddef.h>

@@ -2,7 +2,7 @@
  * Unit tests for pktbuf.c: the exact bytes of every message the pooler
  * builds itself, and the bounds checks of the message reader.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

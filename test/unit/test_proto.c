@@ -2,7 +2,7 @@
  * Unit tests for proto.c: header parsing at every length boundary,
  * StartupMessage layout rules, the hex prefix of bad headers, message names.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -4,7 +4,7 @@
  * pipelines, errors in the middle, COPY), and the prepared-statement
  * registry, client maps and the servers' LRU sets.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -3,7 +3,7 @@
  * DESIGN.md §4, stability under a simulated load, the settings checks, and
  * the physical core count on a fake sysfs tree.
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -3,7 +3,7 @@
  * layout, lock-free atomics, and that what one process stores in a
  * MAP_SHARED segment the other one sees, across fork().
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -3,7 +3,7 @@
  * broken, and the atomic write (rename() and fsync() are wrapped by the
  * linker, -Wl,--wrap, to watch their order and to make them fail).
  */
-#include "config.h"
+#include "autoconfig.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
