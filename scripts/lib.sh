@@ -6,7 +6,7 @@
 PGB_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PGB_BUILD="$PGB_ROOT/build"
 PGB_BIN="$PGB_BUILD/pgbouncer"
-PGB_CONFIGURE_ARGS=(--enable-werror)
+PGB_CONFIGURE_ARGS=(--enable-werror --enable-cassert)
 
 # Everything needed to build, test and run the quickstart on Debian 12.
 PGB_PACKAGES=(

@@ -787,6 +787,9 @@ def bouncer(request, pgbouncer_bin, run_as, session_dir, pg):
     yield make
     for b in made:
         b.cleanup()
+    # a build with --enable-cassert logs a broken invariant before it aborts
+    broken = [line for b in made for line in b.log_text().splitlines() if "assertion failed:" in line]
+    assert not broken, "pgbouncer broke an internal invariant:\n" + "\n".join(broken)
 
 
 @pytest.fixture

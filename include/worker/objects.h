@@ -42,6 +42,7 @@ typedef enum SocketState {
 	SV_TESTED,         /* running the reset or check query (pool->tested_servers) */
 	SV_ACTIVE_CANCEL,  /* sending a cancel request (pool->active_cancel_servers) */
 	SV_BEING_CANCELED, /* released but cancels for it are in flight (pool->being_canceled_servers) */
+	SOCKET_STATE_COUNT
 } SocketState;
 
 typedef struct PgPool PgPool;
@@ -138,7 +139,6 @@ struct PgPool {
 
 	List active_clients;         /* CL_ACTIVE */
 	List waiting_clients;        /* CL_WAITING, CL_WAITING_LOGIN */
-	int waiting_login;           /* of which CL_WAITING_LOGIN (kept by change_state) */
 	List active_cancel_req;      /* CL_ACTIVE_CANCEL */
 	List waiting_cancel_req;     /* CL_WAITING_CANCEL */
 	List active_servers;         /* SV_ACTIVE */
@@ -148,6 +148,8 @@ struct PgPool {
 	List new_servers;            /* SV_LOGIN */
 	List active_cancel_servers;  /* SV_ACTIVE_CANCEL */
 	List being_canceled_servers; /* SV_BEING_CANCELED */
+	/* sockets of the pool in each state: the lists' lengths, kept by change_state() */
+	int n_state[SOCKET_STATE_COUNT];
 
 	/* the welcome: ParameterStatus messages of the first server login */
 	bool welcome_ready;
@@ -175,6 +177,7 @@ struct PgSocket {
 	SocketState state;
 	bool is_server;
 	PgPool *pool;                /* NULL while logging in (clients) */
+	PgPool *counted_in;          /* the pool whose n_state counts this socket (change_state) */
 	PgSocket *link;              /* linked peer */
 	PgUser *login_user;          /* clients: who logged in; servers: pool user */
 	PgDatabase *db;              /* clients: chosen database (maybe placeholder) */
@@ -253,6 +256,8 @@ static inline bool socket_is_tls(const PgSocket *s)
 }
 
 /* objects.c */
+/* With --enable-cassert: the pool's n_state counts equal its lists' lengths (janitor tick). */
+void pool_check_counts(const PgPool *pool);
 void objects_init(void);
 /* Move a socket to the list of its new state (the only place that does). */
 void change_state(PgSocket *s, SocketState st);

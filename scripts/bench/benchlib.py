@@ -8,6 +8,7 @@ connection churn with failures sorted by the stage at which they happened.
 
 import errno
 import os
+import pathlib
 import pwd
 import re
 import shutil
@@ -291,9 +292,20 @@ class Postgres:
 
 
 def binary_version(binary):
-    """First line of `binary --version`."""
+    """First line of `binary --version`, marked when its build checks invariants."""
     out = subprocess.run([str(binary), "--version"], capture_output=True, text=True)
-    return out.stdout.splitlines()[0].strip() if out.stdout else "?"
+    version = out.stdout.splitlines()[0].strip() if out.stdout else "?"
+    return version + " (built with --enable-cassert: not a release build)" if cassert_build(binary) else version
+
+
+def cassert_build(binary):
+    """Whether the binary's build directory was configured with --enable-cassert (scripts/test's build is):
+    its invariant checks cost instructions, so benchmark a build without it."""
+    status = pathlib.Path(binary).resolve().parent / "config.status"
+    if not status.exists():
+        return False
+    out = subprocess.run([str(status), "--config"], capture_output=True, text=True)
+    return "--enable-cassert" in out.stdout
 
 
 class Pooler:

@@ -221,3 +221,11 @@ void fatal(const char *fmt, ...)
 		fatal_hook();
 	exit(1);
 }
+
+#ifdef PGB_CASSERT
+void pgb_assert_failed(const char *cond, const char *file, int line)
+{
+	log_generic(LG_FATAL, "assertion failed: %s (%s:%d)", cond, file, line);
+	abort();
+}
+#endif

@@ -258,6 +258,7 @@ void janitor_run(void)
 		list_for_each_safe(i, &wk.pools, tmp)
 		{
 			PgPool *pool = container_of(i, PgPool, node);
+			pool_check_counts(pool);
 			if (!list_empty(&pool->waiting_clients))
 				pool_drop_gone_waiters(pool);
 			check_client_timeouts(pool);

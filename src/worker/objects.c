@@ -577,14 +577,14 @@ usec_t pool_server_lifetime(const PgPool *pool)
 
 int pool_server_count(const PgPool *pool)
 {
-	return list_count(&pool->active_servers) + list_count(&pool->idle_servers) + list_count(&pool->used_servers) +
-	       list_count(&pool->tested_servers) + list_count(&pool->new_servers) +
-	       list_count(&pool->being_canceled_servers);
+	const int *n = pool->n_state;
+	return n[SV_ACTIVE] + n[SV_IDLE] + n[SV_USED] + n[SV_TESTED] + n[SV_LOGIN] + n[SV_BEING_CANCELED];
 }
 
 int pool_client_count(const PgPool *pool)
 {
-	return list_count(&pool->active_clients) + list_count(&pool->waiting_clients);
+	const int *n = pool->n_state;
+	return n[CL_ACTIVE] + n[CL_WAITING] + n[CL_WAITING_LOGIN];
 }
 
 /* ---- sockets ---- */
@@ -639,18 +639,30 @@ static List *state_list(PgSocket *s, SocketState st)
 	}
 }
 
+static bool is_client_state(SocketState st)
+{
+	return st <= CL_ACTIVE_CANCEL;
+}
+
 void change_state(PgSocket *s, SocketState st)
 {
+	pgb_assert(st < SOCKET_STATE_COUNT && is_client_state(st) == !s->is_server);
 	if (list_linked(&s->node))
 		list_del(&s->node);
-	if (s->state == CL_WAITING_LOGIN)
-		s->pool->waiting_login--;
-	if (st == CL_WAITING_LOGIN)
-		s->pool->waiting_login++;
+	if (s->counted_in) {
+		pgb_assert(s->counted_in->n_state[s->state] > 0);
+		s->counted_in->n_state[s->state]--;
+		s->counted_in = NULL;
+	}
 	s->state = st;
 	List *l = state_list(s, st);
 	if (!l)
 		return;
+	if (l != &wk.login_clients && l != &wk.justfree) {
+		/* a pool's list: counted */
+		s->counted_in = s->pool;
+		s->pool->n_state[st]++;
+	}
 	/* idle servers are reused LIFO, unless round-robin or about to close */
 	if (st == SV_IDLE && !wk.cf.g.server_round_robin && !s->close_needed)
 		list_prepend(l, &s->node);
@@ -658,8 +670,29 @@ void change_state(PgSocket *s, SocketState st)
 		list_append(l, &s->node);
 }
 
+void pool_check_counts(const PgPool *p)
+{
+#ifdef PGB_CASSERT
+	const int *n = p->n_state;
+	pgb_assert(list_count(&p->active_clients) == n[CL_ACTIVE]);
+	pgb_assert(list_count(&p->waiting_clients) == n[CL_WAITING] + n[CL_WAITING_LOGIN]);
+	pgb_assert(list_count(&p->active_cancel_req) == n[CL_ACTIVE_CANCEL]);
+	pgb_assert(list_count(&p->waiting_cancel_req) == n[CL_WAITING_CANCEL]);
+	pgb_assert(list_count(&p->active_servers) == n[SV_ACTIVE]);
+	pgb_assert(list_count(&p->idle_servers) == n[SV_IDLE]);
+	pgb_assert(list_count(&p->used_servers) == n[SV_USED]);
+	pgb_assert(list_count(&p->tested_servers) == n[SV_TESTED]);
+	pgb_assert(list_count(&p->new_servers) == n[SV_LOGIN]);
+	pgb_assert(list_count(&p->active_cancel_servers) == n[SV_ACTIVE_CANCEL]);
+	pgb_assert(list_count(&p->being_canceled_servers) == n[SV_BEING_CANCELED]);
+#else
+	(void)p;
+#endif
+}
+
 static void free_socket(PgSocket *s)
 {
+	pgb_assert(s->counted_in == NULL && !s->link);
 	for (int i = 0; i < MAX_TRACKED; i++)
 		var_set(&s->vars[i], NULL);
 	free(s->app_name_raw);

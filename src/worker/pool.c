@@ -306,6 +306,7 @@ static bool replay_vars(PgSocket *c, PgSocket *s)
 static void link_client_server(PgSocket *c, PgSocket *s)
 {
 	PgPool *pool = c->pool;
+	pgb_assert(!c->link && (!s->link || s->link == c) && !c->is_server && s->is_server);
 	c->link = s;
 	s->link = c;
 	c->sb.dst = &s->sb;
@@ -376,7 +377,7 @@ bool pool_login_failing(const PgPool *pool)
 	    pool_paused(pool))
 		return false;
 	/* servers still logging in do not count: they may fail the same way */
-	return pool_server_count(pool) == list_count(&pool->new_servers);
+	return pool_server_count(pool) == pool->n_state[SV_LOGIN];
 }
 
 bool pool_fast_fail(PgSocket *c, const PgPool *pool)
@@ -460,7 +461,7 @@ void pool_wake_waiters(PgPool *pool)
 {
 	List *i, *tmp;
 	/* clients waiting for the welcome can have it now */
-	if (pool->welcome_ready && pool->waiting_login > 0) {
+	if (pool->welcome_ready && pool->n_state[CL_WAITING_LOGIN] > 0) {
 		list_for_each_safe(i, &pool->waiting_clients, tmp)
 		{
 			PgSocket *c = container_of(i, PgSocket, node);

@@ -298,10 +298,10 @@ static void publish(void)
 		queries += p->stats.query_count;
 		in += p->stats.client_bytes;
 		out += p->stats.server_bytes;
-		cl_active += (uint32_t)list_count(&p->active_clients);
-		cl_waiting += (uint32_t)list_count(&p->waiting_clients);
-		sv_active += (uint32_t)list_count(&p->active_servers);
-		sv_idle += (uint32_t)list_count(&p->idle_servers);
+		cl_active += (uint32_t)p->n_state[CL_ACTIVE];
+		cl_waiting += (uint32_t)(p->n_state[CL_WAITING] + p->n_state[CL_WAITING_LOGIN]);
+		sv_active += (uint32_t)p->n_state[SV_ACTIVE];
+		sv_idle += (uint32_t)p->n_state[SV_IDLE];
 	}
 	/* pools freed (auto-db expiry) take their numbers along; counters must stay monotonic */
 	if (xacts > atomic_load(&slot->xact_count))
