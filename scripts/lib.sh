@@ -8,14 +8,16 @@ PGB_BUILD="$PGB_ROOT/build"
 PGB_BIN="$PGB_BUILD/pgbouncer"
 PGB_CONFIGURE_ARGS=(--enable-werror)
 
+# The packages of scripts/debian-packages with the roles given (build, dev,
+# test, run), one per line. scripts/check-packages keeps that list in
+# step with configure.ac and debian/control.
+pgb_package_list() {
+    awk -v roles=" $* " '!/^[ \t]*(#|$)/ && index(roles, " " $1 " ") { print $2 }' \
+        "$PGB_ROOT/scripts/debian-packages"
+}
+
 # Everything needed to build, test and run the quickstart on Debian 12.
-PGB_PACKAGES=(
-    build-essential autoconf automake libtool pkg-config
-    libevent-dev libssl-dev libc-ares-dev libpq-dev libcmocka-dev libidn-dev uthash-dev
-    postgresql postgresql-contrib pgbouncer
-    python3-pytest python3-psycopg python3-asyncpg
-    pandoc valgrind clang-format
-)
+mapfile -t PGB_PACKAGES < <(pgb_package_list build dev test run)
 
 # The unprivileged user the integration tests run PostgreSQL and pgbouncer as.
 PGB_TEST_USER=pgbtest
