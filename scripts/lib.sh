@@ -90,10 +90,17 @@ pgb_outdated() {
 # Builds build/pgbouncer out of tree. autogen and configure run when their
 # output is missing or stale (or PGB_RECONFIGURE=1); after that the generated
 # Makefile keeps itself up to date (it reruns automake when Makefile.am changes).
+# A tree configured in place (README, "Building by hand") is built where it
+# is, as it was configured: PGB_BUILD and PGB_BIN then point into it.
 pgb_build() {
     cd "$PGB_ROOT" || return 1
     if [ -f config.status ]; then
-        pgb_die "the source tree is configured in place; run 'make distclean' in $PGB_ROOT first (builds go to build/)"
+        PGB_BUILD="$PGB_ROOT"
+        PGB_BIN="$PGB_ROOT/pgbouncer"
+        pgb_say "the source tree is configured in place: make -j2 there"
+        make -C "$PGB_ROOT" -j2 || pgb_die "build failed"
+        [ -x "$PGB_BIN" ] || pgb_die "build finished but $PGB_BIN is missing"
+        return 0
     fi
     if [ "${PGB_RECONFIGURE:-0}" = 1 ] || [ ! -f Makefile.in ] || pgb_outdated configure configure.ac autogen.sh; then
         pgb_say "./autogen.sh"
