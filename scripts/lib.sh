@@ -9,7 +9,7 @@ PGB_BIN="$PGB_BUILD/pgbouncer"
 PGB_CONFIGURE_ARGS=(--enable-werror)
 
 # The packages of scripts/debian-packages with the roles given (build, dev,
-# test, run), one per line. scripts/check-packages keeps that list in
+# test, run, package), one per line. scripts/check-packages keeps that list in
 # step with configure.ac and debian/control.
 pgb_package_list() {
     awk -v roles=" $* " '!/^[ \t]*(#|$)/ && index(roles, " " $1 " ") { print $2 }' \
@@ -39,16 +39,18 @@ pgb_missing_packages() {
     done
 }
 
-# Installs the missing packages of PGB_PACKAGES. apt-get runs only when
-# something is missing; without root it goes through sudo, and without sudo
-# it names what to install and exits.
+# Installs the missing packages of the arguments, by default PGB_PACKAGES.
+# apt-get runs only when something is missing; without root it goes through
+# sudo, and without sudo it names what to install and exits.
 pgb_install_packages() {
+    local wanted=("$@")
+    [ "${#wanted[@]}" -gt 0 ] || wanted=("${PGB_PACKAGES[@]}")
     if ! command -v dpkg-query >/dev/null; then
-        pgb_warn "not a Debian system: make sure the equivalents of these are installed: ${PGB_PACKAGES[*]}"
+        pgb_warn "not a Debian system: make sure the equivalents of these are installed: ${wanted[*]}"
         return 0
     fi
     local missing
-    mapfile -t missing < <(pgb_missing_packages "${PGB_PACKAGES[@]}")
+    mapfile -t missing < <(pgb_missing_packages "${wanted[@]}")
     if [ "${#missing[@]}" -eq 0 ]; then
         return 0
     fi
