@@ -8,14 +8,16 @@ PGB_BUILD="$PGB_ROOT/build"
 PGB_BIN="$PGB_BUILD/pgbouncer"
 PGB_CONFIGURE_ARGS=(--enable-werror --enable-cassert)
 
+# The packages of scripts/debian-packages with the roles given (build, dev,
+# test, run, package), one per line. scripts/check-packages keeps that list in
+# step with configure.ac and debian/control.
+pgb_package_list() {
+    awk -v roles=" $* " '!/^[ \t]*(#|$)/ && index(roles, " " $1 " ") { print $2 }' \
+        "$PGB_ROOT/scripts/debian-packages"
+}
+
 # Everything needed to build, test and run the quickstart on Debian 12.
-PGB_PACKAGES=(
-    build-essential autoconf automake libtool pkg-config
-    libevent-dev libssl-dev libc-ares-dev libpq-dev libcmocka-dev libidn-dev uthash-dev
-    postgresql postgresql-contrib pgbouncer
-    python3-pytest python3-psycopg python3-asyncpg
-    pandoc valgrind clang-format
-)
+mapfile -t PGB_PACKAGES < <(pgb_package_list build dev test run)
 
 # The unprivileged user the integration tests run PostgreSQL and pgbouncer as.
 PGB_TEST_USER=pgbtest
@@ -37,16 +39,18 @@ pgb_missing_packages() {
     done
 }
 
-# Installs the missing packages of PGB_PACKAGES. apt-get runs only when
-# something is missing; without root it goes through sudo, and without sudo
-# it names what to install and exits.
+# Installs the missing packages of the arguments, by default PGB_PACKAGES.
+# apt-get runs only when something is missing; without root it goes through
+# sudo, and without sudo it names what to install and exits.
 pgb_install_packages() {
+    local wanted=("$@")
+    [ "${#wanted[@]}" -gt 0 ] || wanted=("${PGB_PACKAGES[@]}")
     if ! command -v dpkg-query >/dev/null; then
-        pgb_warn "not a Debian system: make sure the equivalents of these are installed: ${PGB_PACKAGES[*]}"
+        pgb_warn "not a Debian system: make sure the equivalents of these are installed: ${wanted[*]}"
         return 0
     fi
     local missing
-    mapfile -t missing < <(pgb_missing_packages "${PGB_PACKAGES[@]}")
+    mapfile -t missing < <(pgb_missing_packages "${wanted[@]}")
     if [ "${#missing[@]}" -eq 0 ]; then
         return 0
     fi
@@ -88,10 +92,17 @@ pgb_outdated() {
 # Builds build/pgbouncer out of tree. autogen and configure run when their
 # output is missing or stale (or PGB_RECONFIGURE=1); after that the generated
 # Makefile keeps itself up to date (it reruns automake when Makefile.am changes).
+# A tree configured in place (README, "Building by hand") is built where it
+# is, as it was configured: PGB_BUILD and PGB_BIN then point into it.
 pgb_build() {
     cd "$PGB_ROOT" || return 1
     if [ -f config.status ]; then
-        pgb_die "the source tree is configured in place; run 'make distclean' in $PGB_ROOT first (builds go to build/)"
+        PGB_BUILD="$PGB_ROOT"
+        PGB_BIN="$PGB_ROOT/pgbouncer"
+        pgb_say "the source tree is configured in place: make -j2 there"
+        make -C "$PGB_ROOT" -j2 || pgb_die "build failed"
+        [ -x "$PGB_BIN" ] || pgb_die "build finished but $PGB_BIN is missing"
+        return 0
     fi
     if [ "${PGB_RECONFIGURE:-0}" = 1 ] || [ ! -f Makefile.in ] || pgb_outdated configure configure.ac autogen.sh; then
         pgb_say "./autogen.sh"
