@@ -742,19 +742,28 @@ static double age_seconds(const PgSocket *s)
 	return (double)(get_time_usec() - s->connect_time) / USEC_PER_SEC;
 }
 
+/* The reason for closing s, and its log line; false if s is closed already. */
+static bool closing(PgSocket *s, char *reason, size_t len, const char *fmt, va_list ap)
+{
+	reason[0] = '\0';
+	if (s->state == CL_JUSTFREE || s->state == CL_FREE || s->state == SV_JUSTFREE || s->state == SV_FREE)
+		return false;
+	if (fmt)
+		vsnprintf(reason, len, fmt, ap);
+	if (wk.cf.g.log_disconnections)
+		slog(LG_LOG, s, "closing because: %s (age=%.0fs)", reason, age_seconds(s));
+	return true;
+}
+
 void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 {
-	char reason[256] = "";
-	if (c->state == CL_JUSTFREE || c->state == CL_FREE)
+	char reason[256];
+	va_list ap;
+	va_start(ap, fmt);
+	bool open = closing(c, reason, sizeof(reason), fmt, ap);
+	va_end(ap);
+	if (!open)
 		return;
-	if (fmt) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(reason, sizeof(reason), fmt, ap);
-		va_end(ap);
-	}
-	if (wk.cf.g.log_disconnections)
-		slog(LG_LOG, c, "closing because: %s (age=%.0fs)", reason, age_seconds(c));
 	if (notify && c->sb.fd >= 0 && reason[0])
 		client_send_error(c, true, "08P01", "%s", reason);
 	auth_query_client_gone(c);
@@ -788,17 +797,13 @@ void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 
 void disconnect_server(PgSocket *s, bool notify, const char *fmt, ...)
 {
-	char reason[128] = "";
-	if (s->state == SV_JUSTFREE || s->state == SV_FREE)
+	char reason[128];
+	va_list ap;
+	va_start(ap, fmt);
+	bool open = closing(s, reason, sizeof(reason), fmt, ap);
+	va_end(ap);
+	if (!open)
 		return;
-	if (fmt) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(reason, sizeof(reason), fmt, ap);
-		va_end(ap);
-	}
-	if (wk.cf.g.log_disconnections)
-		slog(LG_LOG, s, "closing because: %s (age=%.0fs)", reason, age_seconds(s));
 	if (notify && s->sb.fd >= 0 && s->state != SV_LOGIN) {
 		static const uint8_t terminate[] = {'X', 0, 0, 0, 4};
 		(void)sbuf_send(&s->sb, terminate, sizeof(terminate));

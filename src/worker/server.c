@@ -201,6 +201,17 @@ bool server_launch_replication(PgPool *pool, PgSocket *client, BudgetHold *hold)
 
 /* ---- login ---- */
 
+/* We cannot log in (no usable password, protocol trouble): clients waiting for this pool are told why. */
+static SBufAction login_fail(PgSocket *s, const char *why)
+{
+	char msg[300];
+	snprintf(msg, sizeof(msg), "server login failed: %s", why);
+	slog(LG_WARNING, s, "%s", msg);
+	pool_login_failed(s->pool, "08P01", msg, true);
+	disconnect_server(s, false, "%s", msg);
+	return SB_CLOSED;
+}
+
 /* PostgreSQL's one-byte answer to our SSLRequest. */
 static SBufAction handle_ssl_answer(PgSocket *s, uint8_t answer, uint32_t avail)
 {
@@ -226,12 +237,7 @@ static SBufAction handle_ssl_answer(PgSocket *s, uint8_t answer, uint32_t avail)
 	} else {
 		why = "bad SSL answer from server";
 	}
-	char msg[300];
-	snprintf(msg, sizeof(msg), "server login failed: %s", why);
-	slog(LG_WARNING, s, "%s", msg);
-	pool_login_failed(s->pool, "08P01", msg, true);
-	disconnect_server(s, false, "%s", msg);
-	return SB_CLOSED;
+	return login_fail(s, why);
 }
 
 /*
@@ -262,17 +268,6 @@ static bool send_password_msg(PgSocket *s, const void *data, size_t len)
 	bool ok = sbuf_send(&s->sb, pb.buf, pb.len);
 	pktbuf_free(&pb);
 	return ok;
-}
-
-/* We cannot log in (no usable password, protocol trouble): clients waiting for this pool are told why. */
-static SBufAction login_fail(PgSocket *s, const char *why)
-{
-	char msg[256];
-	snprintf(msg, sizeof(msg), "server login failed: %s", why);
-	slog(LG_WARNING, s, "%s", msg);
-	pool_login_failed(s->pool, "08P01", msg, true);
-	disconnect_server(s, false, "%s", msg);
-	return SB_CLOSED;
 }
 
 static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t len)
@@ -675,15 +670,9 @@ static __attribute__((noinline)) SBufAction server_event(SBuf *sb, SBufEvent ev,
 		}
 		send_startup(s);
 		return SB_CONSUMED;
-	case SBEV_TLS_FAILED: {
-		char msg[300];
-		snprintf(msg, sizeof(msg), "server login failed: %s", sbuf_tls_error());
-		slog(LG_WARNING, s, "%s", msg);
+	case SBEV_TLS_FAILED:
 		/* a certificate problem does not go away by waiting: queued clients hear it now */
-		pool_login_failed(s->pool, "08P01", msg, true);
-		disconnect_server(s, false, "%s", msg);
-		return SB_CLOSED;
-	}
+		return login_fail(s, sbuf_tls_error());
 	case SBEV_DIRECT_TLS:
 		return SB_CONSUMED;
 	case SBEV_CONNECT_FAILED:

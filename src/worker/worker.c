@@ -65,18 +65,22 @@ void worker_listen_pause(bool pause)
 	}
 }
 
+static void close_listener(WorkerListener *l)
+{
+	if (l->active)
+		event_del(&l->ev);
+	l->active = false;
+	close(l->fd);
+	l->fd = -1;
+}
+
 /* Shutdown modes stop TCP accepts; the unix socket stays for admin logins. */
 static void close_tcp_listeners(void)
 {
 	for (int i = 0; i < wk.n_listeners; i++) {
 		WorkerListener *l = &wk.listeners[i];
-		if (l->is_unix || l->fd < 0)
-			continue;
-		if (l->active)
-			event_del(&l->ev);
-		l->active = false;
-		close(l->fd);
-		l->fd = -1;
+		if (!l->is_unix && l->fd >= 0)
+			close_listener(l);
 	}
 }
 
@@ -350,13 +354,8 @@ static void drop_listener(uint32_t id)
 {
 	for (int i = 0; i < wk.n_listeners; i++) {
 		WorkerListener *l = &wk.listeners[i];
-		if (l->fd < 0 || l->is_unix || l->id != id)
-			continue;
-		if (l->active)
-			event_del(&l->ev);
-		l->active = false;
-		close(l->fd);
-		l->fd = -1;
+		if (l->fd >= 0 && !l->is_unix && l->id == id)
+			close_listener(l);
 	}
 }
 
