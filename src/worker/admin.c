@@ -136,7 +136,7 @@ static const char *fmt_ptr(const void *p)
 
 /* ---- SHOW commands ---- */
 
-static bool show_version(PgSocket *c)
+static bool show_version(PgSocket *c, int variant)
 {
 	Reply r;
 	static const char *const names[] = {"version"};
@@ -146,7 +146,7 @@ static bool show_version(PgSocket *c)
 	return reply_end(&r, "SHOW");
 }
 
-static bool show_help(PgSocket *c)
+static bool show_help(PgSocket *c, int variant)
 {
 	PktBuf pb;
 	pktbuf_init(&pb, 1024);
@@ -175,7 +175,7 @@ static bool show_help(PgSocket *c)
 	return send_pktbuf(c, &pb);
 }
 
-static bool show_config(PgSocket *c)
+static bool show_config(PgSocket *c, int variant)
 {
 	Reply r;
 	static const char *const names[] = {"key", "value", "default", "changeable"};
@@ -199,7 +199,7 @@ static const char *lb_name(const PgDatabase *db)
 	return db->cf.load_balance_hosts == LB_DISABLE ? "disable" : "round-robin";
 }
 
-static bool show_databases(PgSocket *c)
+static bool show_databases(PgSocket *c, int variant)
 {
 	Reply r;
 	static const char *const names[] = {"name",
@@ -257,7 +257,7 @@ static bool show_databases(PgSocket *c)
 	return reply_end(&r, "SHOW");
 }
 
-static bool show_pools(PgSocket *c)
+static bool show_pools(PgSocket *c, int variant)
 {
 	Reply r;
 	static const char *const names[] = {"database",
@@ -384,8 +384,18 @@ static void socket_row(Reply *r, PgSocket *s, bool sockets)
 	reply_row(r, v);
 }
 
-static bool show_sockets_generic(PgSocket *c, bool clients, bool servers, bool sockets, bool only_active)
+/* What show_sockets() lists: SHOW CLIENTS, SERVERS, SOCKETS, ACTIVE_SOCKETS. */
+enum {
+	SOCK_CLIENTS = 1,     /* the clients (with SOCK_BUFFERS, those logging in too) */
+	SOCK_SERVERS = 2,     /* the servers */
+	SOCK_BUFFERS = 4,     /* SOCKETS' columns and states: buffer internals, no "idle" */
+	SOCK_ONLY_ACTIVE = 8, /* only sockets with buffered data */
+};
+
+static bool show_sockets(PgSocket *c, int what)
 {
+	bool clients = what & SOCK_CLIENTS, servers = what & SOCK_SERVERS;
+	bool sockets = what & SOCK_BUFFERS, only_active = what & SOCK_ONLY_ACTIVE;
 	Reply r;
 	reply_begin(&r, c, sockets ? "TTTTTTiTiTTiiiTTiTTiiiiiiiii" : "TTTTTTiTiTTiiiTTiTTii", socket_cols);
 	if (sockets && clients) {
@@ -432,7 +442,7 @@ static bool show_sockets_generic(PgSocket *c, bool clients, bool servers, bool s
 	return reply_end(&r, "SHOW");
 }
 
-static bool show_users(PgSocket *c)
+static bool show_users(PgSocket *c, int variant)
 {
 	Reply r;
 	static const char *const names[] = {"name",
@@ -682,7 +692,7 @@ static bool show_stats(PgSocket *c, int which)
  * both period snapshots, so that the averages of the whole pooler can be
  * computed from summed counters.
  */
-static bool show_stats_raw(PgSocket *c)
+static bool show_stats_raw(PgSocket *c, int variant)
 {
 	enum { NF = sizeof(PgStats) / sizeof(uint64_t) };
 	char types[2 + 3 * NF];
@@ -713,7 +723,7 @@ static bool show_stats_raw(PgSocket *c)
 	return reply_end(&r, "SHOW");
 }
 
-static bool show_lists(PgSocket *c)
+static bool show_lists(PgSocket *c, int variant)
 {
 	static const char *const names[] = {"list", "items"};
 	int dbs = list_count(&wk.databases), users = list_count(&wk.users), pools = list_count(&wk.pools);
@@ -747,7 +757,7 @@ static bool show_lists(PgSocket *c)
 	return reply_end(&r, "SHOW");
 }
 
-static bool show_state(PgSocket *c)
+static bool show_state(PgSocket *c, int variant)
 {
 	static const char *const names[] = {"key", "value"};
 	Reply r;
@@ -760,7 +770,7 @@ static bool show_state(PgSocket *c)
 	return reply_end(&r, "SHOW");
 }
 
-static bool show_mem(PgSocket *c)
+static bool show_mem(PgSocket *c, int variant)
 {
 	static const char *const names[] = {"name", "size", "used", "free", "memtotal"};
 	Reply r;
@@ -798,6 +808,32 @@ static bool show_empty(PgSocket *c, const char *types, const char *const *names)
 	return reply_end(&r, "SHOW");
 }
 
+/* No peer pools are kept (SHOW LISTS counts 0): always empty. */
+static bool show_peer_pools(PgSocket *c, int variant)
+{
+	static const char *const names[] = {"peer_id", "cl_active_cancel_req", "cl_waiting_cancel_req",
+	                                    "sv_active_cancel", "sv_login"};
+	return show_empty(c, "iiiii", names);
+}
+
+/* No DNS zones are tracked (SHOW LISTS counts 0): always empty. */
+static bool show_dns_zones(PgSocket *c, int variant)
+{
+	static const char *const names[] = {"zonename", "serial", "count"};
+	return show_empty(c, "Tqi", names);
+}
+
+/* SHOW WORKERS and SCALER read shared memory (admin_workers.c), not merged. */
+static bool show_workers(PgSocket *c, int variant)
+{
+	return sent(c, admin_show_workers(c));
+}
+
+static bool show_scaler(PgSocket *c, int variant)
+{
+	return sent(c, admin_show_scaler(c));
+}
+
 static int cmp_peer_id(const void *a, const void *b)
 {
 	const CfPeer *x = *(const CfPeer *const *)a, *y = *(const CfPeer *const *)b;
@@ -810,7 +846,7 @@ static void dns_host_row(void *arg, const char *name, long long ttl, const char 
 	reply_row(arg, v);
 }
 
-static bool show_dns_hosts(PgSocket *c)
+static bool show_dns_hosts(PgSocket *c, int variant)
 {
 	static const char *const names[] = {"hostname", "ttl", "addrs"};
 	Reply r;
@@ -819,7 +855,7 @@ static bool show_dns_hosts(PgSocket *c)
 	return reply_end(&r, "SHOW");
 }
 
-static bool show_peers(PgSocket *c)
+static bool show_peers(PgSocket *c, int variant)
 {
 	static const char *const names[] = {"peer_id", "host", "port", "pool_size"};
 	const CfPeer **sorted = xcalloc((size_t)wk.cf.n_peers + 1, sizeof(*sorted));
@@ -875,7 +911,7 @@ static void fds_socket_row(Reply *r, const PgSocket *s)
 	fds_row(r, s->sb.fd, s->is_server ? "server" : "client", s, addr, port);
 }
 
-static bool show_fds(PgSocket *c)
+static bool show_fds(PgSocket *c, int variant)
 {
 	static const char *const names[] = {
 	    "fd",        "task",     "user",     "database",         "addr",
@@ -1731,127 +1767,103 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 	return send_pktbuf(c, &pb);
 }
 
-/*
- * SHOW of the whole pooler: the other workers get the query (STATS_RAW for
- * the stats), this worker answers into the fan-out. False if `arg` is
- * answered by this worker alone (CONFIG, VERSION, HELP, WORKERS, ...).
- */
-static bool cmd_show_local(PgSocket *c, const char *arg, const char *query);
-
-static bool show_fanout(PgSocket *c, const char *arg, const char *query)
+/* SHOW of a fake parameter: its canned value under its lower-cased name. */
+static bool show_fake(PgSocket *c, const char *arg, const char *value)
 {
-	static const struct {
-		const char *name;
-		FanoutMerge merge;
-		int which; /* FM_STATS */
-	} kinds[] = {{"CLIENTS", FM_CONCAT, 0},        {"SERVERS", FM_CONCAT, 0},       {"SOCKETS", FM_CONCAT, 0},
-	             {"ACTIVE_SOCKETS", FM_CONCAT, 0}, {"POOLS", FM_POOLS, 0},          {"DATABASES", FM_DATABASES, 0},
-	             {"USERS", FM_USERS, 0},           {"LISTS", FM_LISTS, 0},          {"MEM", FM_MEM, 0},
-	             {"STATE", FM_STATE, 0},           {"DNS_HOSTS", FM_DNS, 0},        {"STATS", FM_STATS, 0},
-	             {"STATS_TOTALS", FM_STATS, 1},    {"STATS_AVERAGES", FM_STATS, 2}, {"TOTALS", FM_STATS, 3}};
-	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
-		if (strcasecmp(arg, kinds[k].name) != 0)
-			continue;
-		if (kinds[k].merge == FM_STATS) {
-			admin_fanout_begin(c, "SHOW STATS_RAW", FM_STATS, kinds[k].which, false);
-			(void)show_stats_raw(c);
-		} else {
-			admin_fanout_begin(c, query, kinds[k].merge, 0, false);
-			(void)cmd_show_local(c, arg, query);
-		}
-		return true;
-	}
-	return false;
+	char name[MAX_WORD];
+	size_t k;
+	for (k = 0; arg[k] && k + 1 < sizeof(name); k++)
+		name[k] = (char)tolower((unsigned char)arg[k]);
+	name[k] = '\0';
+	const char *names[] = {name};
+	const char *v[] = {value};
+	Reply r;
+	reply_begin(&r, c, "T", names);
+	reply_row(&r, v);
+	return reply_end(&r, "SHOW");
+}
+
+/* ---- the SHOW subjects ---- */
+
+#define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Who may SHOW a subject. */
+typedef enum Access {
+	ACCESS_ADMIN, /* admins only: others get "admin access needed" */
+	ACCESS_STATS, /* stats users and admins */
+	ACCESS_PEER,  /* a peer's fan-out only (private socket, or inside a fan-out); others: invalid command */
+} Access;
+
+typedef struct ShowSubject {
+	const char *name;
+	bool (*show)(PgSocket *c, int variant); /* this worker's answer */
+	int variant;                            /* passed to show(): SOCK_* flags, admin_write_stats()'s `which` */
+	Access access;
+	bool merged;       /* asked of every worker, answers merged by `merge`; false: this worker alone */
+	FanoutMerge merge; /* FM_STATS: the peers answer STATS_RAW, `variant` is the `which` */
+} ShowSubject;
+
+/* Every SHOW subject, with how the workers' answers merge (doc/workers.md). */
+static const ShowSubject show_subjects[] = {
+    {"HELP", show_help, 0, ACCESS_STATS},
+    {"CONFIG", show_config, 0, ACCESS_STATS},
+    {"USERS", show_users, 0, ACCESS_STATS, .merged = true, .merge = FM_USERS},
+    {"DATABASES", show_databases, 0, ACCESS_STATS, .merged = true, .merge = FM_DATABASES},
+    {"POOLS", show_pools, 0, ACCESS_STATS, .merged = true, .merge = FM_POOLS},
+    {"CLIENTS", show_sockets, SOCK_CLIENTS, ACCESS_STATS, .merged = true, .merge = FM_CONCAT},
+    {"SERVERS", show_sockets, SOCK_SERVERS, ACCESS_STATS, .merged = true, .merge = FM_CONCAT},
+    {"VERSION", show_version, 0, ACCESS_STATS},
+    {"PEERS", show_peers, 0, ACCESS_STATS},
+    {"PEER_POOLS", show_peer_pools, 0, ACCESS_STATS},
+    {"WORKERS", show_workers, 0, ACCESS_STATS},
+    {"SCALER", show_scaler, 0, ACCESS_STATS},
+    {"FDS", show_fds, 0, ACCESS_ADMIN},
+    {"SOCKETS", show_sockets, SOCK_CLIENTS | SOCK_SERVERS | SOCK_BUFFERS, ACCESS_STATS, .merged = true,
+     .merge = FM_CONCAT},
+    {"ACTIVE_SOCKETS", show_sockets, SOCK_CLIENTS | SOCK_SERVERS | SOCK_BUFFERS | SOCK_ONLY_ACTIVE, ACCESS_STATS,
+     .merged = true, .merge = FM_CONCAT},
+    {"LISTS", show_lists, 0, ACCESS_STATS, .merged = true, .merge = FM_LISTS},
+    {"MEM", show_mem, 0, ACCESS_STATS, .merged = true, .merge = FM_MEM},
+    {"STATE", show_state, 0, ACCESS_STATS, .merged = true, .merge = FM_STATE},
+    {"DNS_HOSTS", show_dns_hosts, 0, ACCESS_STATS, .merged = true, .merge = FM_DNS},
+    {"DNS_ZONES", show_dns_zones, 0, ACCESS_STATS},
+    {"STATS", show_stats, 0, ACCESS_STATS, .merged = true, .merge = FM_STATS},
+    {"STATS_TOTALS", show_stats, 1, ACCESS_STATS, .merged = true, .merge = FM_STATS},
+    {"STATS_AVERAGES", show_stats, 2, ACCESS_STATS, .merged = true, .merge = FM_STATS},
+    {"TOTALS", show_stats, 3, ACCESS_STATS, .merged = true, .merge = FM_STATS},
+    {"STATS_RAW", show_stats_raw, 0, ACCESS_PEER},
+};
+
+static bool may_run(const PgSocket *c, Access access)
+{
+	return access != ACCESS_ADMIN || c->admin_user;
 }
 
 /* SHOW x / SELECT x. */
 static bool cmd_show(PgSocket *c, const char *arg, const char *query)
 {
 	const char *fake = fake_param(arg);
-	if (fake) {
-		char name[MAX_WORD];
-		size_t k;
-		for (k = 0; arg[k] && k + 1 < sizeof(name); k++)
-			name[k] = (char)tolower((unsigned char)arg[k]);
-		name[k] = '\0';
-		const char *names[] = {name};
-		const char *v[] = {fake};
-		Reply r;
-		reply_begin(&r, c, "T", names);
-		reply_row(&r, v);
-		return reply_end(&r, "SHOW");
+	if (fake)
+		return show_fake(c, arg, fake);
+	const ShowSubject *s = NULL;
+	for (size_t k = 0; k < N_ELEMS(show_subjects) && !s; k++)
+		if (strcasecmp(arg, show_subjects[k].name) == 0)
+			s = &show_subjects[k];
+	if (!s || (s->access == ACCESS_PEER && !c->is_private && !admin_console_busy(c)))
+		return invalid_command(c, query);
+	if (!may_run(c, s->access))
+		return admin_error(c, NULL, "admin access needed");
+	if (!s->merged || !admin_fanout_wanted(c))
+		return s->show(c, s->variant);
+	/* the other workers get the query (STATS_RAW for the stats), this worker answers into the fan-out */
+	if (s->merge == FM_STATS) {
+		admin_fanout_begin(c, "SHOW STATS_RAW", FM_STATS, s->variant, false);
+		(void)show_stats_raw(c, 0);
+	} else {
+		admin_fanout_begin(c, query, s->merge, 0, false);
+		(void)s->show(c, s->variant);
 	}
-	if (admin_fanout_wanted(c) && show_fanout(c, arg, query))
-		return c->state != CL_JUSTFREE;
-	return cmd_show_local(c, arg, query);
-}
-
-/* SHOW x answered by this worker alone. */
-static bool cmd_show_local(PgSocket *c, const char *arg, const char *query)
-{
-	if (strcasecmp(arg, "STATS_RAW") == 0 && (c->is_private || admin_console_busy(c)))
-		return show_stats_raw(c);
-	if (strcasecmp(arg, "HELP") == 0)
-		return show_help(c);
-	if (strcasecmp(arg, "WORKERS") == 0)
-		return admin_show_workers(c);
-	if (strcasecmp(arg, "SCALER") == 0)
-		return admin_show_scaler(c);
-	if (strcasecmp(arg, "VERSION") == 0)
-		return show_version(c);
-	if (strcasecmp(arg, "CONFIG") == 0)
-		return show_config(c);
-	if (strcasecmp(arg, "DATABASES") == 0)
-		return show_databases(c);
-	if (strcasecmp(arg, "POOLS") == 0)
-		return show_pools(c);
-	if (strcasecmp(arg, "CLIENTS") == 0)
-		return show_sockets_generic(c, true, false, false, false);
-	if (strcasecmp(arg, "SERVERS") == 0)
-		return show_sockets_generic(c, false, true, false, false);
-	if (strcasecmp(arg, "SOCKETS") == 0)
-		return show_sockets_generic(c, true, true, true, false);
-	if (strcasecmp(arg, "ACTIVE_SOCKETS") == 0)
-		return show_sockets_generic(c, true, true, true, true);
-	if (strcasecmp(arg, "USERS") == 0)
-		return show_users(c);
-	if (strcasecmp(arg, "STATS") == 0)
-		return show_stats(c, 0);
-	if (strcasecmp(arg, "STATS_TOTALS") == 0)
-		return show_stats(c, 1);
-	if (strcasecmp(arg, "STATS_AVERAGES") == 0)
-		return show_stats(c, 2);
-	if (strcasecmp(arg, "TOTALS") == 0)
-		return show_stats(c, 3);
-	if (strcasecmp(arg, "LISTS") == 0)
-		return show_lists(c);
-	if (strcasecmp(arg, "STATE") == 0)
-		return show_state(c);
-	if (strcasecmp(arg, "MEM") == 0)
-		return show_mem(c);
-	if (strcasecmp(arg, "PEERS") == 0)
-		return show_peers(c);
-	if (strcasecmp(arg, "PEER_POOLS") == 0) {
-		static const char *const n[] = {"peer_id", "cl_active_cancel_req", "cl_waiting_cancel_req",
-		                                "sv_active_cancel", "sv_login"};
-		return show_empty(c, "iiiii", n);
-	}
-	if (strcasecmp(arg, "DNS_HOSTS") == 0)
-		return show_dns_hosts(c);
-	if (strcasecmp(arg, "DNS_ZONES") == 0) {
-		static const char *const n[] = {"zonename", "serial", "count"};
-		return show_empty(c, "Tqi", n);
-	}
-	if (strcasecmp(arg, "WORKERS") == 0)
-		return sent(c, admin_show_workers(c));
-	if (strcasecmp(arg, "SCALER") == 0)
-		return sent(c, admin_show_scaler(c));
-	if (strcasecmp(arg, "FDS") == 0) {
-		if (!c->admin_user)
-			return admin_error(c, NULL, "admin access needed");
-		return show_fds(c);
-	}
-	return invalid_command(c, query);
+	return c->state != CL_JUSTFREE;
 }
 
 /* One console command. Returns false only if the console was closed. */
