@@ -1466,7 +1466,7 @@ static bool invalid_command(PgSocket *c, const char *query)
 	return admin_error(c, NULL, "invalid command '%s', use SHOW HELP;", query);
 }
 
-static bool cmd_pause(PgSocket *c, const char *arg)
+static bool cmd_pause(PgSocket *c, const char *arg, const char *query)
 {
 	if (wk.pause_mode != P_NONE)
 		return admin_error(c, NULL, "already suspended/paused");
@@ -1489,7 +1489,7 @@ static bool cmd_pause(PgSocket *c, const char *arg)
 	return true;
 }
 
-static bool cmd_resume(PgSocket *c, const char *arg)
+static bool cmd_resume(PgSocket *c, const char *arg, const char *query)
 {
 	if (wk.run_state != RUN_ACTIVE)
 		return admin_error(c, NULL, "pooler is shutting down");
@@ -1510,7 +1510,7 @@ static bool cmd_resume(PgSocket *c, const char *arg)
 	return send_simple(c, "RESUME");
 }
 
-static bool cmd_suspend(PgSocket *c)
+static bool cmd_suspend(PgSocket *c, const char *arg, const char *query)
 {
 	if (wk.pause_mode != P_NONE)
 		return admin_error(c, NULL, "already suspended/paused");
@@ -1533,7 +1533,7 @@ static bool cmd_suspend(PgSocket *c)
 	return true;
 }
 
-static bool cmd_kill(PgSocket *c, const char *arg)
+static bool cmd_kill(PgSocket *c, const char *arg, const char *query)
 {
 	if (wk.pause_mode != P_NONE)
 		return admin_error(c, NULL, "already suspended/paused");
@@ -1554,7 +1554,7 @@ static bool cmd_kill(PgSocket *c, const char *arg)
 	return send_simple(c, "KILL");
 }
 
-static bool cmd_kill_client(PgSocket *c, const char *arg)
+static bool cmd_kill_client(PgSocket *c, const char *arg, const char *query)
 {
 	char *end;
 	errno = 0;
@@ -1571,10 +1571,8 @@ static bool cmd_kill_client(PgSocket *c, const char *arg)
 }
 
 /* DISABLE db / ENABLE db (1.25 words the admin-db error "disable" for both). */
-static bool cmd_disable(PgSocket *c, const char *arg, bool disable)
+static bool set_disabled(PgSocket *c, const char *arg, bool disable)
 {
-	if (!*arg)
-		return admin_error(c, NULL, "a database is required");
 	PgDatabase *db = db_arg(c, arg, false, "disable");
 	if (!db)
 		return c->state != CL_JUSTFREE; /* false: the error could not be sent */
@@ -1582,7 +1580,17 @@ static bool cmd_disable(PgSocket *c, const char *arg, bool disable)
 	return send_simple(c, disable ? "DISABLE" : "ENABLE");
 }
 
-static bool cmd_reconnect(PgSocket *c, const char *arg)
+static bool cmd_disable(PgSocket *c, const char *arg, const char *query)
+{
+	return set_disabled(c, arg, true);
+}
+
+static bool cmd_enable(PgSocket *c, const char *arg, const char *query)
+{
+	return set_disabled(c, arg, false);
+}
+
+static bool cmd_reconnect(PgSocket *c, const char *arg, const char *query)
 {
 	PgDatabase *db = NULL;
 	if (*arg) {
@@ -1594,7 +1602,7 @@ static bool cmd_reconnect(PgSocket *c, const char *arg)
 	return send_simple(c, "RECONNECT");
 }
 
-static bool cmd_wait_close(PgSocket *c, const char *arg)
+static bool cmd_wait_close(PgSocket *c, const char *arg, const char *query)
 {
 	PgDatabase *db = NULL;
 	if (*arg) {
@@ -1608,7 +1616,7 @@ static bool cmd_wait_close(PgSocket *c, const char *arg)
 	return true;
 }
 
-static bool cmd_reload(PgSocket *c)
+static bool cmd_reload(PgSocket *c, const char *arg, const char *query)
 {
 	Config probe;
 	char err[CF_ERRMSG_LEN];
@@ -1639,13 +1647,8 @@ static bool cmd_shutdown(PgSocket *c, const char *arg, const char *query)
 		kill(getppid(), SIGQUIT);
 		return true;
 	}
-	int sig;
-	if (strcasecmp(arg, "WAIT_FOR_SERVERS") == 0)
-		sig = SIGINT;
-	else if (strcasecmp(arg, "WAIT_FOR_CLIENTS") == 0)
-		sig = SIGTERM;
-	else
-		return invalid_command(c, query);
+	/* the command table let only WAIT_FOR_SERVERS and WAIT_FOR_CLIENTS through */
+	int sig = strcasecmp(arg, "WAIT_FOR_SERVERS") == 0 ? SIGINT : SIGTERM;
 	/* the reply waits until the master's signal is back, so the next command sees the shutdown */
 	kill(getppid(), sig);
 	add_wait(c, WAIT_SHUTDOWN, NULL);
@@ -1783,11 +1786,11 @@ static bool show_fake(PgSocket *c, const char *arg, const char *value)
 	return reply_end(&r, "SHOW");
 }
 
-/* ---- the SHOW subjects ---- */
+/* ---- the console's commands and SHOW subjects ---- */
 
 #define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
-/* Who may SHOW a subject. */
+/* Who may run a command or SHOW a subject. */
 typedef enum Access {
 	ACCESS_ADMIN, /* admins only: others get "admin access needed" */
 	ACCESS_STATS, /* stats users and admins */
@@ -1834,6 +1837,47 @@ static const ShowSubject show_subjects[] = {
     {"STATS_RAW", show_stats_raw, 0, ACCESS_PEER},
 };
 
+/* What follows a command's name. */
+typedef enum ArgKind {
+	ARG_NONE,      /* nothing; an argument is an invalid command */
+	ARG_OPT_DB,    /* [<db>] */
+	ARG_DB,        /* <db>; without it: "a database is required" */
+	ARG_CLIENT_ID, /* <client_id>; without it: invalid command */
+	ARG_OPT_MODE,  /* nothing or one of the command's `modes`; anything else: invalid command */
+	ARG_SUBJECT,   /* a SHOW subject or fake parameter; without it: invalid command */
+	ARG_SET,       /* key = value: the rest of the line, parsed by the command */
+} ArgKind;
+
+typedef struct AdminCommand {
+	const char *name;
+	ArgKind arg;
+	bool (*run)(PgSocket *c, const char *arg, const char *query);
+	Access access;     /* SET: the command itself refuses real keys to stats users (fake ones are theirs) */
+	bool fanout;       /* applied on every worker too, merged as FM_COMMAND (SHOW: per subject) */
+	bool waits;        /* may wait long for its reply: a peer is left out only once it stops living */
+	const char *modes; /* ARG_OPT_MODE: the words accepted, '|'-separated */
+} AdminCommand;
+
+static bool cmd_show(PgSocket *c, const char *arg, const char *query);
+
+/* Every console command. RELOAD and SHUTDOWN reach the workers through the master. */
+static const AdminCommand admin_commands[] = {
+    {"SHOW", ARG_SUBJECT, cmd_show, ACCESS_STATS},
+    {"SELECT", ARG_SUBJECT, cmd_show, ACCESS_STATS},
+    {"SET", ARG_SET, cmd_set, ACCESS_STATS, .fanout = true},
+    {"RELOAD", ARG_NONE, cmd_reload, ACCESS_ADMIN},
+    {"PAUSE", ARG_OPT_DB, cmd_pause, ACCESS_ADMIN, .fanout = true, .waits = true},
+    {"RESUME", ARG_OPT_DB, cmd_resume, ACCESS_ADMIN, .fanout = true},
+    {"DISABLE", ARG_DB, cmd_disable, ACCESS_ADMIN, .fanout = true},
+    {"ENABLE", ARG_DB, cmd_enable, ACCESS_ADMIN, .fanout = true},
+    {"RECONNECT", ARG_OPT_DB, cmd_reconnect, ACCESS_ADMIN, .fanout = true},
+    {"KILL", ARG_OPT_DB, cmd_kill, ACCESS_ADMIN, .fanout = true},
+    {"KILL_CLIENT", ARG_CLIENT_ID, cmd_kill_client, ACCESS_ADMIN, .fanout = true},
+    {"SUSPEND", ARG_NONE, cmd_suspend, ACCESS_ADMIN, .fanout = true, .waits = true},
+    {"SHUTDOWN", ARG_OPT_MODE, cmd_shutdown, ACCESS_ADMIN, .modes = "WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS"},
+    {"WAIT_CLOSE", ARG_OPT_DB, cmd_wait_close, ACCESS_ADMIN, .fanout = true, .waits = true},
+};
+
 static bool may_run(const PgSocket *c, Access access)
 {
 	return access != ACCESS_ADMIN || c->admin_user;
@@ -1866,68 +1910,74 @@ static bool cmd_show(PgSocket *c, const char *arg, const char *query)
 	return c->state != CL_JUSTFREE;
 }
 
+/* Whether `word` is one of the '|'-separated `words` (case-insensitive). */
+static bool word_in(const char *word, const char *words)
+{
+	size_t n = strlen(word);
+	for (const char *p = words; *p; p += strcspn(p, "|"), p += *p == '|') {
+		if (strcspn(p, "|") == n && strncasecmp(p, word, n) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* Run `cmd` if the console may, with an argument of its kind. */
+static bool run_command(PgSocket *c, const AdminCommand *cmd, const char *arg, const char *query)
+{
+	if (!may_run(c, cmd->access))
+		return admin_error(c, NULL, "admin access needed");
+	switch (cmd->arg) {
+	case ARG_NONE:
+		if (*arg)
+			return invalid_command(c, query);
+		break;
+	case ARG_DB:
+		if (!*arg)
+			return admin_error(c, NULL, "a database is required");
+		break;
+	case ARG_CLIENT_ID:
+	case ARG_SUBJECT:
+		if (!*arg)
+			return invalid_command(c, query);
+		break;
+	case ARG_OPT_MODE:
+		if (*arg && !word_in(arg, cmd->modes))
+			return invalid_command(c, query);
+		break;
+	case ARG_OPT_DB:
+	case ARG_SET:
+		break;
+	}
+	/* a peer console is an admin: only an admin's command may reach it (not a stats user's fake SET) */
+	if (cmd->fanout && c->admin_user && admin_fanout_wanted(c))
+		admin_fanout_begin(c, query, FM_COMMAND, 0, cmd->waits);
+	return cmd->run(c, arg, query);
+}
+
 /* One console command. Returns false only if the console was closed. */
 bool admin_handle_query(PgSocket *c, const char *query)
 {
-	char cmd[16], arg[MAX_WORD] = "";
+	char word[16], arg[MAX_WORD] = "";
 	const char *p = query;
 	bool too_long;
 	wk.now = get_time_usec();
 	log_debug("admin command: %s", query);
 
-	if (!read_ident(&p, cmd, sizeof(cmd), &too_long))
+	if (!read_ident(&p, word, sizeof(word), &too_long))
 		return too_long ? admin_error(c, NULL, "bad arguments") : invalid_command(c, query);
-	if (strcasecmp(cmd, "SET") == 0) {
-		/* a peer console is an admin: only an admin's SET may reach it */
-		if (c->admin_user && admin_fanout_wanted(c))
-			admin_fanout_begin(c, query, FM_COMMAND, 0, false);
-		return cmd_set(c, p, query);
-	}
+	const AdminCommand *cmd = NULL;
+	for (size_t k = 0; k < N_ELEMS(admin_commands) && !cmd; k++)
+		if (strcasecmp(word, admin_commands[k].name) == 0)
+			cmd = &admin_commands[k];
+	if (cmd && cmd->arg == ARG_SET)
+		return run_command(c, cmd, p, query);
 	if (!at_end(p)) {
 		if (!read_ident(&p, arg, sizeof(arg), &too_long))
 			return too_long ? admin_error(c, NULL, "bad arguments") : invalid_command(c, query);
 		if (!at_end(p) || !arg[0])
 			return invalid_command(c, query);
 	}
-	bool has_arg = arg[0] != '\0';
-
-	if (strcasecmp(cmd, "SHOW") == 0 || strcasecmp(cmd, "SELECT") == 0)
-		return has_arg ? cmd_show(c, arg, query) : invalid_command(c, query);
-
-	static const char *const known[] = {"PAUSE",  "RESUME",    "SUSPEND", "KILL",     "KILL_CLIENT", "DISABLE",
-	                                    "ENABLE", "RECONNECT", "RELOAD",  "SHUTDOWN", "WAIT_CLOSE"};
-	bool is_known = false;
-	for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
-		is_known |= strcasecmp(cmd, known[k]) == 0;
-	if (!is_known)
+	if (!cmd)
 		return invalid_command(c, query);
-	/* everything but SHOW and the fake SETs needs admin rights */
-	if (!c->admin_user)
-		return admin_error(c, NULL, "admin access needed");
-
-	/* process commands apply to every worker (RELOAD and SHUTDOWN go through the master) */
-	if (strcasecmp(cmd, "RELOAD") != 0 && strcasecmp(cmd, "SHUTDOWN") != 0 && admin_fanout_wanted(c)) {
-		bool long_wait = strcasecmp(cmd, "PAUSE") == 0 || strcasecmp(cmd, "SUSPEND") == 0 ||
-		                 strcasecmp(cmd, "WAIT_CLOSE") == 0;
-		admin_fanout_begin(c, query, FM_COMMAND, 0, long_wait);
-	}
-	if (strcasecmp(cmd, "PAUSE") == 0)
-		return cmd_pause(c, arg);
-	if (strcasecmp(cmd, "RESUME") == 0)
-		return cmd_resume(c, arg);
-	if (strcasecmp(cmd, "SUSPEND") == 0)
-		return has_arg ? invalid_command(c, query) : cmd_suspend(c);
-	if (strcasecmp(cmd, "KILL") == 0)
-		return cmd_kill(c, arg);
-	if (strcasecmp(cmd, "KILL_CLIENT") == 0)
-		return has_arg ? cmd_kill_client(c, arg) : invalid_command(c, query);
-	if (strcasecmp(cmd, "DISABLE") == 0 || strcasecmp(cmd, "ENABLE") == 0)
-		return cmd_disable(c, arg, strcasecmp(cmd, "DISABLE") == 0);
-	if (strcasecmp(cmd, "RECONNECT") == 0)
-		return cmd_reconnect(c, arg);
-	if (strcasecmp(cmd, "WAIT_CLOSE") == 0)
-		return cmd_wait_close(c, arg);
-	if (strcasecmp(cmd, "RELOAD") == 0)
-		return has_arg ? invalid_command(c, query) : cmd_reload(c);
-	return cmd_shutdown(c, arg, query);
+	return run_command(c, cmd, arg, query);
 }
