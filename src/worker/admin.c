@@ -146,35 +146,6 @@ static bool show_version(PgSocket *c, int variant)
 	return reply_end(&r, "SHOW");
 }
 
-static bool show_help(PgSocket *c, int variant)
-{
-	PktBuf pb;
-	pktbuf_init(&pb, 1024);
-	pktbuf_write_notice_detail(&pb, "Console usage",
-	                           "\n\tSHOW HELP|CONFIG|USERS|DATABASES|POOLS|CLIENTS|SERVERS|USERS|VERSION\n"
-	                           "\tSHOW PEERS|PEER_POOLS\n"
-	                           "\tSHOW WORKERS|SCALER\n"
-	                           "\tSHOW FDS|SOCKETS|ACTIVE_SOCKETS|LISTS|MEM|STATE\n"
-	                           "\tSHOW DNS_HOSTS|DNS_ZONES\n"
-	                           "\tSHOW STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS\n"
-	                           "\tSET key = arg\n"
-	                           "\tRELOAD\n"
-	                           "\tPAUSE [<db>]\n"
-	                           "\tRESUME [<db>]\n"
-	                           "\tDISABLE <db>\n"
-	                           "\tENABLE <db>\n"
-	                           "\tRECONNECT [<db>]\n"
-	                           "\tKILL [<db>]\n"
-	                           "\tKILL_CLIENT <client_id>\n"
-	                           "\tSUSPEND\n"
-	                           "\tSHUTDOWN\n"
-	                           "\tSHUTDOWN WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS\n"
-	                           "\tWAIT_CLOSE [<db>]");
-	pktbuf_write_command_complete(&pb, "SHOW");
-	pktbuf_write_ready(&pb, 'I');
-	return send_pktbuf(c, &pb);
-}
-
 static bool show_config(PgSocket *c, int variant)
 {
 	Reply r;
@@ -1804,36 +1775,39 @@ typedef struct ShowSubject {
 	Access access;
 	bool merged;       /* asked of every worker, answers merged by `merge`; false: this worker alone */
 	FanoutMerge merge; /* FM_STATS: the peers answer STATS_RAW, `variant` is the `which` */
+	int help_line;     /* the SHOW HELP line listing it (from 1); 0: not listed */
 } ShowSubject;
 
-/* Every SHOW subject, with how the workers' answers merge (doc/workers.md). */
+static bool show_help(PgSocket *c, int variant);
+
+/* Every SHOW subject (SELECT is an alias), in SHOW HELP's order (doc/workers.md: the merges). */
 static const ShowSubject show_subjects[] = {
-    {"HELP", show_help, 0, ACCESS_STATS},
-    {"CONFIG", show_config, 0, ACCESS_STATS},
-    {"USERS", show_users, 0, ACCESS_STATS, .merged = true, .merge = FM_USERS},
-    {"DATABASES", show_databases, 0, ACCESS_STATS, .merged = true, .merge = FM_DATABASES},
-    {"POOLS", show_pools, 0, ACCESS_STATS, .merged = true, .merge = FM_POOLS},
-    {"CLIENTS", show_sockets, SOCK_CLIENTS, ACCESS_STATS, .merged = true, .merge = FM_CONCAT},
-    {"SERVERS", show_sockets, SOCK_SERVERS, ACCESS_STATS, .merged = true, .merge = FM_CONCAT},
-    {"VERSION", show_version, 0, ACCESS_STATS},
-    {"PEERS", show_peers, 0, ACCESS_STATS},
-    {"PEER_POOLS", show_peer_pools, 0, ACCESS_STATS},
-    {"WORKERS", show_workers, 0, ACCESS_STATS},
-    {"SCALER", show_scaler, 0, ACCESS_STATS},
-    {"FDS", show_fds, 0, ACCESS_ADMIN},
+    {"HELP", show_help, 0, ACCESS_STATS, .help_line = 1},
+    {"CONFIG", show_config, 0, ACCESS_STATS, .help_line = 1},
+    {"USERS", show_users, 0, ACCESS_STATS, .merged = true, .merge = FM_USERS, .help_line = 1},
+    {"DATABASES", show_databases, 0, ACCESS_STATS, .merged = true, .merge = FM_DATABASES, .help_line = 1},
+    {"POOLS", show_pools, 0, ACCESS_STATS, .merged = true, .merge = FM_POOLS, .help_line = 1},
+    {"CLIENTS", show_sockets, SOCK_CLIENTS, ACCESS_STATS, .merged = true, .merge = FM_CONCAT, .help_line = 1},
+    {"SERVERS", show_sockets, SOCK_SERVERS, ACCESS_STATS, .merged = true, .merge = FM_CONCAT, .help_line = 1},
+    {"VERSION", show_version, 0, ACCESS_STATS, .help_line = 1},
+    {"PEERS", show_peers, 0, ACCESS_STATS, .help_line = 2},
+    {"PEER_POOLS", show_peer_pools, 0, ACCESS_STATS, .help_line = 2},
+    {"WORKERS", show_workers, 0, ACCESS_STATS, .help_line = 3},
+    {"SCALER", show_scaler, 0, ACCESS_STATS, .help_line = 3},
+    {"FDS", show_fds, 0, ACCESS_ADMIN, .help_line = 4},
     {"SOCKETS", show_sockets, SOCK_CLIENTS | SOCK_SERVERS | SOCK_BUFFERS, ACCESS_STATS, .merged = true,
-     .merge = FM_CONCAT},
+     .merge = FM_CONCAT, .help_line = 4},
     {"ACTIVE_SOCKETS", show_sockets, SOCK_CLIENTS | SOCK_SERVERS | SOCK_BUFFERS | SOCK_ONLY_ACTIVE, ACCESS_STATS,
-     .merged = true, .merge = FM_CONCAT},
-    {"LISTS", show_lists, 0, ACCESS_STATS, .merged = true, .merge = FM_LISTS},
-    {"MEM", show_mem, 0, ACCESS_STATS, .merged = true, .merge = FM_MEM},
-    {"STATE", show_state, 0, ACCESS_STATS, .merged = true, .merge = FM_STATE},
-    {"DNS_HOSTS", show_dns_hosts, 0, ACCESS_STATS, .merged = true, .merge = FM_DNS},
-    {"DNS_ZONES", show_dns_zones, 0, ACCESS_STATS},
-    {"STATS", show_stats, 0, ACCESS_STATS, .merged = true, .merge = FM_STATS},
-    {"STATS_TOTALS", show_stats, 1, ACCESS_STATS, .merged = true, .merge = FM_STATS},
-    {"STATS_AVERAGES", show_stats, 2, ACCESS_STATS, .merged = true, .merge = FM_STATS},
-    {"TOTALS", show_stats, 3, ACCESS_STATS, .merged = true, .merge = FM_STATS},
+     .merged = true, .merge = FM_CONCAT, .help_line = 4},
+    {"LISTS", show_lists, 0, ACCESS_STATS, .merged = true, .merge = FM_LISTS, .help_line = 4},
+    {"MEM", show_mem, 0, ACCESS_STATS, .merged = true, .merge = FM_MEM, .help_line = 4},
+    {"STATE", show_state, 0, ACCESS_STATS, .merged = true, .merge = FM_STATE, .help_line = 4},
+    {"DNS_HOSTS", show_dns_hosts, 0, ACCESS_STATS, .merged = true, .merge = FM_DNS, .help_line = 5},
+    {"DNS_ZONES", show_dns_zones, 0, ACCESS_STATS, .help_line = 5},
+    {"STATS", show_stats, 0, ACCESS_STATS, .merged = true, .merge = FM_STATS, .help_line = 6},
+    {"STATS_TOTALS", show_stats, 1, ACCESS_STATS, .merged = true, .merge = FM_STATS, .help_line = 6},
+    {"STATS_AVERAGES", show_stats, 2, ACCESS_STATS, .merged = true, .merge = FM_STATS, .help_line = 6},
+    {"TOTALS", show_stats, 3, ACCESS_STATS, .merged = true, .merge = FM_STATS, .help_line = 6},
     {"STATS_RAW", show_stats_raw, 0, ACCESS_PEER},
 };
 
@@ -1856,14 +1830,15 @@ typedef struct AdminCommand {
 	bool fanout;       /* applied on every worker too, merged as FM_COMMAND (SHOW: per subject) */
 	bool waits;        /* may wait long for its reply: a peer is left out only once it stops living */
 	const char *modes; /* ARG_OPT_MODE: the words accepted, '|'-separated */
+	bool alias;        /* not listed by SHOW HELP */
 } AdminCommand;
 
 static bool cmd_show(PgSocket *c, const char *arg, const char *query);
 
-/* Every console command. RELOAD and SHUTDOWN reach the workers through the master. */
+/* Every console command, in SHOW HELP's order. RELOAD and SHUTDOWN reach the workers through the master. */
 static const AdminCommand admin_commands[] = {
     {"SHOW", ARG_SUBJECT, cmd_show, ACCESS_STATS},
-    {"SELECT", ARG_SUBJECT, cmd_show, ACCESS_STATS},
+    {"SELECT", ARG_SUBJECT, cmd_show, ACCESS_STATS, .alias = true},
     {"SET", ARG_SET, cmd_set, ACCESS_STATS, .fanout = true},
     {"RELOAD", ARG_NONE, cmd_reload, ACCESS_ADMIN},
     {"PAUSE", ARG_OPT_DB, cmd_pause, ACCESS_ADMIN, .fanout = true, .waits = true},
@@ -1877,6 +1852,71 @@ static const AdminCommand admin_commands[] = {
     {"SHUTDOWN", ARG_OPT_MODE, cmd_shutdown, ACCESS_ADMIN, .modes = "WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS"},
     {"WAIT_CLOSE", ARG_OPT_DB, cmd_wait_close, ACCESS_ADMIN, .fanout = true, .waits = true},
 };
+
+/* SHOW HELP's text after a command's name, by its argument kind. */
+static const char *const arg_usage[] = {
+    [ARG_NONE] = "",     [ARG_OPT_DB] = " [<db>]", [ARG_DB] = " <db>",       [ARG_CLIENT_ID] = " <client_id>",
+    [ARG_OPT_MODE] = "", [ARG_SUBJECT] = "",       [ARG_SET] = " key = arg",
+};
+
+typedef struct HelpText {
+	char buf[2048];
+	size_t len;
+} HelpText;
+
+static void help_add(HelpText *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void help_add(HelpText *h, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(h->buf + h->len, sizeof(h->buf) - h->len, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		h->len = h->len + (size_t)n < sizeof(h->buf) ? h->len + (size_t)n : sizeof(h->buf) - 1;
+}
+
+/* "\tSHOW A|B|C" per help line, each listed subject once. */
+static void help_subjects(HelpText *h, const char *cmd)
+{
+	int line = 0;
+	for (size_t k = 0; k < N_ELEMS(show_subjects); k++) {
+		const ShowSubject *s = &show_subjects[k];
+		if (!s->help_line)
+			continue;
+		if (s->help_line != line)
+			help_add(h, "\n\t%s %s", cmd, s->name);
+		else
+			help_add(h, "|%s", s->name);
+		line = s->help_line;
+	}
+}
+
+/*
+ * SHOW HELP: a NOTICE whose detail lists the commands, one a line after a
+ * tab, from the two tables (the shape of PgBouncer's "Console usage").
+ */
+static bool show_help(PgSocket *c, int variant)
+{
+	HelpText h = {.len = 0};
+	for (size_t k = 0; k < N_ELEMS(admin_commands); k++) {
+		const AdminCommand *cmd = &admin_commands[k];
+		if (cmd->alias)
+			continue;
+		if (cmd->arg == ARG_SUBJECT) {
+			help_subjects(&h, cmd->name);
+			continue;
+		}
+		help_add(&h, "\n\t%s%s", cmd->name, arg_usage[cmd->arg]);
+		if (cmd->arg == ARG_OPT_MODE)
+			help_add(&h, "\n\t%s %s", cmd->name, cmd->modes);
+	}
+	PktBuf pb;
+	pktbuf_init(&pb, 1024);
+	pktbuf_write_notice_detail(&pb, "Console usage", h.buf);
+	pktbuf_write_command_complete(&pb, "SHOW");
+	pktbuf_write_ready(&pb, 'I');
+	return send_pktbuf(c, &pb);
+}
 
 static bool may_run(const PgSocket *c, Access access)
 {
