@@ -709,6 +709,51 @@ def test_show_help(bouncer):
         assert word in detail
 
 
+# SHOW HELP's detail: PgBouncer's "Console usage" layout, each SHOW subject once
+HELP_DETAIL = """
+\tSHOW HELP|CONFIG|USERS|DATABASES|POOLS|CLIENTS|SERVERS|VERSION
+\tSHOW PEERS|PEER_POOLS
+\tSHOW WORKERS|SCALER
+\tSHOW FDS|SOCKETS|ACTIVE_SOCKETS|LISTS|MEM|STATE
+\tSHOW DNS_HOSTS|DNS_ZONES
+\tSHOW STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS
+\tSET key = arg
+\tRELOAD
+\tPAUSE [<db>]
+\tRESUME [<db>]
+\tDISABLE <db>
+\tENABLE <db>
+\tRECONNECT [<db>]
+\tKILL [<db>]
+\tKILL_CLIENT <client_id>
+\tSUSPEND
+\tSHUTDOWN
+\tSHUTDOWN WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS
+\tWAIT_CLOSE [<db>]"""
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_show_help_lists_each_subject_once_and_each_works(bouncer, workers):
+    b = bouncer(ini_overrides={"min_workers": workers, "max_workers": workers})
+    conn = console(b)
+    wait_for(lambda: [r["state"] for r in rows(conn, "SHOW WORKERS")] == ["active"] * workers,
+             f"{workers} active workers")
+    seen = notices(conn)
+    conn.execute("SHOW HELP")
+    detail = seen[0][3]
+    assert detail == HELP_DETAIL
+    listed = [name for line in detail.splitlines() if line.startswith("\tSHOW ")
+              for name in line[len("\tSHOW "):].split("|")]
+    assert sorted(listed) == sorted(set(listed)), f"listed twice: {listed}"
+    assert set(listed) == set(SHOW_COLUMNS) | {"HELP", "WORKERS", "SCALER"}
+    for name in listed:
+        cur = conn.execute(f"SHOW {name}")
+        assert cur.statusmessage == "SHOW", name
+        if name in SHOW_COLUMNS:
+            assert [(d.name, d.type_code) for d in cur.description] == SHOW_COLUMNS[name], name
+    assert len(seen) == 2  # HELP's, run twice; no other notice (e.g. a worker left out)
+
+
 def test_psql_show_help_and_tables(bouncer):
     b = bouncer()
     out = run_psql(b, ["-c", "SHOW HELP"])

@@ -141,7 +141,7 @@ static const char *fmt_ptr(const void *p)
 
 /* ---- SHOW commands ---- */
 
-static bool show_version(PgSocket *c)
+static bool show_version(PgSocket *c, int variant)
 {
 	Reply r;
 	static const char *const names[] = {"version"};
@@ -151,36 +151,7 @@ static bool show_version(PgSocket *c)
 	return reply_end(&r, "SHOW");
 }
 
-static bool show_help(PgSocket *c)
-{
-	PktBuf pb;
-	pktbuf_init(&pb, 1024);
-	pktbuf_write_notice_detail(&pb, "Console usage",
-	                           "\n\tSHOW HELP|CONFIG|USERS|DATABASES|POOLS|CLIENTS|SERVERS|USERS|VERSION\n"
-	                           "\tSHOW PEERS|PEER_POOLS\n"
-	                           "\tSHOW WORKERS|SCALER\n"
-	                           "\tSHOW FDS|SOCKETS|ACTIVE_SOCKETS|LISTS|MEM|STATE\n"
-	                           "\tSHOW DNS_HOSTS|DNS_ZONES\n"
-	                           "\tSHOW STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS\n"
-	                           "\tSET key = arg\n"
-	                           "\tRELOAD\n"
-	                           "\tPAUSE [<db>]\n"
-	                           "\tRESUME [<db>]\n"
-	                           "\tDISABLE <db>\n"
-	                           "\tENABLE <db>\n"
-	                           "\tRECONNECT [<db>]\n"
-	                           "\tKILL [<db>]\n"
-	                           "\tKILL_CLIENT <client_id>\n"
-	                           "\tSUSPEND\n"
-	                           "\tSHUTDOWN\n"
-	                           "\tSHUTDOWN WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS\n"
-	                           "\tWAIT_CLOSE [<db>]");
-	pktbuf_write_command_complete(&pb, "SHOW");
-	pktbuf_write_ready(&pb, 'I');
-	return send_pktbuf(c, &pb);
-}
-
-static bool show_config(PgSocket *c)
+static bool show_config(PgSocket *c, int variant)
 {
 	Reply r;
 	static const char *const names[] = {"key", "value", "default", "changeable"};
@@ -204,7 +175,7 @@ static const char *lb_name(const PgDatabase *db)
 	return db->cf.load_balance_hosts == LB_DISABLE ? "disable" : "round-robin";
 }
 
-static bool show_databases(PgSocket *c)
+static bool show_databases(PgSocket *c, int variant)
 {
 	Reply r;
 	static const char *const names[] = {"name",
@@ -262,7 +233,7 @@ static bool show_databases(PgSocket *c)
 	return reply_end(&r, "SHOW");
 }
 
-static bool show_pools(PgSocket *c)
+static bool show_pools(PgSocket *c, int variant)
 {
 	Reply r;
 	static const char *const names[] = {"database",
@@ -389,8 +360,18 @@ static void socket_row(Reply *r, PgSocket *s, bool sockets)
 	reply_row(r, v);
 }
 
-static bool show_sockets_generic(PgSocket *c, bool clients, bool servers, bool sockets, bool only_active)
+/* What show_sockets() lists: SHOW CLIENTS, SERVERS, SOCKETS, ACTIVE_SOCKETS. */
+enum {
+	SOCK_CLIENTS = 1,     /* the clients (with SOCK_BUFFERS, those logging in too) */
+	SOCK_SERVERS = 2,     /* the servers */
+	SOCK_BUFFERS = 4,     /* SOCKETS' columns and states: buffer internals, no "idle" */
+	SOCK_ONLY_ACTIVE = 8, /* only sockets with buffered data */
+};
+
+static bool show_sockets(PgSocket *c, int what)
 {
+	bool clients = what & SOCK_CLIENTS, servers = what & SOCK_SERVERS;
+	bool sockets = what & SOCK_BUFFERS, only_active = what & SOCK_ONLY_ACTIVE;
 	Reply r;
 	reply_begin(&r, c, sockets ? "TTTTTTiTiTTiiiTTiTTiiiiiiiii" : "TTTTTTiTiTTiiiTTiTTii", socket_cols);
 	if (sockets && clients) {
@@ -437,7 +418,7 @@ static bool show_sockets_generic(PgSocket *c, bool clients, bool servers, bool s
 	return reply_end(&r, "SHOW");
 }
 
-static bool show_users(PgSocket *c)
+static bool show_users(PgSocket *c, int variant)
 {
 	Reply r;
 	static const char *const names[] = {"name",
@@ -687,7 +668,7 @@ static bool show_stats(PgSocket *c, int which)
  * both period snapshots, so that the averages of the whole pooler can be
  * computed from summed counters.
  */
-static bool show_stats_raw(PgSocket *c)
+static bool show_stats_raw(PgSocket *c, int variant)
 {
 	enum { NF = sizeof(PgStats) / sizeof(uint64_t) };
 	char types[2 + 3 * NF];
@@ -718,7 +699,7 @@ static bool show_stats_raw(PgSocket *c)
 	return reply_end(&r, "SHOW");
 }
 
-static bool show_lists(PgSocket *c)
+static bool show_lists(PgSocket *c, int variant)
 {
 	static const char *const names[] = {"list", "items"};
 	int dbs = list_count(&wk.databases), users = list_count(&wk.users), pools = list_count(&wk.pools);
@@ -752,7 +733,7 @@ static bool show_lists(PgSocket *c)
 	return reply_end(&r, "SHOW");
 }
 
-static bool show_state(PgSocket *c)
+static bool show_state(PgSocket *c, int variant)
 {
 	static const char *const names[] = {"key", "value"};
 	Reply r;
@@ -765,7 +746,7 @@ static bool show_state(PgSocket *c)
 	return reply_end(&r, "SHOW");
 }
 
-static bool show_mem(PgSocket *c)
+static bool show_mem(PgSocket *c, int variant)
 {
 	static const char *const names[] = {"name", "size", "used", "free", "memtotal"};
 	Reply r;
@@ -803,6 +784,32 @@ static bool show_empty(PgSocket *c, const char *types, const char *const *names)
 	return reply_end(&r, "SHOW");
 }
 
+/* No peer pools are kept (SHOW LISTS counts 0): always empty. */
+static bool show_peer_pools(PgSocket *c, int variant)
+{
+	static const char *const names[] = {"peer_id", "cl_active_cancel_req", "cl_waiting_cancel_req",
+	                                    "sv_active_cancel", "sv_login"};
+	return show_empty(c, "iiiii", names);
+}
+
+/* No DNS zones are tracked (SHOW LISTS counts 0): always empty. */
+static bool show_dns_zones(PgSocket *c, int variant)
+{
+	static const char *const names[] = {"zonename", "serial", "count"};
+	return show_empty(c, "Tqi", names);
+}
+
+/* SHOW WORKERS and SCALER read shared memory (admin_workers.c), not merged. */
+static bool show_workers(PgSocket *c, int variant)
+{
+	return sent(c, admin_show_workers(c));
+}
+
+static bool show_scaler(PgSocket *c, int variant)
+{
+	return sent(c, admin_show_scaler(c));
+}
+
 static int cmp_peer_id(const void *a, const void *b)
 {
 	const CfPeer *x = *(const CfPeer *const *)a, *y = *(const CfPeer *const *)b;
@@ -815,7 +822,7 @@ static void dns_host_row(void *arg, const char *name, long long ttl, const char 
 	reply_row(arg, v);
 }
 
-static bool show_dns_hosts(PgSocket *c)
+static bool show_dns_hosts(PgSocket *c, int variant)
 {
 	static const char *const names[] = {"hostname", "ttl", "addrs"};
 	Reply r;
@@ -824,7 +831,7 @@ static bool show_dns_hosts(PgSocket *c)
 	return reply_end(&r, "SHOW");
 }
 
-static bool show_peers(PgSocket *c)
+static bool show_peers(PgSocket *c, int variant)
 {
 	static const char *const names[] = {"peer_id", "host", "port", "pool_size"};
 	const CfPeer **sorted = xcalloc((size_t)wk.cf.n_peers + 1, sizeof(*sorted));
@@ -880,7 +887,7 @@ static void fds_socket_row(Reply *r, const PgSocket *s)
 	fds_row(r, s->sb.fd, s->is_server ? "server" : "client", s, addr, port);
 }
 
-static bool show_fds(PgSocket *c)
+static bool show_fds(PgSocket *c, int variant)
 {
 	static const char *const names[] = {
 	    "fd",        "task",     "user",     "database",         "addr",
@@ -1435,7 +1442,7 @@ static bool invalid_command(PgSocket *c, const char *query)
 	return admin_error(c, NULL, "invalid command '%s', use SHOW HELP;", query);
 }
 
-static bool cmd_pause(PgSocket *c, const char *arg)
+static bool cmd_pause(PgSocket *c, const char *arg, const char *query)
 {
 	if (wk.pause_mode != P_NONE)
 		return admin_error(c, NULL, "already suspended/paused");
@@ -1458,7 +1465,7 @@ static bool cmd_pause(PgSocket *c, const char *arg)
 	return true;
 }
 
-static bool cmd_resume(PgSocket *c, const char *arg)
+static bool cmd_resume(PgSocket *c, const char *arg, const char *query)
 {
 	if (wk.run_state != RUN_ACTIVE)
 		return admin_error(c, NULL, "pooler is shutting down");
@@ -1479,7 +1486,7 @@ static bool cmd_resume(PgSocket *c, const char *arg)
 	return send_simple(c, "RESUME");
 }
 
-static bool cmd_suspend(PgSocket *c)
+static bool cmd_suspend(PgSocket *c, const char *arg, const char *query)
 {
 	if (wk.pause_mode != P_NONE)
 		return admin_error(c, NULL, "already suspended/paused");
@@ -1502,7 +1509,7 @@ static bool cmd_suspend(PgSocket *c)
 	return true;
 }
 
-static bool cmd_kill(PgSocket *c, const char *arg)
+static bool cmd_kill(PgSocket *c, const char *arg, const char *query)
 {
 	if (wk.pause_mode != P_NONE)
 		return admin_error(c, NULL, "already suspended/paused");
@@ -1523,7 +1530,7 @@ static bool cmd_kill(PgSocket *c, const char *arg)
 	return send_simple(c, "KILL");
 }
 
-static bool cmd_kill_client(PgSocket *c, const char *arg)
+static bool cmd_kill_client(PgSocket *c, const char *arg, const char *query)
 {
 	char *end;
 	errno = 0;
@@ -1540,10 +1547,8 @@ static bool cmd_kill_client(PgSocket *c, const char *arg)
 }
 
 /* DISABLE db / ENABLE db (1.25 words the admin-db error "disable" for both). */
-static bool cmd_disable(PgSocket *c, const char *arg, bool disable)
+static bool set_disabled(PgSocket *c, const char *arg, bool disable)
 {
-	if (!*arg)
-		return admin_error(c, NULL, "a database is required");
 	PgDatabase *db = db_arg(c, arg, false, "disable");
 	if (!db)
 		return c->state != CL_JUSTFREE; /* false: the error could not be sent */
@@ -1551,7 +1556,17 @@ static bool cmd_disable(PgSocket *c, const char *arg, bool disable)
 	return send_simple(c, disable ? "DISABLE" : "ENABLE");
 }
 
-static bool cmd_reconnect(PgSocket *c, const char *arg)
+static bool cmd_disable(PgSocket *c, const char *arg, const char *query)
+{
+	return set_disabled(c, arg, true);
+}
+
+static bool cmd_enable(PgSocket *c, const char *arg, const char *query)
+{
+	return set_disabled(c, arg, false);
+}
+
+static bool cmd_reconnect(PgSocket *c, const char *arg, const char *query)
 {
 	PgDatabase *db = NULL;
 	if (*arg) {
@@ -1563,7 +1578,7 @@ static bool cmd_reconnect(PgSocket *c, const char *arg)
 	return send_simple(c, "RECONNECT");
 }
 
-static bool cmd_wait_close(PgSocket *c, const char *arg)
+static bool cmd_wait_close(PgSocket *c, const char *arg, const char *query)
 {
 	PgDatabase *db = NULL;
 	if (*arg) {
@@ -1577,7 +1592,7 @@ static bool cmd_wait_close(PgSocket *c, const char *arg)
 	return true;
 }
 
-static bool cmd_reload(PgSocket *c)
+static bool cmd_reload(PgSocket *c, const char *arg, const char *query)
 {
 	Config probe;
 	char err[CF_ERRMSG_LEN];
@@ -1608,13 +1623,8 @@ static bool cmd_shutdown(PgSocket *c, const char *arg, const char *query)
 		kill(getppid(), SIGQUIT);
 		return true;
 	}
-	int sig;
-	if (strcasecmp(arg, "WAIT_FOR_SERVERS") == 0)
-		sig = SIGINT;
-	else if (strcasecmp(arg, "WAIT_FOR_CLIENTS") == 0)
-		sig = SIGTERM;
-	else
-		return invalid_command(c, query);
+	/* the command table let only WAIT_FOR_SERVERS and WAIT_FOR_CLIENTS through */
+	int sig = strcasecmp(arg, "WAIT_FOR_SERVERS") == 0 ? SIGINT : SIGTERM;
 	/* the reply waits until the master's signal is back, so the next command sees the shutdown */
 	kill(getppid(), sig);
 	add_wait(c, WAIT_SHUTDOWN, NULL);
@@ -1736,191 +1746,283 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 	return send_pktbuf(c, &pb);
 }
 
-/*
- * SHOW of the whole pooler: the other workers get the query (STATS_RAW for
- * the stats), this worker answers into the fan-out. False if `arg` is
- * answered by this worker alone (CONFIG, VERSION, HELP, WORKERS, ...).
- */
-static bool cmd_show_local(PgSocket *c, const char *arg, const char *query);
-
-static bool show_fanout(PgSocket *c, const char *arg, const char *query)
+/* SHOW of a fake parameter: its canned value under its lower-cased name. */
+static bool show_fake(PgSocket *c, const char *arg, const char *value)
 {
-	static const struct {
-		const char *name;
-		FanoutMerge merge;
-		int which; /* FM_STATS */
-	} kinds[] = {{"CLIENTS", FM_CONCAT, 0},        {"SERVERS", FM_CONCAT, 0},       {"SOCKETS", FM_CONCAT, 0},
-	             {"ACTIVE_SOCKETS", FM_CONCAT, 0}, {"POOLS", FM_POOLS, 0},          {"DATABASES", FM_DATABASES, 0},
-	             {"USERS", FM_USERS, 0},           {"LISTS", FM_LISTS, 0},          {"MEM", FM_MEM, 0},
-	             {"STATE", FM_STATE, 0},           {"DNS_HOSTS", FM_DNS, 0},        {"STATS", FM_STATS, 0},
-	             {"STATS_TOTALS", FM_STATS, 1},    {"STATS_AVERAGES", FM_STATS, 2}, {"TOTALS", FM_STATS, 3}};
-	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
-		if (strcasecmp(arg, kinds[k].name) != 0)
+	char name[MAX_WORD];
+	size_t k;
+	for (k = 0; arg[k] && k + 1 < sizeof(name); k++)
+		name[k] = (char)tolower((unsigned char)arg[k]);
+	name[k] = '\0';
+	const char *names[] = {name};
+	const char *v[] = {value};
+	Reply r;
+	reply_begin(&r, c, "T", names);
+	reply_row(&r, v);
+	return reply_end(&r, "SHOW");
+}
+
+/* ---- the console's commands and SHOW subjects ---- */
+
+#define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Who may run a command or SHOW a subject. */
+typedef enum Access {
+	ACCESS_ADMIN, /* admins only: others get "admin access needed" */
+	ACCESS_STATS, /* stats users and admins */
+	ACCESS_PEER,  /* a peer's fan-out only (private socket, or inside a fan-out); others: invalid command */
+} Access;
+
+typedef struct ShowSubject {
+	const char *name;
+	bool (*show)(PgSocket *c, int variant); /* this worker's answer */
+	int variant;                            /* passed to show(): SOCK_* flags, admin_write_stats()'s `which` */
+	Access access;
+	bool merged;       /* asked of every worker, answers merged by `merge`; false: this worker alone */
+	FanoutMerge merge; /* FM_STATS: the peers answer STATS_RAW, `variant` is the `which` */
+	int help_line;     /* the SHOW HELP line listing it (from 1); 0: not listed */
+} ShowSubject;
+
+static bool show_help(PgSocket *c, int variant);
+
+/* Every SHOW subject (SELECT is an alias), in SHOW HELP's order (doc/workers.md: the merges). */
+static const ShowSubject show_subjects[] = {
+    {"HELP", show_help, 0, ACCESS_STATS, .help_line = 1},
+    {"CONFIG", show_config, 0, ACCESS_STATS, .help_line = 1},
+    {"USERS", show_users, 0, ACCESS_STATS, .merged = true, .merge = FM_USERS, .help_line = 1},
+    {"DATABASES", show_databases, 0, ACCESS_STATS, .merged = true, .merge = FM_DATABASES, .help_line = 1},
+    {"POOLS", show_pools, 0, ACCESS_STATS, .merged = true, .merge = FM_POOLS, .help_line = 1},
+    {"CLIENTS", show_sockets, SOCK_CLIENTS, ACCESS_STATS, .merged = true, .merge = FM_CONCAT, .help_line = 1},
+    {"SERVERS", show_sockets, SOCK_SERVERS, ACCESS_STATS, .merged = true, .merge = FM_CONCAT, .help_line = 1},
+    {"VERSION", show_version, 0, ACCESS_STATS, .help_line = 1},
+    {"PEERS", show_peers, 0, ACCESS_STATS, .help_line = 2},
+    {"PEER_POOLS", show_peer_pools, 0, ACCESS_STATS, .help_line = 2},
+    {"WORKERS", show_workers, 0, ACCESS_STATS, .help_line = 3},
+    {"SCALER", show_scaler, 0, ACCESS_STATS, .help_line = 3},
+    {"FDS", show_fds, 0, ACCESS_ADMIN, .help_line = 4},
+    {"SOCKETS", show_sockets, SOCK_CLIENTS | SOCK_SERVERS | SOCK_BUFFERS, ACCESS_STATS, .merged = true,
+     .merge = FM_CONCAT, .help_line = 4},
+    {"ACTIVE_SOCKETS", show_sockets, SOCK_CLIENTS | SOCK_SERVERS | SOCK_BUFFERS | SOCK_ONLY_ACTIVE, ACCESS_STATS,
+     .merged = true, .merge = FM_CONCAT, .help_line = 4},
+    {"LISTS", show_lists, 0, ACCESS_STATS, .merged = true, .merge = FM_LISTS, .help_line = 4},
+    {"MEM", show_mem, 0, ACCESS_STATS, .merged = true, .merge = FM_MEM, .help_line = 4},
+    {"STATE", show_state, 0, ACCESS_STATS, .merged = true, .merge = FM_STATE, .help_line = 4},
+    {"DNS_HOSTS", show_dns_hosts, 0, ACCESS_STATS, .merged = true, .merge = FM_DNS, .help_line = 5},
+    {"DNS_ZONES", show_dns_zones, 0, ACCESS_STATS, .help_line = 5},
+    {"STATS", show_stats, 0, ACCESS_STATS, .merged = true, .merge = FM_STATS, .help_line = 6},
+    {"STATS_TOTALS", show_stats, 1, ACCESS_STATS, .merged = true, .merge = FM_STATS, .help_line = 6},
+    {"STATS_AVERAGES", show_stats, 2, ACCESS_STATS, .merged = true, .merge = FM_STATS, .help_line = 6},
+    {"TOTALS", show_stats, 3, ACCESS_STATS, .merged = true, .merge = FM_STATS, .help_line = 6},
+    {"STATS_RAW", show_stats_raw, 0, ACCESS_PEER},
+};
+
+/* What follows a command's name. */
+typedef enum ArgKind {
+	ARG_NONE,      /* nothing; an argument is an invalid command */
+	ARG_OPT_DB,    /* [<db>] */
+	ARG_DB,        /* <db>; without it: "a database is required" */
+	ARG_CLIENT_ID, /* <client_id>; without it: invalid command */
+	ARG_OPT_MODE,  /* nothing or one of the command's `modes`; anything else: invalid command */
+	ARG_SUBJECT,   /* a SHOW subject or fake parameter; without it: invalid command */
+	ARG_SET,       /* key = value: the rest of the line, parsed by the command */
+} ArgKind;
+
+typedef struct AdminCommand {
+	const char *name;
+	ArgKind arg;
+	bool (*run)(PgSocket *c, const char *arg, const char *query);
+	Access access;     /* SET: the command itself refuses real keys to stats users (fake ones are theirs) */
+	bool fanout;       /* applied on every worker too, merged as FM_COMMAND (SHOW: per subject) */
+	bool waits;        /* may wait long for its reply: a peer is left out only once it stops living */
+	const char *modes; /* ARG_OPT_MODE: the words accepted, '|'-separated */
+	bool alias;        /* not listed by SHOW HELP */
+} AdminCommand;
+
+static bool cmd_show(PgSocket *c, const char *arg, const char *query);
+
+/* Every console command, in SHOW HELP's order. RELOAD and SHUTDOWN reach the workers through the master. */
+static const AdminCommand admin_commands[] = {
+    {"SHOW", ARG_SUBJECT, cmd_show, ACCESS_STATS},
+    {"SELECT", ARG_SUBJECT, cmd_show, ACCESS_STATS, .alias = true},
+    {"SET", ARG_SET, cmd_set, ACCESS_STATS, .fanout = true},
+    {"RELOAD", ARG_NONE, cmd_reload, ACCESS_ADMIN},
+    {"PAUSE", ARG_OPT_DB, cmd_pause, ACCESS_ADMIN, .fanout = true, .waits = true},
+    {"RESUME", ARG_OPT_DB, cmd_resume, ACCESS_ADMIN, .fanout = true},
+    {"DISABLE", ARG_DB, cmd_disable, ACCESS_ADMIN, .fanout = true},
+    {"ENABLE", ARG_DB, cmd_enable, ACCESS_ADMIN, .fanout = true},
+    {"RECONNECT", ARG_OPT_DB, cmd_reconnect, ACCESS_ADMIN, .fanout = true},
+    {"KILL", ARG_OPT_DB, cmd_kill, ACCESS_ADMIN, .fanout = true},
+    {"KILL_CLIENT", ARG_CLIENT_ID, cmd_kill_client, ACCESS_ADMIN, .fanout = true},
+    {"SUSPEND", ARG_NONE, cmd_suspend, ACCESS_ADMIN, .fanout = true, .waits = true},
+    {"SHUTDOWN", ARG_OPT_MODE, cmd_shutdown, ACCESS_ADMIN, .modes = "WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS"},
+    {"WAIT_CLOSE", ARG_OPT_DB, cmd_wait_close, ACCESS_ADMIN, .fanout = true, .waits = true},
+};
+
+/* SHOW HELP's text after a command's name, by its argument kind. */
+static const char *const arg_usage[] = {
+    [ARG_NONE] = "",     [ARG_OPT_DB] = " [<db>]", [ARG_DB] = " <db>",       [ARG_CLIENT_ID] = " <client_id>",
+    [ARG_OPT_MODE] = "", [ARG_SUBJECT] = "",       [ARG_SET] = " key = arg",
+};
+
+typedef struct HelpText {
+	char buf[2048];
+	size_t len;
+} HelpText;
+
+static void help_add(HelpText *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void help_add(HelpText *h, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(h->buf + h->len, sizeof(h->buf) - h->len, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		h->len = h->len + (size_t)n < sizeof(h->buf) ? h->len + (size_t)n : sizeof(h->buf) - 1;
+}
+
+/* "\tSHOW A|B|C" per help line, each listed subject once. */
+static void help_subjects(HelpText *h, const char *cmd)
+{
+	int line = 0;
+	for (size_t k = 0; k < N_ELEMS(show_subjects); k++) {
+		const ShowSubject *s = &show_subjects[k];
+		if (!s->help_line)
 			continue;
-		if (kinds[k].merge == FM_STATS) {
-			admin_fanout_begin(c, "SHOW STATS_RAW", FM_STATS, kinds[k].which, false);
-			(void)show_stats_raw(c);
-		} else {
-			admin_fanout_begin(c, query, kinds[k].merge, 0, false);
-			(void)cmd_show_local(c, arg, query);
-		}
-		return true;
+		if (s->help_line != line)
+			help_add(h, "\n\t%s %s", cmd, s->name);
+		else
+			help_add(h, "|%s", s->name);
+		line = s->help_line;
 	}
-	return false;
+}
+
+/*
+ * SHOW HELP: a NOTICE whose detail lists the commands, one a line after a
+ * tab, from the two tables (the shape of PgBouncer's "Console usage").
+ */
+static bool show_help(PgSocket *c, int variant)
+{
+	HelpText h = {.len = 0};
+	for (size_t k = 0; k < N_ELEMS(admin_commands); k++) {
+		const AdminCommand *cmd = &admin_commands[k];
+		if (cmd->alias)
+			continue;
+		if (cmd->arg == ARG_SUBJECT) {
+			help_subjects(&h, cmd->name);
+			continue;
+		}
+		help_add(&h, "\n\t%s%s", cmd->name, arg_usage[cmd->arg]);
+		if (cmd->arg == ARG_OPT_MODE)
+			help_add(&h, "\n\t%s %s", cmd->name, cmd->modes);
+	}
+	PktBuf pb;
+	pktbuf_init(&pb, 1024);
+	pktbuf_write_notice_detail(&pb, "Console usage", h.buf);
+	pktbuf_write_command_complete(&pb, "SHOW");
+	pktbuf_write_ready(&pb, 'I');
+	return send_pktbuf(c, &pb);
+}
+
+static bool may_run(const PgSocket *c, Access access)
+{
+	return access != ACCESS_ADMIN || c->admin_user;
 }
 
 /* SHOW x / SELECT x. */
 static bool cmd_show(PgSocket *c, const char *arg, const char *query)
 {
 	const char *fake = fake_param(arg);
-	if (fake) {
-		char name[MAX_WORD];
-		size_t k;
-		for (k = 0; arg[k] && k + 1 < sizeof(name); k++)
-			name[k] = (char)tolower((unsigned char)arg[k]);
-		name[k] = '\0';
-		const char *names[] = {name};
-		const char *v[] = {fake};
-		Reply r;
-		reply_begin(&r, c, "T", names);
-		reply_row(&r, v);
-		return reply_end(&r, "SHOW");
+	if (fake)
+		return show_fake(c, arg, fake);
+	const ShowSubject *s = NULL;
+	for (size_t k = 0; k < N_ELEMS(show_subjects) && !s; k++)
+		if (strcasecmp(arg, show_subjects[k].name) == 0)
+			s = &show_subjects[k];
+	if (!s || (s->access == ACCESS_PEER && !c->is_private && !admin_console_busy(c)))
+		return invalid_command(c, query);
+	if (!may_run(c, s->access))
+		return admin_error(c, NULL, "admin access needed");
+	if (!s->merged || !admin_fanout_wanted(c))
+		return s->show(c, s->variant);
+	/* the other workers get the query (STATS_RAW for the stats), this worker answers into the fan-out */
+	if (s->merge == FM_STATS) {
+		admin_fanout_begin(c, "SHOW STATS_RAW", FM_STATS, s->variant, false);
+		(void)show_stats_raw(c, 0);
+	} else {
+		admin_fanout_begin(c, query, s->merge, 0, false);
+		(void)s->show(c, s->variant);
 	}
-	if (admin_fanout_wanted(c) && show_fanout(c, arg, query))
-		return c->state != CL_JUSTFREE;
-	return cmd_show_local(c, arg, query);
+	return c->state != CL_JUSTFREE;
 }
 
-/* SHOW x answered by this worker alone. */
-static bool cmd_show_local(PgSocket *c, const char *arg, const char *query)
+/* Whether `word` is one of the '|'-separated `words` (case-insensitive). */
+static bool word_in(const char *word, const char *words)
 {
-	if (strcasecmp(arg, "STATS_RAW") == 0 && (c->is_private || admin_console_busy(c)))
-		return show_stats_raw(c);
-	if (strcasecmp(arg, "HELP") == 0)
-		return show_help(c);
-	if (strcasecmp(arg, "WORKERS") == 0)
-		return admin_show_workers(c);
-	if (strcasecmp(arg, "SCALER") == 0)
-		return admin_show_scaler(c);
-	if (strcasecmp(arg, "VERSION") == 0)
-		return show_version(c);
-	if (strcasecmp(arg, "CONFIG") == 0)
-		return show_config(c);
-	if (strcasecmp(arg, "DATABASES") == 0)
-		return show_databases(c);
-	if (strcasecmp(arg, "POOLS") == 0)
-		return show_pools(c);
-	if (strcasecmp(arg, "CLIENTS") == 0)
-		return show_sockets_generic(c, true, false, false, false);
-	if (strcasecmp(arg, "SERVERS") == 0)
-		return show_sockets_generic(c, false, true, false, false);
-	if (strcasecmp(arg, "SOCKETS") == 0)
-		return show_sockets_generic(c, true, true, true, false);
-	if (strcasecmp(arg, "ACTIVE_SOCKETS") == 0)
-		return show_sockets_generic(c, true, true, true, true);
-	if (strcasecmp(arg, "USERS") == 0)
-		return show_users(c);
-	if (strcasecmp(arg, "STATS") == 0)
-		return show_stats(c, 0);
-	if (strcasecmp(arg, "STATS_TOTALS") == 0)
-		return show_stats(c, 1);
-	if (strcasecmp(arg, "STATS_AVERAGES") == 0)
-		return show_stats(c, 2);
-	if (strcasecmp(arg, "TOTALS") == 0)
-		return show_stats(c, 3);
-	if (strcasecmp(arg, "LISTS") == 0)
-		return show_lists(c);
-	if (strcasecmp(arg, "STATE") == 0)
-		return show_state(c);
-	if (strcasecmp(arg, "MEM") == 0)
-		return show_mem(c);
-	if (strcasecmp(arg, "PEERS") == 0)
-		return show_peers(c);
-	if (strcasecmp(arg, "PEER_POOLS") == 0) {
-		static const char *const n[] = {"peer_id", "cl_active_cancel_req", "cl_waiting_cancel_req",
-		                                "sv_active_cancel", "sv_login"};
-		return show_empty(c, "iiiii", n);
+	size_t n = strlen(word);
+	for (const char *p = words; *p; p += strcspn(p, "|"), p += *p == '|') {
+		if (strcspn(p, "|") == n && strncasecmp(p, word, n) == 0)
+			return true;
 	}
-	if (strcasecmp(arg, "DNS_HOSTS") == 0)
-		return show_dns_hosts(c);
-	if (strcasecmp(arg, "DNS_ZONES") == 0) {
-		static const char *const n[] = {"zonename", "serial", "count"};
-		return show_empty(c, "Tqi", n);
+	return false;
+}
+
+/* Run `cmd` if the console may, with an argument of its kind. */
+static bool run_command(PgSocket *c, const AdminCommand *cmd, const char *arg, const char *query)
+{
+	if (!may_run(c, cmd->access))
+		return admin_error(c, NULL, "admin access needed");
+	switch (cmd->arg) {
+	case ARG_NONE:
+		if (*arg)
+			return invalid_command(c, query);
+		break;
+	case ARG_DB:
+		if (!*arg)
+			return admin_error(c, NULL, "a database is required");
+		break;
+	case ARG_CLIENT_ID:
+	case ARG_SUBJECT:
+		if (!*arg)
+			return invalid_command(c, query);
+		break;
+	case ARG_OPT_MODE:
+		if (*arg && !word_in(arg, cmd->modes))
+			return invalid_command(c, query);
+		break;
+	case ARG_OPT_DB:
+	case ARG_SET:
+		break;
 	}
-	if (strcasecmp(arg, "WORKERS") == 0)
-		return sent(c, admin_show_workers(c));
-	if (strcasecmp(arg, "SCALER") == 0)
-		return sent(c, admin_show_scaler(c));
-	if (strcasecmp(arg, "FDS") == 0) {
-		if (!c->admin_user)
-			return admin_error(c, NULL, "admin access needed");
-		return show_fds(c);
-	}
-	return invalid_command(c, query);
+	/* a peer console is an admin: only an admin's command may reach it (not a stats user's fake SET) */
+	if (cmd->fanout && c->admin_user && admin_fanout_wanted(c))
+		admin_fanout_begin(c, query, FM_COMMAND, 0, cmd->waits);
+	return cmd->run(c, arg, query);
 }
 
 /* One console command. Returns false only if the console was closed. */
 bool admin_handle_query(PgSocket *c, const char *query)
 {
-	char cmd[16], arg[MAX_WORD] = "";
+	char word[16], arg[MAX_WORD] = "";
 	const char *p = query;
 	bool too_long;
 	wk.now = get_time_usec();
 	log_debug("admin command: %s", query);
 
-	if (!read_ident(&p, cmd, sizeof(cmd), &too_long))
+	if (!read_ident(&p, word, sizeof(word), &too_long))
 		return too_long ? admin_error(c, NULL, "bad arguments") : invalid_command(c, query);
-	if (strcasecmp(cmd, "SET") == 0) {
-		/* a peer console is an admin: only an admin's SET may reach it */
-		if (c->admin_user && admin_fanout_wanted(c))
-			admin_fanout_begin(c, query, FM_COMMAND, 0, false);
-		return cmd_set(c, p, query);
-	}
+	const AdminCommand *cmd = NULL;
+	for (size_t k = 0; k < N_ELEMS(admin_commands) && !cmd; k++)
+		if (strcasecmp(word, admin_commands[k].name) == 0)
+			cmd = &admin_commands[k];
+	if (cmd && cmd->arg == ARG_SET)
+		return run_command(c, cmd, p, query);
 	if (!at_end(p)) {
 		if (!read_ident(&p, arg, sizeof(arg), &too_long))
 			return too_long ? admin_error(c, NULL, "bad arguments") : invalid_command(c, query);
 		if (!at_end(p) || !arg[0])
 			return invalid_command(c, query);
 	}
-	bool has_arg = arg[0] != '\0';
-
-	if (strcasecmp(cmd, "SHOW") == 0 || strcasecmp(cmd, "SELECT") == 0)
-		return has_arg ? cmd_show(c, arg, query) : invalid_command(c, query);
-
-	static const char *const known[] = {"PAUSE",  "RESUME",    "SUSPEND", "KILL",     "KILL_CLIENT", "DISABLE",
-	                                    "ENABLE", "RECONNECT", "RELOAD",  "SHUTDOWN", "WAIT_CLOSE"};
-	bool is_known = false;
-	for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
-		is_known |= strcasecmp(cmd, known[k]) == 0;
-	if (!is_known)
+	if (!cmd)
 		return invalid_command(c, query);
-	/* everything but SHOW and the fake SETs needs admin rights */
-	if (!c->admin_user)
-		return admin_error(c, NULL, "admin access needed");
-
-	/* process commands apply to every worker (RELOAD and SHUTDOWN go through the master) */
-	if (strcasecmp(cmd, "RELOAD") != 0 && strcasecmp(cmd, "SHUTDOWN") != 0 && admin_fanout_wanted(c)) {
-		bool long_wait = strcasecmp(cmd, "PAUSE") == 0 || strcasecmp(cmd, "SUSPEND") == 0 ||
-		                 strcasecmp(cmd, "WAIT_CLOSE") == 0;
-		admin_fanout_begin(c, query, FM_COMMAND, 0, long_wait);
-	}
-	if (strcasecmp(cmd, "PAUSE") == 0)
-		return cmd_pause(c, arg);
-	if (strcasecmp(cmd, "RESUME") == 0)
-		return cmd_resume(c, arg);
-	if (strcasecmp(cmd, "SUSPEND") == 0)
-		return has_arg ? invalid_command(c, query) : cmd_suspend(c);
-	if (strcasecmp(cmd, "KILL") == 0)
-		return cmd_kill(c, arg);
-	if (strcasecmp(cmd, "KILL_CLIENT") == 0)
-		return has_arg ? cmd_kill_client(c, arg) : invalid_command(c, query);
-	if (strcasecmp(cmd, "DISABLE") == 0 || strcasecmp(cmd, "ENABLE") == 0)
-		return cmd_disable(c, arg, strcasecmp(cmd, "DISABLE") == 0);
-	if (strcasecmp(cmd, "RECONNECT") == 0)
-		return cmd_reconnect(c, arg);
-	if (strcasecmp(cmd, "WAIT_CLOSE") == 0)
-		return cmd_wait_close(c, arg);
-	if (strcasecmp(cmd, "RELOAD") == 0)
-		return has_arg ? invalid_command(c, query) : cmd_reload(c);
-	return cmd_shutdown(c, arg, query);
+	return run_command(c, cmd, arg, query);
 }
