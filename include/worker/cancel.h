@@ -8,7 +8,7 @@
 
 /* A CancelRequest: routed to the owning peer or worker, or sent to the client's server. */
 void cancel_handle_request(PgSocket *req, const uint8_t *key);
-void cancel_forwarded(const uint8_t *key); /* a cancel another worker received for our client */
+void cancel_forwarded(const uint8_t *key, int hold_fd); /* a cancel another worker received for our client */
 void cancel_gen_key(PgSocket *c);
 void cancel_server_gone(PgSocket *server); /* cancels on their way for it no longer point at it */
 void cancel_peers_wake(void);              /* a name lookup ended: queued forwards to peers may go */

@@ -233,6 +233,7 @@ struct PgSocket {
 	PgSocket *cancel_target; /* cancel connections: the server whose query they cancel (NULL once it is gone) */
 	int cancels_pending;     /* servers: cancel connections still on their way to PostgreSQL */
 	int cancel_peer;         /* cancel connections to a [peers] entry: its peer_id (0 otherwise) */
+	int cancel_hold_fd;      /* cancel connections: the requester's socket, closed when done (-1: none) */
 
 	/* transaction and statement mode (doc/transaction.md) */
 	ReqQueue rq;        /* servers: requests still to be answered while linked */

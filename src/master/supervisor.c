@@ -351,26 +351,30 @@ static void on_ctl(evutil_socket_t fd, short what, void *arg)
 		ChannelMsg m;
 		int rfd;
 		int r = channel_recv(fd, &m, &rfd);
-		if (rfd >= 0)
-			close(rfd);
 		if (r <= 0) {
+			if (rfd >= 0)
+				close(rfd);
 			if (r == 0) {
 				int i = (int)(intptr_t)arg;
 				event_del(sv.w[i].ctl_ev); /* the worker is gone; the reaper cleans up */
 			}
 			return;
 		}
-		if (m.type != CH_CANCEL)
+		if (m.type != CH_CANCEL) {
+			if (rfd >= 0)
+				close(rfd);
 			continue;
+		}
 		uint8_t key[8];
 		memcpy(key, &m.arg, sizeof(key));
 		int owner = key[3];
 		if (owner >= SHM_MAX_WORKERS || sv.w[owner].pid <= 0 || sv.w[owner].ctl < 0) {
 			log_debug("cancel request for worker %d, which is not running", owner);
-			continue;
-		}
-		if (!channel_send(sv.w[owner].ctl, &m, -1))
+		} else if (!channel_send(sv.w[owner].ctl, &m, rfd)) {
 			log_warning("could not forward a cancel request to worker %d: %s", owner, strerror(errno));
+		}
+		if (rfd >= 0)
+			close(rfd); /* the owner has its own copy now */
 	}
 }
 

@@ -12,7 +12,9 @@
 #include <sys/un.h>
 #include <netinet/in.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/channel.h"
 #include "common/config.h"
@@ -88,6 +90,11 @@ static void cancel_conn_done(PgSocket *cs)
 	int peer = cs->cancel_peer;
 	cs->cancel_target = NULL;
 	cs->cancel_peer = 0;
+	if (cs->cancel_hold_fd >= 0) {
+		/* the requester learns that its cancel has been delivered */
+		close(cs->cancel_hold_fd);
+		cs->cancel_hold_fd = -1;
+	}
 	sbuf_close(&cs->sb);
 	change_state(cs, SV_JUSTFREE);
 	if (target && --target->cancels_pending == 0 && target->state == SV_BEING_CANCELED)
@@ -152,32 +159,56 @@ static SBufAction cancel_conn_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, cons
 	}
 }
 
-/* Cancel the query of the client holding `key` in this worker; the reason for the log. */
-static const char *cancel_by_key(const uint8_t *key)
+/*
+ * A new connection that carries a CancelRequest; it keeps hold_fd (the
+ * requester's socket, or -1) open until it is done: PgBouncer answers a
+ * cancel only once it has been delivered, so a client's next query cannot
+ * meet its own late cancel.
+ */
+static PgSocket *cancel_conn_new(const struct sockaddr_storage *remote, int hold_fd)
 {
-	PgSocket *c = find_client_by_key(key);
-	if (!c)
-		return "cancel request for unknown client";
-	if (c->db && c->db->admin) {
-		/* a cancel aimed at a console session aborts its pending PAUSE/WAIT_CLOSE */
-		admin_console_cancel(c);
-		return "cancel request for console client";
-	}
-	PgSocket *server = c->link;
-	if (!server || server->setting_vars)
-		return "cancel request for idle client";
 	PgSocket *cs = socket_new(true);
 	cs->pool = NULL;
+	cs->remote = *remote;
+	cs->cancel_hold_fd = hold_fd;
+	list_append(&inflight, &cs->node);
+	return cs;
+}
+
+static void hold_release(int hold_fd)
+{
+	if (hold_fd >= 0)
+		close(hold_fd);
+}
+
+/* Cancel the query of the client holding `key` in this worker; the reason for the log. */
+static const char *cancel_by_key(const uint8_t *key, int hold_fd)
+{
+	const char *why = NULL;
+	PgSocket *c = find_client_by_key(key);
+	PgSocket *server = c ? c->link : NULL;
+	if (!c) {
+		why = "cancel request for unknown client";
+	} else if (c->db && c->db->admin) {
+		/* a cancel aimed at a console session aborts its pending PAUSE/WAIT_CLOSE */
+		admin_console_cancel(c);
+		why = "cancel request for console client";
+	} else if (!server || server->setting_vars) {
+		why = "cancel request for idle client";
+	}
+	if (why) {
+		hold_release(hold_fd);
+		return why;
+	}
+	PgSocket *cs = cancel_conn_new(&server->remote, hold_fd);
 	cs->db = server->db;
 	cs->login_user = server->login_user;
-	cs->remote = server->remote;
 	cs->cancel_server_pid = server->backend_pid;
 	memcpy(cs->cancel_server_key, server->cancel_key, server->cancel_key_len);
 	cs->cancel_server_key_len = server->cancel_key_len;
 	socklen_t len = server->remote.ss_family == AF_INET    ? sizeof(struct sockaddr_in)
 	                : server->remote.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
 	                                                       : sizeof(struct sockaddr_un);
-	list_append(&inflight, &cs->node);
 	cs->cancel_target = server;
 	server->cancels_pending++;
 	if (!sbuf_connect(&cs->sb, wk.base, (struct sockaddr *)&cs->remote, len, 512, 1 << 20, NULL, cancel_conn_cb,
@@ -195,6 +226,7 @@ typedef struct PeerQueue {
 	int active; /* forwarding connections open */
 	int head, count;
 	uint8_t keys[PEER_QUEUE_MAX][CANCEL_KEY_LEN];
+	int hold_fds[PEER_QUEUE_MAX]; /* the requesters' sockets (cancel_conn_new) */
 } PeerQueue;
 
 static PeerQueue **peer_queues;
@@ -219,7 +251,7 @@ static int peer_pool_size(const CfPeer *p)
 }
 
 /* Open one connection to the peer and send it the key. False: the address is not known yet. */
-static bool peer_connect(PeerQueue *q, const CfPeer *p, const uint8_t *key)
+static bool peer_connect(PeerQueue *q, const CfPeer *p, const uint8_t *key, int hold_fd)
 {
 	struct sockaddr_storage ss;
 	socklen_t len;
@@ -229,18 +261,16 @@ static bool peer_connect(PeerQueue *q, const CfPeer *p, const uint8_t *key)
 		return false;
 	if (r == DNS_FAIL) {
 		log_warning("cancel forwarding to peer %d failed: %s", p->id, err);
+		hold_release(hold_fd);
 		return true;
 	}
-	PgSocket *cs = socket_new(true);
-	cs->pool = NULL;
-	cs->remote = ss;
+	PgSocket *cs = cancel_conn_new(&ss, hold_fd);
 	cs->cancel_peer = p->id;
 	/* the packet is the key itself: its first half where a backend pid goes, the rest as the secret */
 	cs->cancel_server_pid =
 	    ((uint32_t)key[0] << 24) | ((uint32_t)key[1] << 16) | ((uint32_t)key[2] << 8) | (uint32_t)key[3];
 	memcpy(cs->cancel_server_key, key + 4, CANCEL_KEY_LEN - 4);
 	cs->cancel_server_key_len = CANCEL_KEY_LEN - 4;
-	list_append(&inflight, &cs->node);
 	q->active++;
 	if (!sbuf_connect(&cs->sb, wk.base, (struct sockaddr *)&ss, len, 512, 1 << 20, NULL, cancel_conn_cb, cs)) {
 		log_warning("cancel forwarding to peer %d failed: %s", p->id, strerror(cs->sb.last_errno));
@@ -254,11 +284,13 @@ static void peer_drain(PeerQueue *q)
 {
 	const CfPeer *p = config_find_peer(&wk.cf, q->id);
 	if (!p) {
-		q->count = 0; /* removed by a reload */
+		/* removed by a reload */
+		for (; q->count > 0; q->count--, q->head = (q->head + 1) % PEER_QUEUE_MAX)
+			hold_release(q->hold_fds[q->head]);
 		return;
 	}
 	while (q->count > 0 && q->active < peer_pool_size(p)) {
-		if (!peer_connect(q, p, q->keys[q->head]))
+		if (!peer_connect(q, p, q->keys[q->head], q->hold_fds[q->head]))
 			return; /* the lookup's end calls cancel_peers_wake() */
 		q->head = (q->head + 1) % PEER_QUEUE_MAX;
 		q->count--;
@@ -279,28 +311,36 @@ void cancel_peers_wake(void)
 }
 
 /* A key of peer `owner`: passed on with one less hop of TTL. Returns the reason for the log. */
-static const char *peer_forward(const uint8_t *key, int owner, char *why, size_t whylen)
+static const char *peer_forward(const uint8_t *key, int owner, int hold_fd, char *why, size_t whylen)
 {
-	if ((key[7] & 0x03) == 0) {
+	PeerQueue *q = NULL;
+	bool dropped = true;
+	if ((key[7] & 0x03) == 0)
 		snprintf(why, whylen, "cancel request for peer %d dropped: forwarding limit reached", owner);
-		return why;
-	}
-	if (!config_find_peer(&wk.cf, owner)) {
+	else if (!config_find_peer(&wk.cf, owner))
 		snprintf(why, whylen, "cancel request for unknown peer %d", owner);
-		return why;
-	}
-	PeerQueue *q = peer_queue(owner);
-	if (q->count >= PEER_QUEUE_MAX) {
+	else if ((q = peer_queue(owner))->count >= PEER_QUEUE_MAX)
 		snprintf(why, whylen, "cancel request for peer %d dropped: %d already wait", owner, q->count);
+	else
+		dropped = false;
+	if (dropped) {
+		hold_release(hold_fd);
 		return why;
 	}
-	uint8_t *slot = q->keys[(q->head + q->count) % PEER_QUEUE_MAX];
-	memcpy(slot, key, CANCEL_KEY_LEN);
-	slot[7]--; /* the TTL bits are not 00: this only counts them down */
+	int at = (q->head + q->count) % PEER_QUEUE_MAX;
+	memcpy(q->keys[at], key, CANCEL_KEY_LEN);
+	q->keys[at][7]--; /* the TTL bits are not 00: this only counts them down */
+	q->hold_fds[at] = hold_fd;
 	q->count++;
 	peer_drain(q);
 	snprintf(why, whylen, "cancel request forwarded to peer %d", owner);
 	return why;
+}
+
+/* The requester's socket, held open by whoever delivers the cancel (-1 if it cannot be). */
+static int hold_of(PgSocket *req)
+{
+	return req->sb.fd >= 0 ? fcntl(req->sb.fd, F_DUPFD_CLOEXEC, 0) : -1;
 }
 
 void cancel_handle_request(PgSocket *req, const uint8_t *key_in)
@@ -312,7 +352,7 @@ void cancel_handle_request(PgSocket *req, const uint8_t *key_in)
 		int owner = key[1] | key[2] << 8;
 		if (owner != wk.cf.g.peer_id) {
 			char why[128];
-			disconnect_client(req, false, "%s", peer_forward(key, owner, why, sizeof(why)));
+			disconnect_client(req, false, "%s", peer_forward(key, owner, hold_of(req), why, sizeof(why)));
 			return;
 		}
 		key[7] |= 0x03; /* back to the key as we handed it out */
@@ -321,16 +361,17 @@ void cancel_handle_request(PgSocket *req, const uint8_t *key_in)
 	if (key[3] != (uint8_t)wk.id && wk.master_fd >= 0) {
 		ChannelMsg m = {.type = CH_CANCEL};
 		memcpy(&m.arg, key, CANCEL_KEY_LEN);
-		if (!channel_send(wk.master_fd, &m, -1))
+		/* the request's socket goes along: the owner holds it until the cancel is delivered */
+		if (!channel_send(wk.master_fd, &m, req->sb.fd))
 			log_warning("could not forward a cancel request to worker %d: %s", key[3], strerror(errno));
 		disconnect_client(req, false, "cancel request forwarded to worker %d", key[3]);
 		return;
 	}
-	disconnect_client(req, false, "%s", cancel_by_key(key));
+	disconnect_client(req, false, "%s", cancel_by_key(key, hold_of(req)));
 }
 
-void cancel_forwarded(const uint8_t *key)
+void cancel_forwarded(const uint8_t *key, int hold_fd)
 {
-	const char *what = cancel_by_key(key);
+	const char *what = cancel_by_key(key, hold_fd);
 	log_debug("forwarded %s", what);
 }

@@ -432,7 +432,7 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 		case CH_CANCEL: {
 			uint8_t key[CANCEL_KEY_LEN];
 			memcpy(key, &m.arg, CANCEL_KEY_LEN);
-			cancel_forwarded(key);
+			cancel_forwarded(key, rfd); /* it closes rfd once the cancel is delivered */
 			break;
 		}
 		default:
