@@ -304,6 +304,11 @@ bool config_format_value(const Config *cf, const CfParam *p, char *buf, size_t l
 /* Format the default (SHOW CONFIG `default` column); false for NULL. */
 bool config_format_default(const CfParam *p, char *buf, size_t len);
 
+/* pool_size of a [databases] entry, else default_pool_size (0 = unlimited). */
+int config_db_pool_size(const Config *cf, const CfDatabase *db);
+/* reserve_pool_size of a [databases] entry, else the global one. */
+int config_db_reserve_pool_size(const Config *cf, const CfDatabase *db);
+
 /* Lookup helpers. */
 const CfDatabase *config_find_db(const Config *cf, const char *name);
 const CfUser *config_find_user(const Config *cf, const char *name);

@@ -16,6 +16,7 @@
 #include "shm.h"
 #include "worker/hba.h"
 #include "worker/objects.h"
+#include "worker/pool_settings.h"
 #include "worker/tls.h"
 
 #define WORKER_MAX_LISTENERS 256
@@ -134,9 +135,6 @@ static inline int pool_effective_mode(const PgPool *pool)
 		return pool->mode;
 	return pool_mode_refresh((PgPool *)pool);
 }
-int pool_effective_size(const PgPool *pool);
-int db_min_pool_size(const PgDatabase *db);      /* min_pool_size: database, else global */
-usec_t pool_server_lifetime(const PgPool *pool); /* server_lifetime: database, else global; 0 = no limit */
 int pool_server_count(const PgPool *pool);
 int pool_client_count(const PgPool *pool);
 void slog(LogLevel level, const PgSocket *s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

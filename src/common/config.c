@@ -1339,6 +1339,16 @@ bool config_validate(const Config *cf, char *errbuf, size_t errlen)
 /* ---------------------------------------------------------------------- */
 /* lookups */
 
+int config_db_pool_size(const Config *cf, const CfDatabase *db)
+{
+	return db->pool_size != CF_UNSET ? db->pool_size : cf->g.default_pool_size;
+}
+
+int config_db_reserve_pool_size(const Config *cf, const CfDatabase *db)
+{
+	return db->reserve_pool_size != CF_UNSET ? db->reserve_pool_size : cf->g.reserve_pool_size;
+}
+
 const CfDatabase *config_find_db(const Config *cf, const char *name)
 {
 	for (int i = 0; i < cf->n_dbs; i++)

@@ -224,14 +224,12 @@ static bool show_databases(PgSocket *c)
 	list_for_each(i, &wk.databases)
 	{
 		PgDatabase *db = container_of(i, PgDatabase, node);
-		int pool_size = db->cf.pool_size != CF_UNSET ? db->cf.pool_size : wk.cf.g.default_pool_size;
+		int pool_size = db_pool_size(db);
 		int minp = db_min_pool_size(db);
-		int resv = db->cf.reserve_pool_size != CF_UNSET ? db->cf.reserve_pool_size : wk.cf.g.reserve_pool_size;
-		int life =
-		    db->cf.server_lifetime > 0 ? db->cf.server_lifetime : (int)(wk.cf.g.server_lifetime / USEC_PER_SEC);
-		int maxc = db->cf.max_db_connections > 0 ? db->cf.max_db_connections : wk.cf.g.max_db_connections;
-		int maxcc = db->cf.max_db_client_connections > 0 ? db->cf.max_db_client_connections
-		                                                 : wk.cf.g.max_db_client_connections;
+		int resv = db_reserve_pool_size(db);
+		int life = (int)(db_server_lifetime(db) / USEC_PER_SEC);
+		int maxc = db_max_connections(db);
+		int maxcc = db_max_client_connections(db);
 		const char *v[] = {
 		    db->name,
 		    db->admin ? NULL : db->cf.host,
@@ -453,10 +451,8 @@ static bool show_users(PgSocket *c)
 			snprintf(ps, sizeof(ps), "%9d", u->cf->pool_size);
 		if (u->cf && u->cf->reserve_pool_size != CF_UNSET)
 			snprintf(rs, sizeof(rs), "%9d", u->cf->reserve_pool_size);
-		int maxc = u->cf && u->cf->max_user_connections > 0 ? u->cf->max_user_connections
-		                                                    : wk.cf.g.max_user_connections;
-		int maxcc = u->cf && u->cf->max_user_client_connections > 0 ? u->cf->max_user_client_connections
-		                                                            : wk.cf.g.max_user_client_connections;
+		int maxc = user_max_connections(u);
+		int maxcc = user_max_client_connections(u);
 		const char *v[] = {
 		    u->name,
 		    ps,
@@ -830,8 +826,7 @@ static bool show_peers(PgSocket *c)
 	reply_begin(&r, c, "iTii", names);
 	for (int k = 0; k < wk.cf.n_peers; k++) {
 		const CfPeer *p = sorted[k];
-		const char *v[] = {fmt_int(p->id), p->host, fmt_int(p->port),
-		                   fmt_int(p->pool_size != CF_UNSET ? p->pool_size : wk.cf.g.default_pool_size)};
+		const char *v[] = {fmt_int(p->id), p->host, fmt_int(p->port), fmt_int(peer_pool_size(p))};
 		reply_row(&r, v);
 	}
 	free(sorted);

@@ -208,9 +208,10 @@ static PeerQueue *peer_queue(int id)
 	return q;
 }
 
-static int peer_pool_size(const CfPeer *p)
+/* Connections to a peer at once: its pool_size, at least 1. */
+static int peer_max_connections(const CfPeer *p)
 {
-	int size = p->pool_size != CF_UNSET ? p->pool_size : wk.cf.g.default_pool_size;
+	int size = peer_pool_size(p);
 	return size > 0 ? size : 1;
 }
 
@@ -253,7 +254,7 @@ static void peer_drain(PeerQueue *q)
 		q->count = 0; /* removed by a reload */
 		return;
 	}
-	while (q->count > 0 && q->active < peer_pool_size(p)) {
+	while (q->count > 0 && q->active < peer_max_connections(p)) {
 		if (!peer_connect(q, p, q->keys[q->head]))
 			return; /* the lookup's end calls cancel_peers_wake() */
 		q->head = (q->head + 1) % PEER_QUEUE_MAX;
