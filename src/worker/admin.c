@@ -1633,6 +1633,20 @@ static bool set_tls_blocker(const char *key, const char *old, const char *val)
 	return true;
 }
 
+/* SET refused: PgBouncer's "SET failed", after a NOTICE with the reason (the setting and its range). */
+static bool set_refused(PgSocket *c, const char *reason)
+{
+	log_warning("%s", reason);
+	if (wk.cf.g.log_pooler_errors)
+		slog(LG_WARNING, c, "pooler error: SET failed");
+	PktBuf pb;
+	pktbuf_init(&pb, 128 + strlen(reason));
+	pktbuf_write_notice(&pb, reason);
+	pktbuf_write_error(&pb, "ERROR", "08P01", "SET failed");
+	pktbuf_write_ready(&pb, 'I');
+	return send_pktbuf(c, &pb);
+}
+
 static bool cmd_set(PgSocket *c, const char *p, const char *query)
 {
 	char key[MAX_WORD], val[256];
@@ -1703,10 +1717,8 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 		return admin_error(c, NULL, "SET failed");
 	if (!param->reloadable)
 		needs_tls = false; /* reported as set, changes nothing */
-	else if (!config_set(&wk.cf, key, val, err, sizeof(err))) {
-		log_warning("%s", err);
-		return admin_error(c, NULL, "SET failed");
-	}
+	else if (!config_set_checked(&wk.cf, key, val, err, sizeof(err)))
+		return set_refused(c, err);
 	bool tls_kept = false;
 	if (needs_tls && !worker_tls_reload(err, sizeof(err))) {
 		log_warning("TLS configuration not changed: %s", err);
