@@ -2,6 +2,7 @@
 warm start, SHOW WORKERS / SHOW SCALER (DESIGN.md §2-§4, §6)."""
 
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -11,7 +12,7 @@ import psycopg
 import pytest
 
 from conftest import pg_bindir, wait_for
-from helpers import states, worker_of, workers
+from helpers import console, row, rows, states, worker_of, workers
 
 # Fast, low thresholds so a small loopback load moves the scaler.
 SCALING = {
@@ -284,3 +285,115 @@ def test_drain_timeout_closes_remaining_clients(bouncer):
         held.execute("SELECT 1")
     assert "server shutting down" in str(exc.value)
     wait_for(lambda: states(b) == ["active"], "one worker left")
+
+
+# Worker settings that cannot work, with the message that names the setting and its range.
+REFUSED = [
+    ({"min_workers": 70}, "min_workers must be between 1 and 64 (got 70)"),
+    ({"min_workers": 0}, "min_workers must be between 1 and 64 (got 0)"),
+    ({"max_workers": -1}, "max_workers must be 0 (one per physical core) or more (got -1)"),
+    ({"min_workers": 3, "max_workers": 2}, r"min_workers must be between 1 and max_workers \(2\) \(got 3\)"),
+    ({"worker_scale_up_samples": 129}, "worker_scale_up_samples must be between 1 and 128 (got 129)"),
+    ({"worker_scale_down_samples": 200}, "worker_scale_down_samples must be between 1 and 128 (got 200)"),
+    ({"worker_scale_up_threshold": 1.5}, "worker_scale_up_threshold must be above 0 and at most 1 (got 1.5)"),
+    ({"worker_scale_down_threshold": 0.9},
+     r"worker_scale_down_threshold must be above 0 and below worker_scale_up_threshold \(0.75\) \(got 0.9\)"),
+    ({"worker_scale_interval": 0}, "worker_scale_interval must be above 0 seconds (got 0)"),
+]
+REFUSED_IDS = ["-".join(f"{k}={v}" for k, v in s.items()) for s, _ in REFUSED]
+
+
+def config_values(conn, keys):
+    return {r["key"]: r["value"] for r in rows(conn, "SHOW CONFIG") if r["key"] in keys}
+
+
+def literal(message):
+    """A message as a regex: parentheses escaped unless the entry already did it."""
+    return message if "\\(" in message else re.escape(message)
+
+
+@pytest.mark.parametrize("settings,message", REFUSED, ids=REFUSED_IDS)
+def test_out_of_range_worker_setting_refused_at_start(bouncer, settings, message):
+    """The master exits with the reason instead of starting (min_workers = 70 used to crash it)."""
+    b = bouncer(ini_overrides={"max_workers": 2, **settings}, start=False)
+    b.start(wait=False)
+    assert b.wait_exit() == 1
+    log = b.log_text()
+    assert re.search(r"pgbouncer\.ini: " + literal(message) + "$", log, re.MULTILINE), log
+    assert "FATAL cannot load config file" in log
+    assert "worker 0 started" not in log
+
+
+@pytest.mark.parametrize("settings,message", [REFUSED[0], REFUSED[5], REFUSED[7]],
+                         ids=[REFUSED_IDS[0], REFUSED_IDS[5], REFUSED_IDS[7]])
+def test_out_of_range_worker_setting_refused_on_reload(bouncer, settings, message):
+    b = bouncer(ini_overrides={"min_workers": 1, "max_workers": 2})
+    before = config_values(console(b), settings)
+    b.update(**settings)
+    b.write_ini()
+    mark = b.log_mark()
+    b.reload()
+    b.wait_log(r"pgbouncer\.ini: " + literal(message) + "$", after=mark)
+    b.wait_log(r"config file loading failed; keeping the running configuration", after=mark)
+    assert config_values(console(b), settings) == before
+    assert states(b) == ["active"]
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("min_workers", "70", "min_workers must be between 1 and 64 (got 70)"),
+    ("worker_scale_up_samples", "200", "worker_scale_up_samples must be between 1 and 128 (got 200)"),
+    ("worker_scale_down_threshold", "0.8",
+     "worker_scale_down_threshold must be above 0 and below worker_scale_up_threshold (0.75) (got 0.8)"),
+])
+def test_out_of_range_worker_setting_refused_by_set(bouncer, key, value, message):
+    """Refused on every worker: the console passes SET on to the other one."""
+    b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2})
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    conn = console(b)
+    before = row(conn, "SHOW CONFIG", key=key)["value"]
+    seen = []
+    conn.add_notice_handler(lambda d: seen.append(d.message_primary))
+    with pytest.raises(psycopg.Error) as info:
+        conn.execute(f"SET {key} = '{value}'")
+    assert (info.value.diag.severity, info.value.diag.message_primary) == ("ERROR", "SET failed")
+    assert message in seen
+    assert row(conn, "SHOW CONFIG", key=key)["value"] == before
+    b.wait_log(re.escape(message))
+    # a value in range is still taken
+    conn.execute(f"SET {key} = '{before}'")
+
+
+def test_max_workers_above_the_worker_table_clamped_and_logged_once(bouncer):
+    b = bouncer(ini_overrides={"min_workers": 1, "max_workers": 100})
+    note = "max_workers = 100 clamped to 64, the size of the worker table"
+    b.wait_log(re.escape(note))
+    assert scaler(b)["max_workers"] == 64
+    # a reload that keeps the setting does not say it again (RELOAD answers once the master has reloaded)
+    console(b).execute("RELOAD")
+    assert b.log_text().count(note) == 1
+    assert scaler(b)["max_workers"] == 64
+
+
+def test_min_workers_above_the_cores_logged(bouncer):
+    b = bouncer(ini_overrides={"min_workers": 1, "max_workers": 0})
+    cores = scaler(b)["max_workers"]
+    b.update(min_workers=cores + 1)
+    b.write_ini()
+    mark = b.log_mark()
+    b.reload()
+    b.wait_log(re.escape(f"max_workers = 0 ({cores} physical cores) raised to min_workers ({cores + 1})"),
+               after=mark)
+    wait_for(lambda: len(states(b)) == cores + 1, f"{cores + 1} workers")
+    assert scaler(b)["max_workers"] == cores + 1
+
+
+def test_warm_start_above_max_workers_clamped(bouncer):
+    """A saved count above max_workers (and above the worker table) is clamped, not replaced by min_workers."""
+    b = bouncer(ini_overrides={"min_workers": 1, "max_workers": 2}, start=False)
+    path = b.dir / "workers.state"
+    b.run_as.write(path, "pgbouncer-workers 1\ncount 100\n")
+    b.update(worker_state_file=str(path))
+    b.write_ini()
+    b.start()
+    b.wait_log(r"warm start: 2 workers \(saved 100 in .*workers\.state, clamped to \[min_workers 1, max_workers 2\]\)")
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")

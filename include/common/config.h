@@ -298,11 +298,25 @@ void config_keep_boot_values(Config *loaded, const Config *running);
 bool config_set(Config *cf, const char *name, const char *value, char *errbuf, size_t errlen)
     __attribute__((warn_unused_result));
 
+/*
+ * config_set() for the admin console's SET: the whole configuration must
+ * still pass config_validate() with the new value (a worker setting out of
+ * its range, min_workers above max_workers, ...); if not, the old value is
+ * put back and the message names the setting and its range.
+ */
+bool config_set_checked(Config *cf, const char *name, const char *value, char *errbuf, size_t errlen)
+    __attribute__((warn_unused_result));
+
 /* Format the current value for SHOW CONFIG into buf; returns false for NULL (unset string). */
 bool config_format_value(const Config *cf, const CfParam *p, char *buf, size_t len);
 
 /* Format the default (SHOW CONFIG `default` column); false for NULL. */
 bool config_format_default(const CfParam *p, char *buf, size_t len);
+
+/* pool_size of a [databases] entry, else default_pool_size (0 = unlimited). */
+int config_db_pool_size(const Config *cf, const CfDatabase *db);
+/* reserve_pool_size of a [databases] entry, else the global one. */
+int config_db_reserve_pool_size(const Config *cf, const CfDatabase *db);
 
 /* Lookup helpers. */
 const CfDatabase *config_find_db(const Config *cf, const char *name);

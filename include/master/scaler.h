@@ -9,7 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SCALER_HISTORY 128 /* samples kept; >= the largest *_samples setting accepted */
+#include "common/worker_bounds.h"
+
+#define SCALER_HISTORY WORKER_SAMPLES_MAX /* samples kept: the largest *_samples setting accepted */
 
 typedef enum ScaleDecision {
 	SCALE_HOLD = 0, /* keep the current count */
@@ -17,6 +19,7 @@ typedef enum ScaleDecision {
 	SCALE_DOWN = 2, /* drain a worker */
 } ScaleDecision;
 
+/* The settings as the decision uses them: checked by worker_bounds_check(), counts from worker_bounds_resolve(). */
 typedef struct ScalerConfig {
 	int min_workers;       /* >= 1 */
 	int max_workers;       /* resolved (0 already replaced by the core count): >= min_workers */
@@ -79,14 +82,6 @@ void scaler_note_change(ScalerHistory *h, int64_t now_us);
  * (4): ...", "mean busy 0.80 > 0.75 for 1 of 2 samples", ...).
  */
 ScalerResult scaler_decide(const ScalerHistory *h, const ScalerConfig *cf, int current, int64_t now_us);
-
-/*
- * Checks of the settings: min_workers >= 1, max_workers >= min_workers,
- * max_workers <= SHM_MAX_WORKERS, 0 < worker_scale_down_threshold < worker_scale_up_threshold <= 1,
- * samples in 1..SCALER_HISTORY, cooldown >= 0. False with a message naming
- * the settings (the first problem found).
- */
-bool scaler_config_valid(const ScalerConfig *cf, char *err, size_t errlen) __attribute__((warn_unused_result));
 
 /*
  * Physical cores (hyperthread siblings counted once): the distinct

@@ -8,7 +8,9 @@
  *   count 3
  *
  * The first line names the format and its version (1). The count is decimal
- * digits only (no sign, no spaces) in 1..WARMSTART_MAX_COUNT. Nothing may
+ * digits only (no sign, no spaces), at least 1; it is written in
+ * 1..WARMSTART_MAX_COUNT, and a larger one is read as it is (the caller
+ * clamps it to max_workers, as any count). Nothing may
  * follow the second newline. Requiring the final newline means a file cut
  * short anywhere, even inside the number ("count 1" of "count 12"), is
  * rejected rather than misread.
@@ -21,7 +23,7 @@
 
 #include "shm.h"
 
-#define WARMSTART_MAX_COUNT SHM_MAX_WORKERS /* a larger count cannot have been written by us */
+#define WARMSTART_MAX_COUNT SHM_MAX_WORKERS /* the largest count written */
 
 /*
  * Read the saved count. Returns true and sets *count when the file holds a

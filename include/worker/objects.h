@@ -296,10 +296,6 @@ void client_send_error(PgSocket *c, bool fatal_err, const char *sqlstate, const 
 const char *state_name(SocketState st, bool for_sockets);
 int pool_mode_refresh(PgPool *pool); /* pool_effective_mode() after a config change */
 
-/* pool_size: user, else database, else default_pool_size. */
-int pool_effective_size(const PgPool *pool);
-int db_min_pool_size(const PgDatabase *db);      /* min_pool_size: database, else global */
-usec_t pool_server_lifetime(const PgPool *pool); /* server_lifetime: database, else global; 0 = no limit */
 int pool_server_count(const PgPool *pool);
 /* Clients of the pool in this worker, in any state. */
 int pool_client_count(const PgPool *pool);

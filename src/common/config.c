@@ -18,6 +18,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "common/worker_bounds.h"
 
 /* ---------------------------------------------------------------------- */
 /* enum word lists */
@@ -550,6 +551,25 @@ bool config_set(Config *cf, const char *name, const char *value, char *errbuf, s
 		log_warning("parameter %s is accepted but not implemented; the value is ignored", p->name);
 	put_value(&cf->g, p, v);
 	return true;
+}
+
+bool config_set_checked(Config *cf, const char *name, const char *value, char *errbuf, size_t errlen)
+{
+	const CfParam *p = config_find_param(name);
+	if (!p)
+		return config_set(cf, name, value, errbuf, errlen);
+	CfValue old = get_value(&cf->g, p);
+	bool str = is_string_type(p->type);
+	if (str)
+		old.s = xstrdup_or_null(old.s);
+	bool ok = config_set(cf, name, value, errbuf, errlen);
+	if (ok && !config_validate(cf, errbuf, errlen)) {
+		put_value(&cf->g, p, old); /* frees the new string */
+		return false;
+	}
+	if (str)
+		free(old.s);
+	return ok;
 }
 
 bool config_format_value(const Config *cf, const CfParam *p, char *buf, size_t len)
@@ -1289,55 +1309,23 @@ bool config_validate(const Config *cf, char *errbuf, size_t errlen)
 		set_error(errbuf, errlen, "peer_id (%d) must be between 0 and 16383", g->peer_id);
 		return false;
 	}
-	if (g->min_workers < 1) {
-		set_error(errbuf, errlen, "min_workers (%d) must be at least 1", g->min_workers);
+	if (!worker_bounds_check(g, errbuf, errlen))
 		return false;
-	}
-	if (g->max_workers < 0) {
-		set_error(errbuf, errlen, "max_workers (%d) must be 0 (one per physical core) or more", g->max_workers);
-		return false;
-	}
-	if (g->max_workers > 0 && g->min_workers > g->max_workers) {
-		set_error(errbuf, errlen, "min_workers (%d) is greater than max_workers (%d)", g->min_workers,
-		          g->max_workers);
-		return false;
-	}
-	if (!(g->worker_scale_down_threshold > 0)) {
-		set_error(errbuf, errlen, "worker_scale_down_threshold (%g) must be greater than 0",
-		          g->worker_scale_down_threshold);
-		return false;
-	}
-	if (!(g->worker_scale_up_threshold <= 1)) {
-		set_error(errbuf, errlen, "worker_scale_up_threshold (%g) must not be greater than 1",
-		          g->worker_scale_up_threshold);
-		return false;
-	}
-	if (!(g->worker_scale_down_threshold < g->worker_scale_up_threshold)) {
-		set_error(errbuf, errlen,
-		          "worker_scale_down_threshold (%g) must be less than worker_scale_up_threshold (%g)",
-		          g->worker_scale_down_threshold, g->worker_scale_up_threshold);
-		return false;
-	}
-	if (g->worker_scale_up_samples < 1) {
-		set_error(errbuf, errlen, "worker_scale_up_samples (%d) must be at least 1",
-		          g->worker_scale_up_samples);
-		return false;
-	}
-	if (g->worker_scale_down_samples < 1) {
-		set_error(errbuf, errlen, "worker_scale_down_samples (%d) must be at least 1",
-		          g->worker_scale_down_samples);
-		return false;
-	}
-	if (g->worker_scale_interval <= 0) {
-		set_error(errbuf, errlen, "worker_scale_interval (%g) must be greater than 0",
-		          (double)g->worker_scale_interval / (double)USEC_PER_SEC);
-		return false;
-	}
 	return true;
 }
 
 /* ---------------------------------------------------------------------- */
 /* lookups */
+
+int config_db_pool_size(const Config *cf, const CfDatabase *db)
+{
+	return db->pool_size != CF_UNSET ? db->pool_size : cf->g.default_pool_size;
+}
+
+int config_db_reserve_pool_size(const Config *cf, const CfDatabase *db)
+{
+	return db->reserve_pool_size != CF_UNSET ? db->reserve_pool_size : cf->g.reserve_pool_size;
+}
 
 const CfDatabase *config_find_db(const Config *cf, const char *name)
 {

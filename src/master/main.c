@@ -218,10 +218,7 @@ static void log_fd_limit(const Config *cf)
 	/* clients, plus a server per pool slot of every configured database, plus listeners and files */
 	long expected = cf->g.max_client_conn + 10;
 	for (int i = 0; i < cf->n_dbs; i++) {
-		int size = cf->dbs[i].pool_size >= 0 ? cf->dbs[i].pool_size : cf->g.default_pool_size;
-		int reserve =
-		    cf->dbs[i].reserve_pool_size >= 0 ? cf->dbs[i].reserve_pool_size : cf->g.reserve_pool_size;
-		expected += size + reserve;
+		expected += config_db_pool_size(cf, &cf->dbs[i]) + config_db_reserve_pool_size(cf, &cf->dbs[i]);
 	}
 	log_info("kernel file descriptor limit: %llu (hard: %llu); max_client_conn: %d, max expected fd use: %ld",
 	         (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, cf->g.max_client_conn, expected);

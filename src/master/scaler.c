@@ -1,12 +1,12 @@
 /*
- * The autoscaler's decision (doc/workers.md, "How the scaler decides"): a pure function of the busy
- * history and the settings, plus the checks of those settings and the
- * physical core count that max_workers = 0 stands for.
+ * The autoscaler's decision (doc/workers.md, "How the scaler decides"): a
+ * pure function of the busy history and the settings (their bounds are in
+ * common/worker_bounds.c), plus the physical core count that
+ * max_workers = 0 stands for.
  */
 #include "autoconfig.h"
 
 #include "master/scaler.h"
-#include "common/util.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -18,8 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include "shm.h"
 
 ScalerSample scaler_sample_make(int64_t time_us, int n_workers, double sum_busy)
 {
@@ -157,38 +155,6 @@ ScalerResult scaler_decide(const ScalerHistory *h, const ScalerConfig *cf, int c
 
 	set_result(&r, SCALE_HOLD, "steady: mean busy %.2f on %d worker%s", mean, current, current == 1 ? "" : "s");
 	return r;
-}
-
-bool scaler_config_valid(const ScalerConfig *cf, char *err, size_t errlen)
-{
-	if (cf->min_workers < 1)
-		return set_error(err, errlen, "min_workers must be at least 1 (got %d)", cf->min_workers);
-	if (cf->max_workers < cf->min_workers)
-		return set_error(err, errlen, "max_workers (%d) must not be below min_workers (%d)", cf->max_workers,
-		                 cf->min_workers);
-	if (cf->max_workers > SHM_MAX_WORKERS)
-		return set_error(err, errlen, "max_workers (%d) must not exceed %d", cf->max_workers, SHM_MAX_WORKERS);
-	/* written as !(a < b) so that NaN fails too */
-	if (!(cf->up_threshold > 0.0 && cf->up_threshold <= 1.0))
-		return set_error(err, errlen, "worker_scale_up_threshold must be above 0 and at most 1 (got %g)",
-		                 cf->up_threshold);
-	if (!(cf->down_threshold > 0.0))
-		return set_error(err, errlen, "worker_scale_down_threshold must be above 0 (got %g)",
-		                 cf->down_threshold);
-	if (!(cf->down_threshold < cf->up_threshold))
-		return set_error(err, errlen,
-		                 "worker_scale_down_threshold (%g) must be below worker_scale_up_threshold (%g), "
-		                 "or workers would be added and drained in turn",
-		                 cf->down_threshold, cf->up_threshold);
-	if (cf->up_samples < 1 || cf->up_samples > SCALER_HISTORY)
-		return set_error(err, errlen, "worker_scale_up_samples must be between 1 and %d (got %d)",
-		                 SCALER_HISTORY, cf->up_samples);
-	if (cf->down_samples < 1 || cf->down_samples > SCALER_HISTORY)
-		return set_error(err, errlen, "worker_scale_down_samples must be between 1 and %d (got %d)",
-		                 SCALER_HISTORY, cf->down_samples);
-	if (cf->cooldown_us < 0)
-		return set_error(err, errlen, "worker_scale_cooldown must not be negative");
-	return true;
 }
 
 const char *scaler_decision_name(ScaleDecision d)

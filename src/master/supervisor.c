@@ -60,6 +60,7 @@ static struct {
 	int served_by[SHM_MAX_WORKERS];      /* worker slot accepting on listener slot k (-1 = none) */
 	ScalerHistory hist;
 	ScalerConfig scf;
+	WorkerBounds bounds; /* as last resolved; its note (what was clamped) has been logged */
 	struct event *tick_ev;
 	bool shutting_down;
 	int cpus[SHM_MAX_WORKERS]; /* one logical CPU per physical core, for worker_cpu_affinity */
@@ -422,16 +423,15 @@ static void drain(int i)
 
 /* ---- the scaler tick ---- */
 
+/* The scaler's settings from the configuration; a clamp is logged when it first applies. */
 static void resolve_scaler_config(void)
 {
 	const CfGlobals *g = &sv.cf->g;
-	int cores = scaler_physical_cores();
-	int max = g->max_workers > 0 ? g->max_workers : cores;
-	if (max > SHM_MAX_WORKERS)
-		max = SHM_MAX_WORKERS;
-	int min = g->min_workers < 1 ? 1 : g->min_workers;
-	if (min > max)
-		max = min; /* max_workers = 0 on a small machine with a large min_workers */
+	WorkerBounds b = worker_bounds_resolve(g, scaler_physical_cores());
+	if (b.note[0] && strcmp(b.note, sv.bounds.note) != 0)
+		log_warning("%s", b.note);
+	sv.bounds = b;
+	int min = b.min_workers, max = b.max_workers;
 	sv.scf = (ScalerConfig){.min_workers = min,
 	                        .max_workers = max,
 	                        .up_threshold = g->worker_scale_up_threshold,
@@ -559,7 +559,12 @@ void supervisor_start(void)
 		int saved;
 		if (warmstart_read(path, &saved, err, sizeof(err))) {
 			count = warmstart_clamp(saved, sv.scf.min_workers, sv.scf.max_workers);
-			log_info("warm start: %d workers (saved %d in %s)", count, saved, path);
+			if (count != saved)
+				log_info("warm start: %d workers (saved %d in %s, clamped to [min_workers %d, "
+				         "max_workers %d])",
+				         count, saved, path, sv.scf.min_workers, sv.scf.max_workers);
+			else
+				log_info("warm start: %d workers (saved %d in %s)", count, saved, path);
 		} else {
 			log_info("warm start: %s; starting %d workers (min_workers)", err, count);
 		}

@@ -105,8 +105,9 @@ bool warmstart_read(const char *path, int *count, char *err, size_t errlen)
 		return false;
 	if (pos != len)
 		return set_error(err, errlen, "trailing data after the count");
-	if (value < 1 || value > WARMSTART_MAX_COUNT)
-		return set_error(err, errlen, "count %ld out of range 1..%d", value, WARMSTART_MAX_COUNT);
+	/* a count above WARMSTART_MAX_COUNT is read as it is: the caller clamps it to max_workers */
+	if (value < 1)
+		return set_error(err, errlen, "count %ld out of range: at least 1", value);
 	*count = (int)value;
 	return true;
 }

@@ -24,6 +24,7 @@
 #include "worker/admin_workers.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
+#include "worker/pool_settings.h"
 #include "worker/worker.h"
 
 /*
@@ -200,14 +201,12 @@ static bool show_databases(PgSocket *c, int variant)
 	list_for_each(i, &wk.databases)
 	{
 		PgDatabase *db = container_of(i, PgDatabase, node);
-		int pool_size = db->cf.pool_size != CF_UNSET ? db->cf.pool_size : wk.cf.g.default_pool_size;
+		int pool_size = db_pool_size(db);
 		int minp = db_min_pool_size(db);
-		int resv = db->cf.reserve_pool_size != CF_UNSET ? db->cf.reserve_pool_size : wk.cf.g.reserve_pool_size;
-		int life =
-		    db->cf.server_lifetime > 0 ? db->cf.server_lifetime : (int)(wk.cf.g.server_lifetime / USEC_PER_SEC);
-		int maxc = db->cf.max_db_connections > 0 ? db->cf.max_db_connections : wk.cf.g.max_db_connections;
-		int maxcc = db->cf.max_db_client_connections > 0 ? db->cf.max_db_client_connections
-		                                                 : wk.cf.g.max_db_client_connections;
+		int resv = db_reserve_pool_size(db);
+		int life = (int)(db_server_lifetime(db) / USEC_PER_SEC);
+		int maxc = db_max_connections(db);
+		int maxcc = db_max_client_connections(db);
 		const char *v[] = {
 		    db->name,
 		    db->admin ? NULL : db->cf.host,
@@ -439,10 +438,8 @@ static bool show_users(PgSocket *c, int variant)
 			snprintf(ps, sizeof(ps), "%9d", u->cf->pool_size);
 		if (u->cf && u->cf->reserve_pool_size != CF_UNSET)
 			snprintf(rs, sizeof(rs), "%9d", u->cf->reserve_pool_size);
-		int maxc = u->cf && u->cf->max_user_connections > 0 ? u->cf->max_user_connections
-		                                                    : wk.cf.g.max_user_connections;
-		int maxcc = u->cf && u->cf->max_user_client_connections > 0 ? u->cf->max_user_client_connections
-		                                                            : wk.cf.g.max_user_client_connections;
+		int maxc = user_max_connections(u);
+		int maxcc = user_max_client_connections(u);
 		const char *v[] = {
 		    u->name,
 		    ps,
@@ -842,8 +839,7 @@ static bool show_peers(PgSocket *c, int variant)
 	reply_begin(&r, c, "iTii", names);
 	for (int k = 0; k < wk.cf.n_peers; k++) {
 		const CfPeer *p = sorted[k];
-		const char *v[] = {fmt_int(p->id), p->host, fmt_int(p->port),
-		                   fmt_int(p->pool_size != CF_UNSET ? p->pool_size : wk.cf.g.default_pool_size)};
+		const char *v[] = {fmt_int(p->id), p->host, fmt_int(p->port), fmt_int(peer_pool_size(p))};
 		reply_row(&r, v);
 	}
 	free(sorted);
@@ -1653,6 +1649,20 @@ static bool set_tls_blocker(const char *key, const char *old, const char *val)
 	return true;
 }
 
+/* SET refused: PgBouncer's "SET failed", after a NOTICE with the reason (the setting and its range). */
+static bool set_refused(PgSocket *c, const char *reason)
+{
+	log_warning("%s", reason);
+	if (wk.cf.g.log_pooler_errors)
+		slog(LG_WARNING, c, "pooler error: SET failed");
+	PktBuf pb;
+	pktbuf_init(&pb, 128 + strlen(reason));
+	pktbuf_write_notice(&pb, reason);
+	pktbuf_write_error(&pb, "ERROR", "08P01", "SET failed");
+	pktbuf_write_ready(&pb, 'I');
+	return send_pktbuf(c, &pb);
+}
+
 static bool cmd_set(PgSocket *c, const char *p, const char *query)
 {
 	char key[MAX_WORD], val[256];
@@ -1723,10 +1733,8 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 		return admin_error(c, NULL, "SET failed");
 	if (!param->reloadable)
 		needs_tls = false; /* reported as set, changes nothing */
-	else if (!config_set(&wk.cf, key, val, err, sizeof(err))) {
-		log_warning("%s", err);
-		return admin_error(c, NULL, "SET failed");
-	}
+	else if (!config_set_checked(&wk.cf, key, val, err, sizeof(err)))
+		return set_refused(c, err);
 	bool tls_kept = false;
 	if (needs_tls && !worker_tls_reload(err, sizeof(err))) {
 		log_warning("TLS configuration not changed: %s", err);

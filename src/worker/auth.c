@@ -19,6 +19,7 @@
 #include "worker/client.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
+#include "worker/pool_settings.h"
 #include "worker/worker.h"
 
 static bool send_auth(PgSocket *c, uint32_t code, const void *data, size_t len)
@@ -48,17 +49,10 @@ static bool console_access(PgSocket *c, const char *name)
 	return c->admin_user || c->stats_user;
 }
 
-/* max_user_client_connections of a login user: its [users] entry's, else the global one */
-static int max_user_clients(const PgUser *u)
-{
-	return u->cf && u->cf->max_user_client_connections > 0 ? u->cf->max_user_client_connections
-	                                                       : wk.cf.g.max_user_client_connections;
-}
-
 /* Take the client's place under both client limits (counted across workers); false = refused. */
 static bool take_client_slot(PgSocket *c, int max_db)
 {
-	const char *full = pool_take_client_budget(c, max_db, max_user_clients(c->login_user));
+	const char *full = pool_take_client_budget(c, max_db, user_max_client_connections(c->login_user));
 	if (full)
 		disconnect_client(c, true, "client connections exceeded (%s)", full);
 	return !full;
@@ -103,8 +97,7 @@ void auth_login_complete(PgSocket *c)
 		disconnect_client(c, true, "pooler is shutting down");
 		return;
 	}
-	int max_db =
-	    db->cf.max_db_client_connections > 0 ? db->cf.max_db_client_connections : wk.cf.g.max_db_client_connections;
+	int max_db = db_max_client_connections(db);
 	PgUser *u = c->login_user;
 	/* counted across all workers, like the server limits; given back when the client goes */
 	if (!take_client_slot(c, max_db))

@@ -25,6 +25,7 @@
 #include "worker/cancel.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
+#include "worker/pool_settings.h"
 #include "worker/worker.h"
 
 /*
@@ -244,9 +245,10 @@ static PeerQueue *peer_queue(int id)
 	return q;
 }
 
-static int peer_pool_size(const CfPeer *p)
+/* Connections to a peer at once: its pool_size, at least 1. */
+static int peer_max_connections(const CfPeer *p)
 {
-	int size = p->pool_size != CF_UNSET ? p->pool_size : wk.cf.g.default_pool_size;
+	int size = peer_pool_size(p);
 	return size > 0 ? size : 1;
 }
 
@@ -289,7 +291,7 @@ static void peer_drain(PeerQueue *q)
 			hold_release(q->hold_fds[q->head]);
 		return;
 	}
-	while (q->count > 0 && q->active < peer_pool_size(p)) {
+	while (q->count > 0 && q->active < peer_max_connections(p)) {
 		if (!peer_connect(q, p, q->keys[q->head], q->hold_fds[q->head]))
 			return; /* the lookup's end calls cancel_peers_wake() */
 		q->head = (q->head + 1) % PEER_QUEUE_MAX;

@@ -17,23 +17,16 @@
 #include "worker/janitor.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
+#include "worker/pool_settings.h"
 #include "worker/server.h"
 #include "worker/worker.h"
-
-static usec_t user_timeout(const PgUser *u, int override_secs, usec_t global)
-{
-	if (u && u->cf && override_secs > 0)
-		return (usec_t)override_secs * USEC_PER_SEC;
-	return global;
-}
 
 static void check_client_timeouts(PgPool *pool)
 {
 	List *i, *tmp;
 	usec_t now = wk.now;
 	/* a queued query, or a login waiting for the pool's first server, counts against query_timeout */
-	const PgUser *pu = pool->user;
-	usec_t qt = user_timeout(pu, pu->cf ? pu->cf->query_timeout : 0, wk.cf.g.query_timeout);
+	usec_t qt = user_query_timeout(pool->user);
 	list_for_each_safe(i, &pool->waiting_clients, tmp)
 	{
 		PgSocket *c = container_of(i, PgSocket, node);
@@ -46,12 +39,7 @@ static void check_client_timeouts(PgPool *pool)
 				disconnect_client(c, true, "client_login_timeout (server down)");
 			continue;
 		}
-		const PgUser *u = c->login_user;
-		usec_t qwt = wk.cf.g.query_wait_timeout;
-		if (u && u->cf && u->cf->query_wait_timeout != CF_UNSET)
-			qwt = (usec_t)u->cf->query_wait_timeout * USEC_PER_SEC;
-		else if (pool->db->cf.query_wait_timeout != CF_UNSET)
-			qwt = (usec_t)pool->db->cf.query_wait_timeout * USEC_PER_SEC;
+		usec_t qwt = client_query_wait_timeout(c->login_user, pool->db);
 		if (qwt > 0 && now - c->wait_start > qwt) {
 			disconnect_client(c, true, "query_wait_timeout");
 			continue;
@@ -73,9 +61,7 @@ static void check_client_timeouts(PgPool *pool)
 		PgSocket *c = container_of(i, PgSocket, node);
 		if (c->link)
 			continue;
-		idle_to = user_timeout(c->login_user,
-		                       c->login_user && c->login_user->cf ? c->login_user->cf->client_idle_timeout : 0,
-		                       wk.cf.g.client_idle_timeout);
+		idle_to = user_client_idle_timeout(c->login_user);
 		if (idle_to > 0 && now - c->request_time > idle_to)
 			disconnect_client(c, true, "client_idle_timeout");
 	}
@@ -86,9 +72,9 @@ static void check_linked_server_timeouts(PgPool *pool)
 	List *i, *tmp;
 	usec_t now = wk.now;
 	const PgUser *u = pool->user;
-	usec_t qt = user_timeout(u, u->cf ? u->cf->query_timeout : 0, wk.cf.g.query_timeout);
-	usec_t itt = user_timeout(u, u->cf ? u->cf->idle_transaction_timeout : 0, wk.cf.g.idle_transaction_timeout);
-	usec_t tt = user_timeout(u, u->cf ? u->cf->transaction_timeout : 0, wk.cf.g.transaction_timeout);
+	usec_t qt = user_query_timeout(u);
+	usec_t itt = user_idle_transaction_timeout(u);
+	usec_t tt = user_transaction_timeout(u);
 	list_for_each_safe(i, &pool->active_servers, tmp)
 	{
 		PgSocket *s = container_of(i, PgSocket, node);

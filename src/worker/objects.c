@@ -26,6 +26,7 @@
 #include "worker/cancel.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
+#include "worker/pool_settings.h"
 #include "worker/server.h"
 #include "worker/worker.h"
 
@@ -536,43 +537,11 @@ void pool_free(PgPool *pool)
 	free(pool);
 }
 
-static int compute_mode(const PgPool *pool)
-{
-	if (pool->db->admin)
-		return POOL_STATEMENT;
-	if (pool->user->cf && pool->user->cf->pool_mode != CF_UNSET)
-		return pool->user->cf->pool_mode;
-	if (pool->db->cf.pool_mode != CF_UNSET)
-		return pool->db->cf.pool_mode;
-	return wk.cf.g.pool_mode;
-}
-
 int pool_mode_refresh(PgPool *pool)
 {
-	pool->mode = compute_mode(pool);
+	pool->mode = pool_configured_mode(pool);
 	pool->mode_gen = wk.cf_gen + 1;
 	return pool->mode;
-}
-
-int pool_effective_size(const PgPool *pool)
-{
-	if (pool->user->cf && pool->user->cf->pool_size != CF_UNSET)
-		return pool->user->cf->pool_size;
-	if (pool->db->cf.pool_size != CF_UNSET)
-		return pool->db->cf.pool_size;
-	return wk.cf.g.default_pool_size;
-}
-
-int db_min_pool_size(const PgDatabase *db)
-{
-	return db->cf.min_pool_size != CF_UNSET ? db->cf.min_pool_size : wk.cf.g.min_pool_size;
-}
-
-usec_t pool_server_lifetime(const PgPool *pool)
-{
-	if (pool->db->cf.server_lifetime > 0)
-		return (usec_t)pool->db->cf.server_lifetime * USEC_PER_SEC;
-	return wk.cf.g.server_lifetime;
 }
 
 int pool_server_count(const PgPool *pool)

@@ -21,6 +21,7 @@
 #include "worker/client.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
+#include "worker/pool_settings.h"
 #include "worker/server.h"
 #include "worker/worker.h"
 
@@ -109,9 +110,6 @@ void budget_hold_release(BudgetHold *hold)
 	hold->taken = false;
 }
 
-static int effective_max_db(const PgDatabase *db);
-static int effective_max_user(const PgUser *u);
-
 /*
  * All or nothing: one unit of each of n entries (idx[k] < 0: the entry did
  * not fit in the table, so the worker's own count `local[k]` is checked
@@ -142,7 +140,7 @@ static BudgetRef *take_budget(PgPool *pool, int pool_limit, BudgetHold *hold)
 {
 	BudgetRef *refs[3] = {&pool->budget, &pool->db->budget, &pool->user->budget};
 	int idx[3] = {pool_entry(pool), db_entry(pool->db), user_entry(pool->user)};
-	int limit[3] = {pool_limit, effective_max_db(pool->db), effective_max_user(pool->user)};
+	int limit[3] = {pool_limit, db_max_connections(pool->db), user_max_connections(pool->user)};
 	int local[3] = {pool_server_count(pool), pool->db->server_count, pool->user->server_count};
 	int full = take_units(hold, 3, idx, limit, local);
 	return full < 0 ? NULL : refs[full];
@@ -188,10 +186,10 @@ static bool pool_should_yield(PgPool *pool)
 	int e;
 	if ((e = pool_entry(pool)) >= 0 && budget_should_yield(gb, wk.id, e, pool_effective_size(pool), needs))
 		return true;
-	if ((e = db_entry(pool->db)) >= 0 && budget_should_yield(gb, wk.id, e, effective_max_db(pool->db), needs))
+	if ((e = db_entry(pool->db)) >= 0 && budget_should_yield(gb, wk.id, e, db_max_connections(pool->db), needs))
 		return true;
 	if ((e = user_entry(pool->user)) >= 0 &&
-	    budget_should_yield(gb, wk.id, e, effective_max_user(pool->user), needs))
+	    budget_should_yield(gb, wk.id, e, user_max_connections(pool->user), needs))
 		return true;
 	return false;
 }
@@ -502,16 +500,6 @@ void pool_wake_waiters(PgPool *pool)
 	pool_maybe_launch(pool);
 }
 
-static int effective_max_db(const PgDatabase *db)
-{
-	return db->cf.max_db_connections > 0 ? db->cf.max_db_connections : wk.cf.g.max_db_connections;
-}
-
-static int effective_max_user(const PgUser *u)
-{
-	return u->cf && u->cf->max_user_connections > 0 ? u->cf->max_user_connections : wk.cf.g.max_user_connections;
-}
-
 /* Close the longest-idle server of another pool of the same database/user to make room. */
 static bool evict_idle(bool (*match)(const PgPool *, const void *), const void *key)
 {
@@ -595,10 +583,7 @@ static bool can_launch(PgPool *pool, bool for_replication, BudgetHold *hold)
 			return false;
 	} else if (size > 0 && total >= size) {
 		/* the reserve pool helps clients that waited long enough */
-		int reserve = pool->user->cf && pool->user->cf->reserve_pool_size != CF_UNSET
-		                  ? pool->user->cf->reserve_pool_size
-		              : pool->db->cf.reserve_pool_size != CF_UNSET ? pool->db->cf.reserve_pool_size
-		                                                           : wk.cf.g.reserve_pool_size;
+		int reserve = pool_reserve_size(pool);
 		List *n = list_first(&pool->waiting_clients);
 		budget_set_want(&pool->budget, true);
 		if (reserve <= 0 || wk.cf.g.reserve_pool_timeout <= 0 || !n || total >= size + reserve)
@@ -609,12 +594,12 @@ static bool can_launch(PgPool *pool, bool for_replication, BudgetHold *hold)
 		limit = size + reserve;
 		from_reserve = true;
 	}
-	int max_db = effective_max_db(pool->db);
+	int max_db = db_max_connections(pool->db);
 	if (max_db > 0 && db_global_servers(pool->db) >= max_db && !evict_idle(match_db, pool->db)) {
 		budget_set_want(&pool->db->budget, true);
 		return false;
 	}
-	int max_user = effective_max_user(pool->user);
+	int max_user = user_max_connections(pool->user);
 	if (max_user > 0 && user_global_servers(pool->user) >= max_user && !evict_idle(match_user, pool->user)) {
 		budget_set_want(&pool->user->budget, true);
 		return false;

@@ -1,6 +1,6 @@
 /*
  * Unit tests for scaler.c: the exact decision and reason for each rule of
- * DESIGN.md §4, stability under a simulated load, the settings checks, and
+ * DESIGN.md §4, stability under a simulated load, and
  * the physical core count on a fake sysfs tree.
  */
 #include "autoconfig.h"
@@ -20,7 +20,6 @@
 #include <cmocka.h>
 
 #include "master/scaler.h"
-#include "shm.h"
 
 #define SEC 1000000LL
 
@@ -375,57 +374,6 @@ static void test_no_oscillation(void **state)
 	assert_true(changes <= 2 * 3 * 2); /* at most 3 steps each way per period, 2 periods */
 }
 
-static void test_config_valid(void **state)
-{
-	char err[256];
-	ScalerConfig cf = defaults();
-	assert_true(scaler_config_valid(&cf, err, sizeof(err)));
-	cf.up_threshold = 1.0; /* the upper bound is allowed */
-	cf.up_samples = SCALER_HISTORY;
-	cf.down_samples = 1;
-	cf.cooldown_us = 0;
-	cf.min_workers = cf.max_workers = SHM_MAX_WORKERS;
-	assert_true(scaler_config_valid(&cf, err, sizeof(err)));
-
-#define BAD(field, value, text)                                                                                        \
-	do {                                                                                                           \
-		ScalerConfig c_ = defaults();                                                                          \
-		c_.field = (value);                                                                                    \
-		err[0] = '\0';                                                                                         \
-		assert_false(scaler_config_valid(&c_, err, sizeof(err)));                                              \
-		assert_string_equal(err, (text));                                                                      \
-	} while (0)
-
-	BAD(min_workers, 0, "min_workers must be at least 1 (got 0)");
-	BAD(max_workers, 0, "max_workers (0) must not be below min_workers (1)");
-	BAD(max_workers, 65, "max_workers (65) must not exceed 64");
-	BAD(up_threshold, 0.0, "worker_scale_up_threshold must be above 0 and at most 1 (got 0)");
-	BAD(up_threshold, 1.5, "worker_scale_up_threshold must be above 0 and at most 1 (got 1.5)");
-	BAD(up_threshold, NAN, "worker_scale_up_threshold must be above 0 and at most 1 (got nan)");
-	BAD(down_threshold, 0.0, "worker_scale_down_threshold must be above 0 (got 0)");
-	BAD(down_threshold, 0.75,
-	    "worker_scale_down_threshold (0.75) must be below worker_scale_up_threshold (0.75), "
-	    "or workers would be added and drained in turn");
-	BAD(down_threshold, 0.9,
-	    "worker_scale_down_threshold (0.9) must be below worker_scale_up_threshold (0.75), "
-	    "or workers would be added and drained in turn");
-	BAD(up_samples, 0, "worker_scale_up_samples must be between 1 and 128 (got 0)");
-	BAD(up_samples, 129, "worker_scale_up_samples must be between 1 and 128 (got 129)");
-	BAD(down_samples, 0, "worker_scale_down_samples must be between 1 and 128 (got 0)");
-	BAD(down_samples, 1000, "worker_scale_down_samples must be between 1 and 128 (got 1000)");
-	BAD(cooldown_us, -1, "worker_scale_cooldown must not be negative");
-#undef BAD
-
-	/* min > max names both */
-	cf = defaults();
-	cf.min_workers = 3;
-	cf.max_workers = 2;
-	assert_false(scaler_config_valid(&cf, err, sizeof(err)));
-	assert_string_equal(err, "max_workers (2) must not be below min_workers (3)");
-	/* no buffer: still false, no crash */
-	assert_false(scaler_config_valid(&cf, NULL, 0));
-}
-
 static void test_decision_names(void **state)
 {
 	assert_string_equal(scaler_decision_name(SCALE_HOLD), "hold");
@@ -558,7 +506,6 @@ int main(void)
 	    cmocka_unit_test(test_other_worker_counts_ignored),
 	    cmocka_unit_test(test_history_keeps_the_newest),
 	    cmocka_unit_test(test_no_oscillation),
-	    cmocka_unit_test(test_config_valid),
 	    cmocka_unit_test(test_decision_names),
 	    cmocka_unit_test(test_physical_cores),
 	};
