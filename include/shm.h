@@ -77,6 +77,27 @@ typedef struct WorkerSlot {
 	_Atomic uint32_t sv_idle;
 } WorkerSlot;
 
+/* The scaler's decisions: made by the master (master/scaler.h), shown by the workers' SHOW SCALER. */
+typedef enum ScaleDecision {
+	SCALE_HOLD = 0, /* keep the current count */
+	SCALE_UP = 1,   /* add a worker */
+	SCALE_DOWN = 2, /* drain a worker */
+} ScaleDecision;
+
+/* "hold", "up", "down" ("unknown" for anything else) */
+static inline const char *scaler_decision_name(ScaleDecision d)
+{
+	switch (d) {
+	case SCALE_HOLD:
+		return "hold";
+	case SCALE_UP:
+		return "up";
+	case SCALE_DOWN:
+		return "down";
+	}
+	return "unknown";
+}
+
 /* The scaler's published view, for SHOW WORKERS / SHOW SCALER [master]. */
 typedef struct ScalerView {
 	alignas(SHM_CACHELINE) _Atomic uint32_t current; /* active workers */

@@ -9,15 +9,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shm.h"
+
 #include "common/worker_bounds.h"
 
 #define SCALER_HISTORY WORKER_SAMPLES_MAX /* samples kept: the largest *_samples setting accepted */
-
-typedef enum ScaleDecision {
-	SCALE_HOLD = 0, /* keep the current count */
-	SCALE_UP = 1,   /* add a worker */
-	SCALE_DOWN = 2, /* drain a worker */
-} ScaleDecision;
 
 /* The settings as the decision uses them: checked by worker_bounds_check(), counts from worker_bounds_resolve(). */
 typedef struct ScalerConfig {
@@ -102,8 +98,5 @@ int scaler_physical_cores_at(const char *sysfs_cpu_dir);
  */
 int scaler_core_cpus(int *cpus, int max);
 int scaler_core_cpus_at(const char *sysfs_cpu_dir, int *cpus, int max);
-
-/* "hold", "up", "down" */
-const char *scaler_decision_name(ScaleDecision d);
 
 #endif

@@ -157,19 +157,6 @@ ScalerResult scaler_decide(const ScalerHistory *h, const ScalerConfig *cf, int c
 	return r;
 }
 
-const char *scaler_decision_name(ScaleDecision d)
-{
-	switch (d) {
-	case SCALE_HOLD:
-		return "hold";
-	case SCALE_UP:
-		return "up";
-	case SCALE_DOWN:
-		return "down";
-	}
-	return "unknown";
-}
-
 /* ---- physical cores ---- */
 
 #define SYSFS_CPU_DIR "/sys/devices/system/cpu"

@@ -11,7 +11,6 @@
 
 #include "common/pktbuf.h"
 #include "common/util.h"
-#include "master/scaler.h"
 #include "worker/admin_workers.h"
 #include "worker/worker.h"
 
