@@ -304,7 +304,7 @@ static bool replay_vars(PgSocket *c, PgSocket *s)
 static void link_client_server(PgSocket *c, PgSocket *s)
 {
 	PgPool *pool = c->pool;
-	pgb_assert(!c->link && (!s->link || s->link == c) && !c->is_server && s->is_server);
+	pgb_assert((!c->link || c->link == s) && (!s->link || s->link == c) && !c->is_server && s->is_server);
 	c->link = s;
 	s->link = c;
 	c->sb.dst = &s->sb;
