@@ -102,8 +102,11 @@ def test_password_methods(bouncer, secrets, auth_type, kind, wrong_msg):
     assert can_login(b, "postgres", PASSWORD) == "postgres"
     with pytest.raises(psycopg.OperationalError, match=re.escape(wrong_msg)):
         can_login(b, "postgres", PASSWORD + "x")
+    mark = b.log_mark()
     err = raw_login_error(b, "postgres", "wrong")
     assert (err["C"], err["M"]) == ("08P01", wrong_msg)
+    # the line operators alert on, whatever the exchange
+    b.wait_log(r"C-0x[0-9a-f]+: postgres/postgres@[^ ]+ .*password authentication failed", after=mark)
     # a second client after the failures still logs in, and shares the pool
     assert can_login(b, "postgres", PASSWORD) == "postgres"
 

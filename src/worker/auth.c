@@ -457,6 +457,9 @@ static SBufAction handle_scram(PgSocket *c, const uint8_t *body, uint32_t len)
 	if (!scram_server_final(c->scram_srv, (const char *)body, len, final, sizeof(final), err, sizeof(err)) || !u ||
 	    !u->secret) {
 		slog(LG_DEBUG, c, "SCRAM client-final rejected: %s", err);
+		/* a wrong password (or an unknown user's mock exchange): the line operators watch for, as with md5 */
+		if (!u || !u->secret || strstr(err, "proof does not match"))
+			slog(LG_WARNING, c, "password authentication failed");
 		auth_failed(c, "SASL authentication failed");
 		return SB_CLOSED;
 	}
