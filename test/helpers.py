@@ -47,8 +47,8 @@ def row(conn, command, **match):
 
 
 def kv(conn, command):
-    """A two-column SHOW (STATE, LISTS, TOTALS) as a dict."""
-    return dict(conn.execute(command).fetchall())
+    """A SHOW as a dict of its first column to its second (STATE, LISTS, TOTALS, CONFIG)."""
+    return {r[0]: r[1] for r in conn.execute(command).fetchall()}
 
 
 def expect_error(conn, command, message, sqlstate="08P01"):

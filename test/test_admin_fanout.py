@@ -12,18 +12,9 @@ import psycopg
 import pytest
 
 from conftest import wait_for
+from helpers import kv, rows, states, worker_of, workers
 
 TWO = {"min_workers": 2, "max_workers": 2, "log_connections": 0, "log_disconnections": 0}
-
-
-def worker_of(conn):
-    """The worker a connection landed on: byte 3 of the cancel key (see test_workers.py)."""
-    return conn.info.backend_pid & 0xFF
-
-
-def states(b):
-    with b.admin() as conn:
-        return sorted(r[2] for r in conn.execute("SHOW WORKERS").fetchall())
 
 
 def two_workers(ini=None, **kw):
@@ -54,16 +45,6 @@ def private_console(b, worker):
     """A console reaching one specific worker through its private socket."""
     return psycopg.connect(host=str(private_dir(b) / f"worker.{worker}"), port=b.port, user="pgbouncer",
                            dbname="pgbouncer", autocommit=True, connect_timeout=10)
-
-
-def rows(conn, query):
-    cur = conn.execute(query)
-    names = [d.name for d in cur.description]
-    return [dict(zip(names, r)) for r in cur.fetchall()]
-
-
-def kv(conn, query):
-    return {r[0]: r[1] for r in conn.execute(query).fetchall()}
 
 
 def test_private_sockets_dir_mode_and_removed_at_exit(bouncer):
@@ -351,3 +332,30 @@ def test_one_worker_does_not_fan_out(bouncer):
         with pytest.raises(psycopg.errors.ProtocolViolation):
             conn.execute("SHOW STATS_RAW")
     assert os.path.isdir(private_dir(b))
+
+
+@pytest.mark.parametrize("squatter", ["file", "foreign-dir", "symlink"])
+def test_squatted_private_dir_does_not_stop_a_start(bouncer, tmp_path, squatter):
+    """Another user (here root) took the private directory's name: the pooler
+    starts anyway, with a directory of a name nobody can guess, and says so."""
+    b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2}, start=False)
+    d = private_dir(b)
+    if squatter == "file":
+        d.write_text("not a directory\n")
+    elif squatter == "foreign-dir":
+        d.mkdir()
+        os.chmod(d, 0o777)
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        d.symlink_to(tmp_path / "elsewhere")
+    b.start()
+    line = b.wait_log(r"WARNING .*pgbouncer-workers\.\d+ .*using (\S+) instead").group(0)
+    wait_for(lambda: sorted(w["state"] for w in workers(b)) == ["active", "active"], "two workers")
+    # the console still answers for both workers
+    held = [on_worker(b, w, application_name=f"held{w}") for w in (0, 1)]
+    with b.admin() as admin:
+        apps = {r["application_name"] for r in rows(admin, "SHOW CLIENTS") if r["database"] == "postgres"}
+    assert apps == {"held0", "held1"}, line
+    del held
+    # the squatter's object is left alone
+    assert d.is_symlink() if squatter == "symlink" else d.exists()

@@ -40,6 +40,13 @@ char *read_file(const char *path, size_t *len_out);
 bool private_socket_dir(const char *unix_socket_dir, int listen_port, char *buf, size_t len);
 
 /*
+ * The master chose another directory (the usual name was taken by someone
+ * else): private_socket_dir() answers with it from now on, in the master
+ * and in the workers it forks. NULL: there is none (it answers false).
+ */
+void private_socket_dir_override(const char *path);
+
+/*
  * The host text and port of an address: an IPv4 or IPv6 address as text,
  * or "unix" with the port a socket file's name carries (.s.PGSQL.N; 0 when
  * it has none, as a client's peer address).

@@ -126,8 +126,26 @@ bool set_error(char *err, size_t errlen, const char *fmt, ...)
 	return false;
 }
 
+static bool private_dir_overridden;
+static char private_dir_chosen[108];
+
+void private_socket_dir_override(const char *path)
+{
+	private_dir_overridden = true;
+	pgb_strlcpy(private_dir_chosen, path ? path : "", sizeof(private_dir_chosen));
+}
+
 bool private_socket_dir(const char *unix_socket_dir, int listen_port, char *buf, size_t len)
 {
+	if (private_dir_overridden) {
+		size_t n = strlen(private_dir_chosen);
+		if (n == 0)
+			return false; /* none could be made */
+		if (n >= len || n + 27 >= 108)
+			return false;
+		memcpy(buf, private_dir_chosen, n + 1);
+		return true;
+	}
 	const char *base = unix_socket_dir && unix_socket_dir[0] ? unix_socket_dir : "/tmp";
 	/* room for "/worker.NN/.s.PGSQL.NNNNN" in a sockaddr_un */
 	int n = snprintf(buf, len, "%s/pgbouncer-workers.%d", base, listen_port);

@@ -132,11 +132,33 @@ static void make_private_dir(const CfGlobals *g)
 		struct stat st;
 		if (errno != EEXIST)
 			fatal("mkdir(%s) failed: %s", master.private_dir, strerror(errno));
-		if (lstat(master.private_dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
-			fatal("%s exists but is not a directory of this user", master.private_dir);
-		if (chmod(master.private_dir, 0700) < 0)
-			fatal("chmod(%s) failed: %s", master.private_dir, strerror(errno));
-		remove_private_sockets();
+		if (lstat(master.private_dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
+			/*
+			 * Someone else has the name (in a shared directory such as /tmp
+			 * any user can take it): not ours to use or remove. A directory
+			 * of a name nobody can guess serves instead.
+			 */
+			char alt[sizeof(master.private_dir)];
+			int n = snprintf(alt, sizeof(alt), "%s.XXXXXX", master.private_dir);
+			if (n < 0 || (size_t)n >= sizeof(alt) || (size_t)n + 27 >= 108 || !mkdtemp(alt)) {
+				log_warning(
+				    "%s is not a directory of this user, and no other could be made: workers get no "
+				    "private socket",
+				    master.private_dir);
+				master.private_dir[0] = '\0';
+				private_socket_dir_override(NULL);
+				return;
+			}
+			log_warning(
+			    "%s is not a directory of this user (another user's, or not a directory): using %s instead",
+			    master.private_dir, alt);
+			pgb_strlcpy(master.private_dir, alt, sizeof(master.private_dir));
+			private_socket_dir_override(alt);
+		} else {
+			if (chmod(master.private_dir, 0700) < 0)
+				fatal("chmod(%s) failed: %s", master.private_dir, strerror(errno));
+			remove_private_sockets();
+		}
 	}
 	master.private_dir_made = true;
 }
