@@ -22,7 +22,11 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+#ifdef HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
 
 #include "common/config.h"
 #include "common/log.h"
@@ -246,6 +250,31 @@ static void log_fd_limit(const Config *cf)
 	         (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, cf->g.max_client_conn, expected);
 }
 
+/*
+ * Tell systemd (a Type=notify unit; NOTIFY_SOCKET is set) where the tree
+ * stands: READY=1 with the master's pid once it serves, RELOADING=1 /
+ * READY=1 around a reload, STOPPING=1 at shutdown. Nothing without
+ * NOTIFY_SOCKET or without libsystemd (doc/packaging.md).
+ */
+static void notify_systemd(const char *state)
+{
+#ifdef HAVE_SYSTEMD
+	if (strcmp(state, "RELOADING=1") == 0) {
+		/* systemd >= 253 wants the reload's start on the monotonic clock */
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		(void)sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu",
+		                 (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000);
+	} else if (strcmp(state, "READY=1") == 0) {
+		(void)sd_notifyf(0, "READY=1\nMAINPID=%lu", (unsigned long)getpid());
+	} else {
+		(void)sd_notify(0, state);
+	}
+#else
+	(void)state;
+#endif
+}
+
 /* SIGHUP and RELOAD: a new configuration replaces the running one only if it loads completely. */
 static bool reload_config(void)
 {
@@ -290,9 +319,11 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	switch (sig) {
 	case SIGHUP:
 		log_info("got SIGHUP, re-reading config");
+		notify_systemd("RELOADING=1");
 		/* workers re-read only a file the master has validated */
 		if (reload_config())
 			forward_signal(SIGHUP);
+		notify_systemd("READY=1");
 		break;
 	case SIGTERM:
 		if (master.shutting_down) {
@@ -301,6 +332,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 			master_exit(0);
 		}
 		master.shutting_down = true;
+		notify_systemd("STOPPING=1");
 		log_info("got SIGTERM, shutting down, waiting for all clients disconnect");
 		supervisor_close_tcp();
 		forward_signal(SIGTERM);
@@ -314,6 +346,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 			master_exit(0);
 		}
 		master.shutting_down = true;
+		notify_systemd("STOPPING=1");
 		log_info("got SIGINT, shutting down, waiting for all servers connections to be released");
 		supervisor_close_tcp();
 		forward_signal(SIGINT);
@@ -321,6 +354,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 			master_exit(0);
 		break;
 	case SIGQUIT:
+		notify_systemd("STOPPING=1");
 		log_info("got SIGQUIT, fast exit");
 		forward_signal(SIGQUIT);
 		master_exit(0);
@@ -455,6 +489,7 @@ int main(int argc, char **argv)
 	scram_salt_key_init(); /* before the first fork: one key for every worker */
 	supervisor_init(master.base, &master.cf, &master.tls, &master.listeners, master.cmdline_verbose);
 	supervisor_start();
+	notify_systemd("READY=1"); /* the listeners are open and the first workers forked */
 
 	if (event_base_dispatch(master.base) < 0)
 		fatal("event loop failed");

@@ -1,0 +1,86 @@
+"""systemd integration (doc/packaging.md): with NOTIFY_SOCKET set, as a
+Type=notify unit runs it, the master says READY=1 (with its pid) once it
+serves, RELOADING=1 then READY=1 around a reload, and STOPPING=1 at
+shutdown. The test plays systemd's side of the notification socket."""
+
+import os
+import signal
+import socket
+import subprocess
+
+import pytest
+
+from conftest import DEADLINE
+
+
+def built_with_systemd(binary):
+    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
+    return "libsystemd" in out
+
+
+class NotifySocket:
+    """The datagram socket systemd would listen on; messages() collects what arrived."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+        os.chmod(self.path, 0o777)  # the pooler runs as the unprivileged test user
+        self.sock.settimeout(DEADLINE)
+        self.got = []
+
+    def wait_for(self, field):
+        """Reads datagrams until one has `field` (e.g. READY=1); returns that one as a dict."""
+        while True:
+            data = self.sock.recv(4096).decode()
+            msg = dict(line.split("=", 1) for line in data.splitlines() if "=" in line)
+            self.got.append(msg)
+            key, value = field.split("=", 1)
+            if msg.get(key) == value:
+                return msg
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def notify(bouncer, pgbouncer_bin, run_as, session_dir):
+    if not built_with_systemd(pgbouncer_bin):
+        pytest.skip("built without libsystemd (configure found no libsystemd-dev)")
+    d = run_as.mkdir("notify-", session_dir)  # a directory the pooler's user can reach
+    n = NotifySocket(d / "sock")
+    yield n
+    n.close()
+
+
+def test_ready_reload_and_stop_are_notified(bouncer, notify):
+    b = bouncer(env={"NOTIFY_SOCKET": notify.path}, ini_overrides={"min_workers": 2, "max_workers": 2})
+    ready = notify.wait_for("READY=1")
+    assert ready["MAINPID"] == str(b.pid)
+    # it serves when it says so
+    with b.connect(autocommit=True, password="postgres") as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+    b.reload()
+    reloading = notify.wait_for("RELOADING=1")
+    assert int(reloading["MONOTONIC_USEC"]) > 0
+    notify.wait_for("READY=1")
+
+    b.send_signal(signal.SIGTERM)
+    notify.wait_for("STOPPING=1")
+    assert b.wait_exit() == 0
+
+
+def test_daemon_reports_its_own_pid(bouncer, notify):
+    """With -d the process systemd started exits; MAINPID names the one that stays."""
+    b = bouncer(env={"NOTIFY_SOCKET": notify.path}, args=["-d"])
+    ready = notify.wait_for("READY=1")
+    assert ready["MAINPID"] == str(b.pid)
+    b.send_signal(signal.SIGINT)
+    notify.wait_for("STOPPING=1")
+
+
+def test_no_notify_socket_changes_nothing(bouncer):
+    b = bouncer()
+    with b.connect(autocommit=True, password="postgres") as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
