@@ -23,6 +23,7 @@ typedef enum FanoutMerge {
 
 void admin_fanout_listen(void); /* the private socket of this worker */
 bool admin_fanout_wanted(const PgSocket *c);
+bool admin_fanout_from_worker(int pid); /* pid is another worker of this pooler */
 /*
  * Send `query` to every other active or draining worker, and capture what
  * this worker's own console code answers c from now on (run it right after).

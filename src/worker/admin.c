@@ -232,6 +232,19 @@ static bool show_databases(PgSocket *c, int variant)
 	return reply_end(&r, "SHOW");
 }
 
+/* Clients in list l, without the peer connections of other workers' consoles. */
+static int visible_clients(List *l)
+{
+	int n = 0;
+	List *j;
+	list_for_each(j, l)
+	{
+		if (!container_of(j, PgSocket, node)->is_internal)
+			n++;
+	}
+	return n;
+}
+
 static bool show_pools(PgSocket *c, int variant)
 {
 	Reply r;
@@ -263,6 +276,8 @@ static bool show_pools(PgSocket *c, int variant)
 		list_for_each(j, &p->waiting_clients)
 		{
 			PgSocket *cl = container_of(j, PgSocket, node);
+			if (cl->is_internal)
+				continue;
 			cl_waiting++;
 			usec_t since = cl->wait_start ? cl->wait_start : cl->connect_time;
 			if (wk.now - since > maxwait)
@@ -270,10 +285,10 @@ static bool show_pools(PgSocket *c, int variant)
 		}
 		const char *v[] = {p->db->name,
 		                   p->user->name,
-		                   fmt_int(list_count(&p->active_clients)),
+		                   fmt_int(visible_clients(&p->active_clients)),
 		                   fmt_int(cl_waiting),
-		                   fmt_int(list_count(&p->active_cancel_req)),
-		                   fmt_int(list_count(&p->waiting_cancel_req)),
+		                   fmt_int(visible_clients(&p->active_cancel_req)),
+		                   fmt_int(visible_clients(&p->waiting_cancel_req)),
 		                   fmt_int(list_count(&p->active_servers)),
 		                   fmt_int(list_count(&p->active_cancel_servers)),
 		                   fmt_int(list_count(&p->being_canceled_servers)),
@@ -300,6 +315,8 @@ static const char *const socket_cols[] = {
 
 static void socket_row(Reply *r, PgSocket *s, bool sockets)
 {
+	if (s->is_internal)
+		return; /* another worker's console: not a client of the pooler */
 	char addr[80], laddr[80];
 	int port, lport;
 	format_addr(&s->remote, addr, sizeof(addr), &port);
@@ -705,8 +722,8 @@ static bool show_lists(PgSocket *c, int variant)
 	list_for_each(i, &wk.pools)
 	{
 		PgPool *p = container_of(i, PgPool, node);
-		used_clients +=
-		    pool_client_count(p) + list_count(&p->active_cancel_req) + list_count(&p->waiting_cancel_req);
+		used_clients += visible_clients(&p->active_clients) + visible_clients(&p->waiting_clients) +
+		                visible_clients(&p->active_cancel_req) + visible_clients(&p->waiting_cancel_req);
 		used_servers += pool_server_count(p) + list_count(&p->active_cancel_servers);
 	}
 	const char *rows[][2] = {{"databases", fmt_int(dbs)},
@@ -716,7 +733,7 @@ static bool show_lists(PgSocket *c, int variant)
 	                         {"peer_pools", fmt_int(0)},
 	                         {"free_clients", fmt_int(0)},
 	                         {"used_clients", fmt_int(used_clients)},
-	                         {"login_clients", fmt_int(list_count(&wk.login_clients))},
+	                         {"login_clients", fmt_int(visible_clients(&wk.login_clients))},
 	                         {"free_servers", fmt_int(0)},
 	                         {"used_servers", fmt_int(used_servers)},
 	                         {"dns_names", fmt_int(dns_name_count())},
@@ -753,10 +770,10 @@ static bool show_mem(PgSocket *c, int variant)
 	list_for_each(i, &wk.pools)
 	{
 		PgPool *p = container_of(i, PgPool, node);
-		nclients += pool_client_count(p);
+		nclients += visible_clients(&p->active_clients) + visible_clients(&p->waiting_clients);
 		nservers += pool_server_count(p);
 	}
-	nclients += list_count(&wk.login_clients);
+	nclients += visible_clients(&wk.login_clients);
 	struct {
 		const char *name;
 		size_t size;
@@ -879,6 +896,8 @@ static void fds_socket_row(Reply *r, const PgSocket *s)
 {
 	char addr[80];
 	int port;
+	if (s->is_internal)
+		return;
 	format_addr(&s->remote, addr, sizeof(addr), &port);
 	fds_row(r, s->sb.fd, s->is_server ? "server" : "client", s, addr, port);
 }

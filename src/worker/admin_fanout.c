@@ -797,6 +797,16 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+bool admin_fanout_from_worker(int pid)
+{
+	if (!wk.slot || !wk.shm || pid <= 0)
+		return false;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		if (i != wk.id && atomic_load(&wk.shm->slots[i].pid) == pid)
+			return true;
+	return false;
+}
+
 bool admin_fanout_wanted(const PgSocket *c)
 {
 	if (c->is_private || !wk.slot || !private_dir[0])

@@ -745,7 +745,8 @@ void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 		server->sb.dst = NULL;
 		server_release(server);
 	}
-	if (c->state != CL_LOGIN && c->state != CL_WAITING_CANCEL && c->state != CL_ACTIVE_CANCEL && c->db) {
+	if (c->state != CL_LOGIN && c->state != CL_WAITING_CANCEL && c->state != CL_ACTIVE_CANCEL && c->db &&
+	    !c->is_internal) {
 		c->db->client_count--;
 		if (c->login_user)
 			c->login_user->client_count--;

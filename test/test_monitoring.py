@@ -1,0 +1,75 @@
+"""One pooler to monitor (issue 13, point 3): with two workers the SHOW
+commands a monitor reads give the values one PgBouncer would give for the
+same clients. Every test runs the same clients against a 1-worker and a
+2-worker pooler and compares what the console says."""
+
+from helpers import conn_on, console, kv, rows, two_workers
+
+ONE = {"min_workers": 1, "max_workers": 1, "log_connections": 0, "log_disconnections": 0}
+TWO = {"min_workers": 2, "max_workers": 2, "log_connections": 0, "log_disconnections": 0}
+
+
+
+def start(bouncer, pg, n, **ini):
+    dbs = {"postgres": pg.connstr("postgres"), "other": pg.connstr("postgres")}
+    b = bouncer(ini_overrides={**(TWO if n == 2 else ONE), **ini}, databases=dbs)
+    if n == 2:
+        two_workers(b)
+    return b
+
+
+def clients(b, n):
+    """The same five clients on either pooler: with two workers, spread over both."""
+    held = []
+    for k, (db, user) in enumerate([("postgres", "postgres"), ("postgres", "postgres"), ("other", "postgres"),
+                                    ("postgres", "postgres"), ("other", "postgres")]):
+        if n == 2:
+            held.append(conn_on(b, k % 2, dbname=db, user=user))
+        else:
+            held.append(b.connect(dbname=db, user=user, autocommit=True))
+    return held
+
+
+def snapshot(b):
+    """What a monitor reads, from a console that has run one command already (its peer
+    connections, if any, are up)."""
+    conn = console(b)
+    conn.execute("SHOW VERSION")
+    lists = kv(conn, "SHOW LISTS")
+    pools = {(r["database"], r["user"]): r for r in rows(conn, "SHOW POOLS")}
+    cls = rows(conn, "SHOW CLIENTS")
+    dbs = {r["name"]: r for r in rows(conn, "SHOW DATABASES")}
+    users = {r["name"]: r for r in rows(conn, "SHOW USERS")}
+    socks = rows(conn, "SHOW SOCKETS")
+    mem = {r["name"]: r for r in rows(conn, "SHOW MEM")}
+    conn.close()
+    return {"lists": lists, "pools": pools, "clients": cls, "dbs": dbs, "users": users, "sockets": socks,
+            "mem": mem}
+
+
+def both(bouncer, pg):
+    out = []
+    for n in (1, 2):
+        b = start(bouncer, pg, n)
+        held = clients(b, n)
+        out.append(snapshot(b))
+        for c in held:
+            c.close()
+        b.stop()
+    return out
+
+
+def test_internal_consoles_never_show(bouncer, pg):
+    one, two = both(bouncer, pg)
+    for snap in (one, two):
+        assert not [c for c in snap["clients"] if (c["application_name"] or "").startswith("console of worker")]
+    assert len(two["clients"]) == len(one["clients"])
+    assert [c["database"] for c in two["sockets"] if c["type"] == "C"].count("pgbouncer") == 1
+    admin = ("pgbouncer", "pgbouncer")
+    for col in ("cl_active", "cl_waiting", "cl_active_cancel_req", "cl_waiting_cancel_req"):
+        assert two["pools"][admin][col] == one["pools"][admin][col] == (1 if col == "cl_active" else 0), col
+    assert two["dbs"]["pgbouncer"]["current_client_connections"] == \
+        one["dbs"]["pgbouncer"]["current_client_connections"]
+    assert two["users"]["pgbouncer"]["current_client_connections"] == \
+        one["users"]["pgbouncer"]["current_client_connections"]
+    assert two["mem"]["client_cache"]["used"] == one["mem"]["client_cache"]["used"]
