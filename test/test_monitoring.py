@@ -59,6 +59,13 @@ def both(bouncer, pg):
     return out
 
 
+def test_lists_count_each_database_user_and_pool_once(bouncer, pg):
+    one, two = both(bouncer, pg)
+    for key in ("databases", "users", "peers", "pools", "peer_pools", "free_clients", "used_clients",
+                "login_clients", "free_servers", "dns_names", "dns_zones"):
+        assert two["lists"][key] == one["lists"][key], (key, one["lists"], two["lists"])
+
+
 def test_internal_consoles_never_show(bouncer, pg):
     one, two = both(bouncer, pg)
     for snap in (one, two):

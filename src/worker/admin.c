@@ -713,9 +713,22 @@ static bool show_stats_raw(PgSocket *c, int variant)
 	return reply_end(&r, "SHOW");
 }
 
+static void raw_dns_row(const char *name, void *arg)
+{
+	const char *v[] = {"dns_names", "1", name, NULL};
+	reply_row(arg, v);
+}
+
+/*
+ * SHOW LISTS; variant 1 is LISTS_RAW, for a peer's fan-out only: the same
+ * rows with two more columns (NULL there), then one row per database, user,
+ * pool (database, user) and DNS name, so that the fan-out counts each once
+ * however many workers have it.
+ */
 static bool show_lists(PgSocket *c, int variant)
 {
-	static const char *const names[] = {"list", "items"};
+	static const char *const names[] = {"list", "items", "database", "user"};
+	bool raw = variant == 1;
 	int dbs = list_count(&wk.databases), users = list_count(&wk.users), pools = list_count(&wk.pools);
 	int used_clients = 0, used_servers = 0;
 	List *i;
@@ -741,9 +754,30 @@ static bool show_lists(PgSocket *c, int variant)
 	                         {"dns_queries", fmt_int(dns_pending_count())},
 	                         {"dns_pending", fmt_int(0)}};
 	Reply r;
-	reply_begin(&r, c, "Ti", names);
-	for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++)
-		reply_row(&r, rows[k]);
+	reply_begin(&r, c, raw ? "TiTT" : "Ti", names);
+	for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
+		const char *v[] = {rows[k][0], rows[k][1], NULL, NULL};
+		reply_row(&r, v);
+	}
+	if (raw) {
+		list_for_each(i, &wk.databases)
+		{
+			const char *v[] = {"databases", "1", container_of(i, PgDatabase, node)->name, NULL};
+			reply_row(&r, v);
+		}
+		list_for_each(i, &wk.users)
+		{
+			const char *v[] = {"users", "1", NULL, container_of(i, PgUser, node)->name};
+			reply_row(&r, v);
+		}
+		list_for_each(i, &wk.pools)
+		{
+			PgPool *p = container_of(i, PgPool, node);
+			const char *v[] = {"pools", "1", p->db->name, p->user->name};
+			reply_row(&r, v);
+		}
+		dns_for_each_name(raw_dns_row, &r);
+	}
 	return reply_end(&r, "SHOW");
 }
 
@@ -1806,7 +1840,7 @@ typedef struct ShowSubject {
 	int variant;                            /* passed to show(): SOCK_* flags, admin_write_stats()'s `which` */
 	Access access;
 	bool merged;       /* asked of every worker, answers merged by `merge`; false: this worker alone */
-	FanoutMerge merge; /* FM_STATS: the peers answer STATS_RAW, `variant` is the `which` */
+	FanoutMerge merge; /* FM_STATS: the peers answer STATS_RAW, `variant` is the `which`; FM_LISTS: LISTS_RAW */
 	int help_line;     /* the SHOW HELP line listing it (from 1); 0: not listed */
 } ShowSubject;
 
@@ -1841,6 +1875,7 @@ static const ShowSubject show_subjects[] = {
     {"STATS_AVERAGES", show_stats, 2, ACCESS_STATS, .merged = true, .merge = FM_STATS, .help_line = 6},
     {"TOTALS", show_stats, 3, ACCESS_STATS, .merged = true, .merge = FM_STATS, .help_line = 6},
     {"STATS_RAW", show_stats_raw, 0, ACCESS_PEER},
+    {"LISTS_RAW", show_lists, 1, ACCESS_PEER},
 };
 
 /* What follows a command's name. */
@@ -1975,6 +2010,9 @@ static bool cmd_show(PgSocket *c, const char *arg, const char *query)
 	if (s->merge == FM_STATS) {
 		admin_fanout_begin(c, "SHOW STATS_RAW", FM_STATS, s->variant, false);
 		(void)show_stats_raw(c, 0);
+	} else if (s->merge == FM_LISTS) {
+		admin_fanout_begin(c, "SHOW LISTS_RAW", FM_LISTS, 0, false);
+		(void)show_lists(c, 1);
 	} else {
 		admin_fanout_begin(c, query, s->merge, 0, false);
 		(void)s->show(c, s->variant);
