@@ -3,6 +3,10 @@ commands a monitor reads give the values one PgBouncer would give for the
 same clients. Every test runs the same clients against a 1-worker and a
 2-worker pooler and compares what the console says."""
 
+import re
+import time
+
+from conftest import wait_for
 from helpers import conn_on, console, kv, rows, two_workers
 
 ONE = {"min_workers": 1, "max_workers": 1, "log_connections": 0, "log_disconnections": 0}
@@ -80,3 +84,39 @@ def test_internal_consoles_never_show(bouncer, pg):
     assert two["users"]["pgbouncer"]["current_client_connections"] == \
         one["users"]["pgbouncer"]["current_client_connections"]
     assert two["mem"]["client_cache"]["used"] == one["mem"]["client_cache"]["used"]
+
+
+STATS_LINE = re.compile(r"^\S+ \S+ \S+ \[(\d+)\] LOG stats: (\d+) xacts/s, (\d+) queries/s", re.MULTILINE)
+
+
+def stats_lines(b, n):
+    """The stats lines of the same 40 queries on 2 clients, once they are all counted."""
+    mark = b.log_mark()
+    c0, c1 = (conn_on(b, 0), conn_on(b, 1)) if n == 2 else (b.connect(autocommit=True), b.connect(autocommit=True))
+    for _ in range(20):
+        c1.execute("SELECT 1")
+        c0.execute("SELECT 1")
+    c0.close()
+    c1.close()
+
+    def settled():
+        lines = [m.groups() for m in STATS_LINE.finditer(b.log_text(), mark)]
+        # the queries are in, and two lines without any came after them
+        return lines if len(lines) >= 3 and lines[-1][2] == lines[-2][2] == "0" and \
+            sum(int(q) for _, _, q in lines) > 0 else None
+    return wait_for(settled, "the stats lines to count the queries")
+
+
+def test_one_stats_line_for_the_whole_pooler(bouncer, pg):
+    counted = []
+    for n in (1, 2):
+        b = start(bouncer, pg, n, stats_period=1, log_stats=1)
+        time.sleep(1.2)  # a first line, before the clients
+        lines = stats_lines(b, n)
+        # one process writes them: one line a second for the pooler, not one per worker
+        assert len({pid for pid, _, _ in lines}) == 1, lines
+        counted.append((sum(int(x) for _, x, _ in lines), sum(int(q) for _, _, q in lines)))
+        b.stop()
+    # stats_period = 1: a rate is a count; both workers' queries are in the line
+    assert counted[1] == counted[0], counted
+    assert counted[0][1] >= 40, counted

@@ -529,6 +529,7 @@ PgPool *pool_get(PgDatabase *db, PgUser *user)
 
 void pool_free(PgPool *pool)
 {
+	pgstats_add(&wk.retired_stats, &pool->stats); /* the worker's totals stay monotonic */
 	pool_budget_forget(pool);
 	list_del(&pool->node);
 	pktbuf_free(&pool->welcome_params);
