@@ -120,3 +120,21 @@ def test_one_stats_line_for_the_whole_pooler(bouncer, pg):
     # stats_period = 1: a rate is a count; both workers' queries are in the line
     assert counted[1] == counted[0], counted
     assert counted[0][1] >= 40, counted
+
+
+def test_show_mem_has_pgbouncers_rows(bouncer, pg):
+    one, two = both(bouncer, pg)
+    for name in ("user_cache", "credentials_cache", "db_cache", "peer_cache", "peer_pool_cache", "pool_cache",
+                 "outstanding_request_cache", "server_cache", "client_cache", "iobuf_cache",
+                 "server_prepared_statement_cache"):
+        assert name in one["mem"], (name, list(one["mem"]))
+        assert name in two["mem"], name
+    # connections are in one worker each
+    assert two["mem"]["client_cache"]["used"] == one["mem"]["client_cache"]["used"]
+    # memory is per process: every worker holds its own copy of the databases, users and credentials
+    for name in ("user_cache", "db_cache", "pool_cache"):
+        assert two["mem"][name]["used"] >= one["mem"][name]["used"] > 0, name
+    assert two["mem"]["credentials_cache"]["used"] == 2 * one["mem"]["credentials_cache"]["used"] > 0
+    assert one["lists"]["free_clients"] == one["lists"]["free_servers"] == 0  # nothing is cached (doc/workers.md)
+    for r in two["mem"].values():
+        assert r["memtotal"] == r["size"] * (r["used"] + r["free"]), r

@@ -22,6 +22,8 @@
 #include "worker/admin.h"
 #include "worker/admin_fanout.h"
 #include "worker/admin_workers.h"
+#include "worker/cancel.h"
+#include "worker/prepare.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
 #include "worker/pool_settings.h"
@@ -794,32 +796,74 @@ static bool show_state(PgSocket *c, int variant)
 	return reply_end(&r, "SHOW");
 }
 
+/* What SHOW MEM counts over the sockets of this worker (peer connections of consoles left out). */
+typedef struct MemCount {
+	int clients, servers;
+	int iobufs;                  /* sockets with their read buffer */
+	int requests, request_slots; /* queued requests; allocated ring slots */
+	int server_stmts;            /* statements prepared on servers */
+} MemCount;
+
+static void mem_socket(MemCount *m, const PgSocket *s)
+{
+	if (s->is_internal)
+		return;
+	if (s->is_server) {
+		m->servers++;
+		m->requests += (int)s->rq.count;
+		m->request_slots += (int)s->rq.cap;
+		m->server_stmts += (int)prepare_server_count(&s->sstmts);
+	} else {
+		m->clients++;
+	}
+	m->iobufs++;
+}
+
+/*
+ * One row per kind of object PgBouncer keeps in a slab cache, with its
+ * size and how many this worker has. Nothing is cached once unused here
+ * (closed sockets and freed pools go back to malloc), so `free` is 0 but
+ * for the request queues' ring slots allocated and not in use.
+ * var_list_cache has no row: tracked parameters live inside the socket.
+ */
 static bool show_mem(PgSocket *c, int variant)
 {
 	static const char *const names[] = {"name", "size", "used", "free", "memtotal"};
 	Reply r;
 	reply_begin(&r, c, "Tiiii", names);
-	int nclients = 0, nservers = 0;
-	List *i;
+	MemCount m = {0};
+	List *i, *j;
+	list_for_each(i, &wk.login_clients) mem_socket(&m, container_of(i, PgSocket, node));
 	list_for_each(i, &wk.pools)
 	{
 		PgPool *p = container_of(i, PgPool, node);
-		nclients += visible_clients(&p->active_clients) + visible_clients(&p->waiting_clients);
-		nservers += pool_server_count(p);
+		List *lists[] = {&p->active_clients, &p->waiting_clients,       &p->active_servers,
+		                 &p->idle_servers,   &p->used_servers,          &p->tested_servers,
+		                 &p->new_servers,    &p->active_cancel_servers, &p->being_canceled_servers};
+		for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++)
+			list_for_each(j, lists[l]) mem_socket(&m, container_of(j, PgSocket, node));
 	}
-	nclients += visible_clients(&wk.login_clients);
 	struct {
 		const char *name;
 		size_t size;
-		int used;
-	} caches[] = {{"user_cache", sizeof(PgUser), list_count(&wk.users)},
-	              {"db_cache", sizeof(PgDatabase), list_count(&wk.databases)},
-	              {"pool_cache", sizeof(PgPool), list_count(&wk.pools)},
-	              {"server_cache", sizeof(PgSocket), nservers},
-	              {"client_cache", sizeof(PgSocket), nclients}};
+		int used, free;
+	} caches[] = {
+	    {"user_cache", sizeof(PgUser), list_count(&wk.users), 0},
+	    {"credentials_cache", sizeof(UserEntry), wk.userlist.n_users, 0},
+	    {"db_cache", sizeof(PgDatabase), list_count(&wk.databases), 0},
+	    {"peer_cache", sizeof(CfPeer), wk.cf.n_peers, 0},
+	    {"peer_pool_cache", cancel_peer_queue_size(), cancel_peer_queue_count(), 0},
+	    {"pool_cache", sizeof(PgPool), list_count(&wk.pools), 0},
+	    {"outstanding_request_cache", sizeof(Request), m.requests, m.request_slots - m.requests},
+	    {"server_cache", sizeof(PgSocket), m.servers, 0},
+	    {"client_cache", sizeof(PgSocket), m.clients, 0},
+	    {"iobuf_cache", (size_t)(wk.cf.g.pkt_buf < 512 ? 512 : wk.cf.g.pkt_buf), m.iobufs, 0},
+	    {"server_prepared_statement_cache", prepare_server_stmt_size(), m.server_stmts, 0},
+	};
 	for (size_t k = 0; k < sizeof(caches) / sizeof(caches[0]); k++) {
 		const char *v[] = {caches[k].name, fmt_int((long long)caches[k].size), fmt_int(caches[k].used),
-		                   fmt_int(0), fmt_int((long long)caches[k].size * caches[k].used)};
+		                   fmt_int(caches[k].free),
+		                   fmt_int((long long)caches[k].size * (caches[k].used + caches[k].free))};
 		reply_row(&r, v);
 	}
 	return reply_end(&r, "SHOW");
