@@ -42,9 +42,11 @@
 #include <stdint.h>
 
 #define SHM_MAGIC       0x50474257u /* "PGBW" */
-#define SHM_VERSION     2u
+#define SHM_VERSION     3u
 #define SHM_MAX_WORKERS 64
 #define SHM_CACHELINE   64
+
+#define SHM_STATS_FIELDS 12 /* = PGSTATS_FIELDS (worker/objects.h) */
 
 #define SHM_BUDGET_ENTRIES 4096 /* pools + databases + users with a global server count */
 #define SHM_BUDGET_DBNAME  64   /* = CF_MAX_DBNAME */
@@ -75,6 +77,8 @@ typedef struct WorkerSlot {
 	_Atomic uint32_t cl_waiting;
 	_Atomic uint32_t sv_active;
 	_Atomic uint32_t sv_idle;
+	_Atomic uint64_t stats[SHM_STATS_FIELDS]; /* PgStats totals of all its pools, freed ones included,
+	                                             in PgStats order: the pooler's stats line [worker] */
 } WorkerSlot;
 
 /* The scaler's decisions: made by the master (master/scaler.h), shown by the workers' SHOW SCALER. */

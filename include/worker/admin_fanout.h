@@ -14,7 +14,7 @@ typedef enum FanoutMerge {
 	FM_POOLS,     /* one row per (database, user): counts summed, maxwait maxed */
 	FM_DATABASES, /* one row per database: connection counts summed, paused/disabled or-ed */
 	FM_USERS,     /* one row per user: connection counts summed */
-	FM_LISTS,     /* items summed row by row */
+	FM_LISTS,     /* peers answer SHOW LISTS_RAW: objects counted once by name, connections summed */
 	FM_MEM,       /* used, free and memtotal summed */
 	FM_STATE,     /* active if all are, paused/suspended if any is */
 	FM_DNS,       /* one row per host name */
@@ -23,6 +23,7 @@ typedef enum FanoutMerge {
 
 void admin_fanout_listen(void); /* the private socket of this worker */
 bool admin_fanout_wanted(const PgSocket *c);
+bool admin_fanout_from_worker(int pid); /* pid is another worker of this pooler */
 /*
  * Send `query` to every other active or draining worker, and capture what
  * this worker's own console code answers c from now on (run it right after).

@@ -35,6 +35,7 @@ void dns_foreach_host(void (*fn)(void *arg, const char *name, long long ttl, con
 
 /* Number of cached names and of lookups in flight (SHOW LISTS). */
 int dns_name_count(void);
+void dns_for_each_name(void (*fn)(const char *name, void *arg), void *arg); /* every cached host name */
 int dns_pending_count(void);
 
 #endif

@@ -66,5 +66,6 @@ PreparedStmt *prepare_server_evict(ServerStmt **set, unsigned max, const Prepare
 void prepare_server_remove_id(ServerStmt **set, uint64_t id); /* its Parse failed */
 void prepare_server_clear(ServerStmt **set);
 unsigned prepare_server_count(ServerStmt *const *set);
+size_t prepare_server_stmt_size(void); /* one server's record of one statement (SHOW MEM) */
 
 #endif

@@ -82,6 +82,7 @@ typedef struct Worker {
 	usec_t start_time;
 	int master_fd;                  /* control pipe to the master (-1 = none) */
 	uint64_t accepted;              /* accepted connections */
+	PgStats retired_stats;          /* totals of the pools freed so far */
 	int cmdline_verbose;            /* verbosity from -v (a file's verbose overrides it) */
 	ShmSegment *shm;                /* shared with the master */
 	WorkerSlot *slot;               /* this worker's slot in it */
@@ -96,6 +97,7 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerListener *list
                 int cmdline_verbose, ShmSegment *shm);
 /* Stop (or resume) accepting on this worker's listeners. */
 void worker_listen_pause(bool pause);
+void worker_stats_total(PgStats *out);            /* totals of every pool this worker has had */
 void worker_clock_tick(void);                     /* wk.now = the time now; every event callback starts with it */
 bool worker_tls_reload(char *err, size_t errlen); /* rebuild TLS from wk.cf; false keeps the old contexts */
 void worker_count_tls_handshake(void);

@@ -22,6 +22,8 @@
 #include "worker/admin.h"
 #include "worker/admin_fanout.h"
 #include "worker/admin_workers.h"
+#include "worker/cancel.h"
+#include "worker/prepare.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
 #include "worker/pool_settings.h"
@@ -232,6 +234,19 @@ static bool show_databases(PgSocket *c, int variant)
 	return reply_end(&r, "SHOW");
 }
 
+/* Clients in list l, without the peer connections of other workers' consoles. */
+static int visible_clients(List *l)
+{
+	int n = 0;
+	List *j;
+	list_for_each(j, l)
+	{
+		if (!container_of(j, PgSocket, node)->is_internal)
+			n++;
+	}
+	return n;
+}
+
 static bool show_pools(PgSocket *c, int variant)
 {
 	Reply r;
@@ -263,6 +278,8 @@ static bool show_pools(PgSocket *c, int variant)
 		list_for_each(j, &p->waiting_clients)
 		{
 			PgSocket *cl = container_of(j, PgSocket, node);
+			if (cl->is_internal)
+				continue;
 			cl_waiting++;
 			usec_t since = cl->wait_start ? cl->wait_start : cl->connect_time;
 			if (wk.now - since > maxwait)
@@ -270,10 +287,10 @@ static bool show_pools(PgSocket *c, int variant)
 		}
 		const char *v[] = {p->db->name,
 		                   p->user->name,
-		                   fmt_int(list_count(&p->active_clients)),
+		                   fmt_int(visible_clients(&p->active_clients)),
 		                   fmt_int(cl_waiting),
-		                   fmt_int(list_count(&p->active_cancel_req)),
-		                   fmt_int(list_count(&p->waiting_cancel_req)),
+		                   fmt_int(visible_clients(&p->active_cancel_req)),
+		                   fmt_int(visible_clients(&p->waiting_cancel_req)),
 		                   fmt_int(list_count(&p->active_servers)),
 		                   fmt_int(list_count(&p->active_cancel_servers)),
 		                   fmt_int(list_count(&p->being_canceled_servers)),
@@ -300,6 +317,8 @@ static const char *const socket_cols[] = {
 
 static void socket_row(Reply *r, PgSocket *s, bool sockets)
 {
+	if (s->is_internal)
+		return; /* another worker's console: not a client of the pooler */
 	char addr[80], laddr[80];
 	int port, lport;
 	format_addr(&s->remote, addr, sizeof(addr), &port);
@@ -696,17 +715,30 @@ static bool show_stats_raw(PgSocket *c, int variant)
 	return reply_end(&r, "SHOW");
 }
 
+static void raw_dns_row(const char *name, void *arg)
+{
+	const char *v[] = {"dns_names", "1", name, NULL};
+	reply_row(arg, v);
+}
+
+/*
+ * SHOW LISTS; variant 1 is LISTS_RAW, for a peer's fan-out only: the same
+ * rows with two more columns (NULL there), then one row per database, user,
+ * pool (database, user) and DNS name, so that the fan-out counts each once
+ * however many workers have it.
+ */
 static bool show_lists(PgSocket *c, int variant)
 {
-	static const char *const names[] = {"list", "items"};
+	static const char *const names[] = {"list", "items", "database", "user"};
+	bool raw = variant == 1;
 	int dbs = list_count(&wk.databases), users = list_count(&wk.users), pools = list_count(&wk.pools);
 	int used_clients = 0, used_servers = 0;
 	List *i;
 	list_for_each(i, &wk.pools)
 	{
 		PgPool *p = container_of(i, PgPool, node);
-		used_clients +=
-		    pool_client_count(p) + list_count(&p->active_cancel_req) + list_count(&p->waiting_cancel_req);
+		used_clients += visible_clients(&p->active_clients) + visible_clients(&p->waiting_clients) +
+		                visible_clients(&p->active_cancel_req) + visible_clients(&p->waiting_cancel_req);
 		used_servers += pool_server_count(p) + list_count(&p->active_cancel_servers);
 	}
 	const char *rows[][2] = {{"databases", fmt_int(dbs)},
@@ -716,7 +748,7 @@ static bool show_lists(PgSocket *c, int variant)
 	                         {"peer_pools", fmt_int(0)},
 	                         {"free_clients", fmt_int(0)},
 	                         {"used_clients", fmt_int(used_clients)},
-	                         {"login_clients", fmt_int(list_count(&wk.login_clients))},
+	                         {"login_clients", fmt_int(visible_clients(&wk.login_clients))},
 	                         {"free_servers", fmt_int(0)},
 	                         {"used_servers", fmt_int(used_servers)},
 	                         {"dns_names", fmt_int(dns_name_count())},
@@ -724,9 +756,30 @@ static bool show_lists(PgSocket *c, int variant)
 	                         {"dns_queries", fmt_int(dns_pending_count())},
 	                         {"dns_pending", fmt_int(0)}};
 	Reply r;
-	reply_begin(&r, c, "Ti", names);
-	for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++)
-		reply_row(&r, rows[k]);
+	reply_begin(&r, c, raw ? "TiTT" : "Ti", names);
+	for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
+		const char *v[] = {rows[k][0], rows[k][1], NULL, NULL};
+		reply_row(&r, v);
+	}
+	if (raw) {
+		list_for_each(i, &wk.databases)
+		{
+			const char *v[] = {"databases", "1", container_of(i, PgDatabase, node)->name, NULL};
+			reply_row(&r, v);
+		}
+		list_for_each(i, &wk.users)
+		{
+			const char *v[] = {"users", "1", NULL, container_of(i, PgUser, node)->name};
+			reply_row(&r, v);
+		}
+		list_for_each(i, &wk.pools)
+		{
+			PgPool *p = container_of(i, PgPool, node);
+			const char *v[] = {"pools", "1", p->db->name, p->user->name};
+			reply_row(&r, v);
+		}
+		dns_for_each_name(raw_dns_row, &r);
+	}
 	return reply_end(&r, "SHOW");
 }
 
@@ -743,32 +796,74 @@ static bool show_state(PgSocket *c, int variant)
 	return reply_end(&r, "SHOW");
 }
 
+/* What SHOW MEM counts over the sockets of this worker (peer connections of consoles left out). */
+typedef struct MemCount {
+	int clients, servers;
+	int iobufs;                  /* sockets with their read buffer */
+	int requests, request_slots; /* queued requests; allocated ring slots */
+	int server_stmts;            /* statements prepared on servers */
+} MemCount;
+
+static void mem_socket(MemCount *m, const PgSocket *s)
+{
+	if (s->is_internal)
+		return;
+	if (s->is_server) {
+		m->servers++;
+		m->requests += (int)s->rq.count;
+		m->request_slots += (int)s->rq.cap;
+		m->server_stmts += (int)prepare_server_count(&s->sstmts);
+	} else {
+		m->clients++;
+	}
+	m->iobufs++;
+}
+
+/*
+ * One row per kind of object PgBouncer keeps in a slab cache, with its
+ * size and how many this worker has. Nothing is cached once unused here
+ * (closed sockets and freed pools go back to malloc), so `free` is 0 but
+ * for the request queues' ring slots allocated and not in use.
+ * var_list_cache has no row: tracked parameters live inside the socket.
+ */
 static bool show_mem(PgSocket *c, int variant)
 {
 	static const char *const names[] = {"name", "size", "used", "free", "memtotal"};
 	Reply r;
 	reply_begin(&r, c, "Tiiii", names);
-	int nclients = 0, nservers = 0;
-	List *i;
+	MemCount m = {0};
+	List *i, *j;
+	list_for_each(i, &wk.login_clients) mem_socket(&m, container_of(i, PgSocket, node));
 	list_for_each(i, &wk.pools)
 	{
 		PgPool *p = container_of(i, PgPool, node);
-		nclients += pool_client_count(p);
-		nservers += pool_server_count(p);
+		List *lists[] = {&p->active_clients, &p->waiting_clients,       &p->active_servers,
+		                 &p->idle_servers,   &p->used_servers,          &p->tested_servers,
+		                 &p->new_servers,    &p->active_cancel_servers, &p->being_canceled_servers};
+		for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++)
+			list_for_each(j, lists[l]) mem_socket(&m, container_of(j, PgSocket, node));
 	}
-	nclients += list_count(&wk.login_clients);
 	struct {
 		const char *name;
 		size_t size;
-		int used;
-	} caches[] = {{"user_cache", sizeof(PgUser), list_count(&wk.users)},
-	              {"db_cache", sizeof(PgDatabase), list_count(&wk.databases)},
-	              {"pool_cache", sizeof(PgPool), list_count(&wk.pools)},
-	              {"server_cache", sizeof(PgSocket), nservers},
-	              {"client_cache", sizeof(PgSocket), nclients}};
+		int used, free;
+	} caches[] = {
+	    {"user_cache", sizeof(PgUser), list_count(&wk.users), 0},
+	    {"credentials_cache", sizeof(UserEntry), wk.userlist.n_users, 0},
+	    {"db_cache", sizeof(PgDatabase), list_count(&wk.databases), 0},
+	    {"peer_cache", sizeof(CfPeer), wk.cf.n_peers, 0},
+	    {"peer_pool_cache", cancel_peer_queue_size(), cancel_peer_queue_count(), 0},
+	    {"pool_cache", sizeof(PgPool), list_count(&wk.pools), 0},
+	    {"outstanding_request_cache", sizeof(Request), m.requests, m.request_slots - m.requests},
+	    {"server_cache", sizeof(PgSocket), m.servers, 0},
+	    {"client_cache", sizeof(PgSocket), m.clients, 0},
+	    {"iobuf_cache", (size_t)(wk.cf.g.pkt_buf < 512 ? 512 : wk.cf.g.pkt_buf), m.iobufs, 0},
+	    {"server_prepared_statement_cache", prepare_server_stmt_size(), m.server_stmts, 0},
+	};
 	for (size_t k = 0; k < sizeof(caches) / sizeof(caches[0]); k++) {
 		const char *v[] = {caches[k].name, fmt_int((long long)caches[k].size), fmt_int(caches[k].used),
-		                   fmt_int(0), fmt_int((long long)caches[k].size * caches[k].used)};
+		                   fmt_int(caches[k].free),
+		                   fmt_int((long long)caches[k].size * (caches[k].used + caches[k].free))};
 		reply_row(&r, v);
 	}
 	return reply_end(&r, "SHOW");
@@ -879,6 +974,8 @@ static void fds_socket_row(Reply *r, const PgSocket *s)
 {
 	char addr[80];
 	int port;
+	if (s->is_internal)
+		return;
 	format_addr(&s->remote, addr, sizeof(addr), &port);
 	fds_row(r, s->sb.fd, s->is_server ? "server" : "client", s, addr, port);
 }
@@ -1787,7 +1884,7 @@ typedef struct ShowSubject {
 	int variant;                            /* passed to show(): SOCK_* flags, admin_write_stats()'s `which` */
 	Access access;
 	bool merged;       /* asked of every worker, answers merged by `merge`; false: this worker alone */
-	FanoutMerge merge; /* FM_STATS: the peers answer STATS_RAW, `variant` is the `which` */
+	FanoutMerge merge; /* FM_STATS: the peers answer STATS_RAW, `variant` is the `which`; FM_LISTS: LISTS_RAW */
 	int help_line;     /* the SHOW HELP line listing it (from 1); 0: not listed */
 } ShowSubject;
 
@@ -1822,6 +1919,7 @@ static const ShowSubject show_subjects[] = {
     {"STATS_AVERAGES", show_stats, 2, ACCESS_STATS, .merged = true, .merge = FM_STATS, .help_line = 6},
     {"TOTALS", show_stats, 3, ACCESS_STATS, .merged = true, .merge = FM_STATS, .help_line = 6},
     {"STATS_RAW", show_stats_raw, 0, ACCESS_PEER},
+    {"LISTS_RAW", show_lists, 1, ACCESS_PEER},
 };
 
 /* What follows a command's name. */
@@ -1956,6 +2054,9 @@ static bool cmd_show(PgSocket *c, const char *arg, const char *query)
 	if (s->merge == FM_STATS) {
 		admin_fanout_begin(c, "SHOW STATS_RAW", FM_STATS, s->variant, false);
 		(void)show_stats_raw(c, 0);
+	} else if (s->merge == FM_LISTS) {
+		admin_fanout_begin(c, "SHOW LISTS_RAW", FM_LISTS, 0, false);
+		(void)show_lists(c, 1);
 	} else {
 		admin_fanout_begin(c, query, s->merge, 0, false);
 		(void)s->show(c, s->variant);

@@ -304,7 +304,6 @@ static bool is_key(FanoutMerge m, int col)
 		return col <= 1;
 	case FM_DATABASES:
 	case FM_USERS:
-	case FM_LISTS:
 	case FM_MEM:
 	case FM_STATE:
 	case FM_DNS:
@@ -366,10 +365,6 @@ static void fold_row(FanoutMerge m, int ncols, char **dst, char **src)
 			break;
 		case FM_USERS:
 			if (k == 5 || k == 7)
-				nv = sum_text(dst[k], src[k]);
-			break;
-		case FM_LISTS:
-			if (k == 1)
 				nv = sum_text(dst[k], src[k]);
 			break;
 		case FM_MEM:
@@ -503,6 +498,90 @@ static void write_stats(AdminFanout *fo, PktBuf *pb)
 	free(arr);
 }
 
+static int cmp_text(const char *a, const char *b)
+{
+	return strcmp(a ? a : "", b ? b : "");
+}
+
+/* Name rows of LISTS_RAW: by list, database, user. */
+static int name_row_cmp(const void *x, const void *y)
+{
+	char **a = *(char **const *)x, **b = *(char **const *)y;
+	int c = cmp_text(a[0], b[0]);
+	if (c == 0)
+		c = cmp_text(a[2], b[2]);
+	return c ? c : cmp_text(a[3], b[3]);
+}
+
+/*
+ * SHOW LISTS: every worker answered LISTS_RAW. Databases, users, pools and
+ * DNS names exist in every worker that uses them: each distinct one counts
+ * once. Peers come from the configuration, the same everywhere: the largest.
+ * The rest are connections or queries of one worker each: summed.
+ */
+static void write_lists(AdminFanout *fo, PktBuf *pb)
+{
+	static const char *const names[] = {"list", "items"};
+	static const char *const distinct[] = {"databases", "users", "pools", "dns_names"};
+	enum { NDISTINCT = sizeof(distinct) / sizeof(distinct[0]) };
+	long long n_distinct[NDISTINCT] = {0};
+	const char *order[32];
+	long long items[32];
+	int n = 0;
+	char ***name_rows = NULL;
+	int n_names = 0, cap_names = 0;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		Answer *a = &fo->ans[i];
+		if (!a->done || a->missing || a->error.len || a->ncols != 4)
+			continue;
+		for (int r = 0; r < a->n_rows; r++) {
+			char **row = a->rows[r];
+			if (!row[0])
+				continue;
+			if (row[2] || row[3]) {
+				if (n_names == cap_names) {
+					cap_names = cap_names ? cap_names * 2 : 64;
+					name_rows = xrealloc(name_rows, sizeof(*name_rows) * (size_t)cap_names);
+				}
+				name_rows[n_names++] = row;
+				continue;
+			}
+			long long v = row[1] ? atoll(row[1]) : 0;
+			int k = 0;
+			while (k < n && strcmp(order[k], row[0]) != 0)
+				k++;
+			if (k == n) {
+				if (n == 32)
+					continue;
+				order[n] = row[0];
+				items[n++] = 0;
+			}
+			items[k] = strcmp(row[0], "peers") == 0 ? (v > items[k] ? v : items[k]) : items[k] + v;
+		}
+	}
+	qsort(name_rows, (size_t)n_names, sizeof(*name_rows), name_row_cmp);
+	for (int r = 0; r < n_names; r++) {
+		if (r > 0 && name_row_cmp(&name_rows[r - 1], &name_rows[r]) == 0)
+			continue; /* the same object in another worker */
+		for (int k = 0; k < NDISTINCT; k++)
+			if (strcmp(name_rows[r][0], distinct[k]) == 0)
+				n_distinct[k]++;
+	}
+	free(name_rows);
+	pktbuf_write_row_description(pb, "Ti", names);
+	for (int k = 0; k < n; k++) {
+		long long v = items[k];
+		for (int d = 0; d < NDISTINCT; d++)
+			if (strcmp(order[k], distinct[d]) == 0)
+				v = n_distinct[d];
+		char buf[32];
+		snprintf(buf, sizeof(buf), "%lld", v);
+		const char *vals[] = {order[k], buf};
+		pktbuf_write_data_row(pb, 2, vals);
+	}
+	pktbuf_write_command_complete(pb, "SHOW");
+}
+
 static void end_command(AdminFanout *fo)
 {
 	fo->active = false;
@@ -592,6 +671,8 @@ static void on_finish(evutil_socket_t fd, short what, void *arg)
 		pktbuf_put_bytes(&pb, own->error.buf, own->error.len);
 	} else if (fo->merge == FM_STATS) {
 		write_stats(fo, &pb);
+	} else if (fo->merge == FM_LISTS) {
+		write_lists(fo, &pb);
 	} else {
 		if (own->rowdesc.len)
 			pktbuf_put_bytes(&pb, own->rowdesc.buf, own->rowdesc.len);
@@ -795,6 +876,16 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 		struct timeval tv = {0, 250000};
 		evtimer_add(fo->timer, &tv);
 	}
+}
+
+bool admin_fanout_from_worker(int pid)
+{
+	if (!wk.slot || !wk.shm || pid <= 0)
+		return false;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		if (i != wk.id && atomic_load(&wk.shm->slots[i].pid) == pid)
+			return true;
+	return false;
 }
 
 bool admin_fanout_wanted(const PgSocket *c)

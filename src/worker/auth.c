@@ -79,8 +79,10 @@ void auth_login_complete(PgSocket *c)
 			return;
 		/* one console pool, whoever logs in */
 		c->pool = pool_get(db, wk.admin_user);
-		db->client_count++;
-		c->login_user->client_count++;
+		if (!c->is_internal) {
+			db->client_count++;
+			c->login_user->client_count++;
+		}
 		client_send_welcome(c);
 		return;
 	}

@@ -233,6 +233,16 @@ typedef struct PeerQueue {
 static PeerQueue **peer_queues;
 static int n_peer_queues;
 
+int cancel_peer_queue_count(void)
+{
+	return n_peer_queues;
+}
+
+size_t cancel_peer_queue_size(void)
+{
+	return sizeof(PeerQueue);
+}
+
 static PeerQueue *peer_queue(int id)
 {
 	for (int k = 0; k < n_peer_queues; k++)

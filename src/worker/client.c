@@ -20,6 +20,7 @@
 #include "common/proto.h"
 #include "common/util.h"
 #include "worker/admin.h"
+#include "worker/admin_fanout.h"
 #include "worker/auth.h"
 #include "worker/auth_query.h"
 #include "worker/cancel.h"
@@ -50,6 +51,8 @@ void client_accept(int fd, bool is_unix, bool is_private)
 	} else {
 		tune_tcp_socket(fd);
 	}
+	/* the peer connection of another worker's console, not an operator on the private socket */
+	c->is_internal = is_private && admin_fanout_from_worker(c->peer_pid);
 	if (is_private) {
 		/* a peer worker's console: not a client of the pooler, so outside max_client_conn */
 		wk.client_count++;
@@ -146,7 +149,8 @@ bool client_send_welcome(PgSocket *c)
 	pktbuf_write_ready(&pb, 'I');
 	/* active before sending, so that a failed send is accounted as a logged-in client */
 	change_state(c, CL_ACTIVE);
-	c->pool->stats.client_login_count++;
+	if (!c->is_internal)
+		c->pool->stats.client_login_count++;
 	bool ok = sbuf_send(&c->sb, pb.buf, pb.len);
 	pktbuf_free(&pb);
 	if (!ok) {

@@ -237,6 +237,12 @@ int dns_name_count(void)
 	return list_count(&entries);
 }
 
+void dns_for_each_name(void (*fn)(const char *name, void *arg), void *arg)
+{
+	List *i;
+	list_for_each(i, &entries) fn(container_of(i, DnsEntry, node)->name, arg);
+}
+
 int dns_pending_count(void)
 {
 	int n = 0;

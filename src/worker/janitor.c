@@ -259,34 +259,89 @@ void janitor_run(void)
 	socket_free_justfree();
 }
 
-/* stats_period: rotate snapshots and log the averages line. */
+/* What every worker's counters were at this worker's previous stats_period tick. */
+static struct {
+	int32_t pid; /* 0 = no worker there then */
+	PgStats v;
+} stats_seen[SHM_MAX_WORKERS];
+
+static bool slot_serving(const WorkerSlot *s)
+{
+	uint32_t st = atomic_load(&s->state);
+	return atomic_load(&s->pid) > 0 && (st == SLOT_ACTIVE || st == SLOT_DRAINING);
+}
+
+/*
+ * The counters of the whole pooler since the previous tick, and whether this
+ * worker writes the stats line: the lowest active or draining worker does,
+ * so that there is one line per stats_period for the pooler. Every worker
+ * keeps track, so that another can take over at once.
+ */
+static bool pooler_delta(PgStats *delta)
+{
+	memset(delta, 0, sizeof(*delta));
+	if (!wk.slot) {
+		PgStats cur;
+		worker_stats_total(&cur);
+		const uint64_t *c = (const uint64_t *)&cur, *p = (const uint64_t *)&stats_seen[0].v;
+		uint64_t *d = (uint64_t *)delta;
+		for (size_t f = 0; f < PGSTATS_FIELDS; f++)
+			d[f] = c[f] - p[f];
+		stats_seen[0].v = cur;
+		return true;
+	}
+	int logger = -1;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		const WorkerSlot *s = &wk.shm->slots[i];
+		int32_t pid = atomic_load(&s->pid);
+		if (logger < 0 && slot_serving(s))
+			logger = i;
+		if (pid <= 0) {
+			stats_seen[i].pid = 0;
+			continue;
+		}
+		PgStats cur;
+		uint64_t *c = (uint64_t *)&cur;
+		if (i == wk.id)
+			worker_stats_total(&cur); /* this worker's, fresher than its last publish */
+		else
+			for (size_t f = 0; f < PGSTATS_FIELDS; f++)
+				c[f] = atomic_load(&s->stats[f]);
+		/* a worker new since the previous tick (or a respawn in the slot) counts from zero */
+		bool same = stats_seen[i].pid == pid;
+		const uint64_t *p = (const uint64_t *)&stats_seen[i].v;
+		for (size_t f = 0; f < PGSTATS_FIELDS && same; f++)
+			same = c[f] >= p[f];
+		uint64_t *d = (uint64_t *)delta;
+		for (size_t f = 0; f < PGSTATS_FIELDS; f++)
+			d[f] += same ? c[f] - p[f] : c[f];
+		stats_seen[i].pid = pid;
+		stats_seen[i].v = cur;
+	}
+	return logger < 0 || logger == wk.id;
+}
+
+/* stats_period: rotate snapshots and log the averages line (one for the whole pooler). */
 void stats_period_tick(void)
 {
-	PgStats total = {0}, prev = {0};
 	List *i;
 	list_for_each(i, &wk.pools)
 	{
 		PgPool *p = container_of(i, PgPool, node);
 		p->older_stats = p->newer_stats;
 		p->newer_stats = p->stats;
-		pgstats_add(&total, &p->newer_stats);
-		pgstats_add(&prev, &p->older_stats);
 	}
-	if (!wk.cf.g.log_stats)
+	PgStats d;
+	if (!pooler_delta(&d) || !wk.cf.g.log_stats)
 		return;
 	double secs = wk.cf.g.stats_period > 0 ? wk.cf.g.stats_period : 1;
-	uint64_t dx = total.xact_count - prev.xact_count, dq = total.query_count - prev.query_count;
-	uint64_t da = total.server_assignment_count - prev.server_assignment_count;
+	uint64_t dx = d.xact_count, dq = d.query_count, da = d.server_assignment_count;
 	log_info("stats: %llu xacts/s, %llu queries/s, %llu client parses/s, %llu server parses/s, %llu binds/s, "
 	         "%llu client logins/s, in %llu B/s, out %llu B/s, xact %llu us, query %llu us, wait %llu us",
 	         (unsigned long long)(dx / secs), (unsigned long long)(dq / secs),
-	         (unsigned long long)((total.client_parse_count - prev.client_parse_count) / secs),
-	         (unsigned long long)((total.server_parse_count - prev.server_parse_count) / secs),
-	         (unsigned long long)((total.bind_count - prev.bind_count) / secs),
-	         (unsigned long long)((total.client_login_count - prev.client_login_count) / secs),
-	         (unsigned long long)((total.client_bytes - prev.client_bytes) / secs),
-	         (unsigned long long)((total.server_bytes - prev.server_bytes) / secs),
-	         (unsigned long long)(dx ? (total.xact_time - prev.xact_time) / dx : 0),
-	         (unsigned long long)(dq ? (total.query_time - prev.query_time) / dq : 0),
-	         (unsigned long long)(da ? (total.wait_time - prev.wait_time) / da : 0));
+	         (unsigned long long)(d.client_parse_count / secs), (unsigned long long)(d.server_parse_count / secs),
+	         (unsigned long long)(d.bind_count / secs), (unsigned long long)(d.client_login_count / secs),
+	         (unsigned long long)(d.client_bytes / secs), (unsigned long long)(d.server_bytes / secs),
+	         (unsigned long long)(dx ? d.xact_time / dx : 0), (unsigned long long)(dq ? d.query_time / dq : 0),
+	         (unsigned long long)(da ? d.wait_time / da : 0));
 }

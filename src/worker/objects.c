@@ -529,6 +529,7 @@ PgPool *pool_get(PgDatabase *db, PgUser *user)
 
 void pool_free(PgPool *pool)
 {
+	pgstats_add(&wk.retired_stats, &pool->stats); /* the worker's totals stay monotonic */
 	pool_budget_forget(pool);
 	list_del(&pool->node);
 	pktbuf_free(&pool->welcome_params);
@@ -745,7 +746,8 @@ void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 		server->sb.dst = NULL;
 		server_release(server);
 	}
-	if (c->state != CL_LOGIN && c->state != CL_WAITING_CANCEL && c->state != CL_ACTIVE_CANCEL && c->db) {
+	if (c->state != CL_LOGIN && c->state != CL_WAITING_CANCEL && c->state != CL_ACTIVE_CANCEL && c->db &&
+	    !c->is_internal) {
 		c->db->client_count--;
 		if (c->login_user)
 			c->login_user->client_count--;

@@ -252,6 +252,11 @@ void prepare_server_clear(ServerStmt **set)
 	}
 }
 
+size_t prepare_server_stmt_size(void)
+{
+	return sizeof(ServerStmt);
+}
+
 unsigned prepare_server_count(ServerStmt *const *set)
 {
 	return HASH_COUNT(*set);

@@ -283,6 +283,15 @@ static void on_stats(evutil_socket_t fd, short what, void *arg)
 	stats_period_tick();
 }
 
+_Static_assert(PGSTATS_FIELDS == SHM_STATS_FIELDS, "the slot publishes every PgStats counter");
+
+void worker_stats_total(PgStats *out)
+{
+	*out = wk.retired_stats;
+	List *i;
+	list_for_each(i, &wk.pools) pgstats_add(out, &container_of(i, PgPool, node)->stats);
+}
+
 /* Publish busy time (this process's CPU time) and counters for the master. */
 static void publish(void)
 {
@@ -292,30 +301,26 @@ static void publish(void)
 	struct timespec cpu, mono;
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
 	clock_gettime(CLOCK_MONOTONIC, &mono);
-	uint64_t xacts = 0, queries = 0, in = 0, out = 0;
+	PgStats total;
+	worker_stats_total(&total);
+	const uint64_t *tv = (const uint64_t *)&total;
+	for (size_t f = 0; f < PGSTATS_FIELDS; f++)
+		atomic_store(&slot->stats[f], tv[f]);
 	uint32_t cl_active = 0, cl_waiting = 0, sv_active = 0, sv_idle = 0;
 	List *i;
 	list_for_each(i, &wk.pools)
 	{
 		PgPool *p = container_of(i, PgPool, node);
-		xacts += p->stats.xact_count;
-		queries += p->stats.query_count;
-		in += p->stats.client_bytes;
-		out += p->stats.server_bytes;
 		cl_active += (uint32_t)p->n_state[CL_ACTIVE];
 		cl_waiting += (uint32_t)(p->n_state[CL_WAITING] + p->n_state[CL_WAITING_LOGIN]);
 		sv_active += (uint32_t)p->n_state[SV_ACTIVE];
 		sv_idle += (uint32_t)p->n_state[SV_IDLE];
 	}
-	/* pools freed (auto-db expiry) take their numbers along; counters must stay monotonic */
-	if (xacts > atomic_load(&slot->xact_count))
-		atomic_store(&slot->xact_count, xacts);
-	if (queries > atomic_load(&slot->query_count))
-		atomic_store(&slot->query_count, queries);
-	if (in > atomic_load(&slot->bytes_in))
-		atomic_store(&slot->bytes_in, in);
-	if (out > atomic_load(&slot->bytes_out))
-		atomic_store(&slot->bytes_out, out);
+	/* monotonic: freed pools (auto-db expiry) leave their numbers in wk.retired_stats */
+	atomic_store(&slot->xact_count, total.xact_count);
+	atomic_store(&slot->query_count, total.query_count);
+	atomic_store(&slot->bytes_in, total.client_bytes);
+	atomic_store(&slot->bytes_out, total.server_bytes);
 	atomic_store(&slot->accepted, wk.accepted);
 	atomic_store(&slot->cl_active, cl_active);
 	atomic_store(&slot->cl_waiting, cl_waiting);
