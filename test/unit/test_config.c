@@ -11,8 +11,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,20 +172,10 @@ static char saved_cwd[PATH_MAX]; /* restored after tests that chdir */
 static char last_path[PATH_MAX]; /* path of the last file written by load_text() */
 static char err[CF_ERRMSG_LEN];  /* error text of the last load */
 
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
-
 static int group_setup(void **state)
 {
 	(void)state;
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/test_config.XXXXXX");
-	if (!mkdtemp(tmpdir))
-		return -1;
+	unit_tmpdir("test_config", tmpdir, sizeof(tmpdir));
 	if (!getcwd(saved_cwd, sizeof(saved_cwd)))
 		return -1;
 	return 0;
@@ -195,7 +186,8 @@ static int group_teardown(void **state)
 	(void)state;
 	if (chdir(saved_cwd) != 0)
 		return -1;
-	return nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+	unit_rmtree(tmpdir);
+	return 0;
 }
 
 /* Write tmpdir/name (name may contain one directory level, created here). */

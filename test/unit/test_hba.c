@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -84,12 +86,7 @@ static char tmpdir[64];
 
 static void write_file(const char *name, const char *text)
 {
-	char path[256];
-	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
-	FILE *f = fopen(path, "w");
-	assert_non_null(f);
-	fputs(text, f);
-	fclose(f);
+	unit_write_file(tmpdir, name, text, NULL, 0);
 }
 
 static void remove_file(const char *name)
@@ -102,14 +99,15 @@ static void remove_file(const char *name)
 static int setup_dir(void **state)
 {
 	(void)state;
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/test_hba.XXXXXX");
-	return mkdtemp(tmpdir) ? 0 : -1;
+	unit_tmpdir("test_hba", tmpdir, sizeof(tmpdir));
+	return 0;
 }
 
 static int teardown_dir(void **state)
 {
 	(void)state;
-	return rmdir(tmpdir);
+	unit_rmtree(tmpdir);
+	return 0;
 }
 
 /* ---- columns ---- */

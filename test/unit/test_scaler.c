@@ -13,11 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
-#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include "unit.h"
 
 #include "master/scaler.h"
 
@@ -410,16 +411,6 @@ static void put_cpu(const char *root, int cpu, const char *package, const char *
 	put(root, rel, core);
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	return remove(path);
-}
-
-static void rm_tree(const char *root)
-{
-	assert_int_equal(nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
-}
-
 static int sysconf_cores(void)
 {
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -428,8 +419,8 @@ static int sysconf_cores(void)
 
 static void test_physical_cores(void **state)
 {
-	char root[] = "/tmp/test_scaler_sysfs.XXXXXX";
-	assert_non_null(mkdtemp(root));
+	char root[64];
+	unit_tmpdir("test_scaler_sysfs", root, sizeof(root));
 
 	/* 4 logical CPUs = 2 cores with a hyperthread sibling each */
 	put_cpu(root, 0, "0\n", "0\n");
@@ -474,19 +465,19 @@ static void test_physical_cores(void **state)
 	assert_int_equal(scaler_physical_cores_at(root), sysconf_cores());
 	put(root, "cpu7/topology/physical_package_id", "0\n");
 	assert_int_equal(scaler_physical_cores_at(root), 6);
-	rm_tree(root);
+	unit_rmtree(root);
 
 	/* a garbage id: fall back */
-	assert_non_null(mkdtemp(strcpy(root, "/tmp/test_scaler_sysfs.XXXXXX")));
+	unit_tmpdir("test_scaler_sysfs", root, sizeof(root));
 	put_cpu(root, 0, "0\n", "zero\n");
 	assert_int_equal(scaler_physical_cores_at(root), sysconf_cores());
-	rm_tree(root);
+	unit_rmtree(root);
 
 	/* no such directory, or no CPUs in it: fall back */
 	assert_int_equal(scaler_physical_cores_at("/nonexistent/cpu"), sysconf_cores());
-	assert_non_null(mkdtemp(strcpy(root, "/tmp/test_scaler_sysfs.XXXXXX")));
+	unit_tmpdir("test_scaler_sysfs", root, sizeof(root));
 	assert_int_equal(scaler_physical_cores_at(root), sysconf_cores());
-	rm_tree(root);
+	unit_rmtree(root);
 
 	/* the real machine: at least one, at most the logical CPUs */
 	int real = scaler_physical_cores();
