@@ -15,6 +15,7 @@ PGB_PACKAGES=(
     postgresql postgresql-contrib pgbouncer
     python3-pytest python3-psycopg python3-asyncpg
     pandoc valgrind clang-format
+    clang libclang-rt-14-dev
 )
 
 # The unprivileged user the integration tests run PostgreSQL and pgbouncer as.
@@ -88,6 +89,9 @@ pgb_outdated() {
 # Builds build/pgbouncer out of tree. autogen and configure run when their
 # output is missing or stale (or PGB_RECONFIGURE=1); after that the generated
 # Makefile keeps itself up to date (it reruns automake when Makefile.am changes).
+# PGB_BUILD and PGB_CONFIGURE_ARGS choose another build (build-asan/,
+# build-fuzz/); arguments are make targets to build instead of the default
+# (then PGB_BIN need not exist).
 pgb_build() {
     cd "$PGB_ROOT" || return 1
     if [ -f config.status ]; then
@@ -107,12 +111,12 @@ pgb_build() {
     fi
     if [ "${PGB_RECONFIGURE:-0}" = 1 ] || pgb_outdated "$PGB_BUILD/config.status" configure ||
         [ "$have_args" != "${PGB_CONFIGURE_ARGS[*]}" ]; then
-        pgb_say "configure ${PGB_CONFIGURE_ARGS[*]} (in build/)"
+        pgb_say "configure ${PGB_CONFIGURE_ARGS[*]} (in ${PGB_BUILD#"$PGB_ROOT"/}/)"
         (cd "$PGB_BUILD" && ../configure "${PGB_CONFIGURE_ARGS[@]}") || pgb_die "configure failed"
     fi
-    pgb_say "make -j2"
-    make -C "$PGB_BUILD" -j2 || pgb_die "build failed"
-    [ -x "$PGB_BIN" ] || pgb_die "build finished but $PGB_BIN is missing"
+    pgb_say "make -j2 $*"
+    make -C "$PGB_BUILD" -j2 "$@" || pgb_die "build failed"
+    [ "$#" -gt 0 ] || [ -x "$PGB_BIN" ] || pgb_die "build finished but $PGB_BIN is missing"
 }
 
 # Highest installed PostgreSQL server bindir (/usr/lib/postgresql/N/bin).
