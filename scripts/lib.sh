@@ -94,14 +94,17 @@ pgb_outdated() {
 # Makefile keeps itself up to date (it reruns automake when Makefile.am changes).
 # A tree configured in place (README, "Building by hand") is built where it
 # is, as it was configured: PGB_BUILD and PGB_BIN then point into it.
+# Otherwise PGB_BUILD and PGB_CONFIGURE_ARGS choose the build (build/,
+# build-asan/, build-fuzz/); arguments are make targets to build instead of
+# the default (then PGB_BIN need not exist).
 pgb_build() {
     cd "$PGB_ROOT" || return 1
     if [ -f config.status ]; then
         PGB_BUILD="$PGB_ROOT"
         PGB_BIN="$PGB_ROOT/pgbouncer"
         pgb_say "the source tree is configured in place: make -j2 there"
-        make -C "$PGB_ROOT" -j2 || pgb_die "build failed"
-        [ -x "$PGB_BIN" ] || pgb_die "build finished but $PGB_BIN is missing"
+        make -C "$PGB_ROOT" -j2 "$@" || pgb_die "build failed"
+        [ "$#" -gt 0 ] || [ -x "$PGB_BIN" ] || pgb_die "build finished but $PGB_BIN is missing"
         return 0
     fi
     if [ "${PGB_RECONFIGURE:-0}" = 1 ] || [ ! -f Makefile.in ] || pgb_outdated configure configure.ac autogen.sh; then
@@ -118,12 +121,12 @@ pgb_build() {
     fi
     if [ "${PGB_RECONFIGURE:-0}" = 1 ] || pgb_outdated "$PGB_BUILD/config.status" configure ||
         [ "$have_args" != "${PGB_CONFIGURE_ARGS[*]}" ]; then
-        pgb_say "configure ${PGB_CONFIGURE_ARGS[*]} (in build/)"
+        pgb_say "configure ${PGB_CONFIGURE_ARGS[*]} (in ${PGB_BUILD#"$PGB_ROOT"/}/)"
         (cd "$PGB_BUILD" && ../configure "${PGB_CONFIGURE_ARGS[@]}") || pgb_die "configure failed"
     fi
-    pgb_say "make -j2"
-    make -C "$PGB_BUILD" -j2 || pgb_die "build failed"
-    [ -x "$PGB_BIN" ] || pgb_die "build finished but $PGB_BIN is missing"
+    pgb_say "make -j2 $*"
+    make -C "$PGB_BUILD" -j2 "$@" || pgb_die "build failed"
+    [ "$#" -gt 0 ] || [ -x "$PGB_BIN" ] || pgb_die "build finished but $PGB_BIN is missing"
 }
 
 # Highest installed PostgreSQL server bindir (/usr/lib/postgresql/N/bin).

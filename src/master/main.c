@@ -44,6 +44,7 @@ typedef struct Master {
 	ListenSet listeners;     /* sockets created at start, kept until exit */
 	struct event_base *base; /* the master's event loop */
 	struct event *sig_events[8];
+	struct event *chld_event; /* SIGCHLD; held here like sig_events, so it is never unreachable memory */
 	const char *progname;
 	int cmdline_verbose;      /* number of -v */
 	bool quiet;               /* -q */
@@ -374,8 +375,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
 static void setup_signals(void)
 {
-	struct event *chld = evsignal_new(master.base, SIGCHLD, on_child, NULL);
-	if (!chld || evsignal_add(chld, NULL) < 0)
+	master.chld_event = evsignal_new(master.base, SIGCHLD, on_child, NULL);
+	if (!master.chld_event || evsignal_add(master.chld_event, NULL) < 0)
 		fatal("could not install handler for SIGCHLD");
 	/* handlers are installed even for signals inherited as ignored (`cmd &` from a script) */
 	static const int sigs[] = {SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2};
