@@ -630,13 +630,10 @@ static bool can_launch(PgPool *pool, bool for_replication, BudgetHold *hold)
 /* Whether the servers running their check query are enough for the clients waiting for a server. */
 static bool checks_serve_waiters(const PgPool *pool)
 {
-	int checks = 0, waiting = 0;
+	int checks = 0;
 	List *i;
 	list_for_each(i, &pool->tested_servers) checks += container_of(i, PgSocket, node)->checking;
-	if (checks == 0)
-		return false;
-	list_for_each(i, &pool->waiting_clients) waiting += container_of(i, PgSocket, node)->state == CL_WAITING;
-	return waiting <= checks;
+	return checks > 0 && pool->n_state[CL_WAITING] <= checks;
 }
 
 /*
