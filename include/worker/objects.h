@@ -312,6 +312,7 @@ const char *var_name(int idx);
 void var_learn_name(int idx, const char *name); /* a server reported it: use its spelling from now on */
 int var_count(void);
 void var_set(VarValue *v, const char *value); /* interns a copy (NULL clears): equal texts, equal pointers */
+void var_copy(VarValue *dst, const VarValue *src); /* dst takes src's interned text (or NULL) */
 void tune_tcp_socket(int fd);
 
 #endif

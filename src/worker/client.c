@@ -135,7 +135,7 @@ bool client_send_welcome(PgSocket *c)
 		for (int i = 0; i < var_count(); i++) {
 			/* what the client is told is what it gets: servers are SET to it when they differ */
 			if (!c->vars[i].value && pool->defaults[i].value)
-				var_set(&c->vars[i], pool->defaults[i].value);
+				var_copy(&c->vars[i], &pool->defaults[i]);
 			if (c->vars[i].value)
 				pktbuf_write_param_status(&pb, var_name(i), c->vars[i].value);
 		}

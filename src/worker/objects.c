@@ -32,6 +32,7 @@
 
 /* Tracked parameters: the five always tracked, then track_extra_parameters. */
 static char *var_names[MAX_TRACKED];
+static size_t var_name_lens[MAX_TRACKED];
 static int n_vars;
 
 int var_count(void)
@@ -46,8 +47,10 @@ const char *var_name(int idx)
 
 int var_index(const char *name)
 {
+	/* every startup parameter and ParameterStatus of a login comes here: lengths first */
+	size_t len = strlen(name);
 	for (int i = 0; i < n_vars; i++)
-		if (strcasecmp(var_names[i], name) == 0)
+		if (var_name_lens[i] == len && strcasecmp(var_names[i], name) == 0)
 			return i;
 	return -1;
 }
@@ -102,6 +105,18 @@ static void var_release(char *value)
 	free(t);
 }
 
+void var_copy(VarValue *dst, const VarValue *src)
+{
+	/* the same interned text: a reference more, no hashing */
+	if (dst->value == src->value)
+		return;
+	char *old = dst->value;
+	dst->value = src->value;
+	if (dst->value)
+		((VarText *)(void *)(dst->value - offsetof(VarText, text)))->refs++;
+	var_release(old);
+}
+
 void var_set(VarValue *v, const char *value)
 {
 	if (v->value && value && strcmp(v->value, value) == 0)
@@ -116,14 +131,18 @@ static void vars_init(const char *extra)
 	static const char *const base[] = {"DateStyle", "client_encoding", "TimeZone", "standard_conforming_strings",
 	                                   "application_name"};
 	n_vars = 0;
-	for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
+	for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++) {
+		var_name_lens[n_vars] = strlen(base[i]);
 		var_names[n_vars++] = xstrdup(base[i]);
+	}
 	if (!extra)
 		return;
 	char *list = xstrdup(extra), *save = NULL;
 	for (char *t = strtok_r(list, ", \t", &save); t && n_vars < MAX_TRACKED; t = strtok_r(NULL, ", \t", &save))
-		if (var_index(t) < 0)
+		if (var_index(t) < 0) {
+			var_name_lens[n_vars] = strlen(t);
 			var_names[n_vars++] = xstrdup(t);
+		}
 	free(list);
 }
 

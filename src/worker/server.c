@@ -405,9 +405,9 @@ static bool handle_param_status(PgSocket *s, const uint8_t *body, uint32_t len, 
 		var_learn_name(idx, name);
 		var_set(&s->vars[idx], value);
 		if (s->link)
-			var_set(&s->link->vars[idx], value);
+			var_copy(&s->link->vars[idx], &s->vars[idx]);
 		if (login && !repl && !s->pool->welcome_ready)
-			var_set(&s->pool->defaults[idx], value);
+			var_copy(&s->pool->defaults[idx], &s->vars[idx]);
 	} else if (login && repl) {
 		pktbuf_write_param_status(&s->repl_params, name, value);
 	} else if (login && !s->pool->welcome_ready) {
