@@ -731,13 +731,17 @@ static double age_seconds(const PgSocket *s)
 	return (double)(get_time_usec() - s->connect_time) / USEC_PER_SEC;
 }
 
-/* The reason for closing s, and its log line; false if s is closed already. */
-static bool closing(PgSocket *s, char *reason, size_t len, const char *fmt, va_list ap)
+/*
+ * The reason for closing s, and its log line; false if s is closed already.
+ * The reason is formatted only when something reads it (`needed`, or the
+ * log line): a client that just says Terminate costs no vsnprintf().
+ */
+static bool closing(PgSocket *s, bool needed, char *reason, size_t len, const char *fmt, va_list ap)
 {
 	reason[0] = '\0';
 	if (s->state == CL_JUSTFREE || s->state == CL_FREE || s->state == SV_JUSTFREE || s->state == SV_FREE)
 		return false;
-	if (fmt)
+	if (fmt && (needed || wk.cf.g.log_disconnections))
 		vsnprintf(reason, len, fmt, ap);
 	if (wk.cf.g.log_disconnections)
 		slog(LG_LOG, s, "closing because: %s (age=%.0fs)", reason, age_seconds(s));
@@ -749,7 +753,7 @@ void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 	char reason[256];
 	va_list ap;
 	va_start(ap, fmt);
-	bool open = closing(c, reason, sizeof(reason), fmt, ap);
+	bool open = closing(c, notify && c->sb.fd >= 0, reason, sizeof(reason), fmt, ap);
 	va_end(ap);
 	if (!open)
 		return;
@@ -790,7 +794,7 @@ void disconnect_server(PgSocket *s, bool notify, const char *fmt, ...)
 	char reason[128];
 	va_list ap;
 	va_start(ap, fmt);
-	bool open = closing(s, reason, sizeof(reason), fmt, ap);
+	bool open = closing(s, s->link != NULL, reason, sizeof(reason), fmt, ap);
 	va_end(ap);
 	if (!open)
 		return;
