@@ -375,7 +375,8 @@ class Pooler:
             if self.proc.poll() is not None:
                 raise BenchError(f"{self.name} pooler exited with {self.proc.returncode}:\n"
                                  f"{tail(self.dir / 'stderr.txt')}\n{tail(self.logfile)}")
-            return self.pidfile.exists() and port_listening(self.port)
+            # the pidfile may exist still empty (slow under valgrind)
+            return self.pidfile.exists() and self.pidfile.read_text().strip() != "" and port_listening(self.port)
 
         wait_for(up, f"{self.name} pooler to listen on port {self.port}", START_TIMEOUT)
         pid = int(self.pidfile.read_text().split()[0])
@@ -577,6 +578,58 @@ def perf_syscalls(pids, out_path, run):
         raise BenchError(f"perf counted nothing (see {out_path})")
     counts["other"] = counts["total"] - sum(v for k, v in counts.items() if k != "total")
     return xacts, counts
+
+
+# --- instructions under callgrind ---
+
+
+def callgrind_dump(pooler, run_as, seen):
+    """Dumps every process of the pooler tree (callgrind zeroes its counters at each
+    dump); returns the user-space instructions (Ir) since the previous dump."""
+    control = shutil.which("callgrind_control")
+    for pid in process_tree(pooler.pid):
+        r = subprocess.run([control, "-d", str(pid)], capture_output=True, text=True, timeout=120,
+                           **run_as.popen_kwargs())
+        if r.returncode != 0:
+            raise BenchError(f"callgrind_control -d {pid} failed: {r.stdout}{r.stderr}")
+    total = 0
+    for f in sorted(set(pooler.dir.glob("callgrind.out.*.*")) - seen):
+        seen.add(f)
+        m = re.search(r"^(?:summary|totals):\s+(\d+)", f.read_text(errors="replace"), re.M)
+        if not m:
+            raise BenchError(f"no summary line in {f}")
+        total += int(m.group(1))
+    return total
+
+
+def callgrind_per_xact(name, binary, run_as, tmp, pg, settings, run, xacts, unit="transactions", forks=False):
+    """User-space instructions per transaction of a pooler started again under
+    callgrind: run(pooler, n) runs n transactions per client and returns how many
+    ran; after a warm-up run, (I2 - I1) / (x2 - x1) over a run of xacts[0] and one
+    of xacts[1]. forks: the pooler forks a worker after start-up (ours). Strings are not compressed in the dumps, so that each dump (kept
+    in tmp/NAME-callgrind) names its own functions."""
+    valgrind = shutil.which("valgrind")
+    if not valgrind or not shutil.which("callgrind_control"):
+        raise BenchError("the instruction counts need valgrind (Debian package valgrind)")
+    out = tmp / f"{name}-callgrind" / "callgrind.out.%p"
+    p = Pooler(name + "-callgrind", binary, run_as, tmp, pg, settings,
+               wrapper=[valgrind, "--tool=callgrind", "--trace-children=yes", "--compress-strings=no",
+                        f"--callgrind-out-file={out}"])
+    seen = set()
+    try:
+        p.start()
+        if forks:
+            wait_for(lambda: len(process_tree(p.pid)) > 1, "the worker under valgrind", 60)
+        run(p, xacts[0])  # warm-up: server connections
+        callgrind_dump(p, run_as, seen)
+        x1 = run(p, xacts[0])
+        i1 = callgrind_dump(p, run_as, seen)
+        x2 = run(p, xacts[1])
+        i2 = callgrind_dump(p, run_as, seen)
+        log(f"  {name}: {i1} instructions over {x1} {unit}, {i2} over {x2}")
+        return (i2 - i1) / (x2 - x1)
+    finally:
+        p.stop()
 
 
 # --- a minimal PostgreSQL wire-protocol client ---

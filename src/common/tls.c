@@ -406,6 +406,12 @@ static void common_setup(SSL_CTX *ctx)
 	/* the stream buffer may retry a write from a moved buffer and accepts short writes, like write(2) */
 	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
 	                          SSL_MODE_RELEASE_BUFFERS);
+	/*
+	 * Read whatever the socket holds, not a record's 5-byte header and then
+	 * its body: two read()s per record otherwise (doc/tls.md). The stream
+	 * buffer asks SSL_has_pending() for bytes OpenSSL read ahead.
+	 */
+	SSL_CTX_set_read_ahead(ctx, 1);
 	SSL_CTX_set_default_passwd_cb(ctx, no_password);
 }
 

@@ -623,10 +623,11 @@ static void sbuf_process(SBuf *sb, bool do_read)
 	}
 	sb->in_process = false;
 	/*
-	 * OpenSSL may hold decrypted bytes the socket no longer signals: come
-	 * back for them from the event loop (not now, to let others run).
+	 * OpenSSL may hold bytes the socket no longer signals (decrypted, or
+	 * read ahead and not yet decrypted): come back for them from the event
+	 * loop (not now, to let others run).
 	 */
-	if (sb->ssl && sb->reading && !sb->paused && SSL_pending(sb->ssl) > 0 && has_room(sb))
+	if (sb->ssl && sb->reading && !sb->paused && SSL_has_pending(sb->ssl) && has_room(sb))
 		event_active(&sb->ev_read, EV_READ, 0);
 }
 
