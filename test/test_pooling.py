@@ -916,3 +916,48 @@ def test_tcp_keepalive_options_applied(bouncer):
     out = wait_for(keepalive_timer, "the keepalive timer on the client socket")
     # idle time 77 s: the first probe is due in a bit more than a minute
     assert "timer:(keepalive,1min" in out, out
+
+
+# ---------------------------------------------------------------------------
+# the welcome
+
+
+def welcome_of(port, **params):
+    """One login: the types of the messages after AuthenticationOk, in order,
+    the ParameterStatus pairs (in order) and the BackendKeyData bodies."""
+    w = PgWire(port)
+    try:
+        msgs = w.login(**params)
+        w.send(message(b"X"))
+    finally:
+        w.close()
+    types = b"".join(m[0] for m in msgs)
+    pairs = [tuple(v.decode() for v in body.split(b"\0")[:2]) for t, body in msgs if t == b"S"]
+    keys = [body for t, body in msgs if t == b"K"]
+    return types, pairs, keys
+
+
+@pytest.mark.parametrize("pool_mode", ["session", "transaction"])
+def test_login_sends_what_postgres_sends(bouncer, pg, pool_mode):
+    """A pooled login is AuthenticationOk, one ParameterStatus per parameter
+    PostgreSQL reports, with PostgreSQL's values for the client's startup
+    parameters, BackendKeyData and ReadyForQuery. The pool builds the
+    ParameterStatus block once and copies it to the next client with the same
+    values (doc/benchmarks.md): logins alternate values to catch a stale copy."""
+    b = bouncer(ini_overrides={"pool_mode": pool_mode, "default_pool_size": 2})
+    logins = [{"application_name": "app_a"}, {"application_name": "app_a"}, {"application_name": "app_b"},
+              {}, {"application_name": "app_a", "options": "-c DateStyle=SQL,\\ DMY"},
+              {"application_name": "app_a"}, {"client_encoding": "LATIN1"}, {}]
+    for params in logins:
+        direct_types, direct_pairs, _ = welcome_of(pg.port, **params)
+        types, pairs, keys = welcome_of(b.port, **params)
+        assert types == b"S" * len(pairs) + b"KZ", (params, types)
+        assert len(keys) == 1 and len(keys[0]) == 8, keys
+        names = [n for n, _ in pairs]
+        assert len(names) == len(set(names)), f"a parameter reported twice: {pairs}"
+        assert dict(pairs) == dict(direct_pairs), (params, pairs, direct_pairs)
+        # the values a client reads back are the ones it was told
+        with b.connect(autocommit=True, **params) as conn:
+            shown = {n: conn.execute(f"SHOW {n}").fetchone()[0]
+                     for n in ("application_name", "DateStyle", "client_encoding")}
+        assert {n: dict(pairs)[n] for n in shown} == shown, (params, shown)

@@ -155,6 +155,15 @@ struct PgPool {
 	bool welcome_ready;
 	PktBuf welcome_params;          /* 'S' messages except tracked ones */
 	VarValue defaults[MAX_TRACKED]; /* tracked parameters' server defaults */
+	/*
+	 * welcome_params and the 'S' messages of the tracked values in
+	 * welcome_vals, as sent to the last client welcomed: the next client
+	 * with the same (interned) values gets a copy. Valid while
+	 * welcome_cache_gen == var_names_gen() + 1 (0: invalid).
+	 */
+	PktBuf welcome_cache;
+	VarValue welcome_vals[MAX_TRACKED];
+	uint32_t welcome_cache_gen;
 
 	bool last_login_failed; /* within server_login_retry of a failure */
 	usec_t last_failed_time;
@@ -311,6 +320,7 @@ int var_index(const char *name);
 const char *var_name(int idx);
 void var_learn_name(int idx, const char *name); /* a server reported it: use its spelling from now on */
 int var_count(void);
+uint32_t var_names_gen(void); /* changes when a tracked name's spelling changes */
 void var_set(VarValue *v, const char *value); /* interns a copy (NULL clears): equal texts, equal pointers */
 void var_copy(VarValue *dst, const VarValue *src); /* dst takes src's interned text (or NULL) */
 void tune_tcp_socket(int fd);

@@ -102,6 +102,41 @@ static SBufAction client_tls_ready(PgSocket *c)
 
 /* ---- the welcome ---- */
 
+/*
+ * The ParameterStatus messages of a pooled client's welcome: the pool's
+ * server parameters, then the client's tracked values. Clients of a pool
+ * mostly share their values (the same application_name, the servers'
+ * defaults), which are interned: the messages built for the last client
+ * are copied when the pointers are the same.
+ */
+static void put_pool_params(PktBuf *pb, PgSocket *c)
+{
+	PgPool *pool = c->pool;
+	int n = var_count();
+	bool same = pool->welcome_ready && pool->welcome_cache_gen == var_names_gen() + 1;
+	for (int i = 0; i < n; i++) {
+		/* what the client is told is what it gets: servers are SET to it when they differ */
+		if (!c->vars[i].value && pool->defaults[i].value)
+			var_copy(&c->vars[i], &pool->defaults[i]);
+		same = same && c->vars[i].value == pool->welcome_vals[i].value;
+	}
+	if (!same) {
+		PktBuf *wc = &pool->welcome_cache;
+		if (!wc->buf)
+			pktbuf_init(wc, pool->welcome_params.len + 256);
+		pktbuf_reset(wc);
+		pktbuf_put_bytes(wc, pool->welcome_params.buf, pool->welcome_params.len);
+		for (int i = 0; i < n; i++) {
+			if (c->vars[i].value)
+				pktbuf_write_param_status(wc, var_name(i), c->vars[i].value);
+			var_copy(&pool->welcome_vals[i], &c->vars[i]);
+		}
+		/* before welcome_ready the pool's parameters may still grow: build again next time */
+		pool->welcome_cache_gen = pool->welcome_ready ? var_names_gen() + 1 : 0;
+	}
+	pktbuf_put_bytes(pb, pool->welcome_cache.buf, pool->welcome_cache.len);
+}
+
 bool client_send_welcome(PgSocket *c)
 {
 	PktBuf pb;
@@ -130,15 +165,7 @@ bool client_send_welcome(PgSocket *c)
 			if (c->vars[i].value)
 				pktbuf_write_param_status(&pb, var_name(i), c->vars[i].value);
 	} else {
-		PgPool *pool = c->pool;
-		pktbuf_put_bytes(&pb, pool->welcome_params.buf, pool->welcome_params.len);
-		for (int i = 0; i < var_count(); i++) {
-			/* what the client is told is what it gets: servers are SET to it when they differ */
-			if (!c->vars[i].value && pool->defaults[i].value)
-				var_copy(&c->vars[i], &pool->defaults[i]);
-			if (c->vars[i].value)
-				pktbuf_write_param_status(&pb, var_name(i), c->vars[i].value);
-		}
+		put_pool_params(&pb, c);
 	}
 	cancel_gen_key(c);
 	uint32_t pid = ((uint32_t)c->cancel_key[0] << 24) | ((uint32_t)c->cancel_key[1] << 16) |

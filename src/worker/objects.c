@@ -34,6 +34,12 @@
 static char *var_names[MAX_TRACKED];
 static size_t var_name_lens[MAX_TRACKED];
 static int n_vars;
+static uint32_t names_gen; /* pools' welcome caches hold names of this generation */
+
+uint32_t var_names_gen(void)
+{
+	return names_gen;
+}
 
 int var_count(void)
 {
@@ -61,6 +67,7 @@ void var_learn_name(int idx, const char *name)
 	if (strcmp(var_names[idx], name) != 0) {
 		free(var_names[idx]);
 		var_names[idx] = xstrdup(name);
+		names_gen++;
 	}
 }
 
@@ -131,6 +138,7 @@ static void vars_init(const char *extra)
 	static const char *const base[] = {"DateStyle", "client_encoding", "TimeZone", "standard_conforming_strings",
 	                                   "application_name"};
 	n_vars = 0;
+	names_gen++;
 	for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++) {
 		var_name_lens[n_vars] = strlen(base[i]);
 		var_names[n_vars++] = xstrdup(base[i]);
@@ -460,6 +468,7 @@ void objects_load_databases(void)
 					continue;
 				pool_mark_close_needed(pool);
 				pool->welcome_ready = false;
+				pool->welcome_cache_gen = 0;
 			}
 		}
 	}
@@ -552,8 +561,11 @@ void pool_free(PgPool *pool)
 	pool_budget_forget(pool);
 	list_del(&pool->node);
 	pktbuf_free(&pool->welcome_params);
-	for (int k = 0; k < MAX_TRACKED; k++)
+	pktbuf_free(&pool->welcome_cache);
+	for (int k = 0; k < MAX_TRACKED; k++) {
 		var_set(&pool->defaults[k], NULL);
+		var_set(&pool->welcome_vals[k], NULL);
+	}
 	free(pool);
 }
 

@@ -512,6 +512,7 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 		}
 		if (!s->pool->welcome_ready) {
 			s->pool->welcome_ready = true;
+			s->pool->welcome_cache_gen = 0;
 		}
 		if (s->pool->db->cf.connect_query && *s->pool->db->cf.connect_query) {
 			PktBuf pb;
