@@ -321,6 +321,7 @@ const char *var_name(int idx);
 void var_learn_name(int idx, const char *name); /* a server reported it: use its spelling from now on */
 int var_count(void);
 uint32_t var_names_gen(void); /* changes when a tracked name's spelling changes */
+const char *var_ident(int idx); /* var_name() as pktbuf_put_sql_ident() quotes it, made once per spelling */
 void var_set(VarValue *v, const char *value); /* interns a copy (NULL clears): equal texts, equal pointers */
 void var_copy(VarValue *dst, const VarValue *src); /* dst takes src's interned text (or NULL) */
 void tune_tcp_socket(int fd);

@@ -36,9 +36,33 @@ static size_t var_name_lens[MAX_TRACKED];
 static int n_vars;
 static uint32_t names_gen; /* pools' welcome caches hold names of this generation */
 
+static char *var_idents[MAX_TRACKED]; /* var_names quoted as SQL identifiers, made when first needed */
+
 uint32_t var_names_gen(void)
 {
 	return names_gen;
+}
+
+const char *var_ident(int idx)
+{
+	if (!var_idents[idx]) {
+		PktBuf q;
+		pktbuf_init(&q, 64);
+		pktbuf_put_sql_ident(&q, var_names[idx]);
+		pktbuf_put_u8(&q, 0);
+		var_idents[idx] = (char *)q.buf; /* owned here now */
+	}
+	return var_idents[idx];
+}
+
+static void var_rename(int idx, const char *name)
+{
+	free(var_names[idx]);
+	var_names[idx] = xstrdup(name);
+	var_name_lens[idx] = strlen(name);
+	free(var_idents[idx]);
+	var_idents[idx] = NULL;
+	names_gen++;
 }
 
 int var_count(void)
@@ -64,11 +88,8 @@ int var_index(const char *name)
 void var_learn_name(int idx, const char *name)
 {
 	/* the server's spelling: clients look names up case-sensitively (libpq's PQparameterStatus) */
-	if (strcmp(var_names[idx], name) != 0) {
-		free(var_names[idx]);
-		var_names[idx] = xstrdup(name);
-		names_gen++;
-	}
+	if (strcmp(var_names[idx], name) != 0)
+		var_rename(idx, name);
 }
 
 /*

@@ -242,15 +242,17 @@ void pool_budget_tick(void)
 }
 
 /*
- * Append the statement that gives parameter `name` the client's `value` to q.
- * Both go through the quoting functions of common/pktbuf.h, whoever sent
- * them. search_path is a list whose SET syntax quotes each element, so
+ * Append the statement that gives tracked parameter `idx` the client's
+ * `value` to q. Both go through the quoting functions of common/pktbuf.h,
+ * whoever sent them (the name quoted once per spelling, var_ident()).
+ * search_path is a list whose SET syntax quotes each element, so
  * `SET search_path = '<value>'` would make the whole list one schema name;
  * set_config() takes the value as the server reported it, like a startup
  * parameter does (doc/transaction.md, "Tracked parameters").
  */
-static void append_set(PktBuf *q, const char *name, const char *value)
+static void append_set(PktBuf *q, int idx, const char *value)
 {
+	const char *name = var_name(idx);
 	if (strcasecmp(name, "search_path") == 0) {
 		pktbuf_put_bytes(q, "SELECT pg_catalog.set_config(", 29);
 		pktbuf_put_sql_literal(q, name);
@@ -259,8 +261,9 @@ static void append_set(PktBuf *q, const char *name, const char *value)
 		pktbuf_put_bytes(q, ",false);", 8);
 		return;
 	}
+	const char *ident = var_ident(idx);
 	pktbuf_put_bytes(q, "SET ", 4);
-	pktbuf_put_sql_ident(q, name);
+	pktbuf_put_bytes(q, ident, strlen(ident));
 	pktbuf_put_u8(q, '=');
 	pktbuf_put_sql_literal(q, value);
 	pktbuf_put_u8(q, ';');
@@ -272,28 +275,25 @@ static void append_set(PktBuf *q, const char *name, const char *value)
  */
 static bool replay_vars(PgSocket *c, PgSocket *s)
 {
-	PktBuf q = {0};
+	PktBuf msg = {0};
 	int n = var_count();
 	for (int i = 0; i < n; i++) {
 		const char *want = c->vars[i].value, *have = s->vars[i].value;
 		/* values are interned: the same value is the same pointer, the common case at every link */
 		if (want == have || !want || (have && strcasecmp(want, have) == 0))
 			continue;
-		if (!q.buf)
-			pktbuf_init(&q, 128);
-		append_set(&q, var_name(i), want);
+		if (!msg.buf) {
+			pktbuf_init(&msg, 128);
+			pktbuf_start_msg(&msg, 'Q');
+		}
+		append_set(&msg, i, want);
 	}
-	if (!q.buf)
+	if (!msg.buf)
 		return false;
-	PktBuf msg;
-	pktbuf_init(&msg, q.len + 8);
-	pktbuf_start_msg(&msg, 'Q');
-	pktbuf_put_bytes(&msg, q.buf, q.len);
 	pktbuf_put_u8(&msg, 0);
 	pktbuf_finish_msg(&msg);
 	bool ok = sbuf_send(&s->sb, msg.buf, msg.len);
 	pktbuf_free(&msg);
-	pktbuf_free(&q);
 	if (!ok)
 		return false;
 	s->setting_vars = true;
