@@ -777,10 +777,37 @@ bool sbuf_send(SBuf *sb, const void *data, size_t len)
 	/* nothing can be said to a peer whose TLS handshake has not finished (or failed) */
 	if (sb->fd < 0 || sb->tls_handshake || sb->tls_failed)
 		return false;
-	pktbuf_put_bytes(&sb->out, data, len);
-	if (sb->connecting || sb->waiting_src)
-		return true; /* written once connected / after the forwarded bytes */
-	return flush_out(sb) != STEP_CLOSED;
+	if (sb->connecting || sb->waiting_src || sb->out_pos < sb->out.len) {
+		/* written once connected / after the forwarded bytes / after the queue */
+		pktbuf_put_bytes(&sb->out, data, len);
+		return sb->connecting || sb->waiting_src || flush_out(sb) != STEP_CLOSED;
+	}
+	/*
+	 * Nothing queued: straight from the caller's buffer, and only what the
+	 * socket does not take is queued (a login's welcome, about 400 bytes,
+	 * is no longer copied into a queue that grows to hold it). A TLS write
+	 * that must be retried is retried with the same bytes from the queue.
+	 */
+	const uint8_t *p = data;
+	while (len > 0) {
+		ssize_t n = io_send(sb, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK) {
+				sb->last_errno = errno;
+				return false;
+			}
+			pktbuf_reset(&sb->out);
+			sb->out_pos = 0;
+			pktbuf_put_bytes(&sb->out, p, len);
+			enable_write(sb);
+			return true;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return true;
 }
 
 /*
