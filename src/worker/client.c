@@ -308,15 +308,20 @@ static SBufAction handle_startup(PgSocket *c, const PktHdr *hdr, const uint8_t *
 	/* counted first: as many parameters as fit in the packet are taken, as PgBouncer does */
 	const uint8_t *body = data + hdr->body_off;
 	size_t body_len = hdr->len - hdr->body_off;
-	int n = proto_parse_startup(body, body_len, NULL, 0);
+	StartupParam few[16], *params = few; /* a login sends 3-6: one pass, no allocation */
+	int n = proto_parse_startup(body, body_len, few, 16);
 	if (n < 0) {
-		disconnect_client(c, true, "invalid startup packet layout: expected terminator as last byte");
-		return SB_CLOSED;
+		n = proto_parse_startup(body, body_len, NULL, 0);
+		if (n < 0) {
+			disconnect_client(c, true, "invalid startup packet layout: expected terminator as last byte");
+			return SB_CLOSED;
+		}
+		params = xcalloc((size_t)n + 1, sizeof(*params));
+		(void)proto_parse_startup(body, body_len, params, n);
 	}
-	StartupParam *params = xcalloc((size_t)n + 1, sizeof(*params));
-	(void)proto_parse_startup(body, body_len, params, n);
 	SBufAction act = handle_startup_params(c, params, n, minor);
-	free(params);
+	if (params != few)
+		free(params);
 	return act;
 }
 
