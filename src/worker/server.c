@@ -403,7 +403,14 @@ static bool handle_param_status(PgSocket *s, const uint8_t *body, uint32_t len, 
 	bool repl = s->replication != REPLICATION_NONE;
 	if (idx >= 0) {
 		var_learn_name(idx, name);
-		var_set(&s->vars[idx], value);
+		/* mostly the value its client asked for (a SET) or the pool's default (a reset): no hashing then */
+		const VarValue *known = s->link ? &s->link->vars[idx] : NULL;
+		if (known && known->value && strcmp(known->value, value) == 0)
+			var_copy(&s->vars[idx], known);
+		else if (s->pool && s->pool->defaults[idx].value && strcmp(s->pool->defaults[idx].value, value) == 0)
+			var_copy(&s->vars[idx], &s->pool->defaults[idx]);
+		else
+			var_set(&s->vars[idx], value);
 		if (s->link)
 			var_copy(&s->link->vars[idx], &s->vars[idx]);
 		if (login && !repl && !s->pool->welcome_ready)
