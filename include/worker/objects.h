@@ -248,7 +248,7 @@ struct PgSocket {
 
 	/* transaction and statement mode (doc/transaction.md) */
 	ReqQueue rq;        /* servers: requests still to be answered while linked */
-	ClientStmt *stmts;  /* clients: their protocol-level prepared statements by name */
+	ClientStmtMap stmts; /* clients: their protocol-level prepared statements by name */
 	ServerStmt *sstmts; /* servers: the statements prepared on them, LRU order */
 
 	/* replication (doc/pgbouncer.1.md, "REPLICATION CONNECTIONS") */

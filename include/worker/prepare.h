@@ -19,8 +19,12 @@
 /* One distinct statement: query text, NUL, parameter count and type OIDs (the Parse body after the name). */
 typedef struct PreparedStmt PreparedStmt;
 
-/* A client's statements: its name -> registry entry (uthash head; NULL = none). */
+/* A client's statements: its name -> registry entry. */
 typedef struct ClientStmt ClientStmt;
+typedef struct ClientStmtMap {
+	ClientStmt *head; /* uthash head; NULL = none */
+	ClientStmt *last; /* the last one found: a client binds the same statement again and again */
+} ClientStmtMap;
 /* A server's prepared statements in LRU order (uthash head; NULL = none). */
 typedef struct ServerStmt ServerStmt;
 
@@ -37,19 +41,19 @@ PreparedStmt *prepare_stmt_by_id(uint64_t id);
 /* ---- a client's names ---- */
 
 /* The client's statement called name, or NULL. */
-ClientStmt *prepare_client_find(ClientStmt **map, const char *name);
+ClientStmt *prepare_client_find(ClientStmtMap *map, const char *name);
 PreparedStmt *prepare_client_stmt(const ClientStmt *cs);
 uint64_t prepare_client_gen(const ClientStmt *cs); /* unique per mapping made (to undo a failed Parse) */
 /* Map name to ps (takes a reference). The name must not be mapped already. */
-ClientStmt *prepare_client_add(ClientStmt **map, const char *name, PreparedStmt *ps);
-void prepare_client_remove(ClientStmt **map, ClientStmt *cs);
+ClientStmt *prepare_client_add(ClientStmtMap *map, const char *name, PreparedStmt *ps);
+void prepare_client_remove(ClientStmtMap *map, ClientStmt *cs);
 /* A Close in flight: out of the map (the name is free), kept until the Close is answered or skipped. */
-void prepare_client_detach(ClientStmt **map, ClientStmt *cs);
-void prepare_client_reattach(ClientStmt **map, ClientStmt *cs); /* skipped: back, over a later mapping of the name */
+void prepare_client_detach(ClientStmtMap *map, ClientStmt *cs);
+void prepare_client_reattach(ClientStmtMap *map, ClientStmt *cs); /* skipped: back, over a later mapping of the name */
 void prepare_client_free(ClientStmt *cs);                       /* a detached one, for good */
-bool prepare_client_remove_gen(ClientStmt **map, uint64_t gen); /* false if that mapping is gone already */
-void prepare_client_clear(ClientStmt **map);
-unsigned prepare_client_count(ClientStmt *const *map);
+bool prepare_client_remove_gen(ClientStmtMap *map, uint64_t gen); /* false if that mapping is gone already */
+void prepare_client_clear(ClientStmtMap *map);
+unsigned prepare_client_count(const ClientStmtMap *map);
 
 /* ---- a server's set ---- */
 

@@ -108,10 +108,14 @@ size_t prepare_registry_count(void)
 
 /* ---- clients ---- */
 
-ClientStmt *prepare_client_find(ClientStmt **map, const char *name)
+ClientStmt *prepare_client_find(ClientStmtMap *map, const char *name)
 {
-	ClientStmt *cs;
-	HASH_FIND_STR(*map, name, cs);
+	ClientStmt *cs = map->last;
+	if (cs && strcmp(cs->name, name) == 0)
+		return cs;
+	HASH_FIND_STR(map->head, name, cs);
+	if (cs)
+		map->last = cs;
 	return cs;
 }
 
@@ -125,14 +129,14 @@ uint64_t prepare_client_gen(const ClientStmt *cs)
 	return cs->gen;
 }
 
-ClientStmt *prepare_client_add(ClientStmt **map, const char *name, PreparedStmt *ps)
+ClientStmt *prepare_client_add(ClientStmtMap *map, const char *name, PreparedStmt *ps)
 {
 	ClientStmt *cs = xcalloc(1, sizeof(*cs));
 	cs->name = xstrdup(name);
 	cs->ps = ps;
 	cs->gen = next_gen++;
 	ps->refcount++;
-	HASH_ADD_KEYPTR(hh, *map, cs->name, strlen(cs->name), cs);
+	HASH_ADD_KEYPTR(hh, map->head, cs->name, strlen(cs->name), cs);
 	return cs;
 }
 
@@ -143,29 +147,33 @@ void prepare_client_free(ClientStmt *cs)
 	free(cs);
 }
 
-void prepare_client_remove(ClientStmt **map, ClientStmt *cs)
+void prepare_client_remove(ClientStmtMap *map, ClientStmt *cs)
 {
-	HASH_DELETE(hh, *map, cs);
+	if (map->last == cs)
+		map->last = NULL;
+	HASH_DELETE(hh, map->head, cs);
 	prepare_client_free(cs);
 }
 
-void prepare_client_detach(ClientStmt **map, ClientStmt *cs)
+void prepare_client_detach(ClientStmtMap *map, ClientStmt *cs)
 {
-	HASH_DELETE(hh, *map, cs);
+	if (map->last == cs)
+		map->last = NULL;
+	HASH_DELETE(hh, map->head, cs);
 }
 
-void prepare_client_reattach(ClientStmt **map, ClientStmt *cs)
+void prepare_client_reattach(ClientStmtMap *map, ClientStmt *cs)
 {
 	ClientStmt *later = prepare_client_find(map, cs->name);
 	if (later)
 		prepare_client_remove(map, later);
-	HASH_ADD_KEYPTR(hh, *map, cs->name, strlen(cs->name), cs);
+	HASH_ADD_KEYPTR(hh, map->head, cs->name, strlen(cs->name), cs);
 }
 
-bool prepare_client_remove_gen(ClientStmt **map, uint64_t gen)
+bool prepare_client_remove_gen(ClientStmtMap *map, uint64_t gen)
 {
 	ClientStmt *cs, *tmp;
-	HASH_ITER(hh, *map, cs, tmp)
+	HASH_ITER(hh, map->head, cs, tmp)
 	{
 		if (cs->gen == gen) {
 			prepare_client_remove(map, cs);
@@ -175,16 +183,16 @@ bool prepare_client_remove_gen(ClientStmt **map, uint64_t gen)
 	return false;
 }
 
-void prepare_client_clear(ClientStmt **map)
+void prepare_client_clear(ClientStmtMap *map)
 {
 	ClientStmt *cs, *tmp;
-	HASH_ITER(hh, *map, cs, tmp)
+	HASH_ITER(hh, map->head, cs, tmp)
 	prepare_client_remove(map, cs);
 }
 
-unsigned prepare_client_count(ClientStmt *const *map)
+unsigned prepare_client_count(const ClientStmtMap *map)
 {
-	return HASH_COUNT(*map);
+	return HASH_COUNT(map->head);
 }
 
 /* ---- servers ---- */
@@ -193,6 +201,9 @@ bool prepare_server_has(ServerStmt **set, const PreparedStmt *ps, bool touch)
 {
 	ServerStmt *ss;
 	uint64_t id = ps->id;
+	/* the most recently used (the end of uthash's insertion order), as at every Bind of one statement */
+	if (*set && ((ServerStmt *)ELMT_FROM_HH((*set)->hh.tbl, (*set)->hh.tbl->tail))->ps == ps)
+		return true;
 	HASH_FIND(hh, *set, &id, sizeof(id), ss);
 	if (!ss)
 		return false;

@@ -250,9 +250,34 @@ static void test_registry_shares_identical_queries(void **state)
 	assert_int_equal(prepare_registry_count(), 0);
 }
 
+/* The last statement found is remembered; a statement removed or detached is never found through it. */
+static void test_client_map_last(void **state)
+{
+	(void)state;
+	ClientStmtMap map = {0};
+	PreparedStmt *ps = stmt("SELECT 1");
+	ClientStmt *a = prepare_client_add(&map, "a", ps);
+	ClientStmt *b = prepare_client_add(&map, "b", ps);
+	prepare_stmt_unref(ps);
+	assert_ptr_equal(prepare_client_find(&map, "a"), a);
+	assert_ptr_equal(prepare_client_find(&map, "a"), a);
+	assert_ptr_equal(prepare_client_find(&map, "b"), b);
+	prepare_client_detach(&map, b); /* Close: the name is gone until its answer */
+	assert_null(prepare_client_find(&map, "b"));
+	prepare_client_reattach(&map, b);
+	assert_ptr_equal(prepare_client_find(&map, "b"), b);
+	assert_true(prepare_client_remove_gen(&map, prepare_client_gen(b)));
+	assert_null(prepare_client_find(&map, "b"));
+	assert_ptr_equal(prepare_client_find(&map, "a"), a);
+	prepare_client_clear(&map);
+	assert_null(prepare_client_find(&map, "a"));
+	assert_null(map.head);
+	assert_int_equal(prepare_registry_count(), 0);
+}
+
 static void test_client_map(void **state)
 {
-	ClientStmt *map = NULL;
+	ClientStmtMap map = {0};
 	PreparedStmt *ps = stmt("SELECT $1");
 	ClientStmt *cs = prepare_client_add(&map, "S_1", ps);
 	prepare_stmt_unref(ps); /* the map holds it */
@@ -261,7 +286,8 @@ static void test_client_map(void **state)
 	assert_int_equal(prepare_client_count(&map), 1);
 	assert_true(prepare_client_remove_gen(&map, prepare_client_gen(cs)));
 	assert_false(prepare_client_remove_gen(&map, 12345));
-	assert_null(map);
+	assert_null(map.head);
+	assert_null(map.last);
 	assert_int_equal(prepare_registry_count(), 0);
 }
 
@@ -313,6 +339,7 @@ int main(void)
 	    cmocka_unit_test(test_queue_grows),
 	    cmocka_unit_test(test_registry_shares_identical_queries),
 	    cmocka_unit_test(test_client_map),
+	    cmocka_unit_test(test_client_map_last),
 	    cmocka_unit_test(test_server_lru),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
