@@ -27,6 +27,8 @@ void pktbuf_start_msg(PktBuf *pb, char type);
 /* Patch the length field of the message started last. */
 void pktbuf_finish_msg(PktBuf *pb);
 
+/* n more bytes at the end, for the caller to fill (a message written in one piece). */
+uint8_t *pktbuf_append(PktBuf *pb, size_t n);
 void pktbuf_put_u8(PktBuf *pb, uint8_t v);
 void pktbuf_put_u16(PktBuf *pb, uint16_t v); /* network byte order */
 void pktbuf_put_u32(PktBuf *pb, uint32_t v); /* network byte order */

@@ -110,6 +110,14 @@ void pktbuf_finish_msg(PktBuf *pb)
 	pb->in_msg = false;
 }
 
+uint8_t *pktbuf_append(PktBuf *pb, size_t n)
+{
+	pktbuf_reserve(pb, n);
+	uint8_t *p = pb->buf + pb->len;
+	pb->len += n;
+	return p;
+}
+
 void pktbuf_put_u8(PktBuf *pb, uint8_t v)
 {
 	pktbuf_reserve(pb, 1);

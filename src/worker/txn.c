@@ -289,14 +289,21 @@ static SBufAction client_bind(PgSocket *c, PgSocket *s, const uint8_t *data, uin
 		reqqueue_push(&s->rq, REQ_BIND, ANS_CLIENT);
 		return SB_FORWARD;
 	}
-	const char *name = server_name(c, s, cs); /* may queue a Parse first: before the message is started */
-	const char *portal = (const char *)data + 5;
-	PktBuf *pb = server_msg(c);
-	pktbuf_start_msg(pb, 'B');
-	pktbuf_put_string(pb, portal);
-	pktbuf_put_string(pb, name);
-	pktbuf_put_bytes(pb, rest, (size_t)(data + len - rest));
-	pktbuf_finish_msg(pb);
+	const char *name = server_name(c, s, cs); /* may queue a Parse first: before the message is written */
+	/* the same Bind with the server's statement name, written in one piece */
+	const uint8_t *portal = data + 5;
+	size_t portal_len = (size_t)((const uint8_t *)stmt - portal); /* with its NUL */
+	size_t name_len = strlen(name) + 1, rest_len = (size_t)(data + len - rest);
+	size_t body = 4 + portal_len + name_len + rest_len;
+	uint8_t *p = pktbuf_append(server_msg(c), 1 + body);
+	p[0] = 'B';
+	p[1] = (uint8_t)(body >> 24);
+	p[2] = (uint8_t)(body >> 16);
+	p[3] = (uint8_t)(body >> 8);
+	p[4] = (uint8_t)body;
+	memcpy(p + 5, portal, portal_len);
+	memcpy(p + 5 + portal_len, name, name_len);
+	memcpy(p + 5 + portal_len + name_len, rest, rest_len);
 	reqqueue_push(&s->rq, REQ_BIND, ANS_CLIENT);
 	request_set_name(reqqueue_tail(&s->rq), stmt);
 	return SB_CONSUMED;
