@@ -247,9 +247,9 @@ struct PgSocket {
 	int cancel_hold_fd;      /* cancel connections: the requester's socket, closed when done (-1: none) */
 
 	/* transaction and statement mode (doc/transaction.md) */
-	ReqQueue rq;        /* servers: requests still to be answered while linked */
+	ReqQueue rq;         /* servers: requests still to be answered while linked */
 	ClientStmtMap stmts; /* clients: their protocol-level prepared statements by name */
-	ServerStmt *sstmts; /* servers: the statements prepared on them, LRU order */
+	ServerStmt *sstmts;  /* servers: the statements prepared on them, LRU order */
 
 	/* replication (doc/pgbouncer.1.md, "REPLICATION CONNECTIONS") */
 	ReplicationMode replication; /* clients: what the startup asked for; servers: dedicated to such a client */
@@ -320,9 +320,9 @@ int var_index(const char *name);
 const char *var_name(int idx);
 void var_learn_name(int idx, const char *name); /* a server reported it: use its spelling from now on */
 int var_count(void);
-uint32_t var_names_gen(void); /* changes when a tracked name's spelling changes */
+uint32_t var_names_gen(void);   /* changes when a tracked name's spelling changes */
 const char *var_ident(int idx); /* var_name() as pktbuf_put_sql_ident() quotes it, made once per spelling */
-void var_set(VarValue *v, const char *value); /* interns a copy (NULL clears): equal texts, equal pointers */
+void var_set(VarValue *v, const char *value);      /* interns a copy (NULL clears): equal texts, equal pointers */
 void var_copy(VarValue *dst, const VarValue *src); /* dst takes src's interned text (or NULL) */
 void tune_tcp_socket(int fd);
 

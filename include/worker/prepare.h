@@ -50,7 +50,7 @@ void prepare_client_remove(ClientStmtMap *map, ClientStmt *cs);
 /* A Close in flight: out of the map (the name is free), kept until the Close is answered or skipped. */
 void prepare_client_detach(ClientStmtMap *map, ClientStmt *cs);
 void prepare_client_reattach(ClientStmtMap *map, ClientStmt *cs); /* skipped: back, over a later mapping of the name */
-void prepare_client_free(ClientStmt *cs);                       /* a detached one, for good */
+void prepare_client_free(ClientStmt *cs);                         /* a detached one, for good */
 bool prepare_client_remove_gen(ClientStmtMap *map, uint64_t gen); /* false if that mapping is gone already */
 void prepare_client_clear(ClientStmtMap *map);
 unsigned prepare_client_count(const ClientStmtMap *map);
