@@ -54,9 +54,9 @@ def test_show_workers_columns_and_idle_busy(bouncer):
         cur = conn.execute("SHOW WORKERS")
         assert [d.name for d in cur.description] == [
             "worker", "pid", "state", "busy", "busy_avg", "cl_active", "cl_waiting", "sv_active", "sv_idle",
-            "accepted", "tls_handshakes", "xact_count", "query_count", "started", "uptime"]
+            "accepted", "tls_handshakes", "xact_count", "query_count", "started", "uptime", "wait", "wait_avg"]
         assert [d.type_code for d in cur.description] == [
-            23, 23, 25, 1700, 1700, 23, 23, 23, 23, 20, 20, 20, 20, 25, 20]
+            23, 23, 25, 1700, 1700, 23, 23, 23, 23, 20, 20, 20, 20, 25, 20, 1700, 1700]
     # an idle pooler reads below 0.05 (wait for a couple of scaler samples first)
     time.sleep(2.5)
     rows = workers(b)
@@ -64,6 +64,7 @@ def test_show_workers_columns_and_idle_busy(bouncer):
     w = rows[0]
     assert w["worker"] == 0 and w["state"] == "active"
     assert float(w["busy"]) < 0.05
+    assert float(w["wait"]) < 0.05
     children = [int(p) for p in os.popen(f"pgrep -P {b.pid}").read().split()]
     assert w["pid"] in children
 
@@ -100,7 +101,7 @@ def test_scales_up_under_load_and_drains_back(bouncer):
     finally:
         load.terminate()
         load.wait(timeout=30)
-    b.wait_log(r"scaling up to 2 workers: mean busy \d\.\d\d > 0\.10 for 2 samples")
+    b.wait_log(r"scaling up to 2 workers: mean load \d\.\d\d > 0\.10 for 2 samples")
 
     wait_for(lambda: "draining" in states(b), "a draining worker once the load stopped", timeout=30)
     b.wait_log(r"scaling down to 1 workers: draining worker 1: load")

@@ -1,6 +1,7 @@
 /*
  * The autoscaler's decision (doc/workers.md, "How the scaler decides"): a
- * pure function of the busy history and the settings (their bounds are in
+ * pure function of the load history (busy + run-queue wait, "The
+ * saturation signal") and the settings (their bounds are in
  * common/worker_bounds.c), plus the physical core count that
  * max_workers = 0 stands for.
  */
@@ -28,6 +29,27 @@ ScalerSample scaler_sample_make(int64_t time_us, int n_workers, double sum_busy)
 	    .mean_busy = n_workers > 0 ? sum_busy / n_workers : 0.0,
 	};
 	return s;
+}
+
+static double clamp01(double v)
+{
+	return v < 0 ? 0 : (v > 1 ? 1 : v);
+}
+
+Saturation scaler_saturation(const SchedCounters *prev, const SchedCounters *cur)
+{
+	Saturation r = {.valid = false};
+	if (cur->time_ns <= prev->time_ns || cur->busy_ns < prev->busy_ns)
+		return r;
+	bool have_wait = prev->wait_ns != SHM_WAIT_UNKNOWN && cur->wait_ns != SHM_WAIT_UNKNOWN;
+	if (have_wait && cur->wait_ns < prev->wait_ns)
+		return r;
+	double dt = (double)(cur->time_ns - prev->time_ns);
+	r.valid = true;
+	r.busy = clamp01((double)(cur->busy_ns - prev->busy_ns) / dt);
+	r.wait = have_wait ? clamp01((double)(cur->wait_ns - prev->wait_ns) / dt) : 0.0;
+	r.load = clamp01(r.busy + r.wait);
+	return r;
 }
 
 void scaler_history_add(ScalerHistory *h, const ScalerSample *s)
@@ -127,13 +149,13 @@ ScalerResult scaler_decide(const ScalerHistory *h, const ScalerConfig *cf, int c
 
 	if (up_run > 0) {
 		if (current >= cf->max_workers)
-			set_result(&r, SCALE_HOLD, "at max_workers (%d): mean busy %.2f > %.2f", cf->max_workers, mean,
+			set_result(&r, SCALE_HOLD, "at max_workers (%d): mean load %.2f > %.2f", cf->max_workers, mean,
 			           cf->up_threshold);
 		else if (up_run >= cf->up_samples)
-			set_result(&r, SCALE_UP, "mean busy %.2f > %.2f for %d samples", mean, cf->up_threshold,
+			set_result(&r, SCALE_UP, "mean load %.2f > %.2f for %d samples", mean, cf->up_threshold,
 			           cf->up_samples);
 		else
-			set_result(&r, SCALE_HOLD, "mean busy %.2f > %.2f for %d of %d samples", mean, cf->up_threshold,
+			set_result(&r, SCALE_HOLD, "mean load %.2f > %.2f for %d of %d samples", mean, cf->up_threshold,
 			           up_run, cf->up_samples);
 		return r;
 	}
@@ -153,7 +175,7 @@ ScalerResult scaler_decide(const ScalerHistory *h, const ScalerConfig *cf, int c
 		return r;
 	}
 
-	set_result(&r, SCALE_HOLD, "steady: mean busy %.2f on %d worker%s", mean, current, current == 1 ? "" : "s");
+	set_result(&r, SCALE_HOLD, "steady: mean load %.2f on %d worker%s", mean, current, current == 1 ? "" : "s");
 	return r;
 }
 
