@@ -300,6 +300,10 @@ REFUSED = [
     ({"worker_scale_down_threshold": 0.9},
      r"worker_scale_down_threshold must be above 0 and below worker_scale_up_threshold \(0.75\) \(got 0.9\)"),
     ({"worker_scale_interval": 0}, "worker_scale_interval must be above 0 seconds (got 0)"),
+    ({"worker_scale_up_samples": 0}, "worker_scale_up_samples must be between 1 and 128 (got 0)"),
+    ({"worker_scale_up_threshold": 0}, "worker_scale_up_threshold must be above 0 and at most 1 (got 0)"),
+    ({"worker_scale_down_threshold": 0},
+     r"worker_scale_down_threshold must be above 0 and below worker_scale_up_threshold \(0.75\) \(got 0\)"),
 ]
 REFUSED_IDS = ["-".join(f"{k}={v}" for k, v in s.items()) for s, _ in REFUSED]
 
@@ -386,6 +390,23 @@ def test_min_workers_above_the_cores_logged(bouncer):
                after=mark)
     wait_for(lambda: len(states(b)) == cores + 1, f"{cores + 1} workers")
     assert scaler(b)["max_workers"] == cores + 1
+
+
+def test_min_workers_above_the_cores_with_explicit_max_logged(bouncer):
+    """min_workers above the physical cores (max_workers set too) is run as asked, and said so once."""
+    b = bouncer(ini_overrides={"min_workers": 1, "max_workers": 0})
+    cores = scaler(b)["max_workers"]
+    if cores >= 64:
+        pytest.skip("needs fewer than 64 physical cores")
+    b.update(min_workers=cores + 1, max_workers=cores + 1)
+    b.write_ini()
+    mark = b.log_mark()
+    b.reload()
+    note = f"min_workers = {cores + 1} is above the {cores} physical cores; running at least {cores + 1} workers anyway"
+    b.wait_log(re.escape(note), after=mark)
+    wait_for(lambda: len(states(b)) == cores + 1, f"{cores + 1} workers")
+    console(b).execute("RELOAD")
+    assert b.log_text().count(note) == 1
 
 
 def test_warm_start_above_max_workers_clamped(bouncer):
