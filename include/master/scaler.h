@@ -25,6 +25,8 @@ typedef struct ScalerConfig {
 	double down_threshold; /* fit-on-one-fewer ratio below which to drain */
 	int down_samples;      /* consecutive samples needed */
 	int64_t cooldown_us;   /* after any change, wait this long */
+	int cores;             /* physical cores: from this many workers on, only CPU time counts for adding one
+	                          (the run-queue wait is then the workers' own; 0 = no such limit) */
 } ScalerConfig;
 
 /*
@@ -37,6 +39,7 @@ typedef struct ScalerSample {
 	int n_workers;    /* active workers when sampled */
 	double sum_busy;  /* sum of their loads */
 	double mean_busy; /* sum_busy / n_workers */
+	double mean_cpu;  /* mean of their busy ratios alone (without the wait) */
 } ScalerSample;
 
 /* The history the decision looks at; the newest sample is last. */
@@ -78,8 +81,11 @@ typedef struct Saturation {
  */
 Saturation scaler_saturation(const SchedCounters *prev, const SchedCounters *cur);
 
-/* Fill a sample from the sum of the loads of n_workers workers (mean = 0 when n_workers <= 0). */
+/* Fill a sample from the sum of the loads of n_workers workers (mean = 0 when n_workers <= 0); no wait. */
 ScalerSample scaler_sample_make(int64_t time_us, int n_workers, double sum_busy);
+
+/* The same with the sums of the loads and of the busy ratios alone (the master's samples). */
+ScalerSample scaler_sample_make_split(int64_t time_us, int n_workers, double sum_load, double sum_cpu);
 
 /* Append a sample (drops the oldest when full). */
 void scaler_history_add(ScalerHistory *h, const ScalerSample *s);
@@ -97,7 +103,11 @@ void scaler_note_change(ScalerHistory *h, int64_t now_us);
  *     crash), not the load, so there is nothing to wait out.
  *  2. within cooldown_us of the last change: HOLD ("cooldown: 4.2 s left").
  *  3. UP when the newest up_samples samples each have
- *     mean_busy > up_threshold, and current < max_workers;
+ *     mean_busy > up_threshold, and current < max_workers; once current
+ *     reaches cf->cores (when set), mean_cpu > up_threshold instead: the
+ *     run-queue wait of more workers than cores is mostly their own, and
+ *     counting it would add workers up to max_workers ("at the 2 physical
+ *     cores: mean busy 0.50 without the run-queue wait");
  *     DOWN when the newest down_samples samples each have
  *     sum_busy / (current - 1) < down_threshold, and current > min_workers.
  *     The two cannot both hold while down_threshold < up_threshold.

@@ -15,7 +15,8 @@
  * scaler reads them like the master does: a new worker has no reading
  * before its second tick. With --signal busy the wait is not published
  * (SHM_WAIT_UNKNOWN), which is the scaler before it read the kernel's
- * run-queue statistics.
+ * run-queue statistics; --core-cap 0 lets the wait count at any worker
+ * count (the master stops counting it at the physical cores).
  *
  * Input on stdin: one "demand other" line per tick. Output: one line per
  * tick, "t demand other workers decision mean_busy mean_wait".
@@ -49,6 +50,7 @@ int main(int argc, char **argv)
 	    .down_threshold = arg(argc, argv, "--down", 0.5),
 	    .down_samples = (int)arg(argc, argv, "--down-samples", 30),
 	    .cooldown_us = (int64_t)(arg(argc, argv, "--cooldown", 10) * 1e6),
+	    .cores = (int)arg(argc, argv, "--core-cap", cores), /* 0: the wait counts at any count */
 	};
 	int busy_only = 0;
 	for (int i = 1; i + 1 < argc; i++)
@@ -91,7 +93,7 @@ int main(int argc, char **argv)
 			prev[i] = cnt[i];
 			have_prev[i] = 1;
 		}
-		ScalerSample smp = scaler_sample_make(now_us, n, sum);
+		ScalerSample smp = scaler_sample_make_split(now_us, n, sum, sum_busy);
 		scaler_history_add(&h, &smp);
 		ScalerResult r = scaler_decide(&h, &cf, n, now_us);
 		if (r.decision == SCALE_UP && n < SHM_MAX_WORKERS) {

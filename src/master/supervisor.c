@@ -431,7 +431,8 @@ static void drain(int i)
 static void resolve_scaler_config(void)
 {
 	const CfGlobals *g = &sv.cf->g;
-	WorkerBounds b = worker_bounds_resolve(g, scaler_physical_cores());
+	int cores = scaler_physical_cores();
+	WorkerBounds b = worker_bounds_resolve(g, cores);
 	if (b.note[0] && strcmp(b.note, sv.bounds.note) != 0)
 		log_warning("%s", b.note);
 	sv.bounds = b;
@@ -442,7 +443,8 @@ static void resolve_scaler_config(void)
 	                        .up_samples = g->worker_scale_up_samples,
 	                        .down_threshold = g->worker_scale_down_threshold,
 	                        .down_samples = g->worker_scale_down_samples,
-	                        .cooldown_us = g->worker_scale_cooldown};
+	                        .cooldown_us = g->worker_scale_cooldown,
+	                        .cores = cores};
 	atomic_store(&sv.shm->scaler.min_workers, (uint32_t)min);
 	atomic_store(&sv.shm->scaler.max_workers, (uint32_t)max);
 }
@@ -456,7 +458,7 @@ static uint32_t milli(double ratio)
 static void sample_workers(ScalerSample *out, char *ratios, size_t len)
 {
 	int n = 0;
-	double sum = 0;
+	double sum = 0, sum_cpu = 0;
 	size_t off = 0;
 	ratios[0] = '\0';
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
@@ -485,11 +487,12 @@ static void sample_workers(ScalerSample *out, char *ratios, size_t len)
 			continue;
 		n++;
 		sum += w->sat.load;
+		sum_cpu += w->sat.busy;
 		if (off < len)
 			off += (size_t)snprintf(ratios + off, len - off, "%s%d:%.2f+%.2f", off ? " " : "", i,
 			                        w->sat.busy, w->sat.wait);
 	}
-	*out = scaler_sample_make(mono_us(), n, sum);
+	*out = scaler_sample_make_split(mono_us(), n, sum, sum_cpu);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)

@@ -655,6 +655,58 @@ static void test_saturation_wait_unknown(void **state)
 	assert_saturation(scaler_saturation(&d, &e), 0.25, 0, 0.25);
 }
 
+/* Add a sample at second `t` of n workers each with this busy ratio and wait ratio. */
+static void add_split(ScalerHistory *h, int64_t t, int n, double busy, double wait)
+{
+	double load = busy + wait > 1 ? 1 : busy + wait;
+	ScalerSample s = scaler_sample_make_split(t * SEC, n, n * load, n * busy);
+	scaler_history_add(h, &s);
+}
+
+static void test_wait_counts_only_below_the_cores(void **state)
+{
+	(void)state;
+	ScalerConfig cf = defaults();
+	cf.cores = 2;
+	cf.max_workers = 8; /* an explicit max_workers above the cores */
+	cf.cooldown_us = 0;
+
+	/* 1 worker on 2 cores, starved by other processes: the wait counts */
+	ScalerHistory h = {0};
+	add_split(&h, 1, 1, 0.40, 0.55);
+	add_split(&h, 2, 1, 0.40, 0.55);
+	assert_decision(scaler_decide(&h, &cf, 1, 2 * SEC), SCALE_UP, "mean load 0.95 > 0.75 for 2 samples");
+
+	/* 3 workers on 2 cores wait for each other: no more of them on the strength of that */
+	scaler_history_reset(&h);
+	add_split(&h, 3, 3, 0.66, 0.34);
+	add_split(&h, 4, 3, 0.66, 0.34);
+	assert_decision(scaler_decide(&h, &cf, 3, 4 * SEC), SCALE_HOLD,
+	                "at the 2 physical cores: mean busy 0.66 without the run-queue wait (load 1.00)");
+	/* at the cores exactly, too */
+	scaler_history_reset(&h);
+	add_split(&h, 3, 2, 0.50, 0.45);
+	add_split(&h, 4, 2, 0.50, 0.45);
+	assert_decision(scaler_decide(&h, &cf, 2, 4 * SEC), SCALE_HOLD,
+	                "at the 2 physical cores: mean busy 0.50 without the run-queue wait (load 0.95)");
+	/* CPU time alone above the threshold still adds, up to max_workers */
+	scaler_history_reset(&h);
+	add_split(&h, 5, 3, 0.90, 0.10);
+	add_split(&h, 6, 3, 0.90, 0.10);
+	assert_decision(scaler_decide(&h, &cf, 3, 6 * SEC), SCALE_UP, "mean busy 0.90 > 0.75 for 2 samples");
+	/* the down rule keeps using the load: busy workers that wait are not drained */
+	scaler_history_reset(&h);
+	for (int t = 1; t <= 30; t++)
+		add_split(&h, t, 3, 0.10, 0.30);
+	assert_decision(scaler_decide(&h, &cf, 3, 30 * SEC), SCALE_HOLD, "steady: mean load 0.40 on 3 workers");
+	/* no core count (0): the load counts whatever the count */
+	cf.cores = 0;
+	scaler_history_reset(&h);
+	add_split(&h, 1, 3, 0.66, 0.34);
+	add_split(&h, 2, 3, 0.66, 0.34);
+	assert_decision(scaler_decide(&h, &cf, 3, 2 * SEC), SCALE_UP, "mean load 1.00 > 0.75 for 2 samples");
+}
+
 /* End to end: two synthetic /proc/<pid>/schedstat texts and the worker's clock, as the master reads them. */
 static void test_saturation_from_schedstat_text(void **state)
 {
@@ -689,6 +741,7 @@ int main(void)
 	    cmocka_unit_test(test_saturation_reset_and_wrap),
 	    cmocka_unit_test(test_saturation_wait_unknown),
 	    cmocka_unit_test(test_saturation_from_schedstat_text),
+	    cmocka_unit_test(test_wait_counts_only_below_the_cores),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
