@@ -500,7 +500,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	if (sv.shutting_down)
 		return;
 	ScalerSample sample;
-	char ratios[512];
+	char ratios[SHM_MAX_WORKERS * 16]; /* "63:0.40+0.55 " per worker */
 	sample_workers(&sample, ratios, sizeof(ratios));
 	int current = wanted_count();
 	atomic_store(&sv.shm->scaler.current, (uint32_t)active_count());
