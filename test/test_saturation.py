@@ -106,4 +106,5 @@ def test_starved_worker_scales_up(bouncer):
     mean, busy, wait = (float(x) for x in m.groups())
     # the decision counted the wait: it is a part of the load that crossed the threshold
     assert wait > 0, m.group(0)
-    assert abs(mean - min(1.0, busy + wait)) <= 0.011, m.group(0)
+    # (each of the three is rounded to 0.01 on its own)
+    assert abs(mean - min(1.0, busy + wait)) <= 0.016, m.group(0)
