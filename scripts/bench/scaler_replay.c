@@ -18,8 +18,15 @@
  * run-queue statistics; --core-cap 0 lets the wait count at any worker
  * count (the master stops counting it at the physical cores).
  *
+ * --persistent P puts a share P of the demand on long-lived clients, which
+ * stay on the worker that accepted them; --rebalance none leaves them there
+ * (a new worker then only gets new clients), the default moves them so that
+ * every worker holds the same share (what rebalancing aims at; there is no
+ * rebalancing plan function in src/master to replay yet).
+ *
  * Input on stdin: one "demand other" line per tick. Output: one line per
- * tick, "t demand other workers decision mean_busy mean_wait".
+ * tick, "t demand other workers decision mean_busy mean_wait unserved"
+ * (unserved: cores of demand above what a worker's one core can take).
  */
 #include "autoconfig.h"
 
@@ -59,24 +66,53 @@ int main(int argc, char **argv)
 	if (cf.max_workers > SHM_MAX_WORKERS)
 		cf.max_workers = SHM_MAX_WORKERS;
 
+	/* the share of the demand carried by long-lived clients, and whether they move between workers */
+	double persistent = arg(argc, argv, "--persistent", 0);
+	int rebalance = 1;
+	for (int i = 1; i + 1 < argc; i++)
+		if (strcmp(argv[i], "--rebalance") == 0)
+			rebalance = strcmp(argv[i + 1], "none") != 0;
+
 	SchedCounters cnt[SHM_MAX_WORKERS], prev[SHM_MAX_WORKERS];
 	int have_prev[SHM_MAX_WORKERS] = {0};
+	double held[SHM_MAX_WORKERS] = {0}; /* cores of long-lived clients' demand on each worker */
 	memset(cnt, 0, sizeof(cnt));
 	ScalerHistory h = {0};
 	int n = cf.min_workers;
 	double demand, other;
 	uint64_t tick_ns = (uint64_t)llround(interval * 1e9);
 	for (long tick = 1; scanf("%lf %lf", &demand, &other) == 2; tick++) {
-		/* the interval that ends now, with n workers */
-		double want = demand / n > 1 ? 1 : demand / n; /* each worker's runnable share */
-		double runnable = want * n + other;
+		/*
+		 * The interval that ends now, with n workers. Short-lived clients
+		 * spread evenly; long-lived ones stay on the worker that accepted
+		 * them (new ones spread evenly, leaving ones leave every worker
+		 * alike) unless rebalancing evens them out.
+		 */
+		double churn = demand * (1 - persistent), longlived = demand * persistent, total = 0;
+		for (int i = 0; i < n; i++)
+			total += held[i];
+		for (int i = 0; i < n; i++) {
+			if (rebalance)
+				held[i] = longlived / n;
+			else if (longlived >= total)
+				held[i] += (longlived - total) / n;
+			else
+				held[i] *= longlived / total;
+		}
+		double want[SHM_MAX_WORKERS], runnable = other, unserved = 0;
+		for (int i = 0; i < n; i++) {
+			double w = churn / n + held[i];
+			want[i] = w > 1 ? 1 : w; /* one event loop: one core at most */
+			unserved += w - want[i];
+			runnable += want[i];
+		}
 		double share = runnable > cores ? cores / runnable : 1; /* of a core, per runnable thread */
 		for (int i = 0; i < n; i++) {
 			cnt[i].time_ns += tick_ns;
-			cnt[i].busy_ns += (uint64_t)llround(want * share * (double)tick_ns);
-			cnt[i].wait_ns = busy_only
-			                     ? SHM_WAIT_UNKNOWN
-			                     : cnt[i].wait_ns + (uint64_t)llround(want * (1 - share) * (double)tick_ns);
+			cnt[i].busy_ns += (uint64_t)llround(want[i] * share * (double)tick_ns);
+			cnt[i].wait_ns =
+			    busy_only ? SHM_WAIT_UNKNOWN
+			              : cnt[i].wait_ns + (uint64_t)llround(want[i] * (1 - share) * (double)tick_ns);
 		}
 		/* the master's tick: read every worker, sample, decide */
 		int64_t now_us = tick * (int64_t)(interval * 1e6);
@@ -101,14 +137,19 @@ int main(int argc, char **argv)
 			memset(&cnt[n], 0, sizeof(cnt[n]));
 			cnt[n].time_ns = cnt[0].time_ns;
 			have_prev[n] = 0;
+			held[n] = 0;
 			n++;
 		} else if (r.decision == SCALE_DOWN && n > 1) {
-			n--; /* the highest slot drains: it no longer counts */
+			/* the highest slot drains: it no longer counts; its long-lived clients come back elsewhere */
+			n--;
+			for (int i = 0; i < n; i++)
+				held[i] += held[n] / n;
+			held[n] = 0;
 		}
 		if (r.decision != SCALE_HOLD)
 			scaler_note_change(&h, now_us);
-		printf("%.3f %.4f %.4f %d %s %.4f %.4f\n", (double)now_us / 1e6, demand, other, n,
-		       scaler_decision_name(r.decision), sum_busy / smp.n_workers, sum_wait / smp.n_workers);
+		printf("%.3f %.4f %.4f %d %s %.4f %.4f %.4f\n", (double)now_us / 1e6, demand, other, n,
+		       scaler_decision_name(r.decision), sum_busy / smp.n_workers, sum_wait / smp.n_workers, unserved);
 	}
 	return 0;
 }
