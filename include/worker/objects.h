@@ -303,6 +303,20 @@ int pool_server_count(const PgPool *pool);
 int pool_client_count(const PgPool *pool);
 /* Log a line prefixed with the socket's C-/S- name, db/user@addr:port. */
 void slog(LogLevel level, const PgSocket *s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/*
+ * slog() at DEBUG (verbose >= 1) and NOISE (verbose >= 2): the level is
+ * checked inline, so a disabled line evaluates no argument and makes no call.
+ */
+#define slog_debug(s, ...)                                                                                             \
+	do {                                                                                                           \
+		if (log_enabled(LG_DEBUG))                                                                             \
+			slog(LG_DEBUG, s, __VA_ARGS__);                                                                \
+	} while (0)
+#define slog_noise(s, ...)                                                                                             \
+	do {                                                                                                           \
+		if (log_enabled(LG_NOISE))                                                                             \
+			slog(LG_NOISE, s, __VA_ARGS__);                                                                \
+	} while (0)
 /* Address text (`unix` for a Unix socket) and port of ss. */
 void format_addr(const struct sockaddr_storage *ss, char *buf, size_t len, int *port);
 /* Index of a tracked parameter (case-insensitive), or -1. */

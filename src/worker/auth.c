@@ -63,6 +63,8 @@ void auth_login_complete(PgSocket *c)
 	PgDatabase *db = c->db;
 	const char *uname = c->login_user ? c->login_user->name : c->app_name_raw;
 
+	slog_debug(c, "authentication ok");
+
 	if (db->admin) {
 		if (c->replication != REPLICATION_NONE) {
 			disconnect_client(c, true, "replication connections are not supported by the admin console");
@@ -106,6 +108,8 @@ void auth_login_complete(PgSocket *c)
 		return;
 	PgUser *pool_user = db->forced_user ? db->forced_user : u;
 	c->pool = pool_get(db, pool_user);
+	slog_debug(c, "pool %s/%s: %s", db->name, pool_user->name,
+	           c->pool->welcome_ready ? "has a server's welcome" : "waits for its first server login");
 	if (!c->pool->welcome_ready && pool_fast_fail(c, c->pool))
 		return;
 	db->client_count++;
@@ -294,6 +298,10 @@ SBufAction auth_start(PgSocket *c)
 			slog(LG_DEBUG, c, "hba: line %d matched", rule->line);
 		method = rule->method;
 		map = rule->map;
+	}
+	if (log_enabled(LG_DEBUG)) {
+		const char *name = method == AUTH_PEER ? "peer" : method == AUTH_REJECT ? "reject" : NULL;
+		slog(LG_DEBUG, c, "auth method: %s", name ? name : config_enum_name(cf_auth_types, method));
 	}
 
 	switch (method) {

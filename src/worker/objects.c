@@ -524,6 +524,7 @@ PgPool *pool_get(PgDatabase *db, PgUser *user)
 			break;
 	}
 	list_insert_between(&pool->node, i->prev, i);
+	log_debug("new pool %s/%s", db->name, user->name);
 	return pool;
 }
 
@@ -722,6 +723,8 @@ static bool closing(PgSocket *s, char *reason, size_t len, const char *fmt, va_l
 		vsnprintf(reason, len, fmt, ap);
 	if (wk.cf.g.log_disconnections)
 		slog(LG_LOG, s, "closing because: %s (age=%.0fs)", reason, age_seconds(s));
+	else
+		slog_debug(s, "closing because: %s (age=%.0fs)", reason, age_seconds(s));
 	return true;
 }
 
