@@ -47,7 +47,8 @@ typedef enum SocketState {
 
 typedef struct PgPool PgPool;
 typedef struct PgSocket PgSocket;
-typedef struct AuthQuery AuthQuery; /* an auth_query lookup in progress (auth_query.c) */
+typedef struct AuthQuery AuthQuery;   /* an auth_query lookup in progress (auth_query.c) */
+typedef struct PamRequest PamRequest; /* a PAM check in progress (pam.c) */
 
 /* A worker's cached index of a global budget entry (include/shm.h). */
 typedef struct BudgetRef {
@@ -98,6 +99,7 @@ typedef struct PgUser {
 	uint8_t scram_server_key[SCRAM_KEY_LEN];
 	ScramSecret *adhoc_scram; /* verifier built from a plain password (cached) */
 	bool from_auth_query;     /* secret came from auth_query: looked up again at each login */
+	bool from_pam;            /* secret is the password PAM last accepted (for server logins) */
 	int client_count;         /* current client connections of this login user */
 	int server_count;         /* current server connections of this pool user */
 	BudgetRef budget;         /* its global server count (max_user_connections) */
@@ -216,6 +218,7 @@ struct PgSocket {
 	ScramServer *scram_srv; /* client SCRAM exchange in progress */
 	ScramClient *scram_cli; /* server SCRAM login in progress */
 	AuthQuery *auth_query;  /* clients: their lookup (queued or running); servers: the lookup they run */
+	PamRequest *pam_req;    /* clients: their PAM check (queued or running) */
 	bool admin_user;        /* console: full access */
 	bool stats_user;        /* console: read-only */
 

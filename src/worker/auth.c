@@ -18,6 +18,7 @@
 #include "worker/auth.h"
 #include "worker/client.h"
 #include "worker/objects.h"
+#include "worker/pam.h"
 #include "worker/pool.h"
 #include "worker/pool_settings.h"
 #include "worker/worker.h"
@@ -299,6 +300,9 @@ SBufAction auth_start(PgSocket *c)
 		method = rule->method;
 		map = rule->map;
 	}
+	/* the password PAM accepted is for server logins: it proves nothing to another method */
+	if (u && u->from_pam && method != AUTH_PAM)
+		c->login_user = u = NULL;
 	if (log_enabled(LG_DEBUG)) {
 		const char *name = method == AUTH_PEER ? "peer" : method == AUTH_REJECT ? "reject" : NULL;
 		slog(LG_DEBUG, c, "auth method: %s", name ? name : config_enum_name(cf_auth_types, method));
@@ -329,7 +333,9 @@ SBufAction auth_start(PgSocket *c)
 		auth_login_complete(c);
 		break;
 	case AUTH_PLAIN:
-		c->auth_method = AUTH_PLAIN;
+	case AUTH_PAM:
+		/* PAM needs the password itself: asked in clear text (doc/pgbouncer.5.md, auth_type) */
+		c->auth_method = method;
 		if (!send_auth(c, 3, NULL, 0)) {
 			disconnect_client(c, false, "client unexpected eof");
 			return SB_CLOSED;
@@ -364,7 +370,7 @@ SBufAction auth_start(PgSocket *c)
 		auth_login_complete(c);
 		break;
 	default:
-		/* reject, and ldap (no LDAP in this build), both from an hba rule; auth_type pam/ldap are refused at load */
+		/* reject, and ldap (no LDAP in this build), both from an hba rule; auth_type ldap is refused at load */
 		disconnect_client(c, true, "login rejected");
 		return SB_CLOSED;
 	}
@@ -508,6 +514,8 @@ SBufAction auth_handle_password_msg(PgSocket *c, const uint8_t *data, uint32_t l
 		return SB_CLOSED;
 	}
 	bool ok = false;
+	if (c->auth_method == AUTH_PAM)
+		return pam_auth_start(c, pw) ? SB_CONSUMED : SB_CLOSED;
 	if (c->auth_method == AUTH_PLAIN) {
 		ok = check_plain(u, pw);
 	} else if (c->auth_method == AUTH_MD5) {

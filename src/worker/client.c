@@ -403,7 +403,8 @@ static SBufAction handle_startup_params(PgSocket *c, const StartupParam *params,
 	/* a secret that auth_query fetched counts only where auth_query runs */
 	if (u && u->from_auth_query && !lookup)
 		c->login_user = u = NULL;
-	if (wk.cf.g.log_connections && (!db || (!u && !lookup))) {
+	/* PAM knows users that auth_file does not */
+	if (wk.cf.g.log_connections && (!db || (!u && !lookup && wk.cf.g.auth_type != AUTH_PAM))) {
 		slog(LG_LOG, c, "login failed: db=%s user=%s", dbname, user);
 		if (!u)
 			slog(LG_LOG, c, "no such user: %s", user);

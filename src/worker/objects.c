@@ -25,6 +25,7 @@
 #include "worker/auth_query.h"
 #include "worker/cancel.h"
 #include "worker/objects.h"
+#include "worker/pam.h"
 #include "worker/pool.h"
 #include "worker/pool_settings.h"
 #include "worker/server.h"
@@ -305,6 +306,7 @@ void objects_load_userlist(bool force)
 		PgUser *u = user_add(ul.users[k].name);
 		user_set_secret(u, ul.users[k].secret, ul.users[k].kind);
 		u->from_auth_query = false;
+		u->from_pam = false;
 	}
 	userlist_free(&wk.userlist);
 	wk.userlist = ul;
@@ -740,6 +742,7 @@ void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 	if (notify && c->sb.fd >= 0 && reason[0])
 		client_send_error(c, true, "08P01", "%s", reason);
 	auth_query_client_gone(c);
+	pam_client_gone(c);
 
 	PgSocket *server = c->link;
 	if (server) {

@@ -297,7 +297,7 @@ static void test_bad_lines_are_skipped(void **state)
 	                   "host all all 10.0.0.0/ trust\n"                   /* 11 */
 	                   "host all all 10.0.0.0 trust\n"                    /* 12: trust is not a mask */
 	                   "host all all 10.0.0.0 ffff:: trust\n"             /* 13: mask of another family */
-	                   "local all all pam\n"                              /* 14 */
+	                   "local all all radius\n"                           /* 14 */
 	                   "local all all ident\n"                            /* 15 */
 	                   "local all all gss\n"                              /* 16 */
 	                   "local all all any\n"                              /* 17 */
@@ -339,9 +339,10 @@ static void test_warning_text(void **state)
 	HbaRules rules;
 	Warnings w = {.n = 0};
 	(void)state;
-	hba_parse(&rules, "local all all trust\n\nlocal all all pam\n", ".", collect, &w);
+	hba_parse(&rules, "local all all trust\n\nlocal all all radius\n", ".", collect, &w);
 	assert_int_equal(w.n, 1);
-	assert_string_equal(w.msgs[0], "could not parse hba config line 3: unsupported authentication method \"pam\"");
+	assert_string_equal(w.msgs[0],
+	                    "could not parse hba config line 3: unsupported authentication method \"radius\"");
 	hba_free(&rules);
 }
 
