@@ -46,6 +46,7 @@ void pam_client_gone(PgSocket *c)
 #include <event2/event.h>
 #include <pthread.h>
 #include <security/pam_appl.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -250,6 +251,10 @@ static bool start_threads(void)
 		log_error("PAM: cannot watch the answer eventfd");
 		return false;
 	}
+	/* signals stay with the loop's thread: the threads start with all of them blocked */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
 	int n = 0;
 	for (int i = 0; i < PAM_THREADS; i++) {
 		pthread_t t;
@@ -260,6 +265,7 @@ static bool start_threads(void)
 			n++;
 		pthread_attr_destroy(&attr);
 	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (n == 0) {
 		log_error("PAM: cannot start a thread");
 		return false;
