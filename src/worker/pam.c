@@ -214,6 +214,7 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 {
 	(void)what;
 	(void)arg;
+	worker_clock_tick();
 	uint64_t n;
 	(void)!read(fd, &n, sizeof(n));
 	pthread_mutex_lock(&lock);
@@ -233,7 +234,6 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 		finish(ordered);
 		ordered = next;
 	}
-	wk.now = get_time_usec();
 }
 
 /* The threads start at the first PAM login of this worker process. */
