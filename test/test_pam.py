@@ -147,13 +147,17 @@ def test_hba_pam_line(bouncer, pam_check, run_as):
     b.write_ini()
     b.start()
     assert who(b, PAM_USER, PAM_PASSWORD) == PAM_USER
+    # PAM knows the user, whatever auth_file says
+    assert "no such user" not in b.log_text()
     with pytest.raises(psycopg.OperationalError, match="PAM authentication failed"):
         who(b, PAM_USER, "wrong")
     # another line's method is untouched
     assert who(b, "postgres", "postgres") == "postgres"
     # the password PAM accepted is kept for server logins only: the password line does not take it
+    mark = b.log_mark()
     with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
         who(b, PAM_USER, PAM_PASSWORD, host=str(b.dir))
+    b.wait_log(rf"no such user: {PAM_USER}$", after=mark)
 
 
 def test_slow_check_does_not_block_the_loop(bouncer, pam_check):

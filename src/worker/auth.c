@@ -303,6 +303,10 @@ SBufAction auth_start(PgSocket *c)
 	/* the password PAM accepted is for server logins: it proves nothing to another method */
 	if (u && u->from_pam && method != AUTH_PAM)
 		c->login_user = u = NULL;
+	if (!u && method != AUTH_PAM && wk.cf.g.log_connections && !c->db->placeholder) {
+		slog(LG_LOG, c, "login failed: db=%s user=%s", c->db->name, uname);
+		slog(LG_LOG, c, "no such user: %s", uname);
+	}
 	if (log_enabled(LG_DEBUG)) {
 		const char *name = method == AUTH_PEER ? "peer" : method == AUTH_REJECT ? "reject" : NULL;
 		slog(LG_DEBUG, c, "auth method: %s", name ? name : config_enum_name(cf_auth_types, method));
