@@ -664,7 +664,7 @@ static bool checks_serve_waiters(const PgPool *pool)
  * client that hung up is not seen by the event loop. poll() asks:
  * POLLRDHUP tells a closed peer even when unread bytes precede its FIN.
  */
-static bool client_hung_up(const PgSocket *c)
+bool client_hung_up(const PgSocket *c)
 {
 	struct pollfd p = {.fd = c->sb.fd, .events = POLLRDHUP};
 	return c->sb.fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
