@@ -8,7 +8,7 @@ import re
 import psycopg
 import pytest
 
-from helpers import raw_login_error
+from helpers import conn_on, raw_login_error, two_workers, workers
 from pgwire import PgWire, query_message
 
 PASSWORD = "log pw"
@@ -238,3 +238,30 @@ def test_closing_line_at_debug_without_log_disconnections(bouncer):
     assert login(b) == 1
     b.wait_log(r"DEBUG " + prefix() + r"closing because: client close request \(age=\d+s\)$", after=mark)
     assert not re.search(r"LOG .*closing because", b.log_text()[mark:])
+
+
+def test_console_set_verbose(bouncer):
+    """SET verbose on the console takes effect without a reload, and back."""
+    b = bouncer(ini_overrides={"auth_type": "md5", "max_workers": 1}, users_txt=USERS)
+    with b.admin(password="pgbouncer") as admin:
+        admin.execute("SET verbose = 1")
+        text = one_login(b, RELEASED)
+        assert_lines(text, LOGIN_DEBUG, "DEBUG")
+        admin.execute("SET verbose = 0")
+        mark = b.log_mark()
+        assert login(b) == 1
+        b.wait_log(prefix() + "closing because: client close request", after=mark)
+        assert debug_lines(b.log_text()[mark:]) == []
+
+
+def test_console_set_verbose_reaches_every_worker(bouncer):
+    b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2})
+    two_workers(b)
+    with b.admin() as admin:
+        admin.execute("SET verbose = 2")
+    for w in workers(b):
+        mark = b.log_mark()
+        with conn_on(b, w["worker"]) as c:
+            c.execute("SELECT 1")
+        b.wait_log(rf"\[{w['pid']}\] NOISE " + prefix(user="(nouser)", db="(nodb)") + "startup parameter: user=postgres$",
+                   after=mark)
