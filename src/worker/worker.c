@@ -19,6 +19,7 @@
 #include "common/budget.h"
 #include "common/channel.h"
 #include "common/log.h"
+#include "common/schedstat.h"
 #include "common/util.h"
 #include "worker/dns.h"
 #include "worker/admin.h"
@@ -155,6 +156,17 @@ void worker_start_shutdown(RunState mode)
 	worker_check_shutdown();
 }
 
+void worker_apply_log_settings(void)
+{
+	LogSettings ls = {.logfile = wk.cf.g.logfile,
+	                  .to_stderr = log_to_stderr_setting(),
+	                  .syslog = wk.cf.g.syslog != 0,
+	                  .syslog_ident = wk.cf.g.syslog_ident,
+	                  .syslog_facility = wk.cf.g.syslog_facility,
+	                  .verbose = wk.cf.g.verbose};
+	log_configure(&ls);
+}
+
 void worker_reload(void)
 {
 	Config next;
@@ -172,13 +184,7 @@ void worker_reload(void)
 	config_free(&wk.cf);
 	wk.cf = next;
 	wk.cf_gen++;
-	LogSettings ls = {.logfile = wk.cf.g.logfile,
-	                  .to_stderr = log_to_stderr_setting(),
-	                  .syslog = wk.cf.g.syslog != 0,
-	                  .syslog_ident = wk.cf.g.syslog_ident,
-	                  .syslog_facility = wk.cf.g.syslog_facility,
-	                  .verbose = wk.cf.g.verbose};
-	log_configure(&ls);
+	worker_apply_log_settings();
 	objects_load_userlist(false);
 	auth_load_hba();
 	objects_load_databases();
@@ -292,7 +298,11 @@ void worker_stats_total(PgStats *out)
 	list_for_each(i, &wk.pools) pgstats_add(out, &container_of(i, PgPool, node)->stats);
 }
 
-/* Publish busy time (this process's CPU time) and counters for the master. */
+/*
+ * Publish busy time (this process's CPU time), run-queue wait (from the
+ * kernel's schedstat; doc/workers.md, "The saturation signal") and
+ * counters for the master.
+ */
 static void publish(void)
 {
 	WorkerSlot *slot = wk.slot;
@@ -326,7 +336,11 @@ static void publish(void)
 	atomic_store(&slot->cl_waiting, cl_waiting);
 	atomic_store(&slot->sv_active, sv_active);
 	atomic_store(&slot->sv_idle, sv_idle);
+	uint64_t on_cpu, wait = SHM_WAIT_UNKNOWN;
+	if (!schedstat_read(wk.schedstat_fd, &on_cpu, &wait))
+		wait = SHM_WAIT_UNKNOWN;
 	atomic_store(&slot->busy_ns, (uint64_t)cpu.tv_sec * 1000000000u + (uint64_t)cpu.tv_nsec);
+	atomic_store(&slot->wait_ns, wait);
 	atomic_store(&slot->sample_time_ns, (uint64_t)mono.tv_sec * 1000000000u + (uint64_t)mono.tv_nsec);
 }
 
@@ -469,6 +483,7 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerListener *list
 	wk.master_fd = master_fd;
 	wk.shm = shm;
 	wk.slot = shm && shm->magic == SHM_MAGIC && shm->slot_size == sizeof(WorkerSlot) ? &shm->slots[id] : NULL;
+	wk.schedstat_fd = wk.slot ? schedstat_open_self() : -1;
 	wk.start_time = wk.now = get_time_usec();
 	wk.base = event_base_new();
 	if (!wk.base)
