@@ -28,14 +28,32 @@ static inline const uint8_t *txn_find_nul(const uint8_t *p, const uint8_t *end)
  * its statement name, and in *after where the rest (formats, parameters)
  * starts. NULL when the portal and statement names are not both there.
  */
-const char *txn_bind_stmt_name(const uint8_t *data, uint32_t avail, const uint8_t **after);
+static inline const char *txn_bind_stmt_name(const uint8_t *data, uint32_t avail, const uint8_t **after)
+{
+	/* inline: at every Bind of transaction mode (doc/benchmarks.md) */
+	const uint8_t *end = data + avail;
+	const uint8_t *p1 = avail > 5 ? txn_find_nul(data + 5, end) : NULL;
+	const uint8_t *p2 = p1 ? txn_find_nul(p1 + 1, end) : NULL;
+	if (!p2)
+		return NULL;
+	*after = p2 + 1;
+	return (const char *)p1 + 1;
+}
 
 /*
  * A whole Describe or Close message of len bytes (header included): its
  * name, and in *what the 'S' (statement) or 'P' (portal) byte. NULL when
  * the message is malformed (no kind byte, or no NUL after the name).
  */
-const char *txn_describe_close_name(const uint8_t *data, uint32_t len, uint8_t *what);
+static inline const char *txn_describe_close_name(const uint8_t *data, uint32_t len, uint8_t *what)
+{
+	/* byte1 'S' or 'P', then the name */
+	const uint8_t *nul = len > 6 ? txn_find_nul(data + 6, data + len) : NULL;
+	if (!nul)
+		return NULL;
+	*what = data[5];
+	return (const char *)data + 6;
+}
 
 /* Where `"PGBOUNCER_<digits>"` starts in text (the quotes included), and its length; NULL if absent. */
 const char *txn_find_server_name(const char *text, size_t *len);

@@ -11,27 +11,6 @@
 #include "worker/prepare.h"
 #include "worker/txn_msg.h"
 
-const char *txn_bind_stmt_name(const uint8_t *data, uint32_t avail, const uint8_t **after)
-{
-	const uint8_t *end = data + avail;
-	const uint8_t *p1 = avail > 5 ? txn_find_nul(data + 5, end) : NULL;
-	const uint8_t *p2 = p1 ? txn_find_nul(p1 + 1, end) : NULL;
-	if (!p2)
-		return NULL;
-	*after = p2 + 1;
-	return (const char *)p1 + 1;
-}
-
-const char *txn_describe_close_name(const uint8_t *data, uint32_t len, uint8_t *what)
-{
-	/* byte1 'S' or 'P', then the name */
-	const uint8_t *nul = len > 6 ? txn_find_nul(data + 6, data + len) : NULL;
-	if (!nul)
-		return NULL;
-	*what = data[5];
-	return (const char *)data + 6;
-}
-
 const char *txn_find_server_name(const char *text, size_t *len)
 {
 	for (const char *p = strstr(text, "\"" PREPARE_NAME_PREFIX); p; p = strstr(p + 1, "\"" PREPARE_NAME_PREFIX)) {
