@@ -776,13 +776,18 @@ void server_reset_or_ready(PgSocket *s, bool always_reset)
 	    reset && *reset &&
 	    (always_reset || pool_effective_mode(s->pool) == POOL_SESSION || wk.cf.g.server_reset_query_always);
 	if (run_reset) {
-		PktBuf pb;
-		pktbuf_init(&pb, 64);
+		/* at every release in session mode: a short query goes out from the stack, no allocation */
+		uint8_t small[128];
+		PktBuf pb = {.buf = small, .cap = sizeof(small)};
+		size_t n = strlen(reset) + 1;
+		if (5 + n > sizeof(small))
+			pktbuf_init(&pb, 5 + n);
 		pktbuf_start_msg(&pb, 'Q');
-		pktbuf_put_string(&pb, reset);
+		pktbuf_put_bytes(&pb, reset, n);
 		pktbuf_finish_msg(&pb);
 		bool ok = sbuf_send(&s->sb, pb.buf, pb.len);
-		pktbuf_free(&pb);
+		if (pb.buf != small)
+			pktbuf_free(&pb);
 		if (!ok) {
 			disconnect_server(s, false, "server conn crashed?");
 			return;
