@@ -336,22 +336,23 @@ static SBufAction handle_startup_params(PgSocket *c, const StartupParam *params,
 
 	const char *user = NULL, *dbname = NULL, *options = NULL, *replication = NULL;
 	bool has_pq = false;
+	/* the first letter before strcmp(): every login sends these keys */
 	for (int i = 0; i < n; i++)
-		if (strcmp(params[i].key, "replication") == 0)
+		if (params[i].key[0] == 'r' && strcmp(params[i].key, "replication") == 0)
 			replication = params[i].value;
 	for (int i = 0; i < n; i++) {
 		const char *k = params[i].key, *v = params[i].value;
 		int idx;
 		slog_noise(c, "startup parameter: %s=%s", k, v);
-		if (strcmp(k, "user") == 0) {
+		if (k[0] == 'u' && strcmp(k, "user") == 0) {
 			user = v;
-		} else if (strcmp(k, "database") == 0) {
+		} else if (k[0] == 'd' && strcmp(k, "database") == 0) {
 			dbname = v;
-		} else if (strcmp(k, "replication") == 0) {
+		} else if (k[0] == 'r' && strcmp(k, "replication") == 0) {
 			continue;
-		} else if (strcmp(k, "options") == 0) {
+		} else if (k[0] == 'o' && strcmp(k, "options") == 0) {
 			options = v;
-		} else if (strncmp(k, "_pq_.", 5) == 0) {
+		} else if (k[0] == '_' && strncmp(k, "_pq_.", 5) == 0) {
 			has_pq = true;
 		} else if ((idx = var_index(k)) >= 0) {
 			var_set(&c->vars[idx], v);
