@@ -76,8 +76,8 @@ struct SBuf {
 	bool tls_read_wants_write; /* SSL_read needs the socket writable */
 	bool tls_failed;           /* a fatal TLS error: no close_notify at close */
 
-	uint8_t *buf;        /* input buffer */
-	uint32_t size;       /* its size (grows for a packet that must be held whole) */
+	uint8_t *buf;        /* input buffer, NULL while idle (nothing buffered) */
+	uint32_t size;       /* its size (grows for a packet that must be held whole); 0 without one */
 	uint32_t pos;        /* first unprocessed byte */
 	uint32_t end;        /* end of received data */
 	uint32_t pkt_remain; /* bytes of the current packet not yet passed on/skipped */
@@ -197,6 +197,14 @@ const char *sbuf_tls_error(void);
 
 /* Close the socket and free buffers. Clears waiting links with the peer. */
 void sbuf_close(SBuf *sb);
+
+/*
+ * Give back the memory of an idle socket's buffers (nothing buffered,
+ * nothing queued); the next read or send takes it again. The janitor calls
+ * it for clients once a tick. Sockets not linked to a peer give their
+ * input buffer back by themselves at the end of each event.
+ */
+void sbuf_trim(SBuf *sb);
 
 /* Local/remote socket addresses (for SHOW CLIENTS and logs). */
 bool sbuf_local_addr(const SBuf *sb, struct sockaddr_storage *ss, socklen_t *len);

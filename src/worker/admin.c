@@ -373,7 +373,8 @@ static void socket_row(Reply *r, PgSocket *s, bool sockets)
 		v[24] = fmt_int(s->sb.send_pos);
 		v[25] = fmt_int(s->sb.send_end - s->sb.send_pos);
 		v[26] = fmt_int(s->sb.end - s->sb.pos);
-		v[27] = fmt_int(s->sb.size - s->sb.end);
+		/* an idle socket holds no buffer: a read would take one of the base size */
+		v[27] = fmt_int(s->sb.buf ? s->sb.size - s->sb.end : s->sb.base_size);
 	}
 	reply_row(r, v);
 }

@@ -59,8 +59,12 @@ static void check_client_timeouts(PgPool *pool)
 	list_for_each_safe(i, &pool->active_clients, tmp)
 	{
 		PgSocket *c = container_of(i, PgSocket, node);
-		if (c->link)
+		/* idle connections give their buffers back (doc/benchmarks.md, "Memory per idle client") */
+		sbuf_trim(&c->sb);
+		if (c->link) {
+			sbuf_trim(&c->link->sb);
 			continue;
+		}
 		idle_to = user_client_idle_timeout(c->login_user);
 		if (idle_to > 0 && now - c->request_time > idle_to)
 			disconnect_client(c, true, "client_idle_timeout");
