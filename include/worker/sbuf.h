@@ -75,6 +75,7 @@ struct SBuf {
 	bool tls_handshake;        /* the TLS handshake is in progress */
 	bool tls_read_wants_write; /* SSL_read needs the socket writable */
 	bool tls_failed;           /* a fatal TLS error: no close_notify at close */
+	bool give_back;            /* accepted (a client): give the input buffer back when idle and unlinked */
 
 	uint8_t *buf;        /* input buffer, NULL while idle (nothing buffered) */
 	uint32_t size;       /* its size (grows for a packet that must be held whole); 0 without one */
@@ -201,8 +202,9 @@ void sbuf_close(SBuf *sb);
 /*
  * Give back the memory of an idle socket's buffers (nothing buffered,
  * nothing queued); the next read or send takes it again. The janitor calls
- * it for clients once a tick. Sockets not linked to a peer give their
- * input buffer back by themselves at the end of each event.
+ * it for clients and servers once a tick. Accepted sockets not linked to
+ * a peer give their input buffer back by themselves at the end of each
+ * event.
  */
 void sbuf_trim(SBuf *sb);
 

@@ -146,6 +146,9 @@ static void check_server_states(PgPool *pool)
 		} else if (wk.cf.g.server_check_query && *wk.cf.g.server_check_query &&
 		           now - s->request_time > wk.cf.g.server_check_delay) {
 			change_state(s, SV_USED);
+		} else {
+			sbuf_trim(
+			    &s->sb); /* an idle server keeps no buffers (doc/benchmarks.md, "Memory per idle client") */
 		}
 	}
 	/* min_pool_size: one connection at a time while the pool has clients or a forced user */

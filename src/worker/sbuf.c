@@ -165,7 +165,7 @@ static void buf_put(uint8_t *buf, uint32_t size)
 }
 
 /* Give the input buffer back when nothing is buffered or due to the peer; the next read takes one. */
-static void release_input(SBuf *sb)
+static inline void release_input(SBuf *sb)
 {
 	if (!sb->buf || sb->pos != sb->end || sb->send_pos != sb->send_end)
 		return;
@@ -238,6 +238,7 @@ void sbuf_accept(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_buf, ui
 	set_nonblocking(fd);
 	sbuf_setup(sb, base, fd, pkt_buf, max_len, cb, owner);
 	sb->startup = true;
+	sb->give_back = true;
 	enable_read(sb);
 }
 
@@ -678,12 +679,13 @@ static void sbuf_process(SBuf *sb, bool do_read)
 		do_read = filled && ++loops < 5;
 	}
 	sb->in_process = false;
-	if (!sb->dst) {
+	if (sb->give_back && !sb->dst) {
 		/*
-		 * Not linked to a peer (a client not being served, a server in
-		 * the pool): an idle socket keeps no input buffer. Linked ones
-		 * keep theirs, so that the hot path does not pay for it; the
-		 * janitor trims them (sbuf_trim) once they are idle.
+		 * A client not linked to a server keeps no input buffer while it
+		 * is idle. Linked clients and servers keep theirs, so that the
+		 * hot path does not pay for it (a transaction-mode server would
+		 * give its buffer back at every release); the janitor trims them
+		 * (sbuf_trim) once they are idle.
 		 */
 		release_input(sb);
 	}
