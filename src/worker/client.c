@@ -35,8 +35,6 @@ void client_accept(int fd, bool is_unix, bool is_private)
 	PgSocket *c = socket_new(false);
 	socklen_t len = sizeof(c->remote);
 	getpeername(fd, (struct sockaddr *)&c->remote, &len);
-	len = sizeof(c->local);
-	getsockname(fd, (struct sockaddr *)&c->local, &len);
 	c->is_unix = is_unix;
 	c->is_private = is_private;
 	if (is_unix) {

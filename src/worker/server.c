@@ -461,8 +461,7 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 			return login_fail(s, "bad BackendKeyData from server");
 		s->backend_pid =
 		    ((uint32_t)body[0] << 24) | ((uint32_t)body[1] << 16) | ((uint32_t)body[2] << 8) | body[3];
-		memcpy(s->cancel_key, body + 4, blen - 4);
-		s->cancel_key_len = blen - 4;
+		socket_set_server_key(s, body + 4, blen - 4);
 		return SB_CONSUMED;
 	case 'N':
 	case 'v':
@@ -498,7 +497,9 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 			} else {
 				char laddr[80];
 				int lport;
-				format_addr(&s->local, laddr, sizeof(laddr), &lport);
+				struct sockaddr_storage local;
+				socket_local_addr(s, &local);
+				format_addr(&local, laddr, sizeof(laddr), &lport);
 				slog(LG_LOG, s, "new connection to server (from %s:%d)", laddr, lport);
 			}
 		}
@@ -642,10 +643,6 @@ static __attribute__((noinline)) SBufAction server_event(SBuf *sb, SBufEvent ev,
 	PgSocket *s = sb->owner;
 	switch (ev) {
 	case SBEV_CONNECTED: {
-		struct sockaddr_storage ss;
-		socklen_t len;
-		if (sbuf_local_addr(sb, &ss, &len))
-			s->local = ss;
 		if (s->tls_pending) {
 			/* SSLRequest; the answer is one byte */
 			static const uint8_t ssl_request[8] = {0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f};
