@@ -250,7 +250,7 @@ struct PgSocket {
 	/* replication (doc/pgbouncer.1.md, "REPLICATION CONNECTIONS") */
 	ReplicationMode replication; /* clients: what the startup asked for; servers: dedicated to such a client */
 	char *repl_options;          /* replication clients: the `options` startup parameter, verbatim */
-	PktBuf repl_params;          /* replication servers: ParameterStatus of their login, their client's welcome */
+	PktBuf *repl_params;         /* replication servers: ParameterStatus of their login, their client's welcome */
 
 	/* TLS */
 	bool tls_direct;  /* clients: TLS started without SSLRequest (ALPN must say postgresql) */

@@ -61,7 +61,7 @@ typedef SBufAction (*sbuf_cb_t)(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const
 struct SBuf {
 	int fd;                    /* -1 when closed */
 	struct event ev_read;      /* EV_READ|EV_PERSIST, armed while reading */
-	struct event ev_write;     /* armed while output is blocked or connecting */
+	struct event *ev_write;    /* armed while output is blocked or connecting; allocated when first needed */
 	bool reading;              /* ev_read is armed (left so after SB_WAIT until input comes) */
 	bool writing;              /* ev_write is armed */
 	bool connecting;           /* waiting for connect() to finish */

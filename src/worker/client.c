@@ -122,8 +122,9 @@ bool client_send_welcome(PgSocket *c)
 				pktbuf_write_param_status(&pb, var_name(i), c->vars[i].value);
 	} else if (c->replication != REPLICATION_NONE && c->link) {
 		/* what its dedicated server said at login; tracked values came through to c->vars */
-		const PktBuf *params = &c->link->repl_params;
-		pktbuf_put_bytes(&pb, params->buf, params->len);
+		const PktBuf *params = c->link->repl_params;
+		if (params)
+			pktbuf_put_bytes(&pb, params->buf, params->len);
 		for (int i = 0; i < var_count(); i++)
 			if (c->vars[i].value)
 				pktbuf_write_param_status(&pb, var_name(i), c->vars[i].value);

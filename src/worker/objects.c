@@ -667,7 +667,10 @@ static void free_socket(PgSocket *s)
 		var_set(&s->vars[i], NULL);
 	free(s->app_name_raw);
 	free(s->repl_options);
-	pktbuf_free(&s->repl_params);
+	if (s->repl_params) {
+		pktbuf_free(s->repl_params);
+		free(s->repl_params);
+	}
 	free(s->own_placeholder);
 	free(s->server_key);
 	free(s->scram_srv);

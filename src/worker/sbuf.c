@@ -197,7 +197,6 @@ static void sbuf_setup(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_b
 	sb->cb = cb;
 	sb->owner = owner;
 	event_assign(&sb->ev_read, base, fd, EV_READ | EV_PERSIST, on_read, sb);
-	event_assign(&sb->ev_write, base, fd, EV_WRITE | EV_PERSIST, on_write, sb);
 }
 
 static void enable_read(SBuf *sb)
@@ -219,7 +218,13 @@ static void disable_read(SBuf *sb)
 static void enable_write(SBuf *sb)
 {
 	if (!sb->writing && sb->fd >= 0) {
-		event_add(&sb->ev_write, NULL);
+		if (!sb->ev_write) {
+			/* most clients never wait to write: they carry no write event until then */
+			sb->ev_write = xmalloc(event_get_struct_event_size());
+			event_assign(sb->ev_write, event_get_base(&sb->ev_read), sb->fd, EV_WRITE | EV_PERSIST,
+			             on_write, sb);
+		}
+		event_add(sb->ev_write, NULL);
 		sb->writing = true;
 	}
 }
@@ -227,7 +232,7 @@ static void enable_write(SBuf *sb)
 static void disable_write(SBuf *sb)
 {
 	if (sb->writing) {
-		event_del(&sb->ev_write);
+		event_del(sb->ev_write);
 		sb->writing = false;
 	}
 }
@@ -1002,6 +1007,8 @@ void sbuf_close(SBuf *sb)
 		close(sb->fd);
 		sb->fd = -1;
 	}
+	free(sb->ev_write);
+	sb->ev_write = NULL;
 	if (sb->waiting_src) {
 		/* a peer was blocked on us: its pending bytes have nowhere to go */
 		sb->waiting_src->send_pos = sb->waiting_src->send_end = 0;

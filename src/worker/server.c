@@ -409,7 +409,11 @@ static bool handle_param_status(PgSocket *s, const uint8_t *body, uint32_t len, 
 		if (login && !repl && !s->pool->welcome_ready)
 			var_set(&s->pool->defaults[idx], value);
 	} else if (login && repl) {
-		pktbuf_write_param_status(&s->repl_params, name, value);
+		if (!s->repl_params) {
+			s->repl_params = xmalloc(sizeof(*s->repl_params));
+			pktbuf_init(s->repl_params, 256);
+		}
+		pktbuf_write_param_status(s->repl_params, name, value);
 	} else if (login && !s->pool->welcome_ready) {
 		pktbuf_write_param_status(&s->pool->welcome_params, name, value);
 	}
