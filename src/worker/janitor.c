@@ -59,10 +59,16 @@ static void check_client_timeouts(PgPool *pool)
 	list_for_each_safe(i, &pool->active_clients, tmp)
 	{
 		PgSocket *c = container_of(i, PgSocket, node);
-		/* idle connections give their buffers back (doc/benchmarks.md, "Memory per idle client") */
-		sbuf_trim(&c->sb);
+		/*
+		 * Connections idle for a second give their buffers back
+		 * (doc/benchmarks.md, "Memory per idle client"); busy ones keep
+		 * them, not to take them again at once.
+		 */
+		if (now - c->request_time >= USEC_PER_SEC)
+			sbuf_trim(&c->sb);
 		if (c->link) {
-			sbuf_trim(&c->link->sb);
+			if (now - c->link->request_time >= USEC_PER_SEC)
+				sbuf_trim(&c->link->sb);
 			continue;
 		}
 		idle_to = user_client_idle_timeout(c->login_user);
@@ -146,9 +152,9 @@ static void check_server_states(PgPool *pool)
 		} else if (wk.cf.g.server_check_query && *wk.cf.g.server_check_query &&
 		           now - s->request_time > wk.cf.g.server_check_delay) {
 			change_state(s, SV_USED);
-		} else {
-			sbuf_trim(
-			    &s->sb); /* an idle server keeps no buffers (doc/benchmarks.md, "Memory per idle client") */
+		} else if (now - s->request_time >= USEC_PER_SEC) {
+			/* idle for a second: no buffers (doc/benchmarks.md, "Memory per idle client") */
+			sbuf_trim(&s->sb);
 		}
 	}
 	/* min_pool_size: one connection at a time while the pool has clients or a forced user */

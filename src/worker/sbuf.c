@@ -539,7 +539,8 @@ static Step read_some(SBuf *sb, bool *filled)
 	*filled = false;
 	if (sb->pos == sb->end && sb->send_pos == sb->send_end) {
 		sb->pos = sb->end = 0;
-		if (!sb->buf) {
+		/* one compare in the common case: no buffer (size 0) and a grown one both differ from base_size */
+		if (sb->size != sb->base_size && !sb->buf) {
 			sb->buf = buf_get(sb->base_size);
 			sb->size = sb->base_size;
 		} else if (sb->size > sb->base_size && sb->pkt_remain == 0) {
