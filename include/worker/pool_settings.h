@@ -25,6 +25,8 @@ int db_pool_size(const PgDatabase *db);
 int db_reserve_pool_size(const PgDatabase *db);
 /* min_pool_size: database entry, else global */
 int db_min_pool_size(const PgDatabase *db);
+/* port of the database entry's server (5432 when the entry has none, as for the console's) */
+int db_server_port(const PgDatabase *db);
 /* server_lifetime: database entry when > 0, else global */
 usec_t db_server_lifetime(const PgDatabase *db);
 /* max_db_connections: database entry when > 0, else global; 0 = unlimited */

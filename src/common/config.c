@@ -208,7 +208,7 @@ const CfParam cf_params[] = {
     PARAM_ENUM(server_tls_sslmode, cf_sslmodes, "prefer", RELOAD),
     PARAM_UNIMPL(service_name, CF_STRING, NULL, BOOT, true),
     PARAM(so_reuseport, CF_BOOL, "0", BOOT),
-    PARAM_COUNT(stats_period, "60", RELOAD),
+    PARAM_INT(stats_period, "60", RELOAD, 1, INT_MAX),
     PARAM(stats_users, CF_LIST, "", RELOAD),
     PARAM_TIME(suspend_timeout, "10", RELOAD),
     PARAM(syslog, CF_BOOL, "0", RELOAD),

@@ -334,7 +334,7 @@ void stats_period_tick(void)
 	PgStats d;
 	if (!pooler_delta(&d) || !wk.cf.g.log_stats)
 		return;
-	double secs = wk.cf.g.stats_period > 0 ? wk.cf.g.stats_period : 1;
+	double secs = wk.cf.g.stats_period; /* at least 1: the parameter table's range */
 	uint64_t dx = d.xact_count, dq = d.query_count, da = d.server_assignment_count;
 	log_info("stats: %llu xacts/s, %llu queries/s, %llu client parses/s, %llu server parses/s, %llu binds/s, "
 	         "%llu client logins/s, in %llu B/s, out %llu B/s, xact %llu us, query %llu us, wait %llu us",

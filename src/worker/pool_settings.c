@@ -61,6 +61,11 @@ int db_min_pool_size(const PgDatabase *db)
 	return db->cf.min_pool_size != CF_UNSET ? db->cf.min_pool_size : wk.cf.g.min_pool_size;
 }
 
+int db_server_port(const PgDatabase *db)
+{
+	return db->cf.port > 0 ? db->cf.port : 5432;
+}
+
 usec_t db_server_lifetime(const PgDatabase *db)
 {
 	return db->cf.server_lifetime > 0 ? secs(db->cf.server_lifetime) : wk.cf.g.server_lifetime;

@@ -491,7 +491,7 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerSocket *socket
 	struct timeval jt = {0, 333333};
 	wk.janitor_ev = event_new(wk.base, -1, EV_PERSIST, on_janitor, NULL);
 	event_add(wk.janitor_ev, &jt);
-	struct timeval st = {wk.cf.g.stats_period > 0 ? wk.cf.g.stats_period : 60, 0};
+	struct timeval st = {wk.cf.g.stats_period, 0}; /* at least 1 s (the parameter table) */
 	wk.stats_ev = event_new(wk.base, -1, EV_PERSIST, on_stats, NULL);
 	event_add(wk.stats_ev, &st);
 	if (master_fd >= 0) {

@@ -1143,6 +1143,7 @@ static void test_range_check(void **state)
 	expect_range("max_client_conn", "-5", "max_client_conn must be at least 0 (got -5)");
 	expect_range("listen_port", "0x10000", "listen_port must be between 1 and 65535 (got 65536)");
 	expect_range("scram_iterations", "0", "scram_iterations must be at least 1 (got 0)");
+	expect_range("stats_period", "0", "stats_period must be at least 1 (got 0)");
 	expect_range("min_workers", "65", "min_workers must be between 1 and 64 (got 65)");
 	/* times: seconds, as written, with fractions; the top keeps deadlines from overflowing */
 	expect_range("query_timeout", "2147483647", NULL);
