@@ -34,6 +34,13 @@ int db_max_connections(const PgDatabase *db);
 /* max_db_client_connections: database entry when > 0, else global; 0 = unlimited */
 int db_max_client_connections(const PgDatabase *db);
 
+/* auth_user: database entry, else global; NULL when neither is set (or both are empty) */
+const char *db_auth_user(const PgDatabase *db);
+/* auth_query: database entry, else global; NULL when empty */
+const char *db_auth_query(const PgDatabase *db);
+/* auth_dbname: database entry, else global, else the database itself */
+const char *db_auth_dbname(const PgDatabase *db);
+
 /* The user-level settings below take a user without a [users] entry, or NULL, as "global". */
 /* max_user_connections: user entry when > 0, else global; 0 = unlimited */
 int user_max_connections(const PgUser *u);

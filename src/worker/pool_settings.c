@@ -13,6 +13,12 @@ static usec_t secs(int s)
 	return (usec_t)s * USEC_PER_SEC;
 }
 
+/* A string setting that is set and not empty, else NULL. */
+static const char *nonempty(const char *s)
+{
+	return s && *s ? s : NULL;
+}
+
 /* A user entry's value of a setting where 0 and below mean "inherit" (NULL entry: none). */
 #define USER_OVERRIDE(u, field) ((u) && (u)->cf && (u)->cf->field > 0 ? (u)->cf->field : 0)
 
@@ -80,6 +86,23 @@ int db_max_client_connections(const PgDatabase *db)
 {
 	return db->cf.max_db_client_connections > 0 ? db->cf.max_db_client_connections
 	                                            : wk.cf.g.max_db_client_connections;
+}
+
+const char *db_auth_user(const PgDatabase *db)
+{
+	return nonempty(db->cf.auth_user) ? db->cf.auth_user : nonempty(wk.cf.g.auth_user);
+}
+
+const char *db_auth_query(const PgDatabase *db)
+{
+	return nonempty(db->cf.auth_query) ? db->cf.auth_query : nonempty(wk.cf.g.auth_query);
+}
+
+const char *db_auth_dbname(const PgDatabase *db)
+{
+	if (nonempty(db->cf.auth_dbname))
+		return db->cf.auth_dbname;
+	return nonempty(wk.cf.g.auth_dbname) ? wk.cf.g.auth_dbname : db->name;
 }
 
 int user_max_connections(const PgUser *u)
