@@ -62,7 +62,8 @@ def test_refused_at_start(bouncer, key, value, message):
 
 
 def test_refused_on_reload(bouncer):
-    """Each refused reload keeps the whole running configuration; a value in range is then taken."""
+    """Each refused reload (SIGHUP or the console's RELOAD) keeps the whole
+    running configuration; a value in range is then taken."""
     b = bouncer(ini_overrides={"default_pool_size": 7})
     conn = console(b)
     for key, value, message in ALL:
@@ -70,10 +71,18 @@ def test_refused_on_reload(bouncer):
         kept = b.settings.get(key)
         b.update(**{key: value})
         b.write_ini()
+        # SIGHUP: the master keeps its configuration, and so do the workers
         mark = b.log_mark()
         b.reload()
         b.wait_log(where(b, key, value) + re.escape(message) + "$", after=mark)
         b.wait_log(r"config file loading failed; keeping the running configuration", after=mark)
+        assert row(conn, "SHOW CONFIG", key=key)["value"] == before, key
+        # the console's RELOAD reads the file first and refuses at once
+        mark = b.log_mark()
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute("RELOAD")
+        assert info.value.diag.message_primary == "RELOAD failed, see logs for additional details"
+        b.wait_log(where(b, key, value) + re.escape(message) + "$", after=mark)
         assert row(conn, "SHOW CONFIG", key=key)["value"] == before, key
         assert row(conn, "SHOW CONFIG", key="default_pool_size")["value"] == "7"
         b.update(**{key: kept})
