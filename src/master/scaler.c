@@ -1,8 +1,8 @@
 /*
  * The autoscaler's decision (doc/workers.md, "How the scaler decides"): a
- * pure function of the busy history and the settings (their bounds are in
- * common/worker_bounds.c), plus the physical core count that
- * max_workers = 0 stands for.
+ * pure function of the busy history and the settings (their ranges are in
+ * common/config.c's table, the rest in common/worker_bounds.c), plus the
+ * physical core count that max_workers = 0 stands for.
  */
 #include "autoconfig.h"
 

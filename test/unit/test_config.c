@@ -1042,7 +1042,7 @@ static void expect_validate(const char *const *settings, const char *want)
 
 #define V(...) ((const char *const[]){__VA_ARGS__, NULL})
 
-/* config_validate() refuses worker settings through worker_bounds_check() (test_worker_bounds.c has every bound) */
+/* config_validate() refuses worker settings by their ranges and worker_bounds_check() (test_worker_bounds.c has every bound) */
 static void test_validate_workers(void **state)
 {
 	(void)state;
