@@ -41,30 +41,6 @@ bool policy_launch_min(const MinInput *in)
 	       !in->admin && !in->retry_wait;
 }
 
-bool policy_lifetime_over(usec_t lifetime, int size, usec_t age, usec_t since_last)
-{
-	return lifetime > 0 && age >= lifetime && since_last >= lifetime / (size > 0 ? size : 1);
-}
-
-ReleaseVerdict policy_release(const ReleaseInput *in)
-{
-	if (in->cancels_pending)
-		return RELEASE_HOLD;
-	/* close_needed and lifetime are honoured when a server becomes free */
-	if (in->close_needed)
-		return RELEASE_CLOSE_CONFIG;
-	if (in->paused)
-		return RELEASE_CLOSE_PAUSE;
-	if (in->yield)
-		return RELEASE_YIELD;
-	if (policy_lifetime_over(in->lifetime, in->size, in->age, in->since_lifetime_close))
-		return RELEASE_CLOSE_LIFETIME;
-	/* server_check_delay = 0: whoever used it, the next user gets it only after a check (the janitor does the others) */
-	if (in->check_query && in->check_delay == 0 && in->lent)
-		return RELEASE_USED;
-	return RELEASE_IDLE;
-}
-
 IdleVerdict policy_idle(const IdleInput *in)
 {
 	if (in->close_needed)
@@ -83,9 +59,4 @@ IdleVerdict policy_idle(const IdleInput *in)
 bool policy_fast_close(bool fast_close, bool session_mode, bool close_needed, bool between_transactions)
 {
 	return close_needed && fast_close && session_mode && between_transactions;
-}
-
-bool policy_idle_at_head(bool round_robin, bool close_needed)
-{
-	return !round_robin && !close_needed;
 }
