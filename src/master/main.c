@@ -464,7 +464,8 @@ int main(int argc, char **argv)
 	if (getuid() == 0 || geteuid() == 0)
 		fatal("PgBouncer should not run as root");
 
-	/* 4.-6. another instance? then detach */
+	/* 4.-6. another instance? then detach (systemd's LISTEN_PID names this process, not the daemon) */
+	listen_take_inherited();
 	listen_check_unix_in_use(&master.cf.g);
 	pidfile_check(master.cf.g.pidfile);
 	if (master.daemon)

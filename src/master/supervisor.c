@@ -235,9 +235,11 @@ void supervisor_close_tcp(void)
 				close(sv.lfd[k][a]);
 				sv.lfd[k][a] = -1;
 			}
-	/* listen_close_all() must not close slot 0 twice */
+	/* listen_close_all() must not close slot 0 twice, nor a slot duplicate a closed socket */
 	for (int a = 0; a < sv.ls->n_tcp; a++)
 		sv.ls->tcp[a].fd = -1;
+	for (int a = 0; a < sv.ls->n_addrs; a++)
+		sv.ls->addrs[a].inherited_fd = -1;
 }
 
 /* ---- CPU affinity ---- */
