@@ -148,6 +148,7 @@ const CfParam cf_params[] = {
     PARAM(max_user_client_connections, CF_INT, "0", RELOAD),
     PARAM(max_user_connections, CF_INT, "0", RELOAD),
     PARAM(max_workers, CF_INT, "0", RELOAD),
+    PARAM(metrics_listen, CF_STRING, "", BOOT),
     PARAM(min_pool_size, CF_INT, "0", RELOAD),
     PARAM(min_workers, CF_INT, "1", RELOAD),
     PARAM(peer_id, CF_INT, "0", RELOAD),

@@ -32,6 +32,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "master/listen.h"
+#include "master/metrics.h"
 #include "master/pidfile.h"
 #include "master/supervisor.h"
 #include "common/hba.h"
@@ -184,6 +185,7 @@ static void cleanup_at_exit(void)
 static void master_exit(int code)
 {
 	cleanup_at_exit();
+	metrics_stop();
 	if (master.base)
 		event_base_free(master.base);
 	config_free(&master.cf);
@@ -490,6 +492,7 @@ int main(int argc, char **argv)
 	         OpenSSL_version(OPENSSL_VERSION));
 	scram_salt_key_init(); /* before the first fork: one key for every worker */
 	supervisor_init(master.base, &master.cf, &master.tls, &master.listeners, master.cmdline_verbose);
+	metrics_start(master.base, &master.cf, supervisor_shm());
 	supervisor_start();
 	notify_systemd("READY=1"); /* the listeners are open and the first workers forked */
 

@@ -27,6 +27,7 @@
 #include "common/util.h"
 #include "master/scaler.h"
 #include "master/warmstart.h"
+#include "master/metrics.h"
 #include "shm.h"
 #include "worker/worker.h"
 
@@ -128,6 +129,8 @@ static void publish_reason(ScaleDecision d, const char *reason)
 	snprintf(v->last_reason, sizeof(v->last_reason), "%s", reason);
 	atomic_fetch_add(&v->reason_seq, 1);
 	atomic_store(&v->last_decision, (uint32_t)d);
+	if ((unsigned)d < 3)
+		atomic_fetch_add(&v->decisions[d], 1);
 }
 
 /* ---- counting ---- */
@@ -304,6 +307,7 @@ static bool spawn(int i)
 		 */
 		event_reinit(sv.base);
 		event_base_free(sv.base);
+		metrics_forget_in_child();
 		/* the worker: keep our listener slot, the unix socket and our channel end only */
 		close(ctl[0]);
 		for (int j = 0; j < SHM_MAX_WORKERS; j++)
@@ -661,4 +665,9 @@ bool supervisor_reap(bool shutting_down)
 	if (shutting_down)
 		return supervisor_live_workers() == 0;
 	return false;
+}
+
+ShmSegment *supervisor_shm(void)
+{
+	return sv.shm;
 }
