@@ -188,3 +188,26 @@ def test_metrics_listen_refused_at_start(bouncer):
     b.start(wait=False)
     assert b.wait_exit() != 0
     assert "metrics_listen: 'no-port-here' is not host:port" in b.log_text()
+
+
+def test_metrics_up_0_when_no_worker_answers(metered):
+    """Workers stopped: the scrape gives up on the console (pgbouncer_up 0) but
+    still reports the workers and the scaler from shared memory."""
+    import os
+    import signal
+    b, mport = metered
+    with b.admin() as admin:
+        pids = [r["pid"] for r in rows(admin, "SHOW WORKERS")]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        samples, _, _ = scrape(mport)
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert value(samples, "pgbouncer_up") == 0
+    assert not [k for k in samples if k[0].startswith("pgbouncer_pools_")]
+    assert value(samples, "pgbouncer_scaler_current_workers") == 2
+    assert len([k for k in samples if k[0] == "pgbouncer_worker_state"]) == 2
+    assert "metrics: the console connection timed out" in b.log_text()
+    wait_for(lambda: value(scrape(mport)[0], "pgbouncer_up") == 1, "pgbouncer_up 1 again")

@@ -265,8 +265,23 @@ static bool scrape_connect(Scrape *s)
 		snprintf(s->err, sizeof(s->err), "private socket path too long");
 		return false;
 	}
-	s->bev = bufferevent_socket_new(m.base, -1, BEV_OPT_CLOSE_ON_FREE);
+	/*
+	 * A unix socket connects at once or fails at once: connected here, the
+	 * bufferevent never reports a failure from inside this function.
+	 */
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		snprintf(s->err, sizeof(s->err), "socket() failed: %s", strerror(errno));
+		return false;
+	}
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		snprintf(s->err, sizeof(s->err), "connect(%s) failed: %s", sa.sun_path, strerror(errno));
+		close(fd);
+		return false;
+	}
+	s->bev = bufferevent_socket_new(m.base, fd, BEV_OPT_CLOSE_ON_FREE);
 	if (!s->bev) {
+		close(fd);
 		snprintf(s->err, sizeof(s->err), "bufferevent_socket_new() failed");
 		return false;
 	}
@@ -274,10 +289,6 @@ static bool scrape_connect(Scrape *s)
 	struct timeval tv = {SCRAPE_TIMEOUT_SEC, 0};
 	bufferevent_set_timeouts(s->bev, &tv, &tv);
 	bufferevent_enable(s->bev, EV_READ | EV_WRITE);
-	if (bufferevent_socket_connect(s->bev, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		snprintf(s->err, sizeof(s->err), "connect(%s) failed: %s", sa.sun_path, strerror(errno));
-		return false;
-	}
 	/* the same-user console login the workers' fan-out uses (doc/workers.md) */
 	PktBuf pb;
 	pktbuf_init(&pb, 128);
