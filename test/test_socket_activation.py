@@ -130,3 +130,19 @@ def test_activation_without_listen_addr(bouncer, run_as):
     assert "listen_addr is not used" not in b.log_text()
     with b.connect(host=str(sockdir), autocommit=True) as conn:
         assert conn.execute("SELECT 2").fetchone() == (2,)
+
+
+def test_respawned_worker_serves_the_activated_sockets(bouncer, run_as):
+    import signal
+    b, sockdir = start_activated(bouncer, run_as, 2)
+    tcp = fd_inode(b.pid, 3)
+    victim = sorted(workers_of(b.pid))[0]
+    os.kill(victim, signal.SIGKILL)
+
+    def replaced():
+        now = workers_of(b.pid)
+        return len(now) == 2 and victim not in now and all(tcp in socket_inodes(w) for w in now)
+    wait_for(replaced, "a new worker holding the activated TCP socket")
+    for _ in range(6):
+        with b.connect(autocommit=True) as conn:
+            assert conn.execute("SELECT 3").fetchone() == (3,)
