@@ -162,6 +162,11 @@ def test_metrics_other_paths_and_methods(metered):
         assert value(samples, "pgbouncer_up") == 1
     with b.admin() as admin:
         assert rows(admin, "SHOW LISTS") and len(rows(admin, "SHOW CLIENTS")) == 1
+    # scrapes at the same time each get their own console connection
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(lambda _: value(scrape(mport)[0], "pgbouncer_up"), range(6)))
+    assert results == [1] * 6
     # nor a login or closing line per scrape (the master's connection is unix(<its pid>))
     assert f"unix({b.pid})" not in b.log_text()
 
