@@ -131,6 +131,7 @@ def test_metrics_match_the_console(metered, pg):
         return len(workers) == 2 and all(
             value(now, "pgbouncer_worker_state", worker=str(w), state="active") == 1
             and 0 <= value(now, "pgbouncer_worker_busy_ratio", worker=str(w)) <= 1
+            and 0 <= value(now, "pgbouncer_worker_wait_avg_ratio", worker=str(w)) <= 1
             and value(now, "pgbouncer_worker_client_active_connections", worker=str(w)) == r["cl_active"]
             and value(now, "pgbouncer_worker_server_active_connections", worker=str(w)) == r["sv_active"]
             for w, r in workers.items()) and sum(

@@ -507,6 +507,9 @@ static void put_workers(struct evbuffer *o)
 	    {"pgbouncer_worker_transactions_total", "counter", "Transactions the worker pooled"},
 	    {"pgbouncer_worker_queries_total", "counter", "Queries the worker pooled"},
 	    {"pgbouncer_worker_uptime_seconds", "gauge", "Seconds since the worker started"},
+	    {"pgbouncer_worker_wait_ratio", "gauge",
+	     "Share of the last sample the worker was runnable but waiting for a CPU"},
+	    {"pgbouncer_worker_wait_avg_ratio", "gauge", "Moving average of the worker's run-queue wait ratio"},
 	};
 	uint64_t now = (uint64_t)get_time_usec();
 	for (size_t k = 0; k < sizeof(wm) / sizeof(wm[0]); k++) {
@@ -548,8 +551,14 @@ static void put_workers(struct evbuffer *o)
 			case 9:
 				v = (double)atomic_load(&w->query_count);
 				break;
-			default:
+			case 10:
 				v = now > started ? (double)(now - started) / 1e6 : 0;
+				break;
+			case 11:
+				v = atomic_load(&m.shm->scaler.wait_milli[i]) / 1000.0;
+				break;
+			default:
+				v = atomic_load(&m.shm->scaler.wait_avg_milli[i]) / 1000.0;
 				break;
 			}
 			evbuffer_add_printf(o, "%s{worker=\"%d\"}", wm[k].name, i);
