@@ -65,6 +65,10 @@ def start_activated(bouncer, run_as, workers, listen_addr="127.0.0.1"):
     b.wrapper = ["setpriv", f"--reuid={run_as.uid}", f"--regid={run_as.gid}", "--clear-groups",
                  ACTIVATE, "-l", f"127.0.0.1:{port}", "-l", str(sockdir / f".s.PGSQL.{port}"),
                  "--fdname=pgbouncer-tcp:pgbouncer-unix", "-E", "LC_ALL=C"]
+    # systemd-socket-activate passes only the variables named: keep the sanitizers' (scripts/test --sanitize)
+    for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
+        if var in os.environ:
+            b.wrapper += ["-E", var]
     if not run_as.root:
         b.wrapper = b.wrapper[4:]
     b.start(wait=False)
