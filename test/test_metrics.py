@@ -19,6 +19,7 @@ def scrape(port):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=DEADLINE) as r:
         assert r.status == 200
         assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        assert r.headers["Connection"] == "close"  # no kept-alive connection for a worker to inherit
         text = r.read().decode()
     samples = {}
     types = {}

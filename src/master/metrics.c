@@ -693,8 +693,14 @@ static void scrape_finish(Scrape *s)
 		struct evhttp_connection *conn = evhttp_request_get_connection(s->req);
 		if (conn)
 			evhttp_connection_set_closecb(conn, NULL, NULL);
-		evhttp_add_header(evhttp_request_get_output_headers(s->req), "Content-Type",
-		                  "text/plain; version=0.0.4; charset=utf-8");
+		struct evkeyvalq *h = evhttp_request_get_output_headers(s->req);
+		evhttp_add_header(h, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+		/*
+		 * No keep-alive: a worker forked while a connection is open holds a
+		 * copy of it, and a kept-alive connection the master later closed
+		 * would then stay open, unanswered, for the scraper's next request.
+		 */
+		evhttp_add_header(h, "Connection", "close");
 		evhttp_send_reply(s->req, HTTP_OK, "OK", o);
 		evbuffer_free(o);
 	}
@@ -791,7 +797,12 @@ void metrics_forget_in_child(void)
 	/* a worker must not hold the metrics port or a scrape's console connection */
 	if (m.bound)
 		close(evhttp_bound_socket_get_fd(m.bound));
-	for (Scrape *s = m.scrapes; s; s = s->next)
+	for (Scrape *s = m.scrapes; s; s = s->next) {
 		if (s->bev)
 			close(bufferevent_getfd(s->bev));
+		struct evhttp_connection *conn = s->req ? evhttp_request_get_connection(s->req) : NULL;
+		struct bufferevent *hb = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
+		if (hb && bufferevent_getfd(hb) >= 0)
+			close(bufferevent_getfd(hb));
+	}
 }
