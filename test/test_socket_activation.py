@@ -150,3 +150,30 @@ def test_respawned_worker_serves_the_activated_sockets(bouncer, run_as):
     for _ in range(6):
         with b.connect(autocommit=True) as conn:
             assert conn.execute("SELECT 3").fetchone() == (3,)
+
+
+def test_unusable_passed_sockets_are_refused(bouncer, run_as):
+    """Only listening stream sockets are taken: datagram ones are named in a
+    warning, and with nothing else to serve the start fails."""
+    import socket
+    port = free_port()
+    b = bouncer(ini_overrides={"listen_port": port, "listen_addr": ""}, start=False)
+    b.wrapper = ["setpriv", f"--reuid={run_as.uid}", f"--regid={run_as.gid}", "--clear-groups",
+                 ACTIVATE, "--datagram", "-l", f"127.0.0.1:{port}", "-E", "LC_ALL=C"]
+    if not run_as.root:
+        b.wrapper = b.wrapper[4:]
+    for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
+        if var in os.environ:
+            b.wrapper += ["-E", var]
+    b.start(wait=False)
+
+    def udp_bound():
+        with open("/proc/net/udp") as f:
+            return any(int(row.split()[1].rsplit(":", 1)[1], 16) == port for row in list(f)[1:])
+    wait_for(udp_bound, "systemd-socket-activate to bind the datagram socket")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.sendto(b"wake up", ("127.0.0.1", port))
+    assert b.wait_exit() != 0
+    log = b.log_text()
+    assert "which is not a stream socket: ignored" in log, log
+    assert "nowhere to listen on: none of the sockets systemd passed can be used" in log, log
