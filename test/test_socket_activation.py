@@ -177,3 +177,13 @@ def test_unusable_passed_sockets_are_refused(bouncer, run_as):
     log = b.log_text()
     assert "which is not a stream socket: ignored" in log, log
     assert "nowhere to listen on: none of the sockets systemd passed can be used" in log, log
+
+
+def test_listen_fds_for_another_process_are_ignored(bouncer):
+    """LISTEN_PID names someone else (variables left by a parent): the pooler
+    opens its own listeners as usual."""
+    b = bouncer(env={"LISTEN_PID": "1", "LISTEN_FDS": "2", "LISTEN_FDNAMES": "a:b"})
+    assert "passed by systemd" not in b.log_text()
+    assert (b.dir / f".s.PGSQL.{b.port}").exists()
+    with b.connect(autocommit=True) as conn:
+        assert conn.execute("SELECT 4").fetchone() == (4,)
