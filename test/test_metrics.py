@@ -218,3 +218,13 @@ def test_metrics_up_0_when_no_worker_answers(metered):
     assert len([k for k in samples if k[0] == "pgbouncer_worker_state"]) == 2
     assert "metrics: the console connection timed out" in b.log_text()
     wait_for(lambda: value(scrape(mport)[0], "pgbouncer_up") == 1, "pgbouncer_up 1 again")
+
+
+def test_metrics_use_the_next_worker_when_a_private_socket_is_gone(metered):
+    b, mport = metered
+    sock = b.dir / f"pgbouncer-workers.{b.port}" / "worker.0" / f".s.PGSQL.{b.port}"
+    assert sock.exists()
+    sock.unlink()
+    samples, _, _ = scrape(mport)
+    assert value(samples, "pgbouncer_up") == 1
+    assert value(samples, "pgbouncer_lists_databases") == 2

@@ -236,49 +236,51 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 	scrape_fail(s, why);
 }
 
-/* The lowest live worker: its console answers for all of them. */
-static int pick_worker(void)
+/*
+ * Connect to the private socket of an active worker, the lowest first (its
+ * console answers for all of them); the next one when a socket is gone.
+ * A unix socket connects at once or fails at once: connected here, the
+ * bufferevent never reports a failure from inside scrape_connect().
+ */
+static int connect_worker(Scrape *s)
 {
+	char dir[108];
+	if (!private_socket_dir(m.cf->g.unix_socket_dir, m.cf->g.listen_port, dir, sizeof(dir))) {
+		snprintf(s->err, sizeof(s->err), "the workers have no private socket");
+		return -1;
+	}
+	snprintf(s->err, sizeof(s->err), "no active worker");
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
 		WorkerSlot *w = &m.shm->slots[i];
-		if (atomic_load(&w->state) == SLOT_ACTIVE && atomic_load(&w->pid) > 0)
-			return i;
+		if (atomic_load(&w->state) != SLOT_ACTIVE || atomic_load(&w->pid) <= 0)
+			continue;
+		struct sockaddr_un sa = {.sun_family = AF_UNIX};
+		int n =
+		    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/worker.%d/.s.PGSQL.%d", dir, i, m.cf->g.listen_port);
+		if (n < 0 || (size_t)n >= sizeof(sa.sun_path)) {
+			snprintf(s->err, sizeof(s->err), "private socket path too long");
+			return -1;
+		}
+		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			snprintf(s->err, sizeof(s->err), "socket() failed: %s", strerror(errno));
+			return -1;
+		}
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			s->err[0] = '\0';
+			return fd;
+		}
+		snprintf(s->err, sizeof(s->err), "connect(%s) failed: %s", sa.sun_path, strerror(errno));
+		close(fd);
 	}
 	return -1;
 }
 
 static bool scrape_connect(Scrape *s)
 {
-	char dir[108];
-	int i = pick_worker();
-	if (i < 0) {
-		snprintf(s->err, sizeof(s->err), "no active worker");
+	int fd = connect_worker(s);
+	if (fd < 0)
 		return false;
-	}
-	if (!private_socket_dir(m.cf->g.unix_socket_dir, m.cf->g.listen_port, dir, sizeof(dir))) {
-		snprintf(s->err, sizeof(s->err), "the workers have no private socket");
-		return false;
-	}
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int n = snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/worker.%d/.s.PGSQL.%d", dir, i, m.cf->g.listen_port);
-	if (n < 0 || (size_t)n >= sizeof(sa.sun_path)) {
-		snprintf(s->err, sizeof(s->err), "private socket path too long");
-		return false;
-	}
-	/*
-	 * A unix socket connects at once or fails at once: connected here, the
-	 * bufferevent never reports a failure from inside this function.
-	 */
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		snprintf(s->err, sizeof(s->err), "socket() failed: %s", strerror(errno));
-		return false;
-	}
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		snprintf(s->err, sizeof(s->err), "connect(%s) failed: %s", sa.sun_path, strerror(errno));
-		close(fd);
-		return false;
-	}
 	s->bev = bufferevent_socket_new(m.base, fd, BEV_OPT_CLOSE_ON_FREE);
 	if (!s->bev) {
 		close(fd);
