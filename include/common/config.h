@@ -106,6 +106,7 @@ typedef struct CfGlobals {
 	int max_user_client_connections;
 	int max_user_connections;
 	int max_workers;
+	char *metrics_listen;
 	int min_pool_size;
 	int min_workers;
 	int peer_id;

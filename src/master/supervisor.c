@@ -27,6 +27,7 @@
 #include "common/util.h"
 #include "master/scaler.h"
 #include "master/warmstart.h"
+#include "master/metrics.h"
 #include "shm.h"
 #include "worker_entry.h"
 
@@ -132,6 +133,8 @@ static void publish_reason(ScaleDecision d, const char *reason)
 	snprintf(v->last_reason, sizeof(v->last_reason), "%s", reason);
 	atomic_fetch_add(&v->reason_seq, 1);
 	atomic_store(&v->last_decision, (uint32_t)d);
+	if ((unsigned)d < 3)
+		atomic_fetch_add(&v->decisions[d], 1);
 }
 
 /* ---- counting ---- */
@@ -239,9 +242,11 @@ void supervisor_close_tcp(void)
 				close(sv.lfd[k][a]);
 				sv.lfd[k][a] = -1;
 			}
-	/* listen_close_all() must not close slot 0 twice */
+	/* listen_close_all() must not close slot 0 twice, nor a slot duplicate a closed socket */
 	for (int a = 0; a < sv.ls->n_tcp; a++)
 		sv.ls->tcp[a].fd = -1;
+	for (int a = 0; a < sv.ls->n_addrs; a++)
+		sv.ls->addrs[a].inherited_fd = -1;
 }
 
 /* ---- CPU affinity ---- */
@@ -306,6 +311,7 @@ static bool spawn(int i)
 		 */
 		event_reinit(sv.base);
 		event_base_free(sv.base);
+		metrics_forget_in_child();
 		/* the worker: keep our listener slot, the unix socket and our channel end only */
 		close(ctl[0]);
 		for (int j = 0; j < SHM_MAX_WORKERS; j++)
@@ -679,4 +685,9 @@ bool supervisor_reap(bool shutting_down)
 	if (shutting_down)
 		return supervisor_live_workers() == 0;
 	return false;
+}
+
+ShmSegment *supervisor_shm(void)
+{
+	return sv.shm;
 }

@@ -724,7 +724,7 @@ static bool closing(PgSocket *s, char *reason, size_t len, const char *fmt, va_l
 		return false;
 	if (fmt)
 		vsnprintf(reason, len, fmt, ap);
-	if (wk.cf.g.log_disconnections)
+	if (wk.cf.g.log_disconnections && !s->is_internal)
 		slog(LG_LOG, s, "closing because: %s (age=%.0fs)", reason, age_seconds(s));
 	else
 		slog_debug(s, "closing because: %s (age=%.0fs)", reason, age_seconds(s));

@@ -97,6 +97,7 @@ static const ExpectedParam expected_params[] = {
     {"max_user_client_connections", "0", "yes", false},
     {"max_user_connections", "0", "yes", false},
     {"max_workers", "0", "yes", false},
+    {"metrics_listen", "", "no", false},
     {"min_pool_size", "0", "yes", false},
     {"min_workers", "1", "yes", false},
     {"peer_id", "0", "yes", false},
