@@ -84,3 +84,23 @@ def test_no_notify_socket_changes_nothing(bouncer):
     b = bouncer()
     with b.connect(autocommit=True, password="postgres") as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_online_restart_moves_mainpid(bouncer, notify):
+    """pgbouncer -R: the old master (systemd's main pid) names the new one as
+    MAINPID when it hands over, and never says STOPPING=1 (doc/workers.md "Upgrading")."""
+    b = bouncer(env={"NOTIFY_SOCKET": notify.path})
+    old_pid = b.pid
+    assert notify.wait_for("READY=1")["MAINPID"] == str(old_pid)
+    old = b.proc
+    b.proc = None
+    try:
+        b.start(["-R"])
+        moved = notify.wait_for(f"MAINPID={b.pid}")
+        assert "READY" not in moved, "the old master names the new one before that one is ready"
+        assert notify.wait_for("READY=1")["MAINPID"] == str(b.pid)
+        assert old.wait(timeout=DEADLINE) == 0  # no clients: the old tree is gone at once
+        assert not any("STOPPING" in m for m in notify.got)
+    finally:
+        if old.poll() is None:
+            os.killpg(old.pid, signal.SIGKILL)

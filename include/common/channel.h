@@ -19,6 +19,20 @@ typedef enum ChannelMsgType {
 	 * the cancel is handled (the requester then knows it is done).
 	 */
 	CH_CANCEL = 4,
+	/*
+	 * Online restart (-R) between a new master and the running one, on the
+	 * old master's control socket (doc/workers.md "Upgrading"):
+	 * new->old CH_UP_HELLO (arg = protocol version); old->new one
+	 * CH_UP_LISTENER per listening socket (fd attached; id = listener id, or
+	 * UINT32_MAX for the unix socket), then CH_UP_END (arg = its worker
+	 * count); new->old CH_UP_COMMIT (arg = the new master's pid) once its
+	 * workers accept; old->new CH_UP_DONE (arg = the old master's pid).
+	 */
+	CH_UP_HELLO = 16,
+	CH_UP_LISTENER = 17,
+	CH_UP_END = 18,
+	CH_UP_COMMIT = 19,
+	CH_UP_DONE = 20,
 } ChannelMsgType;
 
 typedef struct ChannelMsg {

@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "master/scaler.h"
+#include "master/upgrade.h"
 #include "master/warmstart.h"
 #include "shm.h"
 #include "worker/worker.h"
@@ -63,6 +64,8 @@ static struct {
 	WorkerBounds bounds; /* as last resolved; its note (what was clamped) has been logged */
 	struct event *tick_ev;
 	bool shutting_down;
+	bool frozen;               /* a new master (-R) has our sockets: no scaling until it commits or gives up */
+	bool retiring;             /* a new master took over: our workers drain, nothing respawns */
 	int cpus[SHM_MAX_WORKERS]; /* one logical CPU per physical core, for worker_cpu_affinity */
 	int n_cpus;
 } sv;
@@ -477,7 +480,7 @@ static void sample_workers(ScalerSample *out, char *ratios, size_t len)
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
-	if (sv.shutting_down)
+	if (sv.shutting_down || sv.retiring || sv.frozen)
 		return;
 	ScalerSample sample;
 	char ratios[512];
@@ -550,11 +553,15 @@ void supervisor_init(struct event_base *base, Config *cf, const TlsContexts *tls
 	atomic_store(&sv.shm->scaler.tcp_migrate_req, (uint32_t)read_migrate_req());
 }
 
-void supervisor_start(void)
+void supervisor_start(int takeover_count)
 {
 	int count = sv.scf.min_workers;
 	const char *path = sv.cf->g.worker_state_file;
-	if (path && *path) {
+	if (takeover_count > 0) {
+		/* online restart: as many workers as the old tree ran */
+		count = warmstart_clamp(takeover_count, sv.scf.min_workers, sv.scf.max_workers);
+		log_info("online restart: starting %d workers (the old process ran %d)", count, takeover_count);
+	} else if (path && *path) {
 		char err[256];
 		int saved;
 		if (warmstart_read(path, &saved, err, sizeof(err))) {
@@ -571,6 +578,8 @@ void supervisor_start(void)
 	}
 	for (int i = 0; i < count; i++)
 		spawn(i);
+	/* listener slots taken over (-R) beyond our workers: served by one of ours */
+	adopt_orphans();
 	save_count();
 	atomic_store(&sv.shm->scaler.current, (uint32_t)active_count());
 	atomic_store(&sv.shm->scaler.target, (uint32_t)count);
@@ -604,8 +613,70 @@ void supervisor_kill_all(void)
 static void on_respawn(evutil_socket_t fd, short what, void *arg)
 {
 	int i = (int)(intptr_t)arg;
-	if (!sv.shutting_down && sv.w[i].wanted && sv.w[i].pid == 0)
+	if (!sv.shutting_down && !sv.retiring && sv.w[i].wanted && sv.w[i].pid == 0)
 		spawn(i);
+}
+
+/* ---- online restart (-R) ---- */
+
+int supervisor_export(int conn)
+{
+	if (conn < 0) {
+		sv.frozen = false;
+		return 0;
+	}
+	sv.frozen = true;
+	for (int k = 0; k < SHM_MAX_WORKERS; k++)
+		for (int a = 0; a < n_addrs(); a++)
+			if (sv.lfd[k][a] >= 0 && !upgrade_send_listener(conn, listener_id(k, a), sv.lfd[k][a]))
+				return -1;
+	if (sv.ls->unix_sock.fd >= 0 && !upgrade_send_listener(conn, UINT32_MAX, sv.ls->unix_sock.fd))
+		return -1;
+	return wanted_count();
+}
+
+void supervisor_inherit(InheritedSocket *s, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (s[i].fd < 0 || s[i].slot <= 0 || s[i].slot >= SHM_MAX_WORKERS)
+			continue;
+		for (int a = 0; a < n_addrs(); a++) {
+			const ListenAddr *la = &sv.ls->addrs[sv.ls->tcp[a].addr_index];
+			if (sv.lfd[s[i].slot][a] < 0 &&
+			    listen_addr_same((const struct sockaddr *)&la->sa, (const struct sockaddr *)&s[i].sa)) {
+				sv.lfd[s[i].slot][a] = s[i].fd;
+				s[i].fd = -1;
+				break;
+			}
+		}
+	}
+	/* slot 0's sockets are the ListenSet's (listen_setup() took them) */
+	for (int a = 0; a < n_addrs(); a++)
+		sv.lfd[0][a] = sv.ls->tcp[a].fd;
+}
+
+void supervisor_retire(void)
+{
+	sv.retiring = true;
+	sv.frozen = false;
+	int64_t timeout_ms = sv.cf->g.worker_drain_timeout / 1000;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		WorkerProc *w = &sv.w[i];
+		w->wanted = false;
+		if (w->respawn_ev)
+			evtimer_del(w->respawn_ev);
+		if (w->pid <= 0)
+			continue;
+		w->draining = true;
+		atomic_store(&sv.shm->slots[i].state, SLOT_DRAINING);
+		ChannelMsg m = {.type = CH_DRAIN, .arg = timeout_ms};
+		if (!channel_send(w->ctl, &m, -1))
+			log_warning("could not tell worker %d to drain: %s", i, strerror(errno));
+	}
+	/* the new tree holds the same sockets: closing ours loses nothing queued */
+	supervisor_close_tcp();
+	if (sv.tick_ev)
+		event_del(sv.tick_ev);
 }
 
 bool supervisor_reap(bool shutting_down)

@@ -1,0 +1,164 @@
+"""Online restart, `pgbouncer -R` (doc/workers.md "Upgrading"): the new
+master takes the running one's listening sockets over its control socket,
+starts its workers on them, and the old workers stop accepting and finish
+their clients before the old tree exits."""
+
+import os
+import signal
+import subprocess
+
+import pytest
+
+from conftest import parent_pid, pg_bindir, pid_alive, wait_for
+from helpers import conn_on, rows, two_workers, workers
+
+QUIET = {"log_connections": 0, "log_disconnections": 0}
+TWO = {**QUIET, "min_workers": 2, "max_workers": 2}
+
+
+@pytest.fixture
+def old_trees():
+    """Old masters (their process groups) that a test replaced: killed at teardown if still there."""
+    pgids = []
+    yield pgids
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def upgrade(b, old_trees, args=()):
+    """`pgbouncer -R [ARGS] INI` on b's ini, which becomes b's process; returns
+    the old master's pid and its workers' pids."""
+    old_pid = b.pid
+    old_workers = [w["pid"] for w in workers(b)]
+    old_trees.append(os.getpgid(old_pid))
+    mark = b.log_mark()
+    b.proc = None
+    if "-d" in args:
+        # the pidfile names the old master until the new one replaces it
+        b.start(["-R", *args], wait=False)
+        assert b.proc.wait(timeout=30) == 0, b.describe()
+        b._pid = wait_for(lambda: (p := b._read_pidfile()) != old_pid and p, "the new pid in the pidfile")
+        b._pgid = os.getpgid(b._pid)
+        b.wait_log(r"process up", after=mark)
+    else:
+        b.start(["-R", *args])  # waits for the new master's `process up`
+    assert b.pid != old_pid
+    b.wait_log(rf"online restart: pid {b.pid} took over; not accepting any more", after=mark)
+    return old_pid, old_workers
+
+
+def serving_tree(b):
+    """The pids of the workers that answer SHOW WORKERS: all children of b's master."""
+    pids = [w["pid"] for w in workers(b)]
+    assert pids and all(parent_pid(p) == b.pid for p in pids), (pids, b.pid)
+    return pids
+
+
+def pgbench(b, seconds, clients, connect_each=False):
+    script = b.dir / "select1.sql"
+    b.run_as.write(script, "SELECT 1;\n")
+    return subprocess.Popen(
+        [str(pg_bindir() / "pgbench"), "-h", "127.0.0.1", "-p", str(b.port), "-U", "postgres", "-n",
+         *(["-C"] if connect_each else []), "-c", str(clients), "-j", "2", "-T", str(seconds), "-f",
+         str(script), "postgres"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def assert_clean_run(load):
+    out, _ = load.communicate(timeout=90)
+    assert load.returncode == 0, out
+    assert "number of failed transactions: 0 " in out, out
+    assert "aborted" not in out and "error" not in out.lower(), out
+    return int(out.split("number of transactions actually processed: ")[1].split()[0])
+
+
+def xacts(b):
+    return sum(w["xact_count"] for w in workers(b))
+
+
+def test_reboot_with_nothing_running_starts_normally(bouncer):
+    b = bouncer(ini_overrides=QUIET, args=["-R"])
+    b.wait_log(r"old process not found, try to continue normally")
+    assert b.connect().execute("SELECT 1").fetchone() == (1,)
+
+
+def test_upgrade_under_steady_load(bouncer, old_trees):
+    b = bouncer(ini_overrides=TWO)
+    two_workers(b)
+    load = pgbench(b, seconds=10, clients=4)
+    try:
+        wait_for(lambda: xacts(b) > 100, "the load to run on the old tree")
+        old_pid, old_workers = upgrade(b, old_trees)
+        # the new tree has taken every socket: a new client lands on it
+        assert not set(serving_tree(b)) & set(old_workers)
+        assert b.connect().execute("SELECT 2").fetchone() == (2,)
+    finally:
+        done = assert_clean_run(load)
+    assert done > 100
+    # pgbench's connections were the old tree's last clients
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit once its clients left")
+    assert not any(pid_alive(p) for p in old_workers)
+    assert int(b.pidfile.read_text()) == b.pid
+    assert len(serving_tree(b)) == 2
+
+
+def test_upgrade_under_connection_churn(bouncer, old_trees):
+    b = bouncer(ini_overrides=TWO)
+    two_workers(b)
+    load = pgbench(b, seconds=10, clients=4, connect_each=True)
+    try:
+        wait_for(lambda: xacts(b) > 50, "the load to run on the old tree")
+        old_pid, old_workers = upgrade(b, old_trees)
+        # every new connection goes to the new tree, so the old one runs out of clients
+        wait_for(lambda: not pid_alive(old_pid), "the old master to exit", timeout=30)
+        assert not any(pid_alive(p) for p in old_workers)
+        wait_for(lambda: xacts(b) > 50, "the load to run on the new tree")
+    finally:
+        assert_clean_run(load)
+    serving_tree(b)
+    assert "could not accept" not in b.log_text()
+
+
+def test_persistent_client_finishes_on_old_tree(bouncer, old_trees):
+    b = bouncer(ini_overrides=TWO)
+    two_workers(b)
+    held = b.connect(autocommit=True)
+    held.execute("SET application_name = 'kept'")
+    old_pid, old_workers = upgrade(b, old_trees)
+    # the old tree stays for its client, which notices nothing
+    assert held.execute("SHOW application_name").fetchone() == ("kept",)
+    assert pid_alive(old_pid)
+    held.close()
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit after its last client")
+    # what the old tree left behind is the new one's: the unix socket, the pidfile, the
+    # workers' private sockets (the console reaches both new workers through them)
+    with b.connect(host=str(b.dir)) as unix_client:
+        assert unix_client.execute("SELECT 3").fetchone() == (3,)
+    assert int(b.pidfile.read_text()) == b.pid
+    conn_on(b, 0)
+    conn_on(b, 1)
+    with b.admin() as admin:
+        clients = [r for r in rows(admin, "SHOW CLIENTS") if r["database"] == "postgres"]
+    assert len(clients) == 2, clients
+
+
+def test_upgrade_daemon_twice(bouncer, old_trees):
+    b = bouncer(ini_overrides={**QUIET, "min_workers": 1, "max_workers": 2}, args=["-d"])
+    first = b.pid
+    old_pid, _ = upgrade(b, old_trees, args=["-d"])
+    assert old_pid == first
+    wait_for(lambda: not pid_alive(first), "the first master to exit (no clients)")
+    # the new master took the control socket over as well: it can be replaced in turn
+    second = b.pid
+    upgrade(b, old_trees, args=["-d"])
+    wait_for(lambda: not pid_alive(second), "the second master to exit")
+    with b.connect() as client:
+        assert client.execute("SELECT 4").fetchone() == (4,)
+    assert int(b.pidfile.read_text()) == b.pid
+    serving_tree(b)
+    # a normal stop of the last one still cleans up
+    b.stop(signal.SIGTERM)
+    assert not b.pidfile.exists()
