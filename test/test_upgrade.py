@@ -108,13 +108,15 @@ def test_upgrade_under_steady_load(bouncer, old_trees):
 def test_upgrade_under_connection_churn(bouncer, old_trees):
     b = bouncer(ini_overrides=TWO)
     two_workers(b)
-    load = pgbench(b, seconds=10, clients=4, connect_each=True)
+    load = pgbench(b, seconds=12, clients=6, connect_each=True)
     try:
-        wait_for(lambda: xacts(b) > 50, "the load to run on the old tree")
-        old_pid, old_workers = upgrade(b, old_trees)
-        # every new connection goes to the new tree, so the old one runs out of clients
-        wait_for(lambda: not pid_alive(old_pid), "the old master to exit", timeout=30)
-        assert not any(pid_alive(p) for p in old_workers)
+        # twice in a row: the second new master takes over from the first
+        for _ in range(2):
+            wait_for(lambda: xacts(b) > 50, "the load to run on the current tree")
+            old_pid, old_workers = upgrade(b, old_trees)
+            # every new connection goes to the new tree, so the old one runs out of clients
+            wait_for(lambda: not pid_alive(old_pid), "the old master to exit", timeout=30)
+            assert not any(pid_alive(p) for p in old_workers)
         wait_for(lambda: xacts(b) > 50, "the load to run on the new tree")
     finally:
         assert_clean_run(load)
@@ -143,6 +145,33 @@ def test_persistent_client_finishes_on_old_tree(bouncer, old_trees):
     with b.admin() as admin:
         clients = [r for r in rows(admin, "SHOW CLIENTS") if r["database"] == "postgres"]
     assert len(clients) == 2, clients
+
+
+def test_failed_new_master_leaves_old_tree_serving(bouncer, old_trees):
+    b = bouncer(ini_overrides=TWO)
+    old_proc = b.proc
+    old_trees.append(os.getpgid(b.pid))
+    # the new master fails after it has taken the sockets: its TLS files are missing
+    b.update(client_tls_sslmode="require", client_tls_key_file=str(b.dir / "missing.key"),
+             client_tls_cert_file=str(b.dir / "missing.crt"))
+    b.write_ini()
+    mark = b.log_mark()
+    b.proc = None
+    b.start(["-R"], wait=False)
+    assert b.proc.wait(timeout=30) == 1
+    b.wait_log(r"TLS setup failed", after=mark)
+    b.wait_log(r"online restart by pid \d+ abandoned; carrying on", after=mark)
+    b.proc = old_proc
+    # the old tree serves on as before, on TCP and on its unix socket (the failed one left it alone)
+    with b.connect() as tcp, b.connect(host=str(b.dir)) as unix:
+        assert tcp.execute("SELECT 5").fetchone() == (5,)
+        assert unix.execute("SELECT 6").fetchone() == (6,)
+    assert int(b.pidfile.read_text()) == b.pid
+    # and a good new master can still replace it
+    b.update(client_tls_sslmode=None, client_tls_key_file=None, client_tls_cert_file=None)
+    b.write_ini()
+    old_pid, _ = upgrade(b, old_trees)
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit")
 
 
 def test_upgrade_daemon_twice(bouncer, old_trees):

@@ -31,6 +31,9 @@ int supervisor_export(int conn);
 /* Online restart, new side (before supervisor_start()): use the old tree's listener slots. */
 void supervisor_inherit(InheritedSocket *s, int n);
 
+/* Online restart, new side: wait (at most timeout_ms) until every worker started accepts. */
+void supervisor_wait_active(int timeout_ms);
+
 /* Online restart, old side: the new tree serves; drain every worker, close our TCP sockets, never respawn. */
 void supervisor_retire(void);
 

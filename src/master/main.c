@@ -543,7 +543,12 @@ int main(int argc, char **argv)
 	}
 	supervisor_start(takeover ? tk.workers : 0);
 	if (takeover) {
-		/* our workers accept on the same sockets: the old tree may stop now */
+		/*
+		 * Our workers accept on the same sockets: the old tree may stop now.
+		 * Until they run, new connections wait in the kernel's queue; waiting
+		 * for them here keeps that short.
+		 */
+		supervisor_wait_active(5000);
 		upgrade_commit(&tk);
 		master.listeners.unix_borrowed = false;
 		master.private_dir_made = master.private_dir[0] != '\0';

@@ -655,6 +655,19 @@ void supervisor_inherit(InheritedSocket *s, int n)
 		sv.lfd[0][a] = sv.ls->tcp[a].fd;
 }
 
+void supervisor_wait_active(int timeout_ms)
+{
+	for (int waited = 0; waited < timeout_ms; waited += 10) {
+		int starting = 0;
+		for (int i = 0; i < SHM_MAX_WORKERS; i++)
+			starting += sv.w[i].pid > 0 && atomic_load(&sv.shm->slots[i].state) == SLOT_STARTING;
+		if (starting == 0)
+			return;
+		struct timespec ts = {0, 10 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+}
+
 void supervisor_retire(void)
 {
 	sv.retiring = true;
