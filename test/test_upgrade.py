@@ -11,6 +11,7 @@ import pytest
 
 from conftest import parent_pid, pg_bindir, pid_alive, wait_for
 from helpers import conn_on, rows, two_workers, workers
+from pgwire import PgWire, message
 
 QUIET = {"log_connections": 0, "log_disconnections": 0}
 TWO = {**QUIET, "min_workers": 2, "max_workers": 2}
@@ -172,6 +173,49 @@ def test_failed_new_master_leaves_old_tree_serving(bouncer, old_trees):
     b.write_ini()
     old_pid, _ = upgrade(b, old_trees)
     wait_for(lambda: not pid_alive(old_pid), "the old master to exit")
+
+
+def backlogs(port):
+    """The backlog (ss's Send-Q) of every socket listening on TCP `port`."""
+    out = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True, check=True).stdout
+    return sorted(int(line.split()[2]) for line in out.splitlines())
+
+
+def test_new_settings_apply_to_taken_sockets(bouncer, old_trees):
+    """The file is read afresh: a changed listen_backlog applies to the sockets taken over."""
+    b = bouncer(ini_overrides={**TWO, "listen_backlog": 128})
+    two_workers(b)
+    assert backlogs(b.port) == [128, 128]
+    b.update(listen_backlog=77)
+    b.write_ini()
+    old_pid, _ = upgrade(b, old_trees)
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit")
+    assert backlogs(b.port) == [77, 77]
+
+
+def scram_salt(b, user):
+    """The salt of the SCRAM server-first message the pooler sends to `user`."""
+    w = PgWire(b.port)
+    w.startup(user=user)
+    kind, body = w.read_msg()
+    assert (kind, body[:4]) == (b"R", b"\0\0\0\x0a")
+    first = b"n,,n=,r=clientnonce0123456789"
+    w.send(message(b"p", b"SCRAM-SHA-256\0" + len(first).to_bytes(4, "big") + first))
+    kind, body = w.read_msg()
+    w.close()
+    assert (kind, body[:4]) == (b"R", b"\0\0\0\x0b"), (kind, body)
+    return dict(kv.split("=", 1) for kv in body[4:].decode().split(","))["s"]
+
+
+def test_scram_salts_stay_across_upgrade(bouncer, old_trees, monkeypatch):
+    """The salts of a plain-text password user and of an unknown user are derived from a key the
+    new tree gets from the old one: a client sees the same salts before and after."""
+    b = bouncer(ini_overrides={**QUIET, "auth_type": "scram-sha-256"},
+                users_txt='"postgres" "pw one"\n"pgbouncer" "pw one"\n')
+    monkeypatch.setenv("PGPASSWORD", "pw one")  # for the console upgrade() reads
+    before = {u: scram_salt(b, u) for u in ("postgres", "nobody_here")}
+    upgrade(b, old_trees)
+    assert {u: scram_salt(b, u) for u in ("postgres", "nobody_here")} == before
 
 
 def test_upgrade_daemon_twice(bouncer, old_trees):

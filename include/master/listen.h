@@ -55,6 +55,9 @@ void listen_check_unix_in_use(const CfGlobals *g);
  */
 void listen_setup(ListenSet *ls, const CfGlobals *g, InheritedSocket *inh, int n_inh);
 
+/* A socket taken over (-R): this configuration's tcp_defer_accept, tcp_socket_buffer, listen_backlog. */
+void listen_apply_options(int fd, const CfGlobals *g);
+
 /* Same family, address and port. */
 bool listen_addr_same(const struct sockaddr *a, const struct sockaddr *b);
 

@@ -11,6 +11,7 @@
 
 #include <event2/event.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "master/listen.h"
@@ -22,6 +23,8 @@ typedef struct Takeover {
 	int n;
 	int workers; /* the old tree's worker count */
 	pid_t old_pid;
+	uint8_t salt_key[32]; /* the old tree's SCRAM salt key (include/common/scram.h) */
+	bool have_salt_key;
 } Takeover;
 
 /*

@@ -150,6 +150,20 @@ bool listen_addr_same(const struct sockaddr *a, const struct sockaddr *b)
 	return false;
 }
 
+void listen_apply_options(int fd, const CfGlobals *g)
+{
+	int val = g->tcp_defer_accept ? 1 : 0;
+	if (setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &val, sizeof(val)) < 0)
+		log_warning("setsockopt(TCP_DEFER_ACCEPT) failed: %s", strerror(errno));
+	if (g->tcp_socket_buffer > 0) {
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &g->tcp_socket_buffer, sizeof(int));
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &g->tcp_socket_buffer, sizeof(int));
+	}
+	/* listen() again on a listening socket changes only its backlog */
+	if (listen(fd, g->listen_backlog) < 0)
+		log_warning("listen() failed: %s", strerror(errno));
+}
+
 /* The old master's socket of slot 0 bound to `sa`, taken out of `inh`; -1 if none. */
 static int take_inherited(InheritedSocket *inh, int n_inh, const struct sockaddr *sa)
 {
@@ -187,7 +201,9 @@ static void setup_tcp_item(ListenSet *ls, const char *item, const CfGlobals *g, 
 		char err[256];
 		int fd = take_inherited(inh, n_inh, ai->ai_addr);
 		bool taken = fd >= 0;
-		if (!taken)
+		if (taken)
+			listen_apply_options(fd, g);
+		else
 			fd = open_tcp(&a, g, err, sizeof(err));
 		if (fd < 0) {
 			snprintf(lasterr, errlen, "%s: %s", a.desc, err);

@@ -535,7 +535,12 @@ int main(int argc, char **argv)
 	make_private_dir(&master.cf.g, takeover);
 	if (!takeover)
 		pidfile_write(master.cf.g.pidfile);
-	scram_salt_key_init(); /* before the first fork: one key for every worker */
+	/* before the first fork: one key for every worker, and the old tree's at an online restart */
+	if (tk.have_salt_key)
+		scram_salt_key_set(tk.salt_key);
+	else
+		scram_salt_key_init();
+	explicit_bzero(tk.salt_key, sizeof(tk.salt_key));
 	supervisor_init(master.base, &master.cf, &master.tls, &master.listeners, master.cmdline_verbose);
 	if (takeover) {
 		supervisor_inherit(tk.s, tk.n);

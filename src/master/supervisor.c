@@ -646,6 +646,7 @@ void supervisor_inherit(InheritedSocket *s, int n)
 			    listen_addr_same((const struct sockaddr *)&la->sa, (const struct sockaddr *)&s[i].sa)) {
 				sv.lfd[s[i].slot][a] = s[i].fd;
 				s[i].fd = -1;
+				listen_apply_options(sv.lfd[s[i].slot][a], &sv.cf->g);
 				break;
 			}
 		}

@@ -21,6 +21,7 @@
 
 #include "common/channel.h"
 #include "common/log.h"
+#include "common/scram.h"
 #include "common/util.h"
 
 #define UPGRADE_PROTOCOL  1
@@ -94,6 +95,11 @@ bool upgrade_connect(const char *private_dir, Takeover *t)
 		if (m.type == CH_UP_END) {
 			t->workers = (int)m.arg;
 			break;
+		}
+		if (m.type == CH_UP_SALT_KEY && rfd < 0 && m.id < SCRAM_SALT_KEY_LEN / 8) {
+			memcpy(t->salt_key + m.id * 8, &m.arg, 8);
+			t->have_salt_key = m.id == SCRAM_SALT_KEY_LEN / 8 - 1; /* the parts come in order */
+			continue;
 		}
 		if (m.type != CH_UP_LISTENER || rfd < 0) {
 			if (rfd >= 0)
@@ -206,6 +212,16 @@ static void on_conn(evutil_socket_t fd, short what, void *arg)
 		up.exported = true;
 		int workers = up.export_fn(up.conn);
 		ChannelMsg end = {.type = CH_UP_END, .arg = workers};
+		/* the salts of SCRAM logins stay as they were (scram_salt_for()) */
+		uint8_t key[SCRAM_SALT_KEY_LEN];
+		scram_salt_key_get(key);
+		for (uint32_t i = 0; workers >= 0 && i < SCRAM_SALT_KEY_LEN / 8; i++) {
+			ChannelMsg part = {.type = CH_UP_SALT_KEY, .id = i};
+			memcpy(&part.arg, key + i * 8, 8);
+			if (!channel_send(up.conn, &part, -1))
+				workers = -1;
+		}
+		explicit_bzero(key, sizeof(key));
 		if (workers < 0 || !channel_send(up.conn, &end, -1))
 			close_conn();
 	} else if (m.type == CH_UP_COMMIT && up.exported) {
