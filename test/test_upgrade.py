@@ -6,11 +6,12 @@ their clients before the old tree exits."""
 import os
 import signal
 import subprocess
+import threading
 
 import pytest
 
 from conftest import parent_pid, pg_bindir, pid_alive, wait_for
-from helpers import conn_on, rows, two_workers, workers
+from helpers import conn_on, pool_row, rows, two_workers, workers
 from pgwire import PgWire, message
 
 QUIET = {"log_connections": 0, "log_disconnections": 0}
@@ -172,6 +173,33 @@ def test_failed_new_master_leaves_old_tree_serving(bouncer, old_trees):
     b.update(client_tls_sslmode=None, client_tls_key_file=None, client_tls_cert_file=None)
     b.write_ini()
     old_pid, _ = upgrade(b, old_trees)
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit")
+
+
+def test_pool_limits_count_the_old_tree(bouncer, old_trees):
+    """While the old tree finishes, its server connections count against the new tree's limits."""
+    b = bouncer(ini_overrides={**QUIET, "min_workers": 1, "max_workers": 1, "default_pool_size": 2,
+                               "pool_mode": "session"})
+    held = [b.connect(autocommit=True) for _ in range(2)]
+    for c in held:
+        c.execute("SELECT 1")  # each holds a server for its session
+    old_pid, _ = upgrade(b, old_trees)
+    answer = []
+    waiter = threading.Thread(
+        target=lambda: answer.append(b.connect(autocommit=True).execute("SELECT 42").fetchone()))
+    waiter.start()
+    try:
+        # the pool's 2 servers are the old tree's: the new tree's client waits instead of opening a third
+        wait_for(lambda: (pool_row(b) or {}).get("cl_waiting") == 1, "the new tree's client to wait for room")
+        p = pool_row(b)
+        assert p["sv_active"] + p["sv_idle"] + p["sv_login"] == 0, p
+        assert pid_alive(old_pid)
+    finally:
+        for c in held:
+            c.close()
+        waiter.join(timeout=60)
+    # the old tree exits with its clients and gives its room back
+    assert answer == [(42,)]
     wait_for(lambda: not pid_alive(old_pid), "the old master to exit")
 
 

@@ -24,7 +24,8 @@ typedef enum ChannelMsgType {
 	 * old master's control socket (doc/workers.md "Upgrading"):
 	 * new->old CH_UP_HELLO (arg = protocol version); old->new one
 	 * CH_UP_LISTENER per listening socket (fd attached; id = listener id, or
-	 * UINT32_MAX for the unix socket), CH_UP_SALT_KEY four times (id = part,
+	 * UINT32_MAX for the unix socket), CH_UP_SEGMENT with the memfd of its
+	 * shared memory (if it has one), CH_UP_SALT_KEY four times (id = part,
 	 * arg = 8 bytes of the SCRAM salt key), then CH_UP_END (arg = its worker
 	 * count); new->old CH_UP_COMMIT (arg = the new master's pid) once its
 	 * workers accept; old->new CH_UP_DONE (arg = the old master's pid).
@@ -35,6 +36,7 @@ typedef enum ChannelMsgType {
 	CH_UP_COMMIT = 19,
 	CH_UP_DONE = 20,
 	CH_UP_SALT_KEY = 21,
+	CH_UP_SEGMENT = 22,
 } ChannelMsgType;
 
 typedef struct ChannelMsg {

@@ -7,6 +7,7 @@
 
 #include <event2/event.h>
 #include <stdbool.h>
+#include <sys/types.h>
 
 #include "common/config.h"
 #include "master/listen.h"
@@ -27,6 +28,12 @@ void supervisor_start(int takeover_count);
  * conn = -1: the new master gave up, scale again.
  */
 int supervisor_export(int conn);
+
+/*
+ * Online restart, new side (before supervisor_start()): map the old tree's
+ * segment read-only so that its budget counts add to ours until `pid` exits.
+ */
+void supervisor_predecessor(int shm_fd, pid_t pid);
 
 /* Online restart, new side (before supervisor_start()): use the old tree's listener slots. */
 void supervisor_inherit(InheritedSocket *s, int n);

@@ -23,6 +23,7 @@ typedef struct Takeover {
 	int n;
 	int workers; /* the old tree's worker count */
 	pid_t old_pid;
+	int shm_fd;           /* the old tree's shared memory (memfd), -1 = none */
 	uint8_t salt_key[32]; /* the old tree's SCRAM salt key (include/common/scram.h) */
 	bool have_salt_key;
 } Takeover;
@@ -58,6 +59,9 @@ bool upgrade_listen(struct event_base *base, const char *private_dir, UpgradeExp
 
 /* One listening socket for the new master (id = listener id, UINT32_MAX = the unix socket). */
 bool upgrade_send_listener(int conn, uint32_t id, int fd);
+
+/* The memfd of the shared memory, for the new master. */
+bool upgrade_send_segment(int conn, int fd);
 
 /* Stop listening (retiring, or exit); the socket file is removed only if it is still ours. */
 void upgrade_stop_listening(void);

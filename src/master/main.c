@@ -504,7 +504,7 @@ int main(int argc, char **argv)
 		fatal("PgBouncer should not run as root");
 
 	/* 4.-6. another instance? (with -R: take over from it) then detach */
-	Takeover tk = {.conn = -1};
+	Takeover tk = {.conn = -1, .shm_fd = -1};
 	bool takeover = false;
 	if (reboot) {
 		char dir[sizeof(master.private_dir)];
@@ -543,6 +543,7 @@ int main(int argc, char **argv)
 	explicit_bzero(tk.salt_key, sizeof(tk.salt_key));
 	supervisor_init(master.base, &master.cf, &master.tls, &master.listeners, master.cmdline_verbose);
 	if (takeover) {
+		supervisor_predecessor(tk.shm_fd, tk.old_pid);
 		supervisor_inherit(tk.s, tk.n);
 		upgrade_close_unused(&tk);
 	}

@@ -66,6 +66,8 @@ static struct {
 	bool shutting_down;
 	bool frozen;               /* a new master (-R) has our sockets: no scaling until it commits or gives up */
 	bool retiring;             /* a new master took over: our workers drain, nothing respawns */
+	int shm_fd;                /* the segment's memfd, -1 = anonymous mapping */
+	pid_t pred_pid;            /* the master we took over from (-R) while its tree runs, else 0 */
 	int cpus[SHM_MAX_WORKERS]; /* one logical CPU per physical core, for worker_cpu_affinity */
 	int n_cpus;
 } sv;
@@ -89,7 +91,21 @@ static int64_t mono_us(void)
 
 static void shm_create(void)
 {
-	void *p = mmap(NULL, sizeof(ShmSegment), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	/*
+	 * A memfd rather than an anonymous mapping, so that a new master at an
+	 * online restart can map it too (read-only: our budget counts add to its
+	 * own while we finish, doc/workers.md "Upgrading").
+	 */
+	void *p = MAP_FAILED;
+	sv.shm_fd = memfd_create("pgbouncer-shm", MFD_CLOEXEC);
+	if (sv.shm_fd >= 0 && ftruncate(sv.shm_fd, sizeof(ShmSegment)) == 0)
+		p = mmap(NULL, sizeof(ShmSegment), PROT_READ | PROT_WRITE, MAP_SHARED, sv.shm_fd, 0);
+	if (p == MAP_FAILED) {
+		if (sv.shm_fd >= 0)
+			close(sv.shm_fd);
+		sv.shm_fd = -1;
+		p = mmap(NULL, sizeof(ShmSegment), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	}
 	if (p == MAP_FAILED)
 		fatal("mmap() of the shared segment failed: %s", strerror(errno));
 	memset(p, 0, sizeof(ShmSegment));
@@ -307,6 +323,8 @@ static bool spawn(int i)
 		event_base_free(sv.base);
 		/* the worker: keep our listener slot, the unix socket and our channel end only */
 		close(ctl[0]);
+		if (sv.shm_fd >= 0)
+			close(sv.shm_fd);
 		for (int j = 0; j < SHM_MAX_WORKERS; j++)
 			if (sv.w[j].ctl >= 0)
 				close(sv.w[j].ctl);
@@ -480,6 +498,12 @@ static void sample_workers(ScalerSample *out, char *ratios, size_t len)
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
+	if (sv.pred_pid > 0 && kill(sv.pred_pid, 0) < 0 && errno == ESRCH) {
+		/* its workers gave their counts back as they exited; stop looking at its table */
+		atomic_store(&sv.shm->scaler.predecessor_live, 0);
+		log_info("online restart: the old process (pid %d) has exited", (int)sv.pred_pid);
+		sv.pred_pid = 0;
+	}
 	if (sv.shutting_down || sv.retiring || sv.frozen)
 		return;
 	ScalerSample sample;
@@ -632,7 +656,29 @@ int supervisor_export(int conn)
 				return -1;
 	if (sv.ls->unix_sock.fd >= 0 && !upgrade_send_listener(conn, UINT32_MAX, sv.ls->unix_sock.fd))
 		return -1;
+	if (sv.shm_fd >= 0 && !upgrade_send_segment(conn, sv.shm_fd))
+		return -1;
 	return wanted_count();
+}
+
+void supervisor_predecessor(int shm_fd, pid_t pid)
+{
+	if (shm_fd < 0)
+		return;
+	const ShmSegment *p = mmap(NULL, sizeof(ShmSegment), PROT_READ, MAP_SHARED, shm_fd, 0);
+	close(shm_fd);
+	if (p == MAP_FAILED || p->magic != SHM_MAGIC || p->version != SHM_VERSION ||
+	    p->slot_size != sizeof(WorkerSlot)) {
+		/* another layout (an older binary): limits count this tree only during the overlap */
+		log_warning("online restart: the old process's shared memory has another layout; until it exits, "
+		            "pool limits count the new process's connections only");
+		if (p != MAP_FAILED)
+			munmap((void *)p, sizeof(ShmSegment));
+		return;
+	}
+	budget_predecessor = &p->budget;
+	sv.pred_pid = pid;
+	atomic_store(&sv.shm->scaler.predecessor_live, 1);
 }
 
 void supervisor_inherit(InheritedSocket *s, int n)

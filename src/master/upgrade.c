@@ -61,6 +61,7 @@ bool upgrade_connect(const char *private_dir, Takeover *t)
 	struct stat st;
 	memset(t, 0, sizeof(*t));
 	t->conn = -1;
+	t->shm_fd = -1;
 	if (!private_dir || !control_path(private_dir, &sa))
 		return false;
 	/* only a directory of ours: someone else's could hand us sockets of their choosing */
@@ -95,6 +96,10 @@ bool upgrade_connect(const char *private_dir, Takeover *t)
 		if (m.type == CH_UP_END) {
 			t->workers = (int)m.arg;
 			break;
+		}
+		if (m.type == CH_UP_SEGMENT && rfd >= 0 && t->shm_fd < 0) {
+			t->shm_fd = rfd;
+			continue;
 		}
 		if (m.type == CH_UP_SALT_KEY && rfd < 0 && m.id < SCRAM_SALT_KEY_LEN / 8) {
 			memcpy(t->salt_key + m.id * 8, &m.arg, 8);
@@ -303,6 +308,15 @@ bool upgrade_send_listener(int conn, uint32_t id, int fd)
 	if (channel_send(conn, &m, fd))
 		return true;
 	log_warning("online restart: could not send a listening socket: %s", strerror(errno));
+	return false;
+}
+
+bool upgrade_send_segment(int conn, int fd)
+{
+	ChannelMsg m = {.type = CH_UP_SEGMENT};
+	if (channel_send(conn, &m, fd))
+		return true;
+	log_warning("online restart: could not send the shared memory: %s", strerror(errno));
 	return false;
 }
 

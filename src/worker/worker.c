@@ -215,7 +215,11 @@ void worker_clients_add(int delta)
 
 int worker_global_clients(void)
 {
-	return wk.slot ? budget_clients(&wk.shm->budget) : wk.client_count;
+	if (!wk.slot)
+		return wk.client_count;
+	/* during an online restart the old tree's clients count too (doc/workers.md "Upgrading") */
+	int old_tree = atomic_load(&wk.shm->scaler.predecessor_live) ? budget_foreign_clients() : 0;
+	return budget_clients(&wk.shm->budget) + old_tree;
 }
 
 void worker_count_tls_handshake(void)
