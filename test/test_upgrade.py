@@ -177,7 +177,8 @@ def test_failed_new_master_leaves_old_tree_serving(bouncer, old_trees):
 
 
 def test_pool_limits_count_the_old_tree(bouncer, old_trees):
-    """While the old tree finishes, its server connections count against the new tree's limits."""
+    """While the old tree finishes, its server connections count against the new tree's limits,
+    and it gives back those its remaining clients cannot use."""
     b = bouncer(ini_overrides={**QUIET, "min_workers": 1, "max_workers": 1, "default_pool_size": 2,
                                "pool_mode": "session"})
     held = [b.connect(autocommit=True) for _ in range(2)]
@@ -194,13 +195,18 @@ def test_pool_limits_count_the_old_tree(bouncer, old_trees):
         p = pool_row(b)
         assert p["sv_active"] + p["sv_idle"] + p["sv_login"] == 0, p
         assert pid_alive(old_pid)
+        # one old client leaves: the old tree, which takes no new clients, closes the server it
+        # freed at once, and the new tree's client gets that room while the other old client stays
+        held[0].close()
+        waiter.join(timeout=60)
+        assert answer == [(42,)]
+        assert held[1].execute("SELECT 43").fetchone() == (43,)
+        assert pid_alive(old_pid)
     finally:
         for c in held:
             c.close()
         waiter.join(timeout=60)
-    # the old tree exits with its clients and gives its room back
-    assert answer == [(42,)]
-    wait_for(lambda: not pid_alive(old_pid), "the old master to exit")
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit with its last client")
 
 
 def backlogs(port):

@@ -12,7 +12,8 @@
 typedef enum ChannelMsgType {
 	CH_TAKE_LISTENER = 1, /* master->worker: start accepting on the attached fd (id = listener id) */
 	CH_DROP_LISTENER = 2, /* master->worker: stop accepting on listener `id` and close it */
-	CH_DRAIN = 3,         /* master->worker: stop accepting, finish clients, exit (arg = timeout ms, 0 = none) */
+	CH_DRAIN = 3,         /* master->worker: stop accepting, finish clients, exit (arg = timeout ms, 0 = none;
+	                 id = 1: a new tree took over, doc/workers.md "Upgrading") */
 	/*
 	 * worker->master->worker: cancel key in arg (8 bytes), byte 3 names the
 	 * owner; the requester's socket rides along, and the owner closes it once

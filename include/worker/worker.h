@@ -88,6 +88,7 @@ typedef struct Worker {
 	WorkerSlot *slot;               /* this worker's slot in it */
 	struct event *publish_ev;       /* publishes busy time and counters */
 	struct event *drain_timeout_ev; /* worker_drain_timeout */
+	bool retiring;                  /* draining because a new tree took over (-R): idle servers go early */
 } Worker;
 
 extern Worker wk;

@@ -729,7 +729,7 @@ void supervisor_retire(void)
 			continue;
 		w->draining = true;
 		atomic_store(&sv.shm->slots[i].state, SLOT_DRAINING);
-		ChannelMsg m = {.type = CH_DRAIN, .arg = timeout_ms};
+		ChannelMsg m = {.type = CH_DRAIN, .id = 1, .arg = timeout_ms};
 		if (!channel_send(w->ctl, &m, -1))
 			log_warning("could not tell worker %d to drain: %s", i, strerror(errno));
 	}

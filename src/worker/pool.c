@@ -215,6 +215,19 @@ void pool_budget_forget(PgPool *pool)
 	budget_set_want(&pool->user->budget, false); /* set again by another pool of the user if it still waits */
 }
 
+/*
+ * A worker of a tree that a new one took over (-R) only serves the clients
+ * it has: an idle server beyond those of them that hold none can never be
+ * used, while the new tree counts it against its limits (doc/workers.md
+ * "Upgrading"). How many such servers the pool has.
+ */
+static int retiring_idle_excess(const PgPool *pool)
+{
+	const int *n = pool->n_state;
+	int unlinked = n[CL_ACTIVE] + n[CL_WAITING] - n[SV_ACTIVE];
+	return n[SV_IDLE] + n[SV_USED] - (unlinked > 0 ? unlinked : 0);
+}
+
 void pool_budget_tick(void)
 {
 	if (!gbudget())
@@ -249,6 +262,8 @@ void pool_budget_tick(void)
 			n = list_last(&pool->idle_servers);
 		if (n && pool_should_yield(pool))
 			disconnect_server(container_of(n, PgSocket, node), true, "given back to another worker");
+		else if (n && wk.retiring && retiring_idle_excess(pool) > 0)
+			disconnect_server(container_of(n, PgSocket, node), true, "given back to the new process");
 		/* room may have come free in another worker */
 		if (pool_needs_server(pool))
 			pool_maybe_launch(pool);

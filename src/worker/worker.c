@@ -436,6 +436,7 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 			drop_listener(m.id);
 			break;
 		case CH_DRAIN:
+			wk.retiring = m.id == 1;
 			start_drain(m.arg);
 			break;
 		case CH_CANCEL: {
