@@ -51,10 +51,11 @@ bool admin_show_workers(PgSocket *c)
 {
 	static const char *const names[] = {"worker",         "pid",        "state",       "busy",    "busy_avg",
 	                                    "cl_active",      "cl_waiting", "sv_active",   "sv_idle", "accepted",
-	                                    "tls_handshakes", "xact_count", "query_count", "started", "uptime"};
+	                                    "tls_handshakes", "xact_count", "query_count", "started", "uptime",
+	                                    "wait",           "wait_avg"};
 	PktBuf pb;
 	pktbuf_init(&pb, 1024);
-	pktbuf_write_row_description(&pb, "iiTNNiiiiqqqqTq", names);
+	pktbuf_write_row_description(&pb, "iiTNNiiiiqqqqTqNN", names);
 	ShmSegment *shm = wk.shm;
 	uint64_t now = (uint64_t)get_time_usec();
 	for (int i = 0; shm && i < SHM_MAX_WORKERS; i++) {
@@ -62,7 +63,7 @@ bool admin_show_workers(PgSocket *c)
 		uint32_t st = atomic_load(&s->state);
 		if (st == SLOT_FREE)
 			continue;
-		char v[15][64];
+		char v[17][64];
 		uint64_t started = atomic_load(&s->start_time_us);
 		snprintf(v[0], 64, "%d", i);
 		snprintf(v[1], 64, "%d", (int)atomic_load(&s->pid));
@@ -79,10 +80,13 @@ bool admin_show_workers(PgSocket *c)
 		snprintf(v[12], 64, "%llu", (unsigned long long)atomic_load(&s->query_count));
 		format_ts(started, v[13], 64);
 		snprintf(v[14], 64, "%llu", (unsigned long long)(now > started ? (now - started) / USEC_PER_SEC : 0));
-		const char *row[15];
-		for (int k = 0; k < 15; k++)
+		/* after the PgBouncer-compatible columns: the run-queue wait (doc/workers.md, "The saturation signal") */
+		snprintf(v[15], 64, "%.3f", atomic_load(&shm->scaler.wait_milli[i]) / 1000.0);
+		snprintf(v[16], 64, "%.3f", atomic_load(&shm->scaler.wait_avg_milli[i]) / 1000.0);
+		const char *row[17];
+		for (int k = 0; k < 17; k++)
 			row[k] = v[k];
-		pktbuf_write_data_row(&pb, 15, row);
+		pktbuf_write_data_row(&pb, 17, row);
 	}
 	return send_and_free(c, &pb);
 }

@@ -19,6 +19,7 @@
 #include "common/budget.h"
 #include "common/channel.h"
 #include "common/log.h"
+#include "common/schedstat.h"
 #include "common/util.h"
 #include "worker/dns.h"
 #include "worker/admin.h"
@@ -296,7 +297,11 @@ void worker_stats_total(PgStats *out)
 	list_for_each(i, &wk.pools) pgstats_add(out, &container_of(i, PgPool, node)->stats);
 }
 
-/* Publish busy time (this process's CPU time) and counters for the master. */
+/*
+ * Publish busy time (this process's CPU time), run-queue wait (from the
+ * kernel's schedstat; doc/workers.md, "The saturation signal") and
+ * counters for the master.
+ */
 static void publish(void)
 {
 	WorkerSlot *slot = wk.slot;
@@ -330,7 +335,11 @@ static void publish(void)
 	atomic_store(&slot->cl_waiting, cl_waiting);
 	atomic_store(&slot->sv_active, sv_active);
 	atomic_store(&slot->sv_idle, sv_idle);
+	uint64_t on_cpu, wait = SHM_WAIT_UNKNOWN;
+	if (!schedstat_read(wk.schedstat_fd, &on_cpu, &wait))
+		wait = SHM_WAIT_UNKNOWN;
 	atomic_store(&slot->busy_ns, (uint64_t)cpu.tv_sec * 1000000000u + (uint64_t)cpu.tv_nsec);
+	atomic_store(&slot->wait_ns, wait);
 	atomic_store(&slot->sample_time_ns, (uint64_t)mono.tv_sec * 1000000000u + (uint64_t)mono.tv_nsec);
 }
 
@@ -474,6 +483,7 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerListener *list
 	wk.master_fd = master_fd;
 	wk.shm = shm;
 	wk.slot = shm && shm->magic == SHM_MAGIC && shm->slot_size == sizeof(WorkerSlot) ? &shm->slots[id] : NULL;
+	wk.schedstat_fd = wk.slot ? schedstat_open_self() : -1;
 	wk.start_time = wk.now = get_time_usec();
 	wk.base = event_base_new();
 	if (!wk.base)
