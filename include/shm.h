@@ -42,7 +42,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC       0x50474257u /* "PGBW" */
-#define SHM_VERSION     4u
+#define SHM_VERSION     5u
 #define SHM_MAX_WORKERS 64
 #define SHM_CACHELINE   64
 
