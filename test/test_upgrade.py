@@ -87,8 +87,9 @@ def test_reboot_with_nothing_running_starts_normally(bouncer):
     assert b.connect().execute("SELECT 1").fetchone() == (1,)
 
 
-def test_upgrade_under_steady_load(bouncer, old_trees):
-    b = bouncer(ini_overrides=TWO)
+@pytest.mark.parametrize("mode", ["session", "transaction"])
+def test_upgrade_under_steady_load(bouncer, old_trees, mode):
+    b = bouncer(ini_overrides={**TWO, "pool_mode": mode})
     two_workers(b)
     load = pgbench(b, seconds=10, clients=4)
     try:
