@@ -87,6 +87,23 @@ def test_reboot_with_nothing_running_starts_normally(bouncer):
     assert b.connect().execute("SELECT 1").fetchone() == (1,)
 
 
+def test_reboot_next_to_a_pooler_without_control_socket_fails_cleanly(bouncer, run_pgbouncer):
+    """A pooler that has no control socket (a build from before -R worked) cannot be taken over:
+    -R then starts as without it and stops at the live unix socket, leaving the running one alone."""
+    b = bouncer(ini_overrides=QUIET)
+    (b.dir / f"pgbouncer-workers.{b.port}" / "master").unlink()
+    mark = b.log_mark()
+    run = run_pgbouncer(["-R", b.ini_path])
+    assert run.rc == 1
+    log = b.log_text()[mark:]
+    assert "old process not found, try to continue normally" in log
+    assert "unix socket is in use, cannot continue" in log
+    assert b.alive() and int(b.pidfile.read_text()) == b.pid
+    with b.connect() as tcp, b.connect(host=str(b.dir)) as unix:
+        assert tcp.execute("SELECT 7").fetchone() == (7,)
+        assert unix.execute("SELECT 8").fetchone() == (8,)
+
+
 @pytest.mark.parametrize("mode", ["session", "transaction"])
 def test_upgrade_under_steady_load(bouncer, old_trees, mode):
     b = bouncer(ini_overrides={**TWO, "pool_mode": mode})
