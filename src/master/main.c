@@ -299,6 +299,9 @@ static void log_fd_limit(const Config *cf)
  */
 static void notify_systemd(const char *state)
 {
+	/* after an online restart the new master speaks for the service (doc/workers.md "Upgrading") */
+	if (master.retired)
+		return;
 #ifdef HAVE_SYSTEMD
 	if (strcmp(state, "RELOADING=1") == 0) {
 		/* systemd >= 253 wants the reload's start on the monotonic clock */
