@@ -287,3 +287,13 @@ def test_upgrade_daemon_twice(bouncer, old_trees):
     # a normal stop of the last one still cleans up
     b.stop(signal.SIGTERM)
     assert not b.pidfile.exists()
+
+
+def test_upgrade_without_unix_socket(bouncer, old_trees):
+    """Without unix_socket_dir the control socket lives in /tmp/pgbouncer-workers.<port>."""
+    b = bouncer(ini_overrides={**QUIET, "unix_socket_dir": ""})
+    old_pid, _ = upgrade(b, old_trees)
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit")
+    with b.connect() as client:
+        assert client.execute("SELECT 9").fetchone() == (9,)
+    serving_tree(b)
