@@ -29,7 +29,7 @@
 #include "master/upgrade.h"
 #include "master/warmstart.h"
 #include "shm.h"
-#include "worker/worker.h"
+#include "worker_entry.h"
 
 #define MAX_ADDRS 16 /* TCP listen addresses */
 
@@ -332,19 +332,19 @@ static bool spawn(int i)
 		for (int j = 0; j < SHM_MAX_WORKERS; j++)
 			if (sv.w[j].ctl >= 0)
 				close(sv.w[j].ctl);
-		WorkerListener *wl = calloc(MAX_ADDRS + 1, sizeof(*wl));
+		WorkerSocket *wl = calloc(MAX_ADDRS + 1, sizeof(*wl));
 		int k = 0;
 		for (int s = 0; s < SHM_MAX_WORKERS; s++)
 			for (int a = 0; a < MAX_ADDRS; a++) {
 				if (sv.lfd[s][a] < 0)
 					continue;
 				if (s == i)
-					wl[k++] = (WorkerListener){.fd = sv.lfd[s][a], .id = listener_id(s, a)};
+					wl[k++] = (WorkerSocket){.fd = sv.lfd[s][a], .id = listener_id(s, a)};
 				else
 					close(sv.lfd[s][a]);
 			}
 		if (sv.ls->unix_sock.fd >= 0)
-			wl[k++] = (WorkerListener){.fd = sv.ls->unix_sock.fd, .is_unix = true, .id = UINT32_MAX};
+			wl[k++] = (WorkerSocket){.fd = sv.ls->unix_sock.fd, .is_unix = true, .id = UINT32_MAX};
 		if (sv.cf->g.worker_cpu_affinity == AFFINITY_CORES)
 			pin_to_core(i);
 		log_set_fatal_hook(NULL);
@@ -559,7 +559,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 static void arm_tick(void)
 {
-	usec_t iv = sv.cf->g.worker_scale_interval > 0 ? sv.cf->g.worker_scale_interval : USEC_PER_SEC;
+	usec_t iv = sv.cf->g.worker_scale_interval; /* above 0: the parameter table's range */
 	struct timeval tv = {(time_t)(iv / USEC_PER_SEC), (suseconds_t)(iv % USEC_PER_SEC)};
 	if (!sv.tick_ev)
 		sv.tick_ev = event_new(sv.base, -1, EV_PERSIST, on_tick, NULL);
