@@ -42,7 +42,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC       0x50474257u /* "PGBW" */
-#define SHM_VERSION     5u
+#define SHM_VERSION     6u
 #define SHM_MAX_WORKERS 64
 #define SHM_CACHELINE   64
 
@@ -115,6 +115,7 @@ typedef struct ScalerView {
 	_Atomic uint32_t last_decision;                   /* ScaleDecision */
 	_Atomic uint64_t last_change_us;                  /* wall clock of the last change, 0 = none */
 	_Atomic uint32_t tcp_migrate_req;                 /* net.ipv4.tcp_migrate_req at start */
+	_Atomic uint32_t predecessor_live;                /* 1 while the tree this one took over from (-R) still runs */
 	char last_reason[128];                            /* written by the master between seq bumps */
 	_Atomic uint32_t reason_seq;                      /* odd while last_reason is being written */
 	_Atomic uint64_t decisions[3];                    /* decisions taken, by ScaleDecision (metrics) */

@@ -79,14 +79,6 @@ def test_config_file_argument_required(run_pgbouncer, args):
     assert TRY_HELP.format(prog="pgbouncer") in err
 
 
-def test_reboot_is_refused(bouncer, run_pgbouncer):
-    b = bouncer(start=False)
-    run = run_pgbouncer(["-R", b.ini_path])
-    assert run.rc == 1
-    assert "not supported" in output_and_log(run, b)
-    assert not b.pidfile.exists()
-
-
 # ---------------------------------------------------------------------------
 # start-up
 

@@ -12,13 +12,32 @@
 typedef enum ChannelMsgType {
 	CH_TAKE_LISTENER = 1, /* master->worker: start accepting on the attached fd (id = listener id) */
 	CH_DROP_LISTENER = 2, /* master->worker: stop accepting on listener `id` and close it */
-	CH_DRAIN = 3,         /* master->worker: stop accepting, finish clients, exit (arg = timeout ms, 0 = none) */
+	CH_DRAIN = 3,         /* master->worker: stop accepting, finish clients, exit (arg = timeout ms, 0 = none;
+	                 id = 1: a new tree took over, doc/workers.md "Upgrading") */
 	/*
 	 * worker->master->worker: cancel key in arg (8 bytes), byte 3 names the
 	 * owner; the requester's socket rides along, and the owner closes it once
 	 * the cancel is handled (the requester then knows it is done).
 	 */
 	CH_CANCEL = 4,
+	/*
+	 * Online restart (-R) between a new master and the running one, on the
+	 * old master's control socket (doc/workers.md "Upgrading"):
+	 * new->old CH_UP_HELLO (arg = protocol version); old->new one
+	 * CH_UP_LISTENER per listening socket (fd attached; id = listener id, or
+	 * UINT32_MAX for the unix socket), CH_UP_SEGMENT with the memfd of its
+	 * shared memory (if it has one), CH_UP_SALT_KEY four times (id = part,
+	 * arg = 8 bytes of the SCRAM salt key), then CH_UP_END (arg = its worker
+	 * count); new->old CH_UP_COMMIT (arg = the new master's pid) once its
+	 * workers accept; old->new CH_UP_DONE (arg = the old master's pid).
+	 */
+	CH_UP_HELLO = 16,
+	CH_UP_LISTENER = 17,
+	CH_UP_END = 18,
+	CH_UP_COMMIT = 19,
+	CH_UP_DONE = 20,
+	CH_UP_SALT_KEY = 21,
+	CH_UP_SEGMENT = 22,
 } ChannelMsgType;
 
 typedef struct ChannelMsg {

@@ -90,6 +90,7 @@ typedef struct Worker {
 	struct event *publish_ev;       /* publishes busy time and counters */
 	int schedstat_fd;               /* /proc/self/schedstat, for the run-queue wait (-1 = none) */
 	struct event *drain_timeout_ev; /* worker_drain_timeout */
+	bool retiring;                  /* draining because a new tree took over (-R): idle servers go early */
 } Worker;
 
 extern Worker wk;

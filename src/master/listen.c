@@ -208,8 +208,50 @@ int listen_open_slot(const ListenSet *ls, int addr_index, const CfGlobals *g)
 	return fd;
 }
 
+bool listen_addr_same(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return false;
+	if (a->sa_family == AF_INET) {
+		const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+		return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+	}
+	if (a->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+		return x->sin6_port == y->sin6_port && memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) == 0;
+	}
+	return false;
+}
+
+void listen_apply_options(int fd, const CfGlobals *g)
+{
+	int val = g->tcp_defer_accept ? 1 : 0;
+	if (setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &val, sizeof(val)) < 0)
+		log_warning("setsockopt(TCP_DEFER_ACCEPT) failed: %s", strerror(errno));
+	if (g->tcp_socket_buffer > 0) {
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &g->tcp_socket_buffer, sizeof(int));
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &g->tcp_socket_buffer, sizeof(int));
+	}
+	/* listen() again on a listening socket changes only its backlog */
+	if (listen(fd, g->listen_backlog) < 0)
+		log_warning("listen() failed: %s", strerror(errno));
+}
+
+/* The old master's socket of slot 0 bound to `sa`, taken out of `inh`; -1 if none. */
+static int take_inherited(InheritedSocket *inh, int n_inh, const struct sockaddr *sa)
+{
+	for (int i = 0; i < n_inh; i++)
+		if (inh[i].fd >= 0 && inh[i].slot == 0 && listen_addr_same((struct sockaddr *)&inh[i].sa, sa)) {
+			int fd = inh[i].fd;
+			inh[i].fd = -1;
+			return fd;
+		}
+	return -1;
+}
+
 /* Resolve one listen_addr item and open a socket for every address it gives. */
-static void setup_tcp_item(ListenSet *ls, const char *item, const CfGlobals *g, char *lasterr, size_t errlen)
+static void setup_tcp_item(ListenSet *ls, const char *item, const CfGlobals *g, char *lasterr, size_t errlen,
+                           InheritedSocket *inh, int n_inh)
 {
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
 	struct addrinfo *res = NULL;
@@ -230,7 +272,12 @@ static void setup_tcp_item(ListenSet *ls, const char *item, const CfGlobals *g, 
 		a.salen = ai->ai_addrlen;
 		format_listen_addr(ai->ai_addr, a.desc, sizeof(a.desc));
 		char err[256];
-		int fd = open_tcp(&a, g, err, sizeof(err));
+		int fd = take_inherited(inh, n_inh, ai->ai_addr);
+		bool taken = fd >= 0;
+		if (taken)
+			listen_apply_options(fd, g);
+		else
+			fd = open_tcp(&a, g, err, sizeof(err));
 		if (fd < 0) {
 			snprintf(lasterr, errlen, "%s: %s", a.desc, err);
 			log_warning("cannot listen on %s: %s", a.desc, err);
@@ -243,16 +290,28 @@ static void setup_tcp_item(ListenSet *ls, const char *item, const CfGlobals *g, 
 		l->fd = fd;
 		l->addr_index = ls->n_addrs++;
 		snprintf(l->desc, sizeof(l->desc), "%s", a.desc);
-		log_info("listening on %s", a.desc);
+		log_info("listening on %s%s", a.desc, taken ? " (taken over from the old process)" : "");
 	}
 	freeaddrinfo(res);
 }
 
-static void setup_unix(ListenSet *ls, const CfGlobals *g)
+static void setup_unix(ListenSet *ls, const CfGlobals *g, InheritedSocket *inh, int n_inh)
 {
 	struct sockaddr_un un;
 	socklen_t len = unix_sockaddr(g, &un, ls->unix_path, sizeof(ls->unix_path));
 	bool abstract = ls->unix_path[0] == '@';
+
+	for (int i = 0; i < n_inh; i++)
+		if (inh[i].fd >= 0 && inh[i].slot < 0) {
+			/* the same file: the old master found us through this configuration */
+			ls->unix_sock.fd = inh[i].fd;
+			inh[i].fd = -1;
+			ls->unix_borrowed = true;
+			ls->unix_sock.addr_index = -1;
+			snprintf(ls->unix_sock.desc, sizeof(ls->unix_sock.desc), "unix:%s", ls->unix_path);
+			log_info("listening on unix:%s (taken over from the old process)", ls->unix_path);
+			return;
+		}
 
 	if (!abstract) {
 		char lock[300];
@@ -367,7 +426,7 @@ static void setup_inherited(ListenSet *ls, const CfGlobals *g)
 		fatal("nowhere to listen on: none of the sockets systemd passed can be used");
 }
 
-void listen_setup(ListenSet *ls, const CfGlobals *g)
+void listen_setup(ListenSet *ls, const CfGlobals *g, InheritedSocket *inh, int n_inh)
 {
 	memset(ls, 0, sizeof(*ls));
 	ls->unix_sock.fd = -1;
@@ -389,14 +448,14 @@ void listen_setup(ListenSet *ls, const CfGlobals *g)
 			if (!*tok)
 				continue;
 			want_tcp = true;
-			setup_tcp_item(ls, tok, g, lasterr, sizeof(lasterr));
+			setup_tcp_item(ls, tok, g, lasterr, sizeof(lasterr), inh, n_inh);
 		}
 		free(list);
 	}
 	if (want_tcp && ls->n_tcp == 0)
 		fatal("failed to listen on any address in listen_addr list: %s", lasterr);
 	if (have_unix_socket(g))
-		setup_unix(ls, g);
+		setup_unix(ls, g, inh, n_inh);
 	if (ls->n_tcp == 0 && ls->unix_sock.fd < 0)
 		fatal("nowhere to listen on");
 }
@@ -409,7 +468,7 @@ void listen_close_all(ListenSet *ls)
 	if (ls->unix_sock.fd >= 0) {
 		close(ls->unix_sock.fd);
 		ls->unix_sock.fd = -1;
-		if (ls->unix_path[0] && ls->unix_path[0] != '@' && !ls->unix_inherited)
+		if (ls->unix_path[0] && ls->unix_path[0] != '@' && !ls->unix_inherited && !ls->unix_borrowed)
 			unlink(ls->unix_path);
 	}
 	free(ls->tcp);

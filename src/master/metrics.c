@@ -23,6 +23,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+#include <netdb.h>
 
 #include "common/log.h"
 #include "common/pktbuf.h"
@@ -756,6 +757,36 @@ static bool split_listen(const char *spec, char *host, size_t hostlen, int *port
 	return true;
 }
 
+/*
+ * The listening socket, with SO_REUSEPORT: during an online restart (-R) the
+ * new master binds the port while the old one still serves it, and the old
+ * one's copy goes away when it exits (doc/workers.md, "Upgrading").
+ */
+static int metrics_socket(const char *host, int port)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+	struct addrinfo *res = NULL;
+	char portstr[16];
+	snprintf(portstr, sizeof(portstr), "%d", port);
+	int rc = getaddrinfo(host[0] ? host : NULL, portstr, &hints, &res);
+	if (rc != 0) {
+		errno = EADDRNOTAVAIL;
+		return -1;
+	}
+	int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int one = 1;
+	if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	                setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0 ||
+	                bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 128) < 0)) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	return fd;
+}
+
 void metrics_start(struct event_base *base, const Config *cf, ShmSegment *shm)
 {
 	const char *spec = cf->g.metrics_listen;
@@ -774,7 +805,8 @@ void metrics_start(struct event_base *base, const Config *cf, ShmSegment *shm)
 	evhttp_set_allowed_methods(m.http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
 	evhttp_set_timeout(m.http, 30);
 	evhttp_set_gencb(m.http, on_request, NULL);
-	m.bound = evhttp_bind_socket_with_handle(m.http, host, (ev_uint16_t)port);
+	int fd = metrics_socket(host, port);
+	m.bound = fd >= 0 ? evhttp_accept_socket_with_handle(m.http, fd) : NULL;
 	if (!m.bound)
 		fatal("metrics_listen: cannot listen on %s: %s", spec, strerror(errno));
 	log_info("metrics: serving /metrics on %s", spec);

@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "master/scaler.h"
+#include "master/upgrade.h"
 #include "master/warmstart.h"
 #include "master/metrics.h"
 #include "shm.h"
@@ -64,6 +65,10 @@ static struct {
 	WorkerBounds bounds; /* as last resolved; its note (what was clamped) has been logged */
 	struct event *tick_ev;
 	bool shutting_down;
+	bool frozen;               /* a new master (-R) has our sockets: no scaling until it commits or gives up */
+	bool retiring;             /* a new master took over: our workers drain, nothing respawns */
+	int shm_fd;                /* the segment's memfd, -1 = anonymous mapping */
+	pid_t pred_pid;            /* the master we took over from (-R) while its tree runs, else 0 */
 	int cpus[SHM_MAX_WORKERS]; /* one logical CPU per physical core, for worker_cpu_affinity */
 	int n_cpus;
 } sv;
@@ -87,7 +92,21 @@ static int64_t mono_us(void)
 
 static void shm_create(void)
 {
-	void *p = mmap(NULL, sizeof(ShmSegment), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	/*
+	 * A memfd rather than an anonymous mapping, so that a new master at an
+	 * online restart can map it too (read-only: our budget counts add to its
+	 * own while we finish, doc/workers.md "Upgrading").
+	 */
+	void *p = MAP_FAILED;
+	sv.shm_fd = memfd_create("pgbouncer-shm", MFD_CLOEXEC);
+	if (sv.shm_fd >= 0 && ftruncate(sv.shm_fd, sizeof(ShmSegment)) == 0)
+		p = mmap(NULL, sizeof(ShmSegment), PROT_READ | PROT_WRITE, MAP_SHARED, sv.shm_fd, 0);
+	if (p == MAP_FAILED) {
+		if (sv.shm_fd >= 0)
+			close(sv.shm_fd);
+		sv.shm_fd = -1;
+		p = mmap(NULL, sizeof(ShmSegment), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	}
 	if (p == MAP_FAILED)
 		fatal("mmap() of the shared segment failed: %s", strerror(errno));
 	memset(p, 0, sizeof(ShmSegment));
@@ -314,6 +333,8 @@ static bool spawn(int i)
 		metrics_forget_in_child();
 		/* the worker: keep our listener slot, the unix socket and our channel end only */
 		close(ctl[0]);
+		if (sv.shm_fd >= 0)
+			close(sv.shm_fd);
 		for (int j = 0; j < SHM_MAX_WORKERS; j++)
 			if (sv.w[j].ctl >= 0)
 				close(sv.w[j].ctl);
@@ -503,7 +524,13 @@ static void sample_workers(ScalerSample *out, char *ratios, size_t len)
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
-	if (sv.shutting_down)
+	if (sv.pred_pid > 0 && kill(sv.pred_pid, 0) < 0 && errno == ESRCH) {
+		/* its workers gave their counts back as they exited; stop looking at its table */
+		atomic_store(&sv.shm->scaler.predecessor_live, 0);
+		log_info("online restart: the old process (pid %d) has exited", (int)sv.pred_pid);
+		sv.pred_pid = 0;
+	}
+	if (sv.shutting_down || sv.retiring || sv.frozen)
 		return;
 	ScalerSample sample;
 	char ratios[SHM_MAX_WORKERS * 16]; /* "63:0.40+0.55 " per worker */
@@ -576,11 +603,15 @@ void supervisor_init(struct event_base *base, Config *cf, const TlsContexts *tls
 	atomic_store(&sv.shm->scaler.tcp_migrate_req, (uint32_t)read_migrate_req());
 }
 
-void supervisor_start(void)
+void supervisor_start(int takeover_count)
 {
 	int count = sv.scf.min_workers;
 	const char *path = sv.cf->g.worker_state_file;
-	if (path && *path) {
+	if (takeover_count > 0) {
+		/* online restart: as many workers as the old tree ran */
+		count = warmstart_clamp(takeover_count, sv.scf.min_workers, sv.scf.max_workers);
+		log_info("online restart: starting %d workers (the old process ran %d)", count, takeover_count);
+	} else if (path && *path) {
 		char err[256];
 		int saved;
 		if (warmstart_read(path, &saved, err, sizeof(err))) {
@@ -597,6 +628,8 @@ void supervisor_start(void)
 	}
 	for (int i = 0; i < count; i++)
 		spawn(i);
+	/* listener slots taken over (-R) beyond our workers: served by one of ours */
+	adopt_orphans();
 	save_count();
 	atomic_store(&sv.shm->scaler.current, (uint32_t)active_count());
 	atomic_store(&sv.shm->scaler.target, (uint32_t)count);
@@ -630,8 +663,106 @@ void supervisor_kill_all(void)
 static void on_respawn(evutil_socket_t fd, short what, void *arg)
 {
 	int i = (int)(intptr_t)arg;
-	if (!sv.shutting_down && sv.w[i].wanted && sv.w[i].pid == 0)
+	if (!sv.shutting_down && !sv.retiring && sv.w[i].wanted && sv.w[i].pid == 0)
 		spawn(i);
+}
+
+/* ---- online restart (-R) ---- */
+
+int supervisor_export(int conn)
+{
+	if (conn < 0) {
+		sv.frozen = false;
+		return 0;
+	}
+	sv.frozen = true;
+	for (int k = 0; k < SHM_MAX_WORKERS; k++)
+		for (int a = 0; a < n_addrs(); a++)
+			if (sv.lfd[k][a] >= 0 && !upgrade_send_listener(conn, listener_id(k, a), sv.lfd[k][a]))
+				return -1;
+	if (sv.ls->unix_sock.fd >= 0 && !upgrade_send_listener(conn, UINT32_MAX, sv.ls->unix_sock.fd))
+		return -1;
+	if (sv.shm_fd >= 0 && !upgrade_send_segment(conn, sv.shm_fd))
+		return -1;
+	return wanted_count();
+}
+
+void supervisor_predecessor(int shm_fd, pid_t pid)
+{
+	if (shm_fd < 0)
+		return;
+	const ShmSegment *p = mmap(NULL, sizeof(ShmSegment), PROT_READ, MAP_SHARED, shm_fd, 0);
+	close(shm_fd);
+	if (p == MAP_FAILED || p->magic != SHM_MAGIC || p->version != SHM_VERSION ||
+	    p->slot_size != sizeof(WorkerSlot)) {
+		/* another layout (an older binary): limits count this tree only during the overlap */
+		log_warning("online restart: the old process's shared memory has another layout; until it exits, "
+		            "pool limits count the new process's connections only");
+		if (p != MAP_FAILED)
+			munmap((void *)p, sizeof(ShmSegment));
+		return;
+	}
+	budget_predecessor = &p->budget;
+	sv.pred_pid = pid;
+	atomic_store(&sv.shm->scaler.predecessor_live, 1);
+}
+
+void supervisor_inherit(InheritedSocket *s, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (s[i].fd < 0 || s[i].slot <= 0 || s[i].slot >= SHM_MAX_WORKERS)
+			continue;
+		for (int a = 0; a < n_addrs(); a++) {
+			const ListenAddr *la = &sv.ls->addrs[sv.ls->tcp[a].addr_index];
+			if (sv.lfd[s[i].slot][a] < 0 &&
+			    listen_addr_same((const struct sockaddr *)&la->sa, (const struct sockaddr *)&s[i].sa)) {
+				sv.lfd[s[i].slot][a] = s[i].fd;
+				s[i].fd = -1;
+				listen_apply_options(sv.lfd[s[i].slot][a], &sv.cf->g);
+				break;
+			}
+		}
+	}
+	/* slot 0's sockets are the ListenSet's (listen_setup() took them) */
+	for (int a = 0; a < n_addrs(); a++)
+		sv.lfd[0][a] = sv.ls->tcp[a].fd;
+}
+
+void supervisor_wait_active(int timeout_ms)
+{
+	for (int waited = 0; waited < timeout_ms; waited += 10) {
+		int starting = 0;
+		for (int i = 0; i < SHM_MAX_WORKERS; i++)
+			starting += sv.w[i].pid > 0 && atomic_load(&sv.shm->slots[i].state) == SLOT_STARTING;
+		if (starting == 0)
+			return;
+		struct timespec ts = {0, 10 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+void supervisor_retire(void)
+{
+	sv.retiring = true;
+	sv.frozen = false;
+	int64_t timeout_ms = sv.cf->g.worker_drain_timeout / 1000;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		WorkerProc *w = &sv.w[i];
+		w->wanted = false;
+		if (w->respawn_ev)
+			evtimer_del(w->respawn_ev);
+		if (w->pid <= 0)
+			continue;
+		w->draining = true;
+		atomic_store(&sv.shm->slots[i].state, SLOT_DRAINING);
+		ChannelMsg m = {.type = CH_DRAIN, .id = 1, .arg = timeout_ms};
+		if (!channel_send(w->ctl, &m, -1))
+			log_warning("could not tell worker %d to drain: %s", i, strerror(errno));
+	}
+	/* the new tree holds the same sockets: closing ours loses nothing queued */
+	supervisor_close_tcp();
+	if (sv.tick_ev)
+		event_del(sv.tick_ev);
 }
 
 bool supervisor_reap(bool shutting_down)

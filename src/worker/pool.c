@@ -80,22 +80,34 @@ static int user_entry(PgUser *u)
 	return budget_entry(&u->budget, BUDGET_USER, "", u->name);
 }
 
+/*
+ * During an online restart the old tree's connections count too
+ * (doc/workers.md "Upgrading"): its count for the same key as our entry e,
+ * while the master says that tree still runs.
+ */
+static int foreign(int e)
+{
+	if (!budget_predecessor || !atomic_load(&wk.shm->scaler.predecessor_live))
+		return 0;
+	return budget_foreign_count(gbudget(), e);
+}
+
 int pool_global_servers(PgPool *pool)
 {
 	int e = pool_entry(pool);
-	return e >= 0 ? budget_count(gbudget(), e) : pool_server_count(pool);
+	return e >= 0 ? budget_count(gbudget(), e) + foreign(e) : pool_server_count(pool);
 }
 
 static int db_global_servers(PgDatabase *db)
 {
 	int e = db_entry(db);
-	return e >= 0 ? budget_count(gbudget(), e) : db->server_count;
+	return e >= 0 ? budget_count(gbudget(), e) + foreign(e) : db->server_count;
 }
 
 static int user_global_servers(PgUser *u)
 {
 	int e = user_entry(u);
-	return e >= 0 ? budget_count(gbudget(), e) : u->server_count;
+	return e >= 0 ? budget_count(gbudget(), e) + foreign(e) : u->server_count;
 }
 
 /* Say (or stop saying) that our clients wait for room in the entry behind ref. */
@@ -127,7 +139,9 @@ static int take_units(BudgetHold *hold, int n, const int idx[], const int limit[
 {
 	*hold = (BudgetHold){.taken = true, .idx = {-1, -1, -1}};
 	for (int k = 0; k < n; k++) {
-		bool ok = idx[k] >= 0 ? budget_take(gbudget(), wk.id, idx[k], limit[k])
+		/* room left by the old tree of an online restart, if it still runs */
+		int room = limit[k] > 0 && idx[k] >= 0 ? limit[k] - foreign(idx[k]) : limit[k];
+		bool ok = idx[k] >= 0 ? (limit[k] <= 0 || room > 0) && budget_take(gbudget(), wk.id, idx[k], room)
 		                      : limit[k] <= 0 || local[k] < limit[k];
 		if (!ok) {
 			budget_hold_release(hold);
@@ -208,6 +222,19 @@ void pool_budget_forget(PgPool *pool)
 	budget_set_want(&pool->user->budget, false); /* set again by another pool of the user if it still waits */
 }
 
+/*
+ * A worker of a tree that a new one took over (-R) only serves the clients
+ * it has: an idle server beyond those of them that hold none can never be
+ * used, while the new tree counts it against its limits (doc/workers.md
+ * "Upgrading"). How many such servers the pool has.
+ */
+static int retiring_idle_excess(const PgPool *pool)
+{
+	const int *n = pool->n_state;
+	int unlinked = n[CL_ACTIVE] + n[CL_WAITING] - n[SV_ACTIVE];
+	return n[SV_IDLE] + n[SV_USED] - (unlinked > 0 ? unlinked : 0);
+}
+
 void pool_budget_tick(void)
 {
 	if (!gbudget())
@@ -241,6 +268,8 @@ void pool_budget_tick(void)
 			n = list_last(&pool->idle_servers);
 		if (n && pool_should_yield(pool))
 			disconnect_server(container_of(n, PgSocket, node), true, "given back to another worker");
+		else if (n && wk.retiring && retiring_idle_excess(pool) > 0)
+			disconnect_server(container_of(n, PgSocket, node), true, "given back to the new process");
 		/* room may have come free in another worker */
 		if (pool_needs_server(pool))
 			pool_maybe_launch(pool);

@@ -221,7 +221,11 @@ void worker_clients_add(int delta)
 
 int worker_global_clients(void)
 {
-	return wk.slot ? budget_clients(&wk.shm->budget) : wk.client_count;
+	if (!wk.slot)
+		return wk.client_count;
+	/* during an online restart the old tree's clients count too (doc/workers.md "Upgrading") */
+	int old_tree = atomic_load(&wk.shm->scaler.predecessor_live) ? budget_foreign_clients() : 0;
+	return budget_clients(&wk.shm->budget) + old_tree;
 }
 
 void worker_count_tls_handshake(void)
@@ -446,6 +450,7 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 			drop_listener(m.id);
 			break;
 		case CH_DRAIN:
+			wk.retiring = m.id == 1;
 			start_drain(m.arg);
 			break;
 		case CH_CANCEL: {
