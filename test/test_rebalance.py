@@ -11,6 +11,7 @@ import pytest
 
 from conftest import wait_for
 from helpers import rows, states, worker_of, workers
+from test_auth_query import apg, setup  # noqa: F401 (fixtures)
 
 # One worker to start with; the tests raise min_workers to add the second.
 BASE = {
@@ -30,10 +31,10 @@ BASE = {
 N = 40
 
 
-def private_console(b, worker):
+def private_console(b, worker, **kw):
     """A console of one worker alone: its private socket is never fanned out."""
     return psycopg.connect(host=str(b.dir / f"pgbouncer-workers.{b.port}" / f"worker.{worker}"), port=b.port,
-                           user="pgbouncer", dbname="pgbouncer", autocommit=True, connect_timeout=10)
+                           user="pgbouncer", dbname="pgbouncer", autocommit=True, connect_timeout=10, **kw)
 
 
 def local_port(conn):
@@ -151,6 +152,24 @@ def test_moved_client_keeps_prepared_statements_timezone_and_cancel(bouncer):
     assert c.execute("SELECT 1").fetchone() == (1,)
 
 
+def test_tls_clients_stay(bouncer, tls_files):
+    """A TLS client's state lives in its worker: it stays, and SHOW WORKERS counts it as not movable."""
+    b = bouncer(ini_overrides={**BASE, "pool_mode": "transaction", "client_tls_sslmode": "allow",
+                               "client_tls_key_file": str(tls_files.server_key),
+                               "client_tls_cert_file": str(tls_files.server_cert)})
+    tls = [b.connect(autocommit=True, sslmode="require") for _ in range(10)]
+    plain = [b.connect(autocommit=True, sslmode="disable") for _ in range(30)]
+    assert all(c.pgconn.ssl_in_use for c in tls) and not any(c.pgconn.ssl_in_use for c in plain)
+    add_second_worker(b)
+    wait_for(lambda: even(b, N), "an even split")
+    on_0 = ports_of(b, 0)
+    assert {local_port(c) for c in tls} <= on_0
+    assert worker_row(b, 0)["not_movable"] == 10
+    assert worker_row(b, 1)["moved_in"] == 20
+    for c in tls + plain:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+
+
 @pytest.mark.parametrize("mode", ["transaction", "session"])
 def test_drain_hands_clients_over(bouncer, mode):
     """Scaling down with persistent clients on the drained worker: they move, the drain ends, none fails."""
@@ -174,3 +193,26 @@ def test_drain_hands_clients_over(bouncer, mode):
     for i, c in enumerate(clients):
         assert c.execute("SELECT %s::int", (i,)).fetchone() == (i,)
     assert len(ports_of(b, 0)) == N
+
+
+def test_auth_query_users_move(bouncer, apg, setup):
+    """Users known only through auth_query (MD5 and SCRAM secrets, SCRAM pass-through to the
+    server): the new worker never looked them up, yet their moved clients keep working."""
+    from test_auth_query import APPDB, MD5_PW, MD5_ROLE, SCRAM_PW, SCRAM_ROLE, start
+    b = start(bouncer, apg, setup, ini={**BASE, "pool_mode": "transaction"})
+    logins = [(MD5_ROLE, MD5_PW), (SCRAM_ROLE, SCRAM_PW)] * 10
+    clients = [b.connect(dbname=APPDB, user=u, password=p, autocommit=True) for u, p in logins]
+    for c in clients:
+        c.execute("SELECT 1")
+    add_second_worker(b)
+
+    def moved():
+        try:
+            with private_console(b, 1, password="pgbouncer") as con:
+                return len([r for r in rows(con, "SHOW CLIENTS") if r["database"] == APPDB]) >= 8
+        except psycopg.OperationalError:
+            return False
+
+    wait_for(moved, "clients moved to worker 1")
+    for (u, _), c in zip(logins, clients):
+        assert c.execute("SELECT current_user").fetchone() == (u,)

@@ -56,8 +56,8 @@ const char *migrate_unmovable_reason(const PgSocket *c, bool *lasting)
 	    sb->out_pos < sb->out.len || sb->writing || sb->connecting || sb->paused || sb->waiting_src ||
 	    sb->in_process || sb->resume_pending)
 		return "bytes in flight";
-	if (wk.pause_mode == P_SUSPEND)
-		return "suspended";
+	if (wk.pause_mode != P_NONE)
+		return "paused"; /* a worker started meanwhile is not paused: the client would run there */
 	return NULL;
 }
 
