@@ -540,16 +540,16 @@ static bool order_move(int from, int to, int count)
  * Once per tick: plan from the counts the workers publish and, when the
  * plan stays uneven for REBALANCE_SAMPLES ticks (at once for a draining
  * worker or a worker just added), send the orders. After a move one tick
- * passes before the next plan, so that it sees the new counts.
+ * passes before the next plan, so that it sees the new counts (not for a
+ * draining worker: it gives what has become movable at every tick).
  */
 static void rebalance_tick(bool now)
 {
 	if (sv.rb_fresh > 0)
 		sv.rb_fresh--;
-	if (sv.rb_quiet > 0 && !now) {
+	bool quiet = sv.rb_quiet > 0;
+	if (quiet)
 		sv.rb_quiet--;
-		return;
-	}
 	RebalanceWorker rw[SHM_MAX_WORKERS];
 	int n = 0;
 	bool drain = false;
@@ -569,6 +569,8 @@ static void rebalance_tick(bool now)
 		                            .draining = w->draining};
 		drain |= w->draining && movable > 0;
 	}
+	if (quiet && !now && !drain)
+		return; /* a draining worker's moves never overshoot: they need no pause */
 	RebalanceConfig cf = rebalance_default_config();
 	RebalanceMove mv[REBALANCE_MAX_MOVES];
 	int k = rebalance_plan(rw, n, &cf, mv, REBALANCE_MAX_MOVES);
