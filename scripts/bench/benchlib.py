@@ -439,6 +439,25 @@ def parse_log_line(line):
     return t, int(m.group(4)), m.group(5), m.group(6)
 
 
+def make_certificate(tmp, run_as, key_type):
+    """A self-signed server certificate (CN=localhost) and its key, for both poolers."""
+    tls_dir = tmp / "tls"
+    tls_dir.mkdir()
+    newkey = ["-newkey", "rsa:2048"] if key_type == "rsa" else \
+        ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]
+    cert, key = tls_dir / "pooler.crt", tls_dir / "pooler.key"
+    out = subprocess.run(["openssl", "req", "-x509", *newkey, "-nodes", "-keyout", str(key), "-out", str(cert),
+                          "-days", "30", "-subj", "/CN=localhost",
+                          "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                         capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise BenchError(f"openssl req failed:\n{out.stderr}")
+    os.chmod(key, 0o600)
+    for path in (tls_dir, cert, key):
+        run_as.own(path)
+    return cert, key
+
+
 # --- pgbench ---
 
 
