@@ -11,6 +11,7 @@ import pytest
 
 from conftest import wait_for
 from helpers import rows, states, worker_of, workers
+from pgwire import CANCEL_REQUEST, PgWire, error_fields, query_message, request_packet
 from test_auth_query import apg, setup  # noqa: F401 (fixtures)
 
 # One worker to start with; the tests raise min_workers to add the second.
@@ -168,6 +169,38 @@ def test_tls_clients_stay(bouncer, tls_files):
     assert worker_row(b, 1)["moved_in"] == 20
     for c in tls + plain:
         assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_cancel_reaches_moved_client_from_either_worker(bouncer, pg):
+    """A CancelRequest for a moved client's key, sent straight to each worker through its private
+    socket: to the worker that made the key (which no longer has the client) and to the one that
+    has it now. Both must cancel its query."""
+    b = bouncer(ini_overrides={**BASE, "pool_mode": "transaction"})
+    raw = []
+    for _ in range(N):
+        w = PgWire(b.port)
+        key = next(body for t, body in w.login() if t == b"K")
+        raw.append((w, key))
+    add_second_worker(b)
+    wait_for(lambda: even(b, N), "an even split")
+    moved_ports = ports_of(b, 1)
+    w, key = next((w, key) for w, key in raw if w.sock.getsockname()[1] in moved_ports)
+    assert key[3] == 0  # made by worker 0
+    for via in (0, 1):
+        w.send(query_message("SELECT pg_sleep(20)"))
+        wait_for(lambda: len(pg.sql("SELECT 1 FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(20)' "
+                                      "AND state = 'active'") or []) == 1, "the query to run")
+        c = PgWire(b.port, host=str(b.dir / f"pgbouncer-workers.{b.port}" / f"worker.{via}"))
+        c.send(request_packet(CANCEL_REQUEST, key))
+        c.expect_closed()
+        msgs = w.read_until(b"Z")
+        errs = [error_fields(body) for t, body in msgs if t == b"E"]
+        assert errs and errs[0]["C"] == "57014", (via, msgs)
+        c.close()
+    rows_, err = w.simple_query("SELECT 1")
+    assert rows_ == [["1"]] and err is None
+    for w, _ in raw:
+        w.close()
 
 
 @pytest.mark.parametrize("mode", ["transaction", "session"])
