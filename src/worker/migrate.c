@@ -56,7 +56,7 @@ const char *migrate_unmovable_reason(const PgSocket *c, bool *lasting)
 	    sb->out_pos < sb->out.len || sb->writing || sb->connecting || sb->paused || sb->waiting_src ||
 	    sb->in_process || sb->resume_pending)
 		return "bytes in flight";
-	if (wk.pause_mode != P_NONE)
+	if (wk.pause_mode != P_NONE || c->db->paused || c->db->disabled)
 		return "paused"; /* a worker started meanwhile is not paused: the client would run there */
 	return NULL;
 }
