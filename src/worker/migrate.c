@@ -30,7 +30,7 @@
 
 bool migrate_counts(const PgSocket *c)
 {
-	return !c->is_server && !c->is_private && !c->is_internal && c->db && !c->db->admin && c->pool;
+	return !c->is_server && !c->is_private && !c->is_internal && c->db && !c->db->admin && c->pool && c->login_user;
 }
 
 const char *migrate_unmovable_reason(const PgSocket *c, bool *lasting)
@@ -237,7 +237,7 @@ void migrate_forget(PgSocket *c)
 
 void migrate_give(int sock, int to, int64_t count)
 {
-	int moved = 0, failed = 0, skipped = 0;
+	int moved = 0, failed = 0;
 	const char *why = NULL;
 	bool full = false;
 	PktBuf pb;
@@ -255,10 +255,8 @@ void migrate_give(int sock, int to, int64_t count)
 				break;
 			PgSocket *c = container_of(j, PgSocket, node);
 			bool lasting;
-			if (!migrate_counts(c) || migrate_unmovable_reason(c, &lasting)) {
-				skipped += migrate_counts(c);
+			if (!migrate_counts(c) || migrate_unmovable_reason(c, &lasting))
 				continue;
-			}
 			pktbuf_reset(&pb);
 			if (!migrate_pack(c, &pb)) {
 				failed++;
@@ -280,12 +278,14 @@ void migrate_give(int sock, int to, int64_t count)
 	close(sock);
 	wk.moved_out += (uint64_t)moved;
 	wk.move_failed += (uint64_t)failed;
+	uint32_t movable, unmovable;
+	migrate_count(&movable, &unmovable);
 	if (failed)
-		log_info("moved %d clients to worker %d (%lld asked; %d could not move: %s; %d not movable now)", moved,
-		         to, (long long)count, failed, why, skipped);
+		log_info("moved %d clients to worker %d (%lld asked; %d could not move: %s; %u not movable now)", moved,
+		         to, (long long)count, failed, why, unmovable);
 	else
-		log_info("moved %d clients to worker %d (%lld asked; %d not movable now)", moved, to, (long long)count,
-		         skipped);
+		log_info("moved %d clients to worker %d (%lld asked; %u not movable now)", moved, to, (long long)count,
+		         unmovable);
 	worker_publish();
 	worker_check_shutdown(); /* a draining worker may have nobody left */
 }
