@@ -52,8 +52,13 @@ def ports_of(b, worker):
         return {r["port"] for r in rows(con, "SHOW CLIENTS") if r["database"] == "postgres"}
 
 
+def clients_of(b, worker):
+    with private_console(b, worker) as con:
+        return len([r for r in rows(con, "SHOW CLIENTS") if r["database"] == "postgres"])
+
+
 def spread(b, n_workers):
-    return [len(ports_of(b, w)) for w in range(n_workers)]
+    return [clients_of(b, w) for w in range(n_workers)]
 
 
 def add_second_worker(b):
@@ -101,6 +106,19 @@ def test_scale_up_splits_persistent_clients(bouncer, mode):
         # every client holds its server now: none can move any more, and SHOW WORKERS says so
         wait_for(lambda: sum(w["not_movable"] for w in workers(b)) == N, "all clients not movable")
         assert even(b, N)
+
+
+def test_unix_socket_clients_move(bouncer):
+    """Clients of the Unix socket move like TCP ones; SHOW CLIENTS still shows them as unix."""
+    b = bouncer(ini_overrides={**BASE, "pool_mode": "statement"})
+    clients = [b.connect(host=str(b.dir), autocommit=True) for _ in range(N)]
+    add_second_worker(b)
+    wait_for(lambda: even(b, N), "an even split")
+    with private_console(b, 1) as con:
+        moved = [r for r in rows(con, "SHOW CLIENTS") if r["database"] == "postgres"]
+    assert moved and all(r["addr"] == "unix" for r in moved)
+    for i, c in enumerate(clients):
+        assert c.execute("SELECT %s::int", (i,)).fetchone() == (i,)
 
 
 def test_client_in_a_transaction_stays_and_carries_on(bouncer, pg):
@@ -225,7 +243,7 @@ def test_drain_hands_clients_over(bouncer, mode):
     assert "worker_drain_timeout reached" not in b.log_text()[mark:]
     for i, c in enumerate(clients):
         assert c.execute("SELECT %s::int", (i,)).fetchone() == (i,)
-    assert len(ports_of(b, 0)) == N
+    assert clients_of(b, 0) == N
 
 
 def test_auth_query_users_move(bouncer, apg, setup):
