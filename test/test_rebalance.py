@@ -267,3 +267,31 @@ def test_auth_query_users_move(bouncer, apg, setup):
     wait_for(moved, "clients moved to worker 1")
     for (u, _), c in zip(logins, clients):
         assert c.execute("SELECT current_user").fetchone() == (u,)
+
+
+def test_client_too_large_to_move_stays_untouched(bouncer):
+    """A client whose state does not fit in one hand-over message (prepared statements of more than
+    128 kB) is not moved: a drain leaves it working where it is and counts the failed attempt."""
+    from helpers import conn_on
+    b = bouncer(ini_overrides={**BASE, "pool_mode": "transaction", "min_workers": 2, "max_workers": 2,
+                               "worker_drain_timeout": 0})
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    heavy = conn_on(b, 1)
+    for k in range(30):  # 30 statements of 5 kB of query text each
+        res = heavy.pgconn.prepare(b"big%d" % k, b"SELECT '" + b"x" * 5000 + b"'::text || $1::int")
+        assert res.status == psycopg.pq.ExecStatus.COMMAND_OK
+    light = conn_on(b, 1)
+    mark = b.log_mark()
+    b.update(min_workers=1, max_workers=1)
+    b.write_ini()
+    b.reload()
+    b.wait_log(r"moved \d+ clients to worker 0 \(\d+ asked; 1 could not move: state too large", after=mark)
+    assert light.execute("SELECT 1").fetchone() == (1,)
+    assert states(b) == ["active", "draining"]
+    res = heavy.pgconn.exec_prepared(b"big7", [b"1"])
+    assert res.status == psycopg.pq.ExecStatus.TUPLES_OK, res.error_message
+    assert res.get_value(0, 0) == b"x" * 5000 + b"1"
+    assert clients_of(b, 1) == 1
+    assert worker_row(b, 1)["move_failed"] >= 1
+    heavy.close()
+    wait_for(lambda: states(b) == ["active"], "the drain to end once the client left")
