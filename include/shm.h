@@ -42,9 +42,11 @@
 #include <stdint.h>
 
 #define SHM_MAGIC       0x50474257u /* "PGBW" */
-#define SHM_VERSION     4u
+#define SHM_VERSION     5u
 #define SHM_MAX_WORKERS 64
 #define SHM_CACHELINE   64
+
+#define SHM_WAIT_UNKNOWN UINT64_MAX /* WorkerSlot.wait_ns when /proc/self/schedstat cannot be read */
 
 #define SHM_STATS_FIELDS 12 /* = PGSTATS_FIELDS (worker/objects.h) */
 
@@ -66,14 +68,16 @@ typedef struct WorkerSlot {
 	_Atomic int32_t pid;                           /* worker pid, 0 when free [master] */
 	_Atomic uint64_t start_time_us;                /* wall clock at fork [master] */
 	_Atomic uint64_t busy_ns;                      /* event-loop time spent working [worker] */
-	_Atomic uint64_t sample_time_ns;               /* monotonic time of the last busy_ns update [worker] */
-	_Atomic uint64_t accepted;                     /* accepted connections [worker] */
-	_Atomic uint64_t tls_handshakes;               /* completed TLS handshakes with clients [worker] */
-	_Atomic uint64_t xact_count;                   /* transactions [worker] */
-	_Atomic uint64_t query_count;                  /* queries [worker] */
-	_Atomic uint64_t bytes_in;                     /* bytes from clients [worker] */
-	_Atomic uint64_t bytes_out;                    /* bytes to clients [worker] */
-	_Atomic uint32_t cl_active;                    /* current gauges [worker] */
+	_Atomic uint64_t wait_ns;        /* time runnable but waiting for a CPU, from the kernel's schedstat;
+	                             SHM_WAIT_UNKNOWN when the kernel has none [worker] */
+	_Atomic uint64_t sample_time_ns; /* monotonic time of the last busy_ns/wait_ns update [worker] */
+	_Atomic uint64_t accepted;       /* accepted connections [worker] */
+	_Atomic uint64_t tls_handshakes; /* completed TLS handshakes with clients [worker] */
+	_Atomic uint64_t xact_count;     /* transactions [worker] */
+	_Atomic uint64_t query_count;    /* queries [worker] */
+	_Atomic uint64_t bytes_in;       /* bytes from clients [worker] */
+	_Atomic uint64_t bytes_out;      /* bytes to clients [worker] */
+	_Atomic uint32_t cl_active;      /* current gauges [worker] */
 	_Atomic uint32_t cl_waiting;
 	_Atomic uint32_t sv_active;
 	_Atomic uint32_t sv_idle;
@@ -122,6 +126,8 @@ typedef struct ScalerView {
 	_Atomic uint32_t reason_seq;                      /* odd while last_reason is being written */
 	_Atomic uint32_t busy_milli[SHM_MAX_WORKERS];     /* last busy ratio x1000 per slot */
 	_Atomic uint32_t busy_avg_milli[SHM_MAX_WORKERS]; /* moving average x1000 per slot */
+	_Atomic uint32_t wait_milli[SHM_MAX_WORKERS];     /* last run-queue wait ratio x1000 per slot */
+	_Atomic uint32_t wait_avg_milli[SHM_MAX_WORKERS]; /* moving average x1000 per slot */
 } ScalerView;
 
 typedef enum BudgetKind {

@@ -1,5 +1,6 @@
 /*
- * The scaler's decision: a pure function of the recent busy-ratio history
+ * The scaler's decision: a pure function of the recent load history (each
+ * worker's busy + run-queue wait ratio, capped at 1)
  * and the settings, so it can be unit-tested alone (doc/workers.md, "How the scaler decides").
  */
 #ifndef PGB_MASTER_SCALER_H
@@ -19,19 +20,26 @@
 typedef struct ScalerConfig {
 	int min_workers;       /* >= 1 */
 	int max_workers;       /* resolved (0 already replaced by the core count): >= min_workers */
-	double up_threshold;   /* mean busy ratio above which to add */
+	double up_threshold;   /* mean load above which to add */
 	int up_samples;        /* consecutive samples needed */
 	double down_threshold; /* fit-on-one-fewer ratio below which to drain */
 	int down_samples;      /* consecutive samples needed */
 	int64_t cooldown_us;   /* after any change, wait this long */
+	int cores;             /* physical cores: from this many workers on, only CPU time counts for adding one
+	                          (the run-queue wait is then the workers' own; 0 = no such limit) */
 } ScalerConfig;
 
-/* One sample: the busy ratios of the active workers at one tick. */
+/*
+ * One sample: the loads of the active workers at one tick. A worker's load
+ * is its Saturation.load (busy + run-queue wait, at most 1); the fields keep
+ * their older names.
+ */
 typedef struct ScalerSample {
 	int64_t time_us;  /* monotonic time of the sample */
 	int n_workers;    /* active workers when sampled */
-	double sum_busy;  /* sum of their busy ratios */
+	double sum_busy;  /* sum of their loads */
 	double mean_busy; /* sum_busy / n_workers */
+	double mean_cpu;  /* mean of their busy ratios alone (without the wait) */
 } ScalerSample;
 
 /* The history the decision looks at; the newest sample is last. */
@@ -43,11 +51,41 @@ typedef struct ScalerHistory {
 
 typedef struct ScalerResult {
 	ScaleDecision decision;
-	char reason[128]; /* e.g. "mean busy 0.91 > 0.75 for 2 samples" */
+	char reason[128]; /* e.g. "mean load 0.91 > 0.75 for 2 samples" */
 } ScalerResult;
 
-/* Fill a sample from the sum of the busy ratios of n_workers workers (mean = 0 when n_workers <= 0). */
+/* One worker's published counters at one moment (shm.h WorkerSlot). */
+typedef struct SchedCounters {
+	uint64_t time_ns; /* sample_time_ns: monotonic time of the reading */
+	uint64_t busy_ns; /* busy_ns: CPU time */
+	uint64_t wait_ns; /* wait_ns: run-queue wait; SHM_WAIT_UNKNOWN when the kernel has none */
+} SchedCounters;
+
+/* A worker's saturation over the interval between two readings. */
+typedef struct Saturation {
+	bool valid;  /* false: no reading (no time passed, or a counter went back) */
+	double busy; /* share of the interval on a CPU, 0..1 */
+	double wait; /* share runnable but waiting for a CPU, 0..1 (0 when unknown) */
+	double load; /* busy + wait, at most 1: the scaler's input */
+} Saturation;
+
+/*
+ * The saturation signal from two readings of one worker (doc/workers.md,
+ * "The saturation signal"): the busy and waiting shares of the time between
+ * them. Invalid when the clock did not advance, or when a counter went back
+ * (a new process in the slot after a respawn, or a wrap): the caller then
+ * takes `cur` as the new baseline. A wait of SHM_WAIT_UNKNOWN in either
+ * reading counts as no wait (the busy share alone, as before the kernel
+ * statistics were read). Each share is clamped to 0..1 (the two readings
+ * are not taken at the same instant), and so is their sum.
+ */
+Saturation scaler_saturation(const SchedCounters *prev, const SchedCounters *cur);
+
+/* Fill a sample from the sum of the loads of n_workers workers (mean = 0 when n_workers <= 0); no wait. */
 ScalerSample scaler_sample_make(int64_t time_us, int n_workers, double sum_busy);
+
+/* The same with the sums of the loads and of the busy ratios alone (the master's samples). */
+ScalerSample scaler_sample_make_split(int64_t time_us, int n_workers, double sum_load, double sum_cpu);
 
 /* Append a sample (drops the oldest when full). */
 void scaler_history_add(ScalerHistory *h, const ScalerSample *s);
@@ -65,7 +103,11 @@ void scaler_note_change(ScalerHistory *h, int64_t now_us);
  *     crash), not the load, so there is nothing to wait out.
  *  2. within cooldown_us of the last change: HOLD ("cooldown: 4.2 s left").
  *  3. UP when the newest up_samples samples each have
- *     mean_busy > up_threshold, and current < max_workers;
+ *     mean_busy > up_threshold, and current < max_workers; once current
+ *     reaches cf->cores (when set), mean_cpu > up_threshold instead: the
+ *     run-queue wait of more workers than cores is mostly their own, and
+ *     counting it would add workers up to max_workers ("at the 2 physical
+ *     cores: mean busy 0.50 without the run-queue wait");
  *     DOWN when the newest down_samples samples each have
  *     sum_busy / (current - 1) < down_threshold, and current > min_workers.
  *     The two cannot both hold while down_threshold < up_threshold.
@@ -75,7 +117,7 @@ void scaler_note_change(ScalerHistory *h, int64_t now_us);
  * caller keeps the old samples. Samples taken during the cooldown (with the
  * new count) do count once it is over.
  * The reason is always filled, also for HOLD ("steady: ...", "at max_workers
- * (4): ...", "mean busy 0.80 > 0.75 for 1 of 2 samples", ...).
+ * (4): ...", "mean load 0.80 > 0.75 for 1 of 2 samples", ...).
  */
 ScalerResult scaler_decide(const ScalerHistory *h, const ScalerConfig *cf, int current, int64_t now_us);
 

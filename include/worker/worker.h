@@ -91,6 +91,7 @@ typedef struct Worker {
 	ShmSegment *shm;                /* shared with the master */
 	WorkerSlot *slot;               /* this worker's slot in it */
 	struct event *publish_ev;       /* publishes busy time and counters */
+	int schedstat_fd;               /* /proc/self/schedstat, for the run-queue wait (-1 = none) */
 	struct event *drain_timeout_ev; /* worker_drain_timeout */
 } Worker;
 

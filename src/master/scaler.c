@@ -1,6 +1,7 @@
 /*
  * The autoscaler's decision (doc/workers.md, "How the scaler decides"): a
- * pure function of the busy history and the settings (their bounds are in
+ * pure function of the load history (busy + run-queue wait, "The
+ * saturation signal") and the settings (their bounds are in
  * common/worker_bounds.c), plus the physical core count that
  * max_workers = 0 stands for.
  */
@@ -19,15 +20,42 @@
 #include <string.h>
 #include <unistd.h>
 
-ScalerSample scaler_sample_make(int64_t time_us, int n_workers, double sum_busy)
+ScalerSample scaler_sample_make_split(int64_t time_us, int n_workers, double sum_load, double sum_cpu)
 {
 	ScalerSample s = {
 	    .time_us = time_us,
 	    .n_workers = n_workers,
-	    .sum_busy = sum_busy,
-	    .mean_busy = n_workers > 0 ? sum_busy / n_workers : 0.0,
+	    .sum_busy = sum_load,
+	    .mean_busy = n_workers > 0 ? sum_load / n_workers : 0.0,
+	    .mean_cpu = n_workers > 0 ? sum_cpu / n_workers : 0.0,
 	};
 	return s;
+}
+
+ScalerSample scaler_sample_make(int64_t time_us, int n_workers, double sum_busy)
+{
+	return scaler_sample_make_split(time_us, n_workers, sum_busy, sum_busy);
+}
+
+static double clamp01(double v)
+{
+	return v < 0 ? 0 : (v > 1 ? 1 : v);
+}
+
+Saturation scaler_saturation(const SchedCounters *prev, const SchedCounters *cur)
+{
+	Saturation r = {.valid = false};
+	if (cur->time_ns <= prev->time_ns || cur->busy_ns < prev->busy_ns)
+		return r;
+	bool have_wait = prev->wait_ns != SHM_WAIT_UNKNOWN && cur->wait_ns != SHM_WAIT_UNKNOWN;
+	if (have_wait && cur->wait_ns < prev->wait_ns)
+		return r;
+	double dt = (double)(cur->time_ns - prev->time_ns);
+	r.valid = true;
+	r.busy = clamp01((double)(cur->busy_ns - prev->busy_ns) / dt);
+	r.wait = have_wait ? clamp01((double)(cur->wait_ns - prev->wait_ns) / dt) : 0.0;
+	r.load = clamp01(r.busy + r.wait);
+	return r;
 }
 
 void scaler_history_add(ScalerHistory *h, const ScalerSample *s)
@@ -98,6 +126,8 @@ ScalerResult scaler_decide(const ScalerHistory *h, const ScalerConfig *cf, int c
 	/* the runs of qualifying samples ending with the newest one, capped at what is needed */
 	const ScalerSample *newest = NULL;
 	int up_run = 0, down_run = 0;
+	/* at or above the cores, the wait is the workers' own: only CPU time can ask for more */
+	bool cpu_only = cf->cores > 0 && current >= cf->cores;
 	bool up_open = true, down_open = current > 1;
 	for (int i = h->n - 1; i >= 0 && (up_open || down_open); i--) {
 		const ScalerSample *s = &h->samples[i];
@@ -105,7 +135,8 @@ ScalerResult scaler_decide(const ScalerHistory *h, const ScalerConfig *cf, int c
 			break;
 		if (!newest)
 			newest = s;
-		if (up_open && s->mean_busy > cf->up_threshold && up_run < cf->up_samples)
+		double up_value = cpu_only ? s->mean_cpu : s->mean_busy;
+		if (up_open && up_value > cf->up_threshold && up_run < cf->up_samples)
 			up_run++;
 		else
 			up_open = false;
@@ -120,20 +151,21 @@ ScalerResult scaler_decide(const ScalerHistory *h, const ScalerConfig *cf, int c
 		return r;
 	}
 
-	double mean = newest->mean_busy;
+	double mean = cpu_only ? newest->mean_cpu : newest->mean_busy;
 	double sum = newest->sum_busy;
+	const char *what = cpu_only ? "mean busy" : "mean load";
 	int fewer = current - 1;
 	double fit = fewer > 0 ? sum / fewer : 0.0;
 
 	if (up_run > 0) {
 		if (current >= cf->max_workers)
-			set_result(&r, SCALE_HOLD, "at max_workers (%d): mean busy %.2f > %.2f", cf->max_workers, mean,
+			set_result(&r, SCALE_HOLD, "at max_workers (%d): %s %.2f > %.2f", cf->max_workers, what, mean,
 			           cf->up_threshold);
 		else if (up_run >= cf->up_samples)
-			set_result(&r, SCALE_UP, "mean busy %.2f > %.2f for %d samples", mean, cf->up_threshold,
+			set_result(&r, SCALE_UP, "%s %.2f > %.2f for %d samples", what, mean, cf->up_threshold,
 			           cf->up_samples);
 		else
-			set_result(&r, SCALE_HOLD, "mean busy %.2f > %.2f for %d of %d samples", mean, cf->up_threshold,
+			set_result(&r, SCALE_HOLD, "%s %.2f > %.2f for %d of %d samples", what, mean, cf->up_threshold,
 			           up_run, cf->up_samples);
 		return r;
 	}
@@ -153,7 +185,14 @@ ScalerResult scaler_decide(const ScalerHistory *h, const ScalerConfig *cf, int c
 		return r;
 	}
 
-	set_result(&r, SCALE_HOLD, "steady: mean busy %.2f on %d worker%s", mean, current, current == 1 ? "" : "s");
+	if (cpu_only && newest->mean_busy > cf->up_threshold && current < cf->max_workers) {
+		set_result(&r, SCALE_HOLD,
+		           "at the %d physical cores: mean busy %.2f without the run-queue wait (load %.2f)", cf->cores,
+		           newest->mean_cpu, newest->mean_busy);
+		return r;
+	}
+	set_result(&r, SCALE_HOLD, "steady: mean load %.2f on %d worker%s", newest->mean_busy, current,
+	           current == 1 ? "" : "s");
 	return r;
 }
 

@@ -45,12 +45,12 @@ typedef struct WorkerProc {
 	bool wanted;   /* the slot should have a worker (respawn after a crash) */
 	int crashes;   /* consecutive crashes, for back-off */
 	struct event *respawn_ev;
-	struct event *ctl_ev;    /* messages from the worker (forwarded cancels) */
-	uint64_t prev_busy_ns;   /* busy counter at the previous tick */
-	uint64_t prev_sample_ns; /* the worker's sample time at the previous tick */
-	double busy;             /* last busy ratio */
-	double busy_avg;         /* exponential moving average */
+	struct event *ctl_ev; /* messages from the worker (forwarded cancels) */
+	SchedCounters prev;   /* the worker's counters at the previous tick */
 	bool have_prev;
+	Saturation sat;  /* at the last tick with a reading: busy, wait, load (the scaler's input) */
+	double busy_avg; /* exponential moving averages */
+	double wait_avg;
 } WorkerProc;
 
 static struct {
@@ -166,6 +166,7 @@ static void slot_reset(int i)
 	atomic_store(&s->pid, 0);
 	atomic_store(&s->start_time_us, 0);
 	atomic_store(&s->busy_ns, 0);
+	atomic_store(&s->wait_ns, 0);
 	atomic_store(&s->sample_time_ns, 0);
 	atomic_store(&s->accepted, 0);
 	atomic_store(&s->tls_handshakes, 0);
@@ -184,8 +185,11 @@ static void slot_reset(int i)
 	atomic_store(&s->move_failed, 0);
 	atomic_store(&sv.shm->scaler.busy_milli[i], 0);
 	atomic_store(&sv.shm->scaler.busy_avg_milli[i], 0);
+	atomic_store(&sv.shm->scaler.wait_milli[i], 0);
+	atomic_store(&sv.shm->scaler.wait_avg_milli[i], 0);
 	sv.w[i].have_prev = false;
-	sv.w[i].busy = sv.w[i].busy_avg = 0;
+	sv.w[i].sat = (Saturation){.valid = false};
+	sv.w[i].busy_avg = sv.w[i].wait_avg = 0;
 }
 
 static void publish_reason(ScaleDecision d, const char *reason)
@@ -565,7 +569,7 @@ static void rebalance_tick(bool now)
 		rw[n++] = (RebalanceWorker){.slot = i,
 		                            .clients = movable + (int)atomic_load(&slot->cl_unmovable),
 		                            .movable = movable,
-		                            .busy = w->busy,
+		                            .busy = w->sat.load, /* busy + wait: what the scaler reads */
 		                            .draining = w->draining};
 		drain |= w->draining && movable > 0;
 	}
@@ -593,7 +597,8 @@ static void rebalance_tick(bool now)
 static void resolve_scaler_config(void)
 {
 	const CfGlobals *g = &sv.cf->g;
-	WorkerBounds b = worker_bounds_resolve(g, scaler_physical_cores());
+	int cores = scaler_physical_cores();
+	WorkerBounds b = worker_bounds_resolve(g, cores);
 	if (b.note[0] && strcmp(b.note, sv.bounds.note) != 0)
 		log_warning("%s", b.note);
 	sv.bounds = b;
@@ -604,15 +609,22 @@ static void resolve_scaler_config(void)
 	                        .up_samples = g->worker_scale_up_samples,
 	                        .down_threshold = g->worker_scale_down_threshold,
 	                        .down_samples = g->worker_scale_down_samples,
-	                        .cooldown_us = g->worker_scale_cooldown};
+	                        .cooldown_us = g->worker_scale_cooldown,
+	                        .cores = cores};
 	atomic_store(&sv.shm->scaler.min_workers, (uint32_t)min);
 	atomic_store(&sv.shm->scaler.max_workers, (uint32_t)max);
 }
 
+static uint32_t milli(double ratio)
+{
+	return (uint32_t)lround(ratio * 1000);
+}
+
+/* One sample of the active workers' load: busy + run-queue wait (doc/workers.md, "The saturation signal"). */
 static void sample_workers(ScalerSample *out, char *ratios, size_t len)
 {
 	int n = 0;
-	double sum = 0;
+	double sum = 0, sum_cpu = 0;
 	size_t off = 0;
 	ratios[0] = '\0';
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
@@ -620,25 +632,33 @@ static void sample_workers(ScalerSample *out, char *ratios, size_t len)
 		if (w->pid <= 0)
 			continue;
 		WorkerSlot *s = &sv.shm->slots[i];
-		uint64_t busy = atomic_load(&s->busy_ns), t = atomic_load(&s->sample_time_ns);
-		if (w->have_prev && t > w->prev_sample_ns) {
-			double r = (double)(busy - w->prev_busy_ns) / (double)(t - w->prev_sample_ns);
-			w->busy = r < 0 ? 0 : (r > 1 ? 1 : r);
-			w->busy_avg = w->busy_avg * 0.8 + w->busy * 0.2;
+		SchedCounters cur = {.time_ns = atomic_load(&s->sample_time_ns),
+		                     .busy_ns = atomic_load(&s->busy_ns),
+		                     .wait_ns = atomic_load(&s->wait_ns)};
+		if (w->have_prev) {
+			Saturation r = scaler_saturation(&w->prev, &cur);
+			if (r.valid) {
+				w->sat = r;
+				w->busy_avg = w->busy_avg * 0.8 + r.busy * 0.2;
+				w->wait_avg = w->wait_avg * 0.8 + r.wait * 0.2;
+			}
 		}
-		w->prev_busy_ns = busy;
-		w->prev_sample_ns = t;
+		w->prev = cur;
 		w->have_prev = true;
-		atomic_store(&sv.shm->scaler.busy_milli[i], (uint32_t)lround(w->busy * 1000));
-		atomic_store(&sv.shm->scaler.busy_avg_milli[i], (uint32_t)lround(w->busy_avg * 1000));
+		atomic_store(&sv.shm->scaler.busy_milli[i], milli(w->sat.busy));
+		atomic_store(&sv.shm->scaler.busy_avg_milli[i], milli(w->busy_avg));
+		atomic_store(&sv.shm->scaler.wait_milli[i], milli(w->sat.wait));
+		atomic_store(&sv.shm->scaler.wait_avg_milli[i], milli(w->wait_avg));
 		if (w->draining)
 			continue;
 		n++;
-		sum += w->busy;
+		sum += w->sat.load;
+		sum_cpu += w->sat.busy;
 		if (off < len)
-			off += (size_t)snprintf(ratios + off, len - off, "%s%d:%.2f", off ? " " : "", i, w->busy);
+			off += (size_t)snprintf(ratios + off, len - off, "%s%d:%.2f+%.2f", off ? " " : "", i,
+			                        w->sat.busy, w->sat.wait);
 	}
-	*out = scaler_sample_make(mono_us(), n, sum);
+	*out = scaler_sample_make_split(mono_us(), n, sum, sum_cpu);
 }
 
 /* Scale first, then rebalance: a worker about to drain must not be sent clients. */
@@ -659,7 +679,7 @@ static void scale_tick(void)
 	if (sv.shutting_down)
 		return;
 	ScalerSample sample;
-	char ratios[512];
+	char ratios[SHM_MAX_WORKERS * 16]; /* "63:0.40+0.55 " per worker */
 	sample_workers(&sample, ratios, sizeof(ratios));
 	int current = wanted_count();
 	atomic_store(&sv.shm->scaler.current, (uint32_t)active_count());
@@ -674,12 +694,12 @@ static void scale_tick(void)
 		int i = lowest_free_slot();
 		if (i < 0 || !spawn(i))
 			return;
-		log_info("scaling up to %d workers: %s (busy %s)", current + 1, r.reason, ratios);
+		log_info("scaling up to %d workers: %s (busy+wait %s)", current + 1, r.reason, ratios);
 	} else {
 		int i = highest_active();
 		if (i <= 0 && current <= 1)
 			return;
-		log_info("scaling down to %d workers: draining worker %d: %s (busy %s)", current - 1, i, r.reason,
+		log_info("scaling down to %d workers: draining worker %d: %s (busy+wait %s)", current - 1, i, r.reason,
 		         ratios);
 		drain(i);
 		sv.rb_now = true; /* its movable clients go to the others now, not when they leave */

@@ -51,13 +51,13 @@ bool admin_show_workers(PgSocket *c)
 {
 	static const char *const names[] = {"worker", "pid", "state", "busy", "busy_avg", "cl_active", "cl_waiting",
 	                                    "sv_active", "sv_idle", "accepted", "tls_handshakes", "xact_count",
-	                                    "query_count", "started", "uptime",
+	                                    "query_count", "started", "uptime", "wait", "wait_avg",
 	                                    /* rebalancing (doc/workers.md): added at the end */
 	                                    "moved_in", "moved_out", "not_movable", "move_failed"};
 	enum { NCOL = sizeof(names) / sizeof(names[0]) };
 	PktBuf pb;
 	pktbuf_init(&pb, 1024);
-	pktbuf_write_row_description(&pb, "iiTNNiiiiqqqqTqqqiq", names);
+	pktbuf_write_row_description(&pb, "iiTNNiiiiqqqqTqNNqqiq", names);
 	ShmSegment *shm = wk.shm;
 	uint64_t now = (uint64_t)get_time_usec();
 	for (int i = 0; shm && i < SHM_MAX_WORKERS; i++) {
@@ -82,10 +82,14 @@ bool admin_show_workers(PgSocket *c)
 		snprintf(v[12], 64, "%llu", (unsigned long long)atomic_load(&s->query_count));
 		format_ts(started, v[13], 64);
 		snprintf(v[14], 64, "%llu", (unsigned long long)(now > started ? (now - started) / USEC_PER_SEC : 0));
-		snprintf(v[15], 64, "%llu", (unsigned long long)atomic_load(&s->moved_in));
-		snprintf(v[16], 64, "%llu", (unsigned long long)atomic_load(&s->moved_out));
-		snprintf(v[17], 64, "%u", atomic_load(&s->cl_unmovable));
-		snprintf(v[18], 64, "%llu", (unsigned long long)atomic_load(&s->move_failed));
+		/* after the PgBouncer-compatible columns: the run-queue wait (doc/workers.md, "The saturation signal") */
+		snprintf(v[15], 64, "%.3f", atomic_load(&shm->scaler.wait_milli[i]) / 1000.0);
+		snprintf(v[16], 64, "%.3f", atomic_load(&shm->scaler.wait_avg_milli[i]) / 1000.0);
+		/* then rebalancing (doc/workers.md, "Rebalancing long-lived clients") */
+		snprintf(v[17], 64, "%llu", (unsigned long long)atomic_load(&s->moved_in));
+		snprintf(v[18], 64, "%llu", (unsigned long long)atomic_load(&s->moved_out));
+		snprintf(v[19], 64, "%u", atomic_load(&s->cl_unmovable));
+		snprintf(v[20], 64, "%llu", (unsigned long long)atomic_load(&s->move_failed));
 		const char *row[NCOL];
 		for (int k = 0; k < NCOL; k++)
 			row[k] = v[k];

@@ -389,15 +389,13 @@ static SBufAction handle_scram(PgSocket *c, const uint8_t *body, uint32_t len)
 {
 	PgUser *u = c->login_user;
 	char err[128];
-	PktReader r;
-	pktreader_init(&r, body, len);
 
 	if (!c->scram_srv) {
 		/* SASLInitialResponse: mechanism, int32 length, data */
 		const char *mech;
 		uint32_t dlen;
 		const uint8_t *d;
-		if (!pktreader_get_string(&r, &mech) || !pktreader_get_u32(&r, &dlen)) {
+		if (!proto_parse_sasl_initial(body, len, &mech, &d, &dlen)) {
 			auth_failed(c, "SASL authentication failed");
 			return SB_CLOSED;
 		}
@@ -405,7 +403,7 @@ static SBufAction handle_scram(PgSocket *c, const uint8_t *body, uint32_t len)
 			auth_failed(c, "client selected an invalid SASL authentication mechanism");
 			return SB_CLOSED;
 		}
-		if (dlen == 0xffffffffu || !pktreader_get_bytes(&r, dlen, &d)) {
+		if (!d) {
 			auth_failed(c, "SASL authentication failed");
 			return SB_CLOSED;
 		}

@@ -300,12 +300,7 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
 		return send_password_msg(s, resp, strlen(resp) + 1) ? SB_CONSUMED : SB_CLOSED;
 	}
 	case 10: { /* SASL: list of mechanisms */
-		bool found = false;
-		const char *mech;
-		while (pktreader_get_string(&r, &mech) && *mech)
-			if (strcmp(mech, "SCRAM-SHA-256") == 0)
-				found = true;
-		if (!found)
+		if (!proto_sasl_has_mech(body + 4, len - 4, "SCRAM-SHA-256"))
 			return login_fail(s, "none of the server's SASL authentication mechanisms are supported");
 		free(s->scram_cli);
 		s->scram_cli = xcalloc(1, sizeof(*s->scram_cli));
@@ -356,47 +351,13 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
 }
 
 /*
- * Fields S, C, M of an ErrorResponse body. False when the body is not a
- * well-formed list of NUL-terminated fields, or lacks one of the three that
- * PostgreSQL always sends; the outputs then hold defaults.
- */
-static bool parse_error(const uint8_t *body, uint32_t len, const char **sev, const char **code, const char **msg)
-{
-	*sev = "ERROR";
-	*code = "08P01";
-	*msg = "";
-	PktReader r;
-	pktreader_init(&r, body, len);
-	uint8_t t;
-	const char *v;
-	int seen = 0;
-	for (;;) {
-		if (!pktreader_get_u8(&r, &t))
-			return false; /* no terminating zero */
-		if (t == 0)
-			break;
-		if (!pktreader_get_string(&r, &v))
-			return false;
-		if (t == 'S')
-			*sev = v, seen |= 1;
-		else if (t == 'C')
-			*code = v, seen |= 2;
-		else if (t == 'M')
-			*msg = v, seen |= 4;
-	}
-	return seen == 7 && pktreader_remaining(&r) == 0;
-}
-
-/*
  * A ParameterStatus from the server: update the server's (and its client's)
  * tracked values. False when the body is not two NUL-terminated strings.
  */
 static bool handle_param_status(PgSocket *s, const uint8_t *body, uint32_t len, bool login)
 {
-	PktReader r;
 	const char *name, *value;
-	pktreader_init(&r, body, len);
-	if (!pktreader_get_string(&r, &name) || !pktreader_get_string(&r, &value) || pktreader_remaining(&r) != 0)
+	if (!proto_parse_param_status(body, len, &name, &value))
 		return false;
 	int idx = var_index(name);
 	/* a replication server's login parameters are its client's welcome, not the pool's */
@@ -469,7 +430,7 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 		return SB_CONSUMED;
 	case 'E': {
 		const char *sev, *code, *msg;
-		if (!parse_error(body, blen, &sev, &code, &msg) || !*msg)
+		if (!proto_parse_error(body, blen, &sev, &code, &msg) || !*msg)
 			return login_fail(s, "malformed ErrorResponse from server (S, C and M fields required)");
 		slog(LG_WARNING, s, "server login failed: %s %s", sev, msg);
 		PgSocket *c = s->link;
@@ -545,7 +506,7 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 				return server_protocol_violation(s, "malformed ParameterStatus");
 		} else {
 			const char *sev, *code, *msg;
-			if (!parse_error(data + 5, hdr->len - 5, &sev, &code, &msg))
+			if (!proto_parse_error(data + 5, hdr->len - 5, &sev, &code, &msg))
 				return server_protocol_violation(s, "malformed ErrorResponse");
 			if (s->setting_vars) {
 				slog(LG_WARNING, s, "parameter SET failed: %s", msg);

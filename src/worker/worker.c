@@ -19,6 +19,7 @@
 #include "common/budget.h"
 #include "common/channel.h"
 #include "common/log.h"
+#include "common/schedstat.h"
 #include "common/util.h"
 #include "worker/dns.h"
 #include "worker/admin.h"
@@ -295,7 +296,11 @@ void worker_stats_total(PgStats *out)
 	list_for_each(i, &wk.pools) pgstats_add(out, &container_of(i, PgPool, node)->stats);
 }
 
-/* Publish busy time (this process's CPU time) and counters for the master. */
+/*
+ * Publish busy time (this process's CPU time), run-queue wait (from the
+ * kernel's schedstat; doc/workers.md, "The saturation signal") and
+ * counters for the master.
+ */
 void worker_publish(void)
 {
 	WorkerSlot *slot = wk.slot;
@@ -336,7 +341,11 @@ void worker_publish(void)
 	atomic_store(&slot->moved_in, wk.moved_in);
 	atomic_store(&slot->moved_out, wk.moved_out);
 	atomic_store(&slot->move_failed, wk.move_failed);
+	uint64_t on_cpu, wait = SHM_WAIT_UNKNOWN;
+	if (!schedstat_read(wk.schedstat_fd, &on_cpu, &wait))
+		wait = SHM_WAIT_UNKNOWN;
 	atomic_store(&slot->busy_ns, (uint64_t)cpu.tv_sec * 1000000000u + (uint64_t)cpu.tv_nsec);
+	atomic_store(&slot->wait_ns, wait);
 	atomic_store(&slot->sample_time_ns, (uint64_t)mono.tv_sec * 1000000000u + (uint64_t)mono.tv_nsec);
 }
 
@@ -487,6 +496,7 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerListener *list
 	wk.master_fd = master_fd;
 	wk.shm = shm;
 	wk.slot = shm && shm->magic == SHM_MAGIC && shm->slot_size == sizeof(WorkerSlot) ? &shm->slots[id] : NULL;
+	wk.schedstat_fd = wk.slot ? schedstat_open_self() : -1;
 	wk.start_time = wk.now = get_time_usec();
 	wk.base = event_base_new();
 	if (!wk.base)

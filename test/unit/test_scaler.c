@@ -1,7 +1,8 @@
 /*
  * Unit tests for scaler.c: the exact decision and reason for each rule of
  * DESIGN.md §4, stability under a simulated load, and
- * the physical core count on a fake sysfs tree.
+ * the physical core count on a fake sysfs tree, and the saturation signal
+ * (busy + run-queue wait) from synthetic schedstat numbers.
  */
 #include "autoconfig.h"
 
@@ -14,12 +15,14 @@
 #include <string.h>
 #include <math.h>
 #include <sys/stat.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "unit.h"
 
+#include "common/schedstat.h"
 #include "master/scaler.h"
 
 #define SEC 1000000LL
@@ -71,18 +74,18 @@ static void test_up_after_exactly_n_samples(void **state)
 
 	assert_decision(scaler_decide(&h, &cf, 2, 1 * SEC), SCALE_HOLD, "no samples with 2 workers yet");
 	add(&h, 1, 2, 0.90);
-	assert_decision(scaler_decide(&h, &cf, 2, 1 * SEC), SCALE_HOLD, "mean busy 0.90 > 0.75 for 1 of 2 samples");
+	assert_decision(scaler_decide(&h, &cf, 2, 1 * SEC), SCALE_HOLD, "mean load 0.90 > 0.75 for 1 of 2 samples");
 	add(&h, 2, 2, 0.90);
-	assert_decision(scaler_decide(&h, &cf, 2, 2 * SEC), SCALE_UP, "mean busy 0.90 > 0.75 for 2 samples");
+	assert_decision(scaler_decide(&h, &cf, 2, 2 * SEC), SCALE_UP, "mean load 0.90 > 0.75 for 2 samples");
 
 	/* with 5 samples needed: 4 are not enough */
 	cf.up_samples = 5;
 	scaler_history_reset(&h);
 	for (int t = 1; t <= 4; t++)
 		add(&h, t, 3, 0.80);
-	assert_decision(scaler_decide(&h, &cf, 3, 4 * SEC), SCALE_HOLD, "mean busy 0.80 > 0.75 for 4 of 5 samples");
+	assert_decision(scaler_decide(&h, &cf, 3, 4 * SEC), SCALE_HOLD, "mean load 0.80 > 0.75 for 4 of 5 samples");
 	add(&h, 5, 3, 0.80);
-	assert_decision(scaler_decide(&h, &cf, 3, 5 * SEC), SCALE_UP, "mean busy 0.80 > 0.75 for 5 samples");
+	assert_decision(scaler_decide(&h, &cf, 3, 5 * SEC), SCALE_UP, "mean load 0.80 > 0.75 for 5 samples");
 }
 
 static void test_dip_resets_the_count(void **state)
@@ -96,13 +99,13 @@ static void test_dip_resets_the_count(void **state)
 	add(&h, 3, 2, 0.70); /* one dip */
 	add(&h, 4, 2, 0.90);
 	add(&h, 5, 2, 0.90);
-	assert_decision(scaler_decide(&h, &cf, 2, 5 * SEC), SCALE_HOLD, "mean busy 0.90 > 0.75 for 2 of 3 samples");
+	assert_decision(scaler_decide(&h, &cf, 2, 5 * SEC), SCALE_HOLD, "mean load 0.90 > 0.75 for 2 of 3 samples");
 	add(&h, 6, 2, 0.75); /* exactly at the threshold is not above it */
-	assert_decision(scaler_decide(&h, &cf, 2, 6 * SEC), SCALE_HOLD, "steady: mean busy 0.75 on 2 workers");
+	assert_decision(scaler_decide(&h, &cf, 2, 6 * SEC), SCALE_HOLD, "steady: mean load 0.75 on 2 workers");
 	add(&h, 7, 2, 0.95);
 	add(&h, 8, 2, 0.95);
 	add(&h, 9, 2, 0.95);
-	assert_decision(scaler_decide(&h, &cf, 2, 9 * SEC), SCALE_UP, "mean busy 0.95 > 0.75 for 3 samples");
+	assert_decision(scaler_decide(&h, &cf, 2, 9 * SEC), SCALE_UP, "mean load 0.95 > 0.75 for 3 samples");
 
 	/* the same for the way down */
 	scaler_history_reset(&h);
@@ -126,7 +129,7 @@ static void test_down_only_when_the_load_fits(void **state)
 	/* 2 x 0.30 = 0.60 on one worker >= 0.50: stay, however long */
 	for (int t = 1; t <= 100; t++)
 		add(&h, t, 2, 0.30);
-	assert_decision(scaler_decide(&h, &cf, 2, 100 * SEC), SCALE_HOLD, "steady: mean busy 0.30 on 2 workers");
+	assert_decision(scaler_decide(&h, &cf, 2, 100 * SEC), SCALE_HOLD, "steady: mean load 0.30 on 2 workers");
 
 	/* 2 x 0.20 = 0.40 < 0.50: down after exactly 30 samples */
 	scaler_history_reset(&h);
@@ -149,13 +152,13 @@ static void test_down_only_when_the_load_fits(void **state)
 	scaler_history_reset(&h);
 	for (int t = 1; t <= 30; t++)
 		add(&h, t, 3, 0.34);
-	assert_decision(scaler_decide(&h, &cf, 3, 30 * SEC), SCALE_HOLD, "steady: mean busy 0.34 on 3 workers");
+	assert_decision(scaler_decide(&h, &cf, 3, 30 * SEC), SCALE_HOLD, "steady: mean load 0.34 on 3 workers");
 
 	/* one worker never drains below itself, even idle */
 	scaler_history_reset(&h);
 	for (int t = 1; t <= 30; t++)
 		add(&h, t, 1, 0.0);
-	assert_decision(scaler_decide(&h, &cf, 1, 30 * SEC), SCALE_HOLD, "steady: mean busy 0.00 on 1 worker");
+	assert_decision(scaler_decide(&h, &cf, 1, 30 * SEC), SCALE_HOLD, "steady: mean load 0.00 on 1 worker");
 }
 
 static void test_clamps(void **state)
@@ -179,7 +182,7 @@ static void test_clamps(void **state)
 	scaler_history_reset(&h);
 	for (int t = 200; t < 210; t++)
 		add(&h, t, 4, 0.99);
-	assert_decision(scaler_decide(&h, &cf, 4, 210 * SEC), SCALE_HOLD, "at max_workers (4): mean busy 0.99 > 0.75");
+	assert_decision(scaler_decide(&h, &cf, 4, 210 * SEC), SCALE_HOLD, "at max_workers (4): mean load 0.99 > 0.75");
 
 	/* at min: no down, however idle */
 	scaler_history_reset(&h);
@@ -193,7 +196,7 @@ static void test_clamps(void **state)
 	scaler_history_reset(&h);
 	add(&h, 400, 1, 1.0);
 	add(&h, 401, 1, 1.0);
-	assert_decision(scaler_decide(&h, &cf, 1, 401 * SEC), SCALE_HOLD, "at max_workers (1): mean busy 1.00 > 0.75");
+	assert_decision(scaler_decide(&h, &cf, 1, 401 * SEC), SCALE_HOLD, "at max_workers (1): mean load 1.00 > 0.75");
 }
 
 static void test_cooldown(void **state)
@@ -209,7 +212,7 @@ static void test_cooldown(void **state)
 	/* rounded up: never "0.0 s left" while still waiting */
 	assert_decision(scaler_decide(&h, &cf, 3, 110 * SEC - 1), SCALE_HOLD, "cooldown: 0.1 s left");
 	/* samples taken during the cooldown count once it is over */
-	assert_decision(scaler_decide(&h, &cf, 3, 110 * SEC), SCALE_UP, "mean busy 0.95 > 0.75 for 2 samples");
+	assert_decision(scaler_decide(&h, &cf, 3, 110 * SEC), SCALE_UP, "mean load 0.95 > 0.75 for 2 samples");
 
 	/* down blocked the same way */
 	scaler_note_change(&h, 200 * SEC);
@@ -236,12 +239,12 @@ static void test_other_worker_counts_ignored(void **state)
 	add(&h, 2, 2, 0.95);
 	assert_decision(scaler_decide(&h, &cf, 3, 3 * SEC), SCALE_HOLD, "no samples with 3 workers yet");
 	add(&h, 3, 3, 0.90);
-	assert_decision(scaler_decide(&h, &cf, 3, 3 * SEC), SCALE_HOLD, "mean busy 0.90 > 0.75 for 1 of 2 samples");
+	assert_decision(scaler_decide(&h, &cf, 3, 3 * SEC), SCALE_HOLD, "mean load 0.90 > 0.75 for 1 of 2 samples");
 
 	/* a sample with another count breaks the run */
 	add(&h, 4, 4, 0.90);
 	add(&h, 5, 3, 0.90);
-	assert_decision(scaler_decide(&h, &cf, 3, 5 * SEC), SCALE_HOLD, "mean busy 0.90 > 0.75 for 1 of 2 samples");
+	assert_decision(scaler_decide(&h, &cf, 3, 5 * SEC), SCALE_HOLD, "mean load 0.90 > 0.75 for 1 of 2 samples");
 
 	/* samples older than the last change do not count, even with the same count */
 	scaler_history_reset(&h);
@@ -251,7 +254,7 @@ static void test_other_worker_counts_ignored(void **state)
 	assert_decision(scaler_decide(&h, &cf, 3, 30 * SEC), SCALE_HOLD, "no samples with 3 workers yet");
 	add(&h, 31, 3, 0.95);
 	add(&h, 32, 3, 0.95);
-	assert_decision(scaler_decide(&h, &cf, 3, 32 * SEC), SCALE_UP, "mean busy 0.95 > 0.75 for 2 samples");
+	assert_decision(scaler_decide(&h, &cf, 3, 32 * SEC), SCALE_UP, "mean load 0.95 > 0.75 for 2 samples");
 }
 
 static void test_history_keeps_the_newest(void **state)
@@ -485,6 +488,238 @@ static void test_physical_cores(void **state)
 	assert_true(real <= sysconf_cores());
 }
 
+/* ---- the saturation signal (busy + run-queue wait) from synthetic schedstat numbers ---- */
+
+#define NS 1000000000ULL
+
+static SchedCounters counters(double t_s, double busy_s, double wait_s)
+{
+	SchedCounters c = {(uint64_t)llround(t_s * NS), (uint64_t)llround(busy_s * NS), (uint64_t)llround(wait_s * NS)};
+	return c;
+}
+
+static void assert_saturation(Saturation s, double busy, double wait, double load)
+{
+	assert_true(s.valid);
+	assert_true(fabs(s.busy - busy) < 1e-9);
+	assert_true(fabs(s.wait - wait) < 1e-9);
+	assert_true(fabs(s.load - load) < 1e-9);
+}
+
+static void test_schedstat_parse(void **state)
+{
+	uint64_t run = 7, wait = 7;
+	(void)state;
+	assert_true(schedstat_parse("1436739 15693607 2\n", &run, &wait));
+	assert_int_equal(run, 1436739);
+	assert_int_equal(wait, 15693607);
+	assert_true(schedstat_parse("0 0 0\n", &run, &wait));
+	assert_int_equal(run, 0);
+	assert_int_equal(wait, 0);
+	assert_true(schedstat_parse("18446744073709551615 5 1", &run, &wait));
+	assert_true(run == UINT64_MAX);
+	assert_int_equal(wait, 5);
+	assert_true(schedstat_parse("12 34", &run, &wait)); /* the timeslice count is not needed */
+
+	/* refused, outputs untouched */
+	run = wait = 99;
+	assert_false(schedstat_parse("", &run, &wait));
+	assert_false(schedstat_parse("123\n", &run, &wait));
+	assert_false(schedstat_parse("abc 1 2\n", &run, &wait));
+	assert_false(schedstat_parse("-1 2 3\n", &run, &wait));
+	assert_false(schedstat_parse("1x 2 3\n", &run, &wait));
+	assert_false(schedstat_parse("1 2y 3\n", &run, &wait));
+	assert_false(schedstat_parse("99999999999999999999 1 1\n", &run, &wait)); /* above 64 bits */
+	assert_false(schedstat_parse(NULL, &run, &wait));
+	assert_int_equal(run, 99);
+	assert_int_equal(wait, 99);
+}
+
+static void test_schedstat_read(void **state)
+{
+	char dir[256], path[300];
+	uint64_t run = 0, wait = 0;
+	(void)state;
+	/* a file with synthetic numbers, read twice through one fd (the worker keeps it open) */
+	unit_tmpdir("test_scaler_schedstat", dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/schedstat", dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("5000000000 2500000000 812\n", f);
+	fclose(f);
+	int fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_true(schedstat_read(fd, &run, &wait));
+	assert_int_equal(run, 5000000000ULL);
+	assert_int_equal(wait, 2500000000ULL);
+	run = wait = 0;
+	assert_true(schedstat_read(fd, &run, &wait));
+	assert_int_equal(wait, 2500000000ULL);
+	close(fd);
+	/* an empty file, and no file at all */
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fclose(f);
+	fd = open(path, O_RDONLY);
+	assert_false(schedstat_read(fd, &run, &wait));
+	close(fd);
+	unit_rmtree(dir);
+	assert_false(schedstat_read(-1, &run, &wait));
+	assert_true(open(path, O_RDONLY) < 0);
+
+	/* this process's own numbers, where the kernel has them: they never go back */
+	fd = schedstat_open_self();
+	if (fd >= 0) {
+		uint64_t run2, wait2;
+		assert_true(schedstat_read(fd, &run, &wait));
+		for (volatile int i = 0; i < 1000000; i++)
+			;
+		assert_true(schedstat_read(fd, &run2, &wait2));
+		assert_true(run2 >= run);
+		assert_true(wait2 >= wait);
+		close(fd);
+	}
+}
+
+static void test_saturation_starved_worker(void **state)
+{
+	(void)state;
+	/* runnable 90% of a second: 0.35 on a CPU, 0.55 in the run queue (the contended worker) */
+	SchedCounters a = counters(100, 20, 10), b = counters(101, 20.35, 10.55);
+	Saturation s = scaler_saturation(&a, &b);
+	assert_saturation(s, 0.35, 0.55, 0.90);
+
+	/* busy alone stays under the up threshold; busy + wait goes over it and scales up */
+	ScalerConfig cf = defaults();
+	ScalerHistory busy_only = {0}, with_wait = {0};
+	for (int t = 1; t <= 3; t++) {
+		add(&busy_only, t, 1, s.busy);
+		add(&with_wait, t, 1, s.load);
+	}
+	assert_decision(scaler_decide(&busy_only, &cf, 1, 3 * SEC), SCALE_HOLD, "steady: mean load 0.35 on 1 worker");
+	assert_decision(scaler_decide(&with_wait, &cf, 1, 3 * SEC), SCALE_UP, "mean load 0.90 > 0.75 for 2 samples");
+
+	/* idle: nothing either way */
+	a = counters(1, 0.5, 0.1);
+	b = counters(3, 0.5, 0.1);
+	assert_saturation(scaler_saturation(&a, &b), 0, 0, 0);
+}
+
+static void test_saturation_capped(void **state)
+{
+	(void)state;
+	/* the sum is capped at 1 */
+	SchedCounters a = counters(0, 0, 0), b = counters(2, 1.4, 1.2);
+	assert_saturation(scaler_saturation(&a, &b), 0.7, 0.6, 1.0);
+	/* each share too: the counters are read a moment after the clock */
+	b = counters(1, 1.01, 1.3);
+	assert_saturation(scaler_saturation(&a, &b), 1.0, 1.0, 1.0);
+}
+
+static void test_saturation_reset_and_wrap(void **state)
+{
+	(void)state;
+	/* a respawned worker starts from small numbers: no reading, the new counters are the baseline */
+	SchedCounters old = counters(500, 300, 120), fresh = counters(501, 0.01, 0.002);
+	assert_false(scaler_saturation(&old, &fresh).valid);
+	SchedCounters next = counters(502, 0.41, 0.302);
+	assert_saturation(scaler_saturation(&fresh, &next), 0.4, 0.3, 0.7);
+
+	/* only the wait went back: no reading either */
+	SchedCounters w1 = counters(10, 5, 4), w2 = counters(11, 5.5, 1);
+	assert_false(scaler_saturation(&w1, &w2).valid);
+
+	/* a counter that wraps past 2^64 reads as a reset */
+	SchedCounters near = {10 * NS, UINT64_MAX - 1000, 50}, past = {11 * NS, 500, 60};
+	assert_false(scaler_saturation(&near, &past).valid);
+
+	/* the clock did not move (the worker has not published since), or went back */
+	SchedCounters same = counters(10, 6, 4);
+	assert_false(scaler_saturation(&w1, &same).valid);
+	SchedCounters earlier = counters(9, 6, 4);
+	assert_false(scaler_saturation(&w1, &earlier).valid);
+}
+
+static void test_saturation_wait_unknown(void **state)
+{
+	(void)state;
+	/* no schedstat (a kernel without it): the busy share alone */
+	SchedCounters a = {0, 0, SHM_WAIT_UNKNOWN}, b = {NS, NS / 4, SHM_WAIT_UNKNOWN};
+	assert_saturation(scaler_saturation(&a, &b), 0.25, 0, 0.25);
+	/* missing at one end only: no wait for that interval, but a reading */
+	SchedCounters c = counters(2, 0.5, 3);
+	SchedCounters d = counters(3, 1.0, 3.5);
+	assert_saturation(scaler_saturation(&b, &c), 0.25, 0, 0.25);
+	assert_saturation(scaler_saturation(&c, &d), 0.5, 0.5, 1.0);
+	SchedCounters e = {4 * NS, NS + NS / 4, SHM_WAIT_UNKNOWN};
+	assert_saturation(scaler_saturation(&d, &e), 0.25, 0, 0.25);
+}
+
+/* Add a sample at second `t` of n workers each with this busy ratio and wait ratio. */
+static void add_split(ScalerHistory *h, int64_t t, int n, double busy, double wait)
+{
+	double load = busy + wait > 1 ? 1 : busy + wait;
+	ScalerSample s = scaler_sample_make_split(t * SEC, n, n * load, n * busy);
+	scaler_history_add(h, &s);
+}
+
+static void test_wait_counts_only_below_the_cores(void **state)
+{
+	(void)state;
+	ScalerConfig cf = defaults();
+	cf.cores = 2;
+	cf.max_workers = 8; /* an explicit max_workers above the cores */
+	cf.cooldown_us = 0;
+
+	/* 1 worker on 2 cores, starved by other processes: the wait counts */
+	ScalerHistory h = {0};
+	add_split(&h, 1, 1, 0.40, 0.55);
+	add_split(&h, 2, 1, 0.40, 0.55);
+	assert_decision(scaler_decide(&h, &cf, 1, 2 * SEC), SCALE_UP, "mean load 0.95 > 0.75 for 2 samples");
+
+	/* 3 workers on 2 cores wait for each other: no more of them on the strength of that */
+	scaler_history_reset(&h);
+	add_split(&h, 3, 3, 0.66, 0.34);
+	add_split(&h, 4, 3, 0.66, 0.34);
+	assert_decision(scaler_decide(&h, &cf, 3, 4 * SEC), SCALE_HOLD,
+	                "at the 2 physical cores: mean busy 0.66 without the run-queue wait (load 1.00)");
+	/* at the cores exactly, too */
+	scaler_history_reset(&h);
+	add_split(&h, 3, 2, 0.50, 0.45);
+	add_split(&h, 4, 2, 0.50, 0.45);
+	assert_decision(scaler_decide(&h, &cf, 2, 4 * SEC), SCALE_HOLD,
+	                "at the 2 physical cores: mean busy 0.50 without the run-queue wait (load 0.95)");
+	/* CPU time alone above the threshold still adds, up to max_workers */
+	scaler_history_reset(&h);
+	add_split(&h, 5, 3, 0.90, 0.10);
+	add_split(&h, 6, 3, 0.90, 0.10);
+	assert_decision(scaler_decide(&h, &cf, 3, 6 * SEC), SCALE_UP, "mean busy 0.90 > 0.75 for 2 samples");
+	/* the down rule keeps using the load: busy workers that wait are not drained */
+	scaler_history_reset(&h);
+	for (int t = 1; t <= 30; t++)
+		add_split(&h, t, 3, 0.10, 0.30);
+	assert_decision(scaler_decide(&h, &cf, 3, 30 * SEC), SCALE_HOLD, "steady: mean load 0.40 on 3 workers");
+	/* no core count (0): the load counts whatever the count */
+	cf.cores = 0;
+	scaler_history_reset(&h);
+	add_split(&h, 1, 3, 0.66, 0.34);
+	add_split(&h, 2, 3, 0.66, 0.34);
+	assert_decision(scaler_decide(&h, &cf, 3, 2 * SEC), SCALE_UP, "mean load 1.00 > 0.75 for 2 samples");
+}
+
+/* End to end: two synthetic /proc/<pid>/schedstat texts and the worker's clock, as the master reads them. */
+static void test_saturation_from_schedstat_text(void **state)
+{
+	(void)state;
+	SchedCounters a = {.time_ns = 7 * NS}, b = {.time_ns = 7 * NS + NS / 2};
+	uint64_t run;
+	assert_true(schedstat_parse("2000000000 1000000000 40\n", &run, &a.wait_ns));
+	a.busy_ns = run;
+	assert_true(schedstat_parse("2100000000 1350000000 52\n", &run, &b.wait_ns));
+	b.busy_ns = run;
+	assert_saturation(scaler_saturation(&a, &b), 0.2, 0.7, 0.9);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -499,6 +734,14 @@ int main(void)
 	    cmocka_unit_test(test_no_oscillation),
 	    cmocka_unit_test(test_decision_names),
 	    cmocka_unit_test(test_physical_cores),
+	    cmocka_unit_test(test_schedstat_parse),
+	    cmocka_unit_test(test_schedstat_read),
+	    cmocka_unit_test(test_saturation_starved_worker),
+	    cmocka_unit_test(test_saturation_capped),
+	    cmocka_unit_test(test_saturation_reset_and_wrap),
+	    cmocka_unit_test(test_saturation_wait_unknown),
+	    cmocka_unit_test(test_saturation_from_schedstat_text),
+	    cmocka_unit_test(test_wait_counts_only_below_the_cores),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,6 +37,8 @@ static void test_layout(void **state)
 	assert_int_equal(sizeof(((ShmSegment *)0)->slots) / sizeof(WorkerSlot), SHM_MAX_WORKERS);
 	assert_int_equal(sizeof(((ScalerView *)0)->busy_milli) / sizeof(uint32_t), SHM_MAX_WORKERS);
 	assert_int_equal(sizeof(((ScalerView *)0)->busy_avg_milli) / sizeof(uint32_t), SHM_MAX_WORKERS);
+	assert_int_equal(sizeof(((ScalerView *)0)->wait_milli) / sizeof(uint32_t), SHM_MAX_WORKERS);
+	assert_int_equal(sizeof(((ScalerView *)0)->wait_avg_milli) / sizeof(uint32_t), SHM_MAX_WORKERS);
 	assert_int_equal(sizeof(((ScalerView *)0)->last_reason), 128);
 }
 
@@ -48,9 +50,11 @@ static void test_atomics_are_lock_free(void **state)
 	assert_true(atomic_is_lock_free(&slot.state));
 	assert_true(atomic_is_lock_free(&slot.pid));
 	assert_true(atomic_is_lock_free(&slot.busy_ns));
+	assert_true(atomic_is_lock_free(&slot.wait_ns));
 	assert_true(atomic_is_lock_free(&slot.cl_active));
 	assert_true(atomic_is_lock_free(&view.last_change_us));
 	assert_true(atomic_is_lock_free(&view.busy_milli[0]));
+	assert_true(atomic_is_lock_free(&view.wait_milli[0]));
 }
 
 static ShmSegment *map_segment(void)

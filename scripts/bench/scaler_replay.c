@@ -1,0 +1,155 @@
+/*
+ * The scaler replay's simulator (scripts/bench/scaler-replay builds and runs
+ * it; doc/workers.md, "The scaler on larger machines"): a demand trace goes
+ * through the pooler's own saturation signal (scaler_saturation()) and
+ * decision (scaler_decide()) from src/master/scaler.c, tick by tick, as the
+ * master's scaler tick runs them.
+ *
+ * Model, per tick of `interval` seconds: the pooler has `demand` cores of
+ * work, spread evenly over its n workers (one core each at most: a worker
+ * is one event loop). Other processes want `other` cores. When the
+ * runnable total exceeds the machine's cores, every runnable thread gets
+ * the same share of a core: a worker is on a CPU for that share of its
+ * runnable time and waits in the run queue for the rest. The worker's
+ * counters (CPU time, run-queue wait, clock) advance accordingly and the
+ * scaler reads them like the master does: a new worker has no reading
+ * before its second tick. With --signal busy the wait is not published
+ * (SHM_WAIT_UNKNOWN), which is the scaler before it read the kernel's
+ * run-queue statistics; --core-cap 0 lets the wait count at any worker
+ * count (the master stops counting it at the physical cores).
+ *
+ * --persistent P puts a share P of the demand on long-lived clients, which
+ * stay on the worker that accepted them; --rebalance none leaves them there
+ * (a new worker then only gets new clients), the default moves them so that
+ * every worker holds the same share (what rebalancing aims at; there is no
+ * rebalancing plan function in src/master to replay yet).
+ *
+ * Input on stdin: one "demand other" line per tick. Output: one line per
+ * tick, "t demand other workers decision mean_busy mean_wait unserved"
+ * (unserved: cores of demand above what a worker's one core can take).
+ */
+#include "autoconfig.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "master/scaler.h"
+
+static double arg(int argc, char **argv, const char *name, double def)
+{
+	for (int i = 1; i + 1 < argc; i++)
+		if (strcmp(argv[i], name) == 0)
+			return atof(argv[i + 1]);
+	return def;
+}
+
+int main(int argc, char **argv)
+{
+	double cores = arg(argc, argv, "--cores", 2);
+	double interval = arg(argc, argv, "--interval", 1);
+	ScalerConfig cf = {
+	    .min_workers = (int)arg(argc, argv, "--min", 1),
+	    .max_workers = (int)arg(argc, argv, "--max", cores),
+	    .up_threshold = arg(argc, argv, "--up", 0.75),
+	    .up_samples = (int)arg(argc, argv, "--up-samples", 2),
+	    .down_threshold = arg(argc, argv, "--down", 0.5),
+	    .down_samples = (int)arg(argc, argv, "--down-samples", 30),
+	    .cooldown_us = (int64_t)(arg(argc, argv, "--cooldown", 10) * 1e6),
+	    .cores = (int)arg(argc, argv, "--core-cap", cores), /* 0: the wait counts at any count */
+	};
+	int busy_only = 0;
+	for (int i = 1; i + 1 < argc; i++)
+		if (strcmp(argv[i], "--signal") == 0)
+			busy_only = strcmp(argv[i + 1], "busy") == 0;
+	if (cf.max_workers > SHM_MAX_WORKERS)
+		cf.max_workers = SHM_MAX_WORKERS;
+
+	/* the share of the demand carried by long-lived clients, and whether they move between workers */
+	double persistent = arg(argc, argv, "--persistent", 0);
+	int rebalance = 1;
+	for (int i = 1; i + 1 < argc; i++)
+		if (strcmp(argv[i], "--rebalance") == 0)
+			rebalance = strcmp(argv[i + 1], "none") != 0;
+
+	SchedCounters cnt[SHM_MAX_WORKERS], prev[SHM_MAX_WORKERS];
+	int have_prev[SHM_MAX_WORKERS] = {0};
+	double held[SHM_MAX_WORKERS] = {0}; /* cores of long-lived clients' demand on each worker */
+	memset(cnt, 0, sizeof(cnt));
+	ScalerHistory h = {0};
+	int n = cf.min_workers;
+	double demand, other;
+	uint64_t tick_ns = (uint64_t)llround(interval * 1e9);
+	for (long tick = 1; scanf("%lf %lf", &demand, &other) == 2; tick++) {
+		/*
+		 * The interval that ends now, with n workers. Short-lived clients
+		 * spread evenly; long-lived ones stay on the worker that accepted
+		 * them (new ones spread evenly, leaving ones leave every worker
+		 * alike) unless rebalancing evens them out.
+		 */
+		double churn = demand * (1 - persistent), longlived = demand * persistent, total = 0;
+		for (int i = 0; i < n; i++)
+			total += held[i];
+		for (int i = 0; i < n; i++) {
+			if (rebalance)
+				held[i] = longlived / n;
+			else if (longlived >= total)
+				held[i] += (longlived - total) / n;
+			else
+				held[i] *= longlived / total;
+		}
+		double want[SHM_MAX_WORKERS], runnable = other, unserved = 0;
+		for (int i = 0; i < n; i++) {
+			double w = churn / n + held[i];
+			want[i] = w > 1 ? 1 : w; /* one event loop: one core at most */
+			unserved += w - want[i];
+			runnable += want[i];
+		}
+		double share = runnable > cores ? cores / runnable : 1; /* of a core, per runnable thread */
+		for (int i = 0; i < n; i++) {
+			cnt[i].time_ns += tick_ns;
+			cnt[i].busy_ns += (uint64_t)llround(want[i] * share * (double)tick_ns);
+			cnt[i].wait_ns =
+			    busy_only ? SHM_WAIT_UNKNOWN
+			              : cnt[i].wait_ns + (uint64_t)llround(want[i] * (1 - share) * (double)tick_ns);
+		}
+		/* the master's tick: read every worker, sample, decide */
+		int64_t now_us = tick * (int64_t)(interval * 1e6);
+		double sum = 0, sum_busy = 0, sum_wait = 0;
+		for (int i = 0; i < n; i++) {
+			if (have_prev[i]) {
+				Saturation s = scaler_saturation(&prev[i], &cnt[i]);
+				if (s.valid) {
+					sum += s.load;
+					sum_busy += s.busy;
+					sum_wait += s.wait;
+				}
+			}
+			prev[i] = cnt[i];
+			have_prev[i] = 1;
+		}
+		ScalerSample smp = scaler_sample_make_split(now_us, n, sum, sum_busy);
+		scaler_history_add(&h, &smp);
+		ScalerResult r = scaler_decide(&h, &cf, n, now_us);
+		if (r.decision == SCALE_UP && n < SHM_MAX_WORKERS) {
+			/* a fresh process in the next slot: counters from zero, no reading at its first tick */
+			memset(&cnt[n], 0, sizeof(cnt[n]));
+			cnt[n].time_ns = cnt[0].time_ns;
+			have_prev[n] = 0;
+			held[n] = 0;
+			n++;
+		} else if (r.decision == SCALE_DOWN && n > 1) {
+			/* the highest slot drains: it no longer counts; its long-lived clients come back elsewhere */
+			n--;
+			for (int i = 0; i < n; i++)
+				held[i] += held[n] / n;
+			held[n] = 0;
+		}
+		if (r.decision != SCALE_HOLD)
+			scaler_note_change(&h, now_us);
+		printf("%.3f %.4f %.4f %d %s %.4f %.4f %.4f\n", (double)now_us / 1e6, demand, other, n,
+		       scaler_decision_name(r.decision), sum_busy / smp.n_workers, sum_wait / smp.n_workers, unserved);
+	}
+	return 0;
+}
