@@ -24,6 +24,8 @@ void pool_server_ready(PgSocket *server);
 /* Welcome clients waiting for the first login; give idle servers to queued clients. */
 void pool_wake_waiters(PgPool *pool);
 void pool_drop_gone_waiters(PgPool *pool); /* close waiting clients that hung up (janitor) */
+/* Whether the peer of a client that is not being read has closed its end (poll POLLRDHUP). */
+bool client_hung_up(const PgSocket *c);
 void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool from_server);
 /* Connect a new server if a client (or lookup) waits and the limits allow. */
 void pool_maybe_launch(PgPool *pool);

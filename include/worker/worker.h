@@ -102,8 +102,9 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerListener *list
                 int cmdline_verbose, ShmSegment *shm);
 /* Stop (or resume) accepting on this worker's listeners. */
 void worker_listen_pause(bool pause);
-void worker_stats_total(PgStats *out);            /* totals of every pool this worker has had */
-void worker_clock_tick(void);                     /* wk.now = the time now; every event callback starts with it */
+void worker_stats_total(PgStats *out); /* totals of every pool this worker has had */
+void worker_apply_log_settings(void);  /* verbose, logfile and syslog settings of wk.cf take effect (reload, SET) */
+void worker_clock_tick(void);          /* wk.now = the time now; every event callback starts with it */
 bool worker_tls_reload(char *err, size_t errlen); /* rebuild TLS from wk.cf; false keeps the old contexts */
 void worker_count_tls_handshake(void);
 /* Exit once a shutdown, or a drain, has nothing left to wait for. */

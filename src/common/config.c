@@ -23,6 +23,12 @@
 /* ---------------------------------------------------------------------- */
 /* enum word lists */
 
+#ifdef HAVE_PAM
+#define HAS_PAM 1
+#else
+#define HAS_PAM 0
+#endif
+
 const CfEnum cf_auth_types[] = {
     {"any", AUTH_ANY},   {"trust", AUTH_TRUST}, {"plain", AUTH_PLAIN},
     {"md5", AUTH_MD5},   {"cert", AUTH_CERT},   {"hba", AUTH_HBA},
@@ -541,10 +547,11 @@ bool config_set(Config *cf, const char *name, const char *value, char *errbuf, s
 		set_error(errbuf, errlen, "invalid value \"%s\" for parameter %s", value ? value : "(null)", name);
 		return false;
 	}
-	/* PgBouncer knows these words only when built with LDAP or PAM; this build has neither */
-	if (p->offset == offsetof(CfGlobals, auth_type) && (v.i == AUTH_PAM || v.i == AUTH_LDAP)) {
-		set_error(errbuf, errlen, "auth_type \"%s\" is not supported by this build",
-		          config_enum_name(cf_auth_types, v.i));
+	/* PgBouncer knows these words only when built with LDAP or PAM; this build has no LDAP */
+	if (p->offset == offsetof(CfGlobals, auth_type) && (v.i == AUTH_LDAP || (v.i == AUTH_PAM && !HAS_PAM))) {
+		set_error(errbuf, errlen, "auth_type \"%s\" is not supported by this build%s",
+		          config_enum_name(cf_auth_types, v.i),
+		          v.i == AUTH_PAM ? " (built without libpam: configure --with-pam)" : "");
 		return false;
 	}
 	if (p->unimplemented && !is_default_value(p, v))

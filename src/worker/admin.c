@@ -1757,6 +1757,9 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 			return admin_error(c, NULL, "SET failed");
 	}
 	wk.cf_gen++;
+	if (strcmp(param->name, "verbose") == 0 || strcmp(param->name, "logfile") == 0 ||
+	    strncmp(param->name, "syslog", 6) == 0)
+		worker_apply_log_settings();
 	char tag[400];
 	snprintf(tag, sizeof(tag), "SET %s=%s", key, val);
 	PktBuf pb;

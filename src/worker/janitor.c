@@ -201,6 +201,9 @@ static void check_login_clients(void)
 		PgSocket *c = container_of(i, PgSocket, node);
 		if (wk.cf.g.client_login_timeout > 0 && wk.now - c->connect_time > wk.cf.g.client_login_timeout)
 			disconnect_client(c, true, "client_login_timeout");
+		else if (c->pam_req && client_hung_up(c))
+			/* not read while PAM checks its password: its hang-up is seen here */
+			disconnect_client(c, false, "client disconnected during PAM authentication");
 	}
 }
 

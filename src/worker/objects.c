@@ -26,6 +26,7 @@
 #include "worker/cancel.h"
 #include "worker/migrate.h"
 #include "worker/objects.h"
+#include "worker/pam.h"
 #include "worker/pool.h"
 #include "worker/pool_settings.h"
 #include "worker/server.h"
@@ -306,6 +307,7 @@ void objects_load_userlist(bool force)
 		PgUser *u = user_add(ul.users[k].name);
 		user_set_secret(u, ul.users[k].secret, ul.users[k].kind);
 		u->from_auth_query = false;
+		u->from_pam = false;
 	}
 	userlist_free(&wk.userlist);
 	wk.userlist = ul;
@@ -525,6 +527,7 @@ PgPool *pool_get(PgDatabase *db, PgUser *user)
 			break;
 	}
 	list_insert_between(&pool->node, i->prev, i);
+	log_debug("new pool %s/%s", db->name, user->name);
 	return pool;
 }
 
@@ -723,6 +726,8 @@ static bool closing(PgSocket *s, char *reason, size_t len, const char *fmt, va_l
 		vsnprintf(reason, len, fmt, ap);
 	if (wk.cf.g.log_disconnections)
 		slog(LG_LOG, s, "closing because: %s (age=%.0fs)", reason, age_seconds(s));
+	else
+		slog_debug(s, "closing because: %s (age=%.0fs)", reason, age_seconds(s));
 	return true;
 }
 
@@ -738,6 +743,7 @@ void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 	if (notify && c->sb.fd >= 0 && reason[0])
 		client_send_error(c, true, "08P01", "%s", reason);
 	auth_query_client_gone(c);
+	pam_client_gone(c);
 
 	PgSocket *server = c->link;
 	if (server) {

@@ -314,6 +314,7 @@ static void link_client_server(PgSocket *c, PgSocket *s)
 	if (c->state != CL_ACTIVE)
 		change_state(c, CL_ACTIVE);
 	pool->stats.server_assignment_count++;
+	slog_debug(c, "linked to server S-%p", (const void *)s);
 	if (c->wait_start) {
 		pool->stats.wait_time += (uint64_t)(wk.now - c->wait_start);
 		c->wait_start = 0;
@@ -562,12 +563,18 @@ static bool evict_idle_of_pool(PgPool *pool)
  */
 static bool can_launch(PgPool *pool, bool for_replication, BudgetHold *hold)
 {
-	if (!list_empty(&pool->new_servers))
+	if (!list_empty(&pool->new_servers)) {
+		log_noise("pool %s/%s: no launch: a login is in progress", pool->db->name, pool->user->name);
 		return false; /* one login in flight per pool */
-	if (pool_paused(pool) || wk.run_state == RUN_SHUTDOWN_SERVERS)
+	}
+	if (pool_paused(pool) || wk.run_state == RUN_SHUTDOWN_SERVERS) {
+		log_noise("pool %s/%s: no launch: paused or shutting down", pool->db->name, pool->user->name);
 		return false;
-	if (pool->last_login_failed && wk.now - pool->last_failed_time < wk.cf.g.server_login_retry)
+	}
+	if (pool->last_login_failed && wk.now - pool->last_failed_time < wk.cf.g.server_login_retry) {
+		log_noise("pool %s/%s: no launch: within server_login_retry", pool->db->name, pool->user->name);
 		return false;
+	}
 	int size = pool_effective_size(pool);
 	int limit = size;
 	int total = pool_global_servers(pool);
@@ -586,21 +593,31 @@ static bool can_launch(PgPool *pool, bool for_replication, BudgetHold *hold)
 		int reserve = pool_reserve_size(pool);
 		List *n = list_first(&pool->waiting_clients);
 		budget_set_want(&pool->budget, true);
-		if (reserve <= 0 || wk.cf.g.reserve_pool_timeout <= 0 || !n || total >= size + reserve)
+		if (reserve <= 0 || wk.cf.g.reserve_pool_timeout <= 0 || !n || total >= size + reserve) {
+			log_noise("pool %s/%s: no launch: pool full (%d >= %d)", pool->db->name, pool->user->name,
+			          total, size);
 			return false;
+		}
 		PgSocket *oldest = container_of(n, PgSocket, node);
-		if (wk.now - oldest->wait_start < wk.cf.g.reserve_pool_timeout)
+		if (wk.now - oldest->wait_start < wk.cf.g.reserve_pool_timeout) {
+			log_noise("pool %s/%s: no launch: pool full (%d >= %d), reserve_pool_timeout not reached",
+			          pool->db->name, pool->user->name, total, size);
 			return false;
+		}
 		limit = size + reserve;
 		from_reserve = true;
 	}
 	int max_db = db_max_connections(pool->db);
 	if (max_db > 0 && db_global_servers(pool->db) >= max_db && !evict_idle(match_db, pool->db)) {
+		log_noise("pool %s/%s: no launch: database full (max_db_connections %d)", pool->db->name,
+		          pool->user->name, max_db);
 		budget_set_want(&pool->db->budget, true);
 		return false;
 	}
 	int max_user = user_max_connections(pool->user);
 	if (max_user > 0 && user_global_servers(pool->user) >= max_user && !evict_idle(match_user, pool->user)) {
+		log_noise("pool %s/%s: no launch: user full (max_user_connections %d)", pool->db->name,
+		          pool->user->name, max_user);
 		budget_set_want(&pool->user->budget, true);
 		return false;
 	}
@@ -611,16 +628,22 @@ static bool can_launch(PgPool *pool, bool for_replication, BudgetHold *hold)
 	int limits[3] = {limit, max_db, max_user};
 	for (int k = 0; k < 3; k++)
 		if (idx[k] >= 0 && budget_over_share(gb, wk.id, idx[k], limits[k])) {
+			log_noise("pool %s/%s: no launch: another worker waits for this room", pool->db->name,
+			          pool->user->name);
 			budget_set_want(refs[k], true);
 			return false;
 		}
 	BudgetRef *full = take_budget(pool, limit, hold);
 	if (full) {
+		log_noise("pool %s/%s: no launch: the limits of all workers together are reached", pool->db->name,
+		          pool->user->name);
 		budget_set_want(full, true);
 		return false;
 	}
 	if (from_reserve)
 		log_warning("taking connection from reserve_pool");
+	log_debug("pool %s/%s: launch decided (%d servers in all workers, pool size %d%s)", pool->db->name,
+	          pool->user->name, total, size, from_reserve ? ", from the reserve" : "");
 	budget_set_want(&pool->budget, false);
 	budget_set_want(&pool->db->budget, false);
 	budget_set_want(&pool->user->budget, false);
@@ -641,7 +664,7 @@ static bool checks_serve_waiters(const PgPool *pool)
  * client that hung up is not seen by the event loop. poll() asks:
  * POLLRDHUP tells a closed peer even when unread bytes precede its FIN.
  */
-static bool client_hung_up(const PgSocket *c)
+bool client_hung_up(const PgSocket *c)
 {
 	struct pollfd p = {.fd = c->sb.fd, .events = POLLRDHUP};
 	return c->sb.fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
@@ -727,8 +750,10 @@ void pool_launch_min(PgPool *pool, int min)
 {
 	BudgetHold hold;
 	/* below min in all workers together: the pool entry's limit is min itself */
-	if (!take_budget(pool, min, &hold))
+	if (!take_budget(pool, min, &hold)) {
+		log_debug("pool %s/%s: launch decided (below min_pool_size %d)", pool->db->name, pool->user->name, min);
 		(void)server_launch(pool, &hold);
+	}
 }
 
 void pool_replication_ready(PgSocket *s)

@@ -159,6 +159,17 @@ void worker_start_shutdown(RunState mode)
 	worker_check_shutdown();
 }
 
+void worker_apply_log_settings(void)
+{
+	LogSettings ls = {.logfile = wk.cf.g.logfile,
+	                  .to_stderr = log_to_stderr_setting(),
+	                  .syslog = wk.cf.g.syslog != 0,
+	                  .syslog_ident = wk.cf.g.syslog_ident,
+	                  .syslog_facility = wk.cf.g.syslog_facility,
+	                  .verbose = wk.cf.g.verbose};
+	log_configure(&ls);
+}
+
 void worker_reload(void)
 {
 	Config next;
@@ -176,13 +187,7 @@ void worker_reload(void)
 	config_free(&wk.cf);
 	wk.cf = next;
 	wk.cf_gen++;
-	LogSettings ls = {.logfile = wk.cf.g.logfile,
-	                  .to_stderr = log_to_stderr_setting(),
-	                  .syslog = wk.cf.g.syslog != 0,
-	                  .syslog_ident = wk.cf.g.syslog_ident,
-	                  .syslog_facility = wk.cf.g.syslog_facility,
-	                  .verbose = wk.cf.g.verbose};
-	log_configure(&ls);
+	worker_apply_log_settings();
 	objects_load_userlist(false);
 	auth_load_hba();
 	objects_load_databases();
