@@ -163,6 +163,7 @@ bool migrate_pack(const PgSocket *c, PktBuf *pb)
 	pktbuf_put_u32(pb, (uint32_t)u->kind);
 	pktbuf_put_string(pb, u->secret ? u->secret : "");
 	pktbuf_put_u8(pb, u->from_auth_query);
+	pktbuf_put_u8(pb, u->from_pam);
 	pktbuf_put_u8(pb, u->has_scram_keys);
 	pktbuf_put_bytes(pb, u->scram_client_key, SCRAM_KEY_LEN);
 	pktbuf_put_bytes(pb, u->scram_server_key, SCRAM_KEY_LEN);
@@ -386,12 +387,12 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, char *err, size
 		prepare_client_add(&c->stmts, name, ps);
 		prepare_stmt_unref(ps); /* the mapping holds its own reference */
 	}
-	uint8_t has_secret, from_aq, has_keys;
+	uint8_t has_secret, from_aq, from_pam, has_keys;
 	uint32_t kind;
 	const char *secret;
 	const uint8_t *ck, *sk;
 	if (!pktreader_get_u8(&r, &has_secret) || !pktreader_get_u32(&r, &kind) || !pktreader_get_string(&r, &secret) ||
-	    !pktreader_get_u8(&r, &from_aq) || !pktreader_get_u8(&r, &has_keys) ||
+	    !pktreader_get_u8(&r, &from_aq) || !pktreader_get_u8(&r, &from_pam) || !pktreader_get_u8(&r, &has_keys) ||
 	    !pktreader_get_bytes(&r, SCRAM_KEY_LEN, &ck) || !pktreader_get_bytes(&r, SCRAM_KEY_LEN, &sk)) {
 		snprintf(err, errlen, "malformed user");
 		goto fail;
@@ -400,6 +401,7 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, char *err, size
 	if (!u) {
 		u = user_add(uname);
 		u->from_auth_query = from_aq != 0;
+		u->from_pam = from_pam != 0; /* its secret is the password PAM accepted */
 	}
 	if (!u->secret && has_secret)
 		user_set_secret(u, secret, (SecretKind)kind);
