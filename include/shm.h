@@ -124,6 +124,7 @@ typedef struct ScalerView {
 	_Atomic uint32_t tcp_migrate_req;                 /* net.ipv4.tcp_migrate_req at start */
 	char last_reason[128];                            /* written by the master between seq bumps */
 	_Atomic uint32_t reason_seq;                      /* odd while last_reason is being written */
+	_Atomic uint64_t decisions[3];                    /* decisions taken, by ScaleDecision (metrics) */
 	_Atomic uint32_t busy_milli[SHM_MAX_WORKERS];     /* last busy ratio x1000 per slot */
 	_Atomic uint32_t busy_avg_milli[SHM_MAX_WORKERS]; /* moving average x1000 per slot */
 	_Atomic uint32_t wait_milli[SHM_MAX_WORKERS];     /* last run-queue wait ratio x1000 per slot */

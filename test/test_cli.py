@@ -215,9 +215,9 @@ def test_config_error_at_start_goes_to_the_logfile(bouncer, run_pgbouncer):
     b = bouncer(ini_overrides={"pkt_buf": 100}, start=False)
     run = run_pgbouncer([b.ini_path])
     assert run.rc == 1
-    assert "pkt_buf (100) must be at least 512" in run.stderr
+    assert "pkt_buf must be at least 512 (got 100)" in run.stderr
     log = b.log_text()
-    assert re.search(r"\[\d+\] ERROR .*pkt_buf \(100\) must be at least 512", log), log
+    assert re.search(r"\[\d+\] ERROR .*pkt_buf must be at least 512 \(got 100\)", log), log
     assert re.search(r"\[\d+\] FATAL cannot load config file", log), log
     assert not b.pidfile.exists()
 

@@ -13,7 +13,8 @@
 typedef struct ListenAddr {
 	struct sockaddr_storage sa; /* resolved address with the port */
 	socklen_t salen;
-	char desc[128]; /* "127.0.0.1:6432", "[::1]:6432" */
+	char desc[128];   /* "127.0.0.1:6432", "[::1]:6432" */
+	int inherited_fd; /* a socket passed by systemd, shared by every worker; -1 = ours */
 } ListenAddr;
 
 typedef struct Listener {
@@ -29,7 +30,15 @@ typedef struct ListenSet {
 	int n_tcp;
 	Listener unix_sock; /* fd -1 when there is no unix socket */
 	char unix_path[256];
+	bool unix_inherited; /* passed by systemd: its file is not ours to remove */
 } ListenSet;
+
+/*
+ * Socket activation (doc/packaging.md): take the sockets systemd passed
+ * (LISTEN_PID, LISTEN_FDS, LISTEN_FDNAMES) before anything else opens a
+ * file, and clear those variables. Returns how many there are.
+ */
+int listen_take_inherited(void);
 
 /* Boot step 4: fatal "unix socket is in use, cannot continue" if another process answers. */
 void listen_check_unix_in_use(const CfGlobals *g);
@@ -37,7 +46,11 @@ void listen_check_unix_in_use(const CfGlobals *g);
 /* Open every listener the config asks for; fatal when nothing works (doc/pgbouncer.1.md, "EXIT STATUS"). */
 void listen_setup(ListenSet *ls, const CfGlobals *g);
 
-/* Open one more SO_REUSEPORT socket on address `addr_index`; -1 on failure (logged). */
+/*
+ * Open one more SO_REUSEPORT socket on address `addr_index`, or for a socket
+ * passed by systemd a duplicate of it (one accept queue for every worker);
+ * -1 on failure (logged).
+ */
 int listen_open_slot(const ListenSet *ls, int addr_index, const CfGlobals *g);
 
 /* Close everything and remove the unix socket file (at exit). */

@@ -11,6 +11,7 @@
 #include "common/config.h"
 #include "master/listen.h"
 #include "common/tls.h"
+#include "shm.h"
 
 /* Create the shm segment and remember what workers need; call before supervisor_start(). */
 void supervisor_init(struct event_base *base, Config *cf, const TlsContexts *tls, ListenSet *ls, int cmdline_verbose);
@@ -33,6 +34,8 @@ void supervisor_close_tcp(void);
 /* Kill every worker at once (fast exit paths); safe to call from the fatal hook. */
 void supervisor_kill_all(void);
 
+/* The shared-memory segment (after supervisor_init()). */
+ShmSegment *supervisor_shm(void);
 /* Number of live worker processes. */
 int supervisor_live_workers(void);
 

@@ -193,6 +193,8 @@ struct PgSocket {
 	bool adopted;                   /* clients: moved here from another worker (the master maps its key) */
 	bool is_internal;               /* is_private from another worker's process: a console's peer connection,
 	                                   hidden from every SHOW and counted nowhere */
+	bool from_master;               /* is_internal from the master (metrics_listen): answered for the
+	                                   whole pooler like an operator's console */
 	struct AdminFanout *fanout;     /* consoles: peer connections for fanned-out commands, or NULL */
 	int peer_pid;                   /* SO_PEERCRED pid for unix clients, else 0 */
 	uid_t peer_uid;                 /* SO_PEERCRED uid */

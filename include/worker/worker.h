@@ -18,6 +18,7 @@
 #include "common/hba.h"
 #include "worker/objects.h"
 #include "common/tls.h"
+#include "worker_entry.h"
 
 #define WORKER_MAX_LISTENERS 256
 
@@ -97,9 +98,7 @@ typedef struct Worker {
 
 extern Worker wk;
 
-/* worker.c */
-int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerListener *listeners, int n_listeners, int master_fd,
-                int cmdline_verbose, ShmSegment *shm);
+/* worker.c; worker_main() is declared in include/worker_entry.h */
 /* Stop (or resume) accepting on this worker's listeners. */
 void worker_listen_pause(bool pause);
 void worker_stats_total(PgStats *out); /* totals of every pool this worker has had */

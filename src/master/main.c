@@ -32,6 +32,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "master/listen.h"
+#include "master/metrics.h"
 #include "master/pidfile.h"
 #include "master/supervisor.h"
 #include "common/hba.h"
@@ -184,6 +185,7 @@ static void cleanup_at_exit(void)
 static void master_exit(int code)
 {
 	cleanup_at_exit();
+	metrics_stop();
 	if (master.base)
 		event_base_free(master.base);
 	config_free(&master.cf);
@@ -464,7 +466,8 @@ int main(int argc, char **argv)
 	if (getuid() == 0 || geteuid() == 0)
 		fatal("PgBouncer should not run as root");
 
-	/* 4.-6. another instance? then detach */
+	/* 4.-6. another instance? then detach (systemd's LISTEN_PID names this process, not the daemon) */
+	listen_take_inherited();
 	listen_check_unix_in_use(&master.cf.g);
 	pidfile_check(master.cf.g.pidfile);
 	if (master.daemon)
@@ -489,6 +492,7 @@ int main(int argc, char **argv)
 	         OpenSSL_version(OPENSSL_VERSION));
 	scram_salt_key_init(); /* before the first fork: one key for every worker */
 	supervisor_init(master.base, &master.cf, &master.tls, &master.listeners, master.cmdline_verbose);
+	metrics_start(master.base, &master.cf, supervisor_shm());
 	supervisor_start();
 	notify_systemd("READY=1"); /* the listeners are open and the first workers forked */
 

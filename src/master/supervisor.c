@@ -29,8 +29,9 @@
 #include "master/rebalance.h"
 #include "master/scaler.h"
 #include "master/warmstart.h"
+#include "master/metrics.h"
 #include "shm.h"
-#include "worker/worker.h"
+#include "worker_entry.h"
 
 #define MAX_ADDRS 16 /* TCP listen addresses */
 
@@ -199,6 +200,8 @@ static void publish_reason(ScaleDecision d, const char *reason)
 	snprintf(v->last_reason, sizeof(v->last_reason), "%s", reason);
 	atomic_fetch_add(&v->reason_seq, 1);
 	atomic_store(&v->last_decision, (uint32_t)d);
+	if ((unsigned)d < 3)
+		atomic_fetch_add(&v->decisions[d], 1);
 }
 
 /* ---- counting ---- */
@@ -306,9 +309,11 @@ void supervisor_close_tcp(void)
 				close(sv.lfd[k][a]);
 				sv.lfd[k][a] = -1;
 			}
-	/* listen_close_all() must not close slot 0 twice */
+	/* listen_close_all() must not close slot 0 twice, nor a slot duplicate a closed socket */
 	for (int a = 0; a < sv.ls->n_tcp; a++)
 		sv.ls->tcp[a].fd = -1;
+	for (int a = 0; a < sv.ls->n_addrs; a++)
+		sv.ls->addrs[a].inherited_fd = -1;
 }
 
 /* ---- CPU affinity ---- */
@@ -373,24 +378,25 @@ static bool spawn(int i)
 		 */
 		event_reinit(sv.base);
 		event_base_free(sv.base);
+		metrics_forget_in_child();
 		/* the worker: keep our listener slot, the unix socket and our channel end only */
 		close(ctl[0]);
 		for (int j = 0; j < SHM_MAX_WORKERS; j++)
 			if (sv.w[j].ctl >= 0)
 				close(sv.w[j].ctl);
-		WorkerListener *wl = calloc(MAX_ADDRS + 1, sizeof(*wl));
+		WorkerSocket *wl = calloc(MAX_ADDRS + 1, sizeof(*wl));
 		int k = 0;
 		for (int s = 0; s < SHM_MAX_WORKERS; s++)
 			for (int a = 0; a < MAX_ADDRS; a++) {
 				if (sv.lfd[s][a] < 0)
 					continue;
 				if (s == i)
-					wl[k++] = (WorkerListener){.fd = sv.lfd[s][a], .id = listener_id(s, a)};
+					wl[k++] = (WorkerSocket){.fd = sv.lfd[s][a], .id = listener_id(s, a)};
 				else
 					close(sv.lfd[s][a]);
 			}
 		if (sv.ls->unix_sock.fd >= 0)
-			wl[k++] = (WorkerListener){.fd = sv.ls->unix_sock.fd, .is_unix = true, .id = UINT32_MAX};
+			wl[k++] = (WorkerSocket){.fd = sv.ls->unix_sock.fd, .is_unix = true, .id = UINT32_MAX};
 		if (sv.cf->g.worker_cpu_affinity == AFFINITY_CORES)
 			pin_to_core(i);
 		log_set_fatal_hook(NULL);
@@ -712,7 +718,7 @@ static void scale_tick(void)
 
 static void arm_tick(void)
 {
-	usec_t iv = sv.cf->g.worker_scale_interval > 0 ? sv.cf->g.worker_scale_interval : USEC_PER_SEC;
+	usec_t iv = sv.cf->g.worker_scale_interval; /* above 0: the parameter table's range */
 	struct timeval tv = {(time_t)(iv / USEC_PER_SEC), (suseconds_t)(iv % USEC_PER_SEC)};
 	if (!sv.tick_ev)
 		sv.tick_ev = event_new(sv.base, -1, EV_PERSIST, on_tick, NULL);
@@ -860,4 +866,9 @@ bool supervisor_reap(bool shutting_down)
 	if (shutting_down)
 		return supervisor_live_workers() == 0;
 	return false;
+}
+
+ShmSegment *supervisor_shm(void)
+{
+	return sv.shm;
 }

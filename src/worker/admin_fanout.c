@@ -890,7 +890,7 @@ bool admin_fanout_from_worker(int pid)
 
 bool admin_fanout_wanted(const PgSocket *c)
 {
-	if (c->is_private || !wk.slot || !private_dir[0])
+	if ((c->is_private && !c->from_master) || !wk.slot || !private_dir[0])
 		return false;
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
 		int32_t pid;

@@ -53,6 +53,9 @@ void client_accept(int fd, bool is_unix, bool is_private)
 	}
 	/* the peer connection of another worker's console, not an operator on the private socket */
 	c->is_internal = is_private && admin_fanout_from_worker(c->peer_pid);
+	/* the master's /metrics scrape (doc/monitoring.md): hidden and uncounted too, but fanned out */
+	c->from_master = is_private && c->peer_pid > 0 && c->peer_pid == (int)getppid();
+	c->is_internal = c->is_internal || c->from_master;
 	if (is_private) {
 		/* a peer worker's console: not a client of the pooler, so outside max_client_conn */
 		wk.client_count++;
@@ -388,7 +391,8 @@ static SBufAction handle_startup_params(PgSocket *c, const StartupParam *params,
 		c->db = db;
 	}
 	slog_debug(c, "startup packet: db=%s user=%s, %d parameters, protocol 3.%u", dbname, user, n, minor);
-	if (wk.cf.g.log_connections) {
+	/* internal consoles (fan-out peers, the metrics scrape) are nobody's connections: no log */
+	if (wk.cf.g.log_connections && !c->is_internal) {
 		char desc[TLS_DESCRIBE_LEN] = "no";
 		if (socket_is_tls(c))
 			tls_describe(c->sb.ssl, desc, sizeof(desc));

@@ -28,6 +28,7 @@
 #include "worker/objects.h"
 #include "worker/pam.h"
 #include "worker/pool.h"
+#include "worker/pool_policy.h"
 #include "worker/pool_settings.h"
 #include "worker/server.h"
 #include "worker/worker.h"
@@ -638,7 +639,7 @@ void change_state(PgSocket *s, SocketState st)
 		s->pool->n_state[st]++;
 	}
 	/* idle servers are reused LIFO, unless round-robin or about to close */
-	if (st == SV_IDLE && !wk.cf.g.server_round_robin && !s->close_needed)
+	if (st == SV_IDLE && policy_idle_at_head(wk.cf.g.server_round_robin, s->close_needed))
 		list_prepend(l, &s->node);
 	else
 		list_append(l, &s->node);
@@ -724,7 +725,7 @@ static bool closing(PgSocket *s, char *reason, size_t len, const char *fmt, va_l
 		return false;
 	if (fmt)
 		vsnprintf(reason, len, fmt, ap);
-	if (wk.cf.g.log_disconnections)
+	if (wk.cf.g.log_disconnections && !s->is_internal)
 		slog(LG_LOG, s, "closing because: %s (age=%.0fs)", reason, age_seconds(s));
 	else
 		slog_debug(s, "closing because: %s (age=%.0fs)", reason, age_seconds(s));

@@ -25,6 +25,7 @@
 #include "worker/client.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
+#include "worker/pool_settings.h"
 #include "worker/server.h"
 #include "worker/txn.h"
 #include "worker/worker.h"
@@ -47,7 +48,7 @@ static DnsResult pick_address(PgPool *pool, struct sockaddr_storage *ss, socklen
                               char *err, size_t errlen)
 {
 	PgDatabase *db = pool->db;
-	int port = db->cf.port > 0 ? db->cf.port : 5432;
+	int port = db_server_port(db);
 	host[0] = '\0';
 	if (db->cf.host && *db->cf.host) {
 		/* comma-separated list: choose one entry */

@@ -480,7 +480,7 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerListener *listeners, int n_listeners, int master_fd,
+int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerSocket *sockets, int n, int master_fd,
                 int cmdline_verbose, ShmSegment *shm)
 {
 	memset(&wk, 0, sizeof(wk));
@@ -518,13 +518,13 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerListener *list
 		if (!wk.sig_ev[i] || evsignal_add(wk.sig_ev[i], NULL) < 0)
 			fatal("could not install handler for signal %d", sigs[i]);
 	}
-	for (int i = 0; i < n_listeners; i++)
-		add_listener(listeners[i].fd, listeners[i].id, listeners[i].is_unix);
-	free(listeners);
+	for (int i = 0; i < n; i++)
+		add_listener(sockets[i].fd, sockets[i].id, sockets[i].is_unix);
+	free(sockets);
 	struct timeval jt = {0, 333333};
 	wk.janitor_ev = event_new(wk.base, -1, EV_PERSIST, on_janitor, NULL);
 	event_add(wk.janitor_ev, &jt);
-	struct timeval st = {wk.cf.g.stats_period > 0 ? wk.cf.g.stats_period : 60, 0};
+	struct timeval st = {wk.cf.g.stats_period, 0}; /* at least 1 s (the parameter table) */
 	wk.stats_ev = event_new(wk.base, -1, EV_PERSIST, on_stats, NULL);
 	event_add(wk.stats_ev, &st);
 	if (master_fd >= 0) {
