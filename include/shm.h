@@ -83,6 +83,13 @@ typedef struct WorkerSlot {
 	_Atomic uint32_t sv_idle;
 	_Atomic uint64_t stats[SHM_STATS_FIELDS]; /* PgStats totals of all its pools, freed ones included,
 	                                             in PgStats order: the pooler's stats line [worker] */
+	/* rebalancing (doc/workers.md, "Rebalancing long-lived clients") */
+	_Atomic uint32_t cl_movable;   /* logged-in clients that could move to another worker now [worker] */
+	_Atomic uint32_t cl_unmovable; /* logged-in clients that cannot (in a transaction, TLS, ...) [worker] */
+	_Atomic uint64_t moved_in;     /* clients taken over from other workers [worker] */
+	_Atomic uint64_t moved_out;    /* clients handed over to other workers [worker] */
+	_Atomic uint64_t
+	    move_failed; /* clients picked for a move that stayed (state too large, send failed) [worker] */
 } WorkerSlot;
 
 /* The scaler's decisions: made by the master (master/scaler.h), shown by the workers' SHOW SCALER. */

@@ -21,6 +21,20 @@ typedef enum ChannelMsgType {
 	 */
 	CH_CANCEL = 4,
 	/*
+	 * Rebalancing (doc/workers.md, "Rebalancing long-lived clients"): the
+	 * master makes a SOCK_SEQPACKET socketpair and sends one end to each
+	 * side. CH_MIGRATE: hand up to `arg` movable clients to worker `id`
+	 * over the attached socket, then close it. CH_ADOPT: take the clients
+	 * worker `id` sends over the attached socket until EOF. Each client is
+	 * one packet of state with its socket attached (include/worker/migrate.h).
+	 */
+	CH_MIGRATE = 5,
+	CH_ADOPT = 6,
+	/* worker->master: the client with cancel key `arg` now lives in worker `id` (it was moved there) */
+	CH_MOVED = 7,
+	/* worker->master: that moved client (cancel key `arg`) has closed */
+	CH_MOVED_GONE = 8,
+	/*
 	 * Online restart (-R) between a new master and the running one, on the
 	 * old master's control socket (doc/workers.md "Upgrading"):
 	 * new->old CH_UP_HELLO (arg = protocol version); old->new one
@@ -39,6 +53,13 @@ typedef enum ChannelMsgType {
 	CH_UP_SALT_KEY = 21,
 	CH_UP_SEGMENT = 22,
 } ChannelMsgType;
+
+/*
+ * CH_CANCEL's id from a worker: 0 = the key names another worker (byte 3);
+ * CANCEL_NOT_HERE = the key names this worker but no client of it has it
+ * (it may have been moved: the master looks it up among moved clients).
+ */
+#define CANCEL_NOT_HERE 1
 
 typedef struct ChannelMsg {
 	uint32_t type; /* ChannelMsgType */

@@ -190,6 +190,7 @@ struct PgSocket {
 	struct sockaddr_storage local;  /* our address */
 	bool is_unix;                   /* came in over the unix socket */
 	bool is_private;                /* came in over this worker's private socket: never fanned out */
+	bool adopted;                   /* clients: moved here from another worker (the master maps its key) */
 	bool is_internal;               /* is_private from another worker's process: a console's peer connection,
 	                                   hidden from every SHOW and counted nowhere */
 	bool from_master;               /* is_internal from the master (metrics_listen): answered for the

@@ -83,6 +83,10 @@ typedef struct Worker {
 	usec_t start_time;
 	int master_fd;                  /* control pipe to the master (-1 = none) */
 	uint64_t accepted;              /* accepted connections */
+	uint64_t moved_in;              /* clients adopted from other workers (src/worker/migrate.c) */
+	uint64_t moved_out;             /* clients handed to other workers */
+	uint64_t move_failed;           /* clients picked for a move that stayed */
+	int intakes;                    /* batches of moved clients still arriving (no exit before they end) */
 	PgStats retired_stats;          /* totals of the pools freed so far */
 	int cmdline_verbose;            /* verbosity from -v (a file's verbose overrides it) */
 	ShmSegment *shm;                /* shared with the master */
@@ -110,5 +114,6 @@ void worker_start_shutdown(RunState mode); /* SIGTERM / SIGINT semantics */
 void worker_reload(void);
 void worker_clients_add(int delta); /* client connections of this worker, also in the global count */
 int worker_global_clients(void);    /* client connections of all workers (max_client_conn) */
+void worker_publish(void);          /* publish counters and gauges to the slot now (also every 100 ms) */
 
 #endif

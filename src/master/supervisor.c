@@ -20,11 +20,13 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <uthash.h>
 
 #include "common/budget.h"
 #include "common/channel.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "master/rebalance.h"
 #include "master/scaler.h"
 #include "master/upgrade.h"
 #include "master/warmstart.h"
@@ -33,6 +35,9 @@
 #include "worker_entry.h"
 
 #define MAX_ADDRS 16 /* TCP listen addresses */
+
+#define REBALANCE_SAMPLES     3  /* ticks a plan must stay uneven before clients move */
+#define REBALANCE_FRESH_TICKS 10 /* after a worker starts, ticks in which a plan runs at once */
 
 /* One worker slot as the master sees it. */
 typedef struct WorkerProc {
@@ -71,7 +76,64 @@ static struct {
 	pid_t pred_pid;            /* the master we took over from (-R) while its tree runs, else 0 */
 	int cpus[SHM_MAX_WORKERS]; /* one logical CPU per physical core, for worker_cpu_affinity */
 	int n_cpus;
+	int rb_streak; /* consecutive ticks with an uneven plan */
+	int rb_quiet;  /* ticks to wait after a move, until the counts are published again */
+	int rb_fresh;  /* ticks left in which a plan runs at once: a worker was just added */
+	bool rb_now;   /* plan at this tick whatever the history (a drain started) */
 } sv;
+
+/* ---- moved clients' cancel keys ---- */
+
+/* Where a moved client lives now: its cancel key still names the worker that made it. */
+typedef struct MovedKey {
+	uint64_t key; /* the 8 key bytes */
+	int slot;
+	UT_hash_handle hh;
+} MovedKey;
+
+static MovedKey *moved_keys;
+
+static void moved_set(uint64_t key, int slot)
+{
+	MovedKey *m;
+	HASH_FIND(hh, moved_keys, &key, sizeof(key), m);
+	if (!m) {
+		m = xcalloc(1, sizeof(*m));
+		m->key = key;
+		HASH_ADD(hh, moved_keys, key, sizeof(m->key), m);
+	}
+	m->slot = slot;
+}
+
+static void moved_gone(uint64_t key, int slot)
+{
+	MovedKey *m;
+	HASH_FIND(hh, moved_keys, &key, sizeof(key), m);
+	if (m && m->slot == slot) {
+		HASH_DEL(moved_keys, m);
+		free(m);
+	}
+}
+
+static int moved_find(uint64_t key)
+{
+	MovedKey *m;
+	HASH_FIND(hh, moved_keys, &key, sizeof(key), m);
+	return m ? m->slot : -1;
+}
+
+/* A worker is gone: so are the moved clients it held. */
+static void moved_forget_slot(int slot)
+{
+	MovedKey *m, *tmp;
+	HASH_ITER(hh, moved_keys, m, tmp)
+	{
+		if (m->slot == slot) {
+			HASH_DEL(moved_keys, m);
+			free(m);
+		}
+	}
+}
 
 static int n_addrs(void)
 {
@@ -136,6 +198,11 @@ static void slot_reset(int i)
 	atomic_store(&s->cl_waiting, 0);
 	atomic_store(&s->sv_active, 0);
 	atomic_store(&s->sv_idle, 0);
+	atomic_store(&s->cl_movable, 0);
+	atomic_store(&s->cl_unmovable, 0);
+	atomic_store(&s->moved_in, 0);
+	atomic_store(&s->moved_out, 0);
+	atomic_store(&s->move_failed, 0);
 	atomic_store(&sv.shm->scaler.busy_milli[i], 0);
 	atomic_store(&sv.shm->scaler.busy_avg_milli[i], 0);
 	atomic_store(&sv.shm->scaler.wait_milli[i], 0);
@@ -373,12 +440,35 @@ static bool spawn(int i)
 		take_back(i, prev);
 	sv.served_by[i] = i;
 	log_info("worker %d started, pid %d", i, (int)pid);
+	sv.rb_fresh = REBALANCE_FRESH_TICKS; /* its share of the long-lived clients goes to it at once */
 	return true;
 }
 
-/* A worker got a cancel for another worker's client: pass it on to the owner (key byte 3). */
+/* Forward a cancel request to the worker that has the client: a moved one's, else key byte 3's. */
+static void route_cancel(int from, ChannelMsg *m, int rfd)
+{
+	uint64_t k;
+	memcpy(&k, &m->arg, sizeof(k));
+	uint8_t key[8];
+	memcpy(key, &m->arg, sizeof(key));
+	int owner = moved_find(k);
+	if (owner < 0)
+		owner = key[3];
+	if (m->id == CANCEL_NOT_HERE && owner == from) {
+		log_debug("cancel request for an unknown client of worker %d", from);
+		return;
+	}
+	m->id = 0;
+	if (owner >= SHM_MAX_WORKERS || sv.w[owner].pid <= 0 || sv.w[owner].ctl < 0)
+		log_debug("cancel request for worker %d, which is not running", owner);
+	else if (!channel_send(sv.w[owner].ctl, m, rfd))
+		log_warning("could not forward a cancel request to worker %d: %s", owner, strerror(errno));
+}
+
+/* Messages from a worker: cancels for other workers' clients, news of moved clients. */
 static void on_ctl(evutil_socket_t fd, short what, void *arg)
 {
+	int from = (int)(intptr_t)arg;
 	for (;;) {
 		ChannelMsg m;
 		int rfd;
@@ -386,24 +476,24 @@ static void on_ctl(evutil_socket_t fd, short what, void *arg)
 		if (r <= 0) {
 			if (rfd >= 0)
 				close(rfd);
-			if (r == 0) {
-				int i = (int)(intptr_t)arg;
-				event_del(sv.w[i].ctl_ev); /* the worker is gone; the reaper cleans up */
-			}
+			if (r == 0)
+				event_del(sv.w[from].ctl_ev); /* the worker is gone; the reaper cleans up */
 			return;
 		}
-		if (m.type != CH_CANCEL) {
-			if (rfd >= 0)
-				close(rfd);
-			continue;
-		}
-		uint8_t key[8];
-		memcpy(key, &m.arg, sizeof(key));
-		int owner = key[3];
-		if (owner >= SHM_MAX_WORKERS || sv.w[owner].pid <= 0 || sv.w[owner].ctl < 0) {
-			log_debug("cancel request for worker %d, which is not running", owner);
-		} else if (!channel_send(sv.w[owner].ctl, &m, rfd)) {
-			log_warning("could not forward a cancel request to worker %d: %s", owner, strerror(errno));
+		uint64_t k;
+		memcpy(&k, &m.arg, sizeof(k));
+		switch (m.type) {
+		case CH_CANCEL:
+			route_cancel(from, &m, rfd);
+			break;
+		case CH_MOVED:
+			moved_set(k, from);
+			break;
+		case CH_MOVED_GONE:
+			moved_gone(k, from);
+			break;
+		default:
+			break;
 		}
 		if (rfd >= 0)
 			close(rfd); /* the owner has its own copy now */
@@ -450,6 +540,82 @@ static void drain(int i)
 	ChannelMsg m = {.type = CH_DRAIN, .arg = timeout_ms};
 	if (!channel_send(w->ctl, &m, -1))
 		log_warning("could not tell worker %d to drain: %s", i, strerror(errno));
+}
+
+/* ---- rebalancing (doc/workers.md, "Rebalancing long-lived clients") ---- */
+
+/* Order worker `from` to hand up to count clients to worker `to` over a new socket pair. */
+static bool order_move(int from, int to, int count)
+{
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
+		log_warning("socketpair() for a client move failed: %s", strerror(errno));
+		return false;
+	}
+	int big = 1 << 20; /* room for many clients' state; the kernel caps it at wmem_max */
+	(void)setsockopt(sp[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+	ChannelMsg take = {.type = CH_ADOPT, .id = (uint32_t)from};
+	ChannelMsg give = {.type = CH_MIGRATE, .id = (uint32_t)to, .arg = count};
+	bool ok = channel_send(sv.w[to].ctl, &take, sp[1]);
+	if (!ok)
+		log_warning("could not tell worker %d to take clients: %s", to, strerror(errno));
+	else if (!(ok = channel_send(sv.w[from].ctl, &give, sp[0])))
+		log_warning("could not tell worker %d to move clients: %s", from, strerror(errno));
+	/* the workers hold their own ends now (a failed give closes the taker's at EOF) */
+	close(sp[0]);
+	close(sp[1]);
+	return ok;
+}
+
+/*
+ * Once per tick: plan from the counts the workers publish and, when the
+ * plan stays uneven for REBALANCE_SAMPLES ticks (at once for a draining
+ * worker or a worker just added), send the orders. After a move one tick
+ * passes before the next plan, so that it sees the new counts (not for a
+ * draining worker: it gives what has become movable at every tick).
+ */
+static void rebalance_tick(bool now)
+{
+	if (sv.rb_fresh > 0)
+		sv.rb_fresh--;
+	bool quiet = sv.rb_quiet > 0;
+	if (quiet)
+		sv.rb_quiet--;
+	RebalanceWorker rw[SHM_MAX_WORKERS];
+	int n = 0;
+	bool drain = false;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		WorkerProc *w = &sv.w[i];
+		if (w->pid <= 0 || w->ctl < 0)
+			continue;
+		WorkerSlot *slot = &sv.shm->slots[i];
+		uint32_t st = atomic_load(&slot->state);
+		if (st != SLOT_ACTIVE && st != SLOT_DRAINING)
+			continue; /* starting (not serving yet) or exiting */
+		int movable = (int)atomic_load(&slot->cl_movable);
+		rw[n++] = (RebalanceWorker){.slot = i,
+		                            .clients = movable + (int)atomic_load(&slot->cl_unmovable),
+		                            .movable = movable,
+		                            .busy = w->sat.load, /* busy + wait: what the scaler reads */
+		                            .draining = w->draining};
+		drain |= w->draining && movable > 0;
+	}
+	if (quiet && !now && !drain)
+		return; /* a draining worker's moves never overshoot: they need no pause */
+	RebalanceConfig cf = rebalance_default_config();
+	RebalanceMove mv[REBALANCE_MAX_MOVES];
+	int k = rebalance_plan(rw, n, &cf, mv, REBALANCE_MAX_MOVES);
+	if (k == 0) {
+		sv.rb_streak = 0;
+		return;
+	}
+	if (!drain && !now && sv.rb_fresh <= 0 && ++sv.rb_streak < REBALANCE_SAMPLES)
+		return;
+	for (int j = 0; j < k; j++)
+		(void)order_move(mv[j].from, mv[j].to, mv[j].count);
+	sv.rb_streak = 0;
+	sv.rb_fresh = 0;
+	sv.rb_quiet = 1;
 }
 
 /* ---- the scaler tick ---- */
@@ -522,6 +688,9 @@ static void sample_workers(ScalerSample *out, char *ratios, size_t len)
 	*out = scaler_sample_make_split(mono_us(), n, sum, sum_cpu);
 }
 
+/* Scale first, then rebalance: a worker about to drain must not be sent clients. */
+static void scale_tick(void);
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	if (sv.pred_pid > 0 && kill(sv.pred_pid, 0) < 0 && errno == ESRCH) {
@@ -531,6 +700,16 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 		sv.pred_pid = 0;
 	}
 	if (sv.shutting_down || sv.retiring || sv.frozen)
+		return;
+	scale_tick();
+	bool now = sv.rb_now;
+	sv.rb_now = false;
+	rebalance_tick(now);
+}
+
+static void scale_tick(void)
+{
+	if (sv.shutting_down)
 		return;
 	ScalerSample sample;
 	char ratios[SHM_MAX_WORKERS * 16]; /* "63:0.40+0.55 " per worker */
@@ -556,6 +735,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 		log_info("scaling down to %d workers: draining worker %d: %s (busy+wait %s)", current - 1, i, r.reason,
 		         ratios);
 		drain(i);
+		sv.rb_now = true; /* its movable clients go to the others now, not when they leave */
 	}
 	scaler_note_change(&sv.hist, mono_us());
 	atomic_store(&sv.shm->scaler.last_change_us, (uint64_t)get_time_usec());
@@ -791,6 +971,7 @@ bool supervisor_reap(bool shutting_down)
 		close(w->ctl);
 		w->ctl = -1;
 		slot_reset(i);
+		moved_forget_slot(i);
 		/* whatever it held (servers it can no longer close, clients) goes back to the others */
 		budget_reset_worker(&sv.shm->budget, i);
 		if (expected) {

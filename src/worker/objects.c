@@ -24,6 +24,7 @@
 #include "worker/admin_fanout.h"
 #include "worker/auth_query.h"
 #include "worker/cancel.h"
+#include "worker/migrate.h"
 #include "worker/objects.h"
 #include "worker/pam.h"
 #include "worker/pool.h"
@@ -760,6 +761,8 @@ void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 			c->login_user->client_count--;
 	}
 	budget_hold_release(&c->budget);
+	if (c->adopted)
+		migrate_client_closed(c); /* the master stops routing its cancel key here */
 	if (c->is_private) {
 		wk.client_count--;
 		wk.private_clients--;

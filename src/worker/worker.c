@@ -28,6 +28,7 @@
 #include "worker/cancel.h"
 #include "worker/client.h"
 #include "worker/janitor.h"
+#include "worker/migrate.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
 #include "worker/worker.h"
@@ -97,6 +98,8 @@ void worker_check_shutdown(void)
 {
 	/* consoles of other workers reaching this one through its private socket do not hold it up */
 	int clients = wk.client_count - wk.private_clients;
+	if (wk.intakes > 0)
+		return; /* moved clients are on their way here: they would be lost */
 	if (wk.run_state == RUN_SHUTDOWN_CLIENTS && clients <= 0) {
 		log_info("client connections dropped, exiting");
 		exit(0);
@@ -307,7 +310,7 @@ void worker_stats_total(PgStats *out)
  * kernel's schedstat; doc/workers.md, "The saturation signal") and
  * counters for the master.
  */
-static void publish(void)
+void worker_publish(void)
 {
 	WorkerSlot *slot = wk.slot;
 	if (!slot)
@@ -340,6 +343,13 @@ static void publish(void)
 	atomic_store(&slot->cl_waiting, cl_waiting);
 	atomic_store(&slot->sv_active, sv_active);
 	atomic_store(&slot->sv_idle, sv_idle);
+	uint32_t movable, unmovable;
+	migrate_count(&movable, &unmovable);
+	atomic_store(&slot->cl_movable, movable);
+	atomic_store(&slot->cl_unmovable, unmovable);
+	atomic_store(&slot->moved_in, wk.moved_in);
+	atomic_store(&slot->moved_out, wk.moved_out);
+	atomic_store(&slot->move_failed, wk.move_failed);
 	uint64_t on_cpu, wait = SHM_WAIT_UNKNOWN;
 	if (!schedstat_read(wk.schedstat_fd, &on_cpu, &wait))
 		wait = SHM_WAIT_UNKNOWN;
@@ -353,7 +363,7 @@ static void on_publish(evutil_socket_t fd, short what, void *arg)
 	wk.now = get_time_usec();
 	if (wk.pause_mode != P_SUSPEND)
 		pool_budget_tick();
-	publish();
+	worker_publish();
 }
 
 static WorkerListener *add_listener(int fd, uint32_t id, bool is_unix)
@@ -453,6 +463,14 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 			wk.retiring = m.id == 1;
 			start_drain(m.arg);
 			break;
+		case CH_MIGRATE:
+			if (rfd >= 0)
+				migrate_give(rfd, (int)m.id, m.arg); /* it closes rfd */
+			break;
+		case CH_ADOPT:
+			if (rfd >= 0)
+				migrate_take(rfd, (int)m.id); /* read until the giver closes its end */
+			break;
 		case CH_CANCEL: {
 			uint8_t key[CANCEL_KEY_LEN];
 			memcpy(key, &m.arg, CANCEL_KEY_LEN);
@@ -523,7 +541,7 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerSocket *socket
 	struct timeval pt = {0, 100000};
 	wk.publish_ev = event_new(wk.base, -1, EV_PERSIST, on_publish, NULL);
 	event_add(wk.publish_ev, &pt);
-	publish();
+	worker_publish();
 	admin_fanout_listen();
 	if (wk.slot)
 		atomic_store(&wk.slot->state, SLOT_ACTIVE);
