@@ -135,6 +135,10 @@ def test_metrics_match_the_console(metered, pg):
             and 0 <= value(now, "pgbouncer_worker_wait_avg_ratio", worker=str(w)) <= 1
             and value(now, "pgbouncer_worker_client_active_connections", worker=str(w)) == r["cl_active"]
             and value(now, "pgbouncer_worker_server_active_connections", worker=str(w)) == r["sv_active"]
+            and value(now, "pgbouncer_worker_clients_moved_in_total", worker=str(w)) == r["moved_in"]
+            and value(now, "pgbouncer_worker_clients_moved_out_total", worker=str(w)) == r["moved_out"]
+            and value(now, "pgbouncer_worker_clients_not_movable", worker=str(w)) == r["not_movable"]
+            and value(now, "pgbouncer_worker_client_move_failures_total", worker=str(w)) == r["move_failed"]
             for w, r in workers.items()) and sum(
             value(now, "pgbouncer_worker_server_active_connections", worker=str(w)) for w in workers) == 3
     wait_for(workers_agree, "the per-worker metrics to match SHOW WORKERS")

@@ -513,6 +513,12 @@ static void put_workers(struct evbuffer *o)
 	    {"pgbouncer_worker_wait_ratio", "gauge",
 	     "Share of the last sample the worker was runnable but waiting for a CPU"},
 	    {"pgbouncer_worker_wait_avg_ratio", "gauge", "Moving average of the worker's run-queue wait ratio"},
+	    {"pgbouncer_worker_clients_moved_in_total", "counter", "Clients taken over from other workers"},
+	    {"pgbouncer_worker_clients_moved_out_total", "counter", "Clients handed over to other workers"},
+	    {"pgbouncer_worker_clients_not_movable", "gauge",
+	     "Logged-in clients that cannot move to another worker now (in a transaction, TLS, ...)"},
+	    {"pgbouncer_worker_client_move_failures_total", "counter",
+	     "Clients picked for a move that stayed where they were"},
 	};
 	uint64_t now = (uint64_t)get_time_usec();
 	for (size_t k = 0; k < sizeof(wm) / sizeof(wm[0]); k++) {
@@ -560,8 +566,20 @@ static void put_workers(struct evbuffer *o)
 			case 11:
 				v = atomic_load(&m.shm->scaler.wait_milli[i]) / 1000.0;
 				break;
-			default:
+			case 12:
 				v = atomic_load(&m.shm->scaler.wait_avg_milli[i]) / 1000.0;
+				break;
+			case 13:
+				v = (double)atomic_load(&w->moved_in);
+				break;
+			case 14:
+				v = (double)atomic_load(&w->moved_out);
+				break;
+			case 15:
+				v = atomic_load(&w->cl_unmovable);
+				break;
+			default:
+				v = (double)atomic_load(&w->move_failed);
 				break;
 			}
 			evbuffer_add_printf(o, "%s{worker=\"%d\"}", wm[k].name, i);
