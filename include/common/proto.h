@@ -109,4 +109,30 @@ void proto_hex_prefix(const uint8_t *buf, size_t len, char *out, size_t outlen);
 /* Human-readable name of a frontend/backend message type, for logs. */
 const char *proto_msg_name(char type, bool from_server);
 
+/*
+ * The fields S (severity), C (SQLSTATE) and M (message) of an
+ * ErrorResponse or NoticeResponse body. False when the body is not a
+ * well-formed list of NUL-terminated fields ended by a zero byte, or lacks
+ * one of the three that PostgreSQL always sends; the outputs then hold
+ * defaults (ERROR, 08P01, ""). They point into the body.
+ */
+bool proto_parse_error(const uint8_t *body, uint32_t len, const char **sev, const char **code, const char **msg);
+
+/* A ParameterStatus body: exactly two NUL-terminated strings. False when it is anything else. */
+bool proto_parse_param_status(const uint8_t *body, uint32_t len, const char **name, const char **value);
+
+/*
+ * An AuthenticationSASL body after its code: a list of NUL-terminated
+ * mechanism names ended by an empty one. Whether `mech` is among them.
+ */
+bool proto_sasl_has_mech(const uint8_t *list, uint32_t len, const char *mech);
+
+/*
+ * A SASLInitialResponse body: mechanism name, int32 length (-1: no data),
+ * data. False when the name or the length is missing; *data is NULL when
+ * the length is -1 or runs past the body. Outputs point into the body.
+ */
+bool proto_parse_sasl_initial(const uint8_t *body, uint32_t len, const char **mech, const uint8_t **data,
+                              uint32_t *dlen);
+
 #endif

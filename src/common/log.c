@@ -137,18 +137,46 @@ void log_escape_message(const char *in, char *out, size_t outlen)
 	out[o] = '\0';
 }
 
-static void write_all(int fd, const char *buf, size_t len)
+/* False (errno set) when a write failed: the rest of the line is dropped. */
+static bool write_all(int fd, const char *buf, size_t len)
 {
 	while (len > 0) {
 		ssize_t n = write(fd, buf, len);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			return;
+			return false;
 		}
 		buf += n;
 		len -= (size_t)n;
 	}
+	return true;
+}
+
+/*
+ * A log file that stops taking lines (a full disk, an I/O error) does not
+ * stop the pooler: the first failure is said on standard error (and
+ * syslog), once until a write succeeds again (doc/pgbouncer.5.md, logfile).
+ */
+static bool logfile_failing;
+
+static void logfile_write(const char *line, size_t len)
+{
+	if (write_all(logfile_fd, line, len)) {
+		logfile_failing = false;
+		return;
+	}
+	if (logfile_failing)
+		return;
+	logfile_failing = true;
+	char note[LOG_MSG_MAX];
+	int n = snprintf(note, sizeof(note),
+	                 "could not write to logfile '%s': %s; its lines are lost until a write succeeds\n",
+	                 logfile_path, strerror(errno));
+	if (n > 0)
+		(void)write_all(STDERR_FILENO, note, (size_t)n < sizeof(note) ? (size_t)n : sizeof(note) - 1);
+	if (use_syslog)
+		syslog(LOG_WARNING, "could not write to logfile '%s': %m", logfile_path);
 }
 
 static void log_emit(LogLevel level, const char *fmt, va_list ap)
@@ -177,7 +205,7 @@ static void log_emit(LogLevel level, const char *fmt, va_list ap)
 		len = sizeof(line) - 1;
 
 	if (to_stderr)
-		write_all(STDERR_FILENO, line, (size_t)len);
+		(void)write_all(STDERR_FILENO, line, (size_t)len);
 
 	if (logfile_path) {
 		if (logfile_fd < 0 && !open_logfile()) {
@@ -187,7 +215,7 @@ static void log_emit(LogLevel level, const char *fmt, va_list ap)
 				fatal_hook();
 			exit(1);
 		}
-		write_all(logfile_fd, line, (size_t)len);
+		logfile_write(line, (size_t)len);
 	}
 
 	if (use_syslog && level <= LG_LOG) {

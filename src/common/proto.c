@@ -6,6 +6,7 @@
 #include "autoconfig.h"
 
 #include "common/proto.h"
+#include "common/pktbuf.h"
 
 #include <string.h>
 #include <strings.h>
@@ -218,4 +219,63 @@ const char *proto_msg_name(char type, bool from_server)
 		}
 	}
 	return "unknown";
+}
+
+bool proto_parse_error(const uint8_t *body, uint32_t len, const char **sev, const char **code, const char **msg)
+{
+	*sev = "ERROR";
+	*code = "08P01";
+	*msg = "";
+	PktReader r;
+	pktreader_init(&r, body, len);
+	uint8_t t;
+	const char *v;
+	int seen = 0;
+	for (;;) {
+		if (!pktreader_get_u8(&r, &t))
+			return false; /* no terminating zero */
+		if (t == 0)
+			break;
+		if (!pktreader_get_string(&r, &v))
+			return false;
+		if (t == 'S')
+			*sev = v, seen |= 1;
+		else if (t == 'C')
+			*code = v, seen |= 2;
+		else if (t == 'M')
+			*msg = v, seen |= 4;
+	}
+	return seen == 7 && pktreader_remaining(&r) == 0;
+}
+
+bool proto_parse_param_status(const uint8_t *body, uint32_t len, const char **name, const char **value)
+{
+	PktReader r;
+	pktreader_init(&r, body, len);
+	return pktreader_get_string(&r, name) && pktreader_get_string(&r, value) && pktreader_remaining(&r) == 0;
+}
+
+bool proto_sasl_has_mech(const uint8_t *list, uint32_t len, const char *mech)
+{
+	PktReader r;
+	const char *m;
+	bool found = false;
+	pktreader_init(&r, list, len);
+	while (pktreader_get_string(&r, &m) && *m)
+		if (strcmp(m, mech) == 0)
+			found = true;
+	return found;
+}
+
+bool proto_parse_sasl_initial(const uint8_t *body, uint32_t len, const char **mech, const uint8_t **data,
+                              uint32_t *dlen)
+{
+	PktReader r;
+	pktreader_init(&r, body, len);
+	*data = NULL;
+	if (!pktreader_get_string(&r, mech) || !pktreader_get_u32(&r, dlen))
+		return false;
+	if (*dlen != 0xffffffffu && !pktreader_get_bytes(&r, *dlen, data))
+		*data = NULL;
+	return true;
 }

@@ -21,6 +21,7 @@
 #include "worker/dns.h"
 #include "worker/admin.h"
 #include "worker/admin_fanout.h"
+#include "worker/admin_parse.h"
 #include "worker/admin_workers.h"
 #include "worker/cancel.h"
 #include "worker/prepare.h"
@@ -212,7 +213,7 @@ static bool show_databases(PgSocket *c, int variant)
 		const char *v[] = {
 		    db->name,
 		    db->admin ? NULL : db->cf.host,
-		    fmt_int(db->admin ? wk.cf.g.listen_port : (db->cf.port > 0 ? db->cf.port : 5432)),
+		    fmt_int(db->admin ? wk.cf.g.listen_port : db_server_port(db)),
 		    db->admin ? "pgbouncer" : (db->cf.dbname ? db->cf.dbname : db->name),
 		    db->admin ? "pgbouncer" : db->cf.user,
 		    fmt_int(pool_size),
@@ -510,7 +511,7 @@ _Static_assert(STATS_COLUMNS == PGSTATS_FIELDS, "every PgStats counter has a SHO
 /* Averages over the last complete stats_period. */
 static void averages(const DbStats *d, long long avg[STATS_COLUMNS])
 {
-	double secs = wk.cf.g.stats_period > 0 ? wk.cf.g.stats_period : 60;
+	double secs = wk.cf.g.stats_period; /* at least 1: the parameter table's range */
 	const PgStats *a = &d->older, *b = &d->newer;
 	uint64_t dx = b->xact_count - a->xact_count, dq = b->query_count - a->query_count;
 	uint64_t da = b->server_assignment_count - a->server_assignment_count;
@@ -1036,61 +1037,7 @@ static const char *fake_param(const char *name)
 
 /* ---- parsing ---- */
 
-#define MAX_WORD 64
-
-/* Read a word or a double-quoted identifier. Returns false on syntax error. */
-static bool read_ident(const char **pp, char *out, size_t outlen, bool *too_long)
-{
-	const char *p = *pp;
-	size_t n = 0;
-	*too_long = false;
-	while (isspace((unsigned char)*p))
-		p++;
-	if (*p == '"') {
-		p++;
-		for (;;) {
-			if (!*p)
-				return false;
-			if (*p == '"') {
-				if (p[1] == '"') {
-					p++;
-				} else {
-					p++;
-					break;
-				}
-			}
-			if (n + 1 >= outlen) {
-				*too_long = true;
-				return false;
-			}
-			out[n++] = *p++;
-		}
-	} else {
-		while (isalnum((unsigned char)*p) || *p == '_') {
-			if (n + 1 >= outlen) {
-				*too_long = true;
-				return false;
-			}
-			out[n++] = *p++;
-		}
-		if (n == 0)
-			return false;
-	}
-	out[n] = '\0';
-	*pp = p;
-	return true;
-}
-
-static bool at_end(const char *p)
-{
-	while (isspace((unsigned char)*p))
-		p++;
-	if (*p == ';')
-		p++;
-	while (isspace((unsigned char)*p))
-		p++;
-	return *p == '\0';
-}
+#define MAX_WORD ADMIN_MAX_WORD
 
 static PgDatabase *find_or_register_db(const char *name)
 {
@@ -1541,6 +1488,12 @@ static bool invalid_command(PgSocket *c, const char *query)
 	return admin_error(c, NULL, "invalid command '%s', use SHOW HELP;", query);
 }
 
+/* The error for a parse failure of `query`. */
+static bool parse_error(PgSocket *c, AdminParse r, const char *query)
+{
+	return r == ADMIN_PARSE_TOO_LONG ? admin_error(c, NULL, "bad arguments") : invalid_command(c, query);
+}
+
 static bool cmd_pause(PgSocket *c, const char *arg, const char *query)
 {
 	if (wk.pause_mode != P_NONE)
@@ -1769,45 +1722,9 @@ static bool set_refused(PgSocket *c, const char *reason)
 static bool cmd_set(PgSocket *c, const char *p, const char *query)
 {
 	char key[MAX_WORD], val[256];
-	bool too_long;
-	if (!read_ident(&p, key, sizeof(key), &too_long))
-		return too_long ? admin_error(c, NULL, "bad arguments")
-		                : admin_error(c, NULL, "invalid command '%s', use SHOW HELP;", query);
-	while (isspace((unsigned char)*p))
-		p++;
-	if (*p == '=')
-		p++;
-	else if (strncasecmp(p, "to", 2) == 0 && isspace((unsigned char)p[2]))
-		p += 2;
-	else
-		return admin_error(c, NULL, "invalid command '%s', use SHOW HELP;", query);
-	while (isspace((unsigned char)*p))
-		p++;
-	size_t n = 0;
-	if (*p == '\'') {
-		p++;
-		for (;;) {
-			if (!*p)
-				return admin_error(c, NULL, "invalid command '%s', use SHOW HELP;", query);
-			if (*p == '\'') {
-				if (p[1] == '\'')
-					p++;
-				else {
-					p++;
-					break;
-				}
-			}
-			if (n + 1 >= sizeof(val))
-				return admin_error(c, NULL, "bad arguments");
-			val[n++] = *p++;
-		}
-		val[n] = '\0';
-	} else if (!read_ident(&p, val, sizeof(val), &too_long)) {
-		return too_long ? admin_error(c, NULL, "bad arguments")
-		                : admin_error(c, NULL, "invalid command '%s', use SHOW HELP;", query);
-	}
-	if (!at_end(p))
-		return admin_error(c, NULL, "invalid command '%s', use SHOW HELP;", query);
+	AdminParse r = admin_parse_set(p, key, sizeof(key), val, sizeof(val));
+	if (r != ADMIN_PARSE_OK)
+		return parse_error(c, r, query);
 
 	if (fake_param(key)) {
 		PktBuf pb;
@@ -1846,6 +1763,9 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 			return admin_error(c, NULL, "SET failed");
 	}
 	wk.cf_gen++;
+	if (strcmp(param->name, "verbose") == 0 || strcmp(param->name, "logfile") == 0 ||
+	    strncmp(param->name, "syslog", 6) == 0)
+		worker_apply_log_settings();
 	char tag[400];
 	snprintf(tag, sizeof(tag), "SET %s=%s", key, val);
 	PktBuf pb;
@@ -2119,24 +2039,21 @@ bool admin_handle_query(PgSocket *c, const char *query)
 {
 	char word[16], arg[MAX_WORD] = "";
 	const char *p = query;
-	bool too_long;
 	wk.now = get_time_usec();
 	log_debug("admin command: %s", query);
 
-	if (!read_ident(&p, word, sizeof(word), &too_long))
-		return too_long ? admin_error(c, NULL, "bad arguments") : invalid_command(c, query);
+	AdminParse r = admin_read_ident(&p, word, sizeof(word));
+	if (r != ADMIN_PARSE_OK)
+		return parse_error(c, r, query);
 	const AdminCommand *cmd = NULL;
 	for (size_t k = 0; k < N_ELEMS(admin_commands) && !cmd; k++)
 		if (strcasecmp(word, admin_commands[k].name) == 0)
 			cmd = &admin_commands[k];
 	if (cmd && cmd->arg == ARG_SET)
 		return run_command(c, cmd, p, query);
-	if (!at_end(p)) {
-		if (!read_ident(&p, arg, sizeof(arg), &too_long))
-			return too_long ? admin_error(c, NULL, "bad arguments") : invalid_command(c, query);
-		if (!at_end(p) || !arg[0])
-			return invalid_command(c, query);
-	}
+	r = admin_parse_arg(p, arg, sizeof(arg));
+	if (r != ADMIN_PARSE_OK)
+		return parse_error(c, r, query);
 	if (!cmd)
 		return invalid_command(c, query);
 	return run_command(c, cmd, arg, query);

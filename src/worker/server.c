@@ -25,6 +25,7 @@
 #include "worker/client.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
+#include "worker/pool_settings.h"
 #include "worker/server.h"
 #include "worker/txn.h"
 #include "worker/worker.h"
@@ -47,7 +48,7 @@ static DnsResult pick_address(PgPool *pool, struct sockaddr_storage *ss, socklen
                               char *err, size_t errlen)
 {
 	PgDatabase *db = pool->db;
-	int port = db->cf.port > 0 ? db->cf.port : 5432;
+	int port = db_server_port(db);
 	host[0] = '\0';
 	if (db->cf.host && *db->cf.host) {
 		/* comma-separated list: choose one entry */
@@ -170,6 +171,7 @@ static bool launch(PgPool *pool, PgSocket *repl_client, BudgetHold *hold)
 	}
 	s->remote = ss;
 	s->is_unix = ss.ss_family == AF_UNIX;
+	slog_debug(s, "launching new connection to server%s", repl_client ? " (replication)" : "");
 	if (!s->is_unix && wk.tls.server_ctx) {
 		/* made now, while the host list entry is known: verify-full checks that name */
 		s->tls_pending = tls_server_ssl_new(&wk.tls, host, err, sizeof(err));
@@ -216,6 +218,7 @@ static SBufAction login_fail(PgSocket *s, const char *why)
 static SBufAction handle_ssl_answer(PgSocket *s, uint8_t answer, uint32_t avail)
 {
 	const char *why = NULL;
+	slog_noise(s, "server login: SSL answer '%c'", answer);
 	if (answer == 'S') {
 		if (avail > 1) {
 			why = "server sent unencrypted data after its SSL answer";
@@ -282,8 +285,10 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
 	const char *pw = server_password(s, &kind);
 	char err[128];
 
+	slog_noise(s, "server login: authentication request %u", code);
 	switch (code) {
 	case 0:
+		slog_debug(s, "server login: authentication ok");
 		return SB_CONSUMED;
 	case 3: /* cleartext */
 		if (!pw || kind != SECRET_PLAIN)
@@ -300,12 +305,7 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
 		return send_password_msg(s, resp, strlen(resp) + 1) ? SB_CONSUMED : SB_CLOSED;
 	}
 	case 10: { /* SASL: list of mechanisms */
-		bool found = false;
-		const char *mech;
-		while (pktreader_get_string(&r, &mech) && *mech)
-			if (strcmp(mech, "SCRAM-SHA-256") == 0)
-				found = true;
-		if (!found)
+		if (!proto_sasl_has_mech(body + 4, len - 4, "SCRAM-SHA-256"))
 			return login_fail(s, "none of the server's SASL authentication mechanisms are supported");
 		free(s->scram_cli);
 		s->scram_cli = xcalloc(1, sizeof(*s->scram_cli));
@@ -356,48 +356,16 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
 }
 
 /*
- * Fields S, C, M of an ErrorResponse body. False when the body is not a
- * well-formed list of NUL-terminated fields, or lacks one of the three that
- * PostgreSQL always sends; the outputs then hold defaults.
- */
-static bool parse_error(const uint8_t *body, uint32_t len, const char **sev, const char **code, const char **msg)
-{
-	*sev = "ERROR";
-	*code = "08P01";
-	*msg = "";
-	PktReader r;
-	pktreader_init(&r, body, len);
-	uint8_t t;
-	const char *v;
-	int seen = 0;
-	for (;;) {
-		if (!pktreader_get_u8(&r, &t))
-			return false; /* no terminating zero */
-		if (t == 0)
-			break;
-		if (!pktreader_get_string(&r, &v))
-			return false;
-		if (t == 'S')
-			*sev = v, seen |= 1;
-		else if (t == 'C')
-			*code = v, seen |= 2;
-		else if (t == 'M')
-			*msg = v, seen |= 4;
-	}
-	return seen == 7 && pktreader_remaining(&r) == 0;
-}
-
-/*
  * A ParameterStatus from the server: update the server's (and its client's)
  * tracked values. False when the body is not two NUL-terminated strings.
  */
 static bool handle_param_status(PgSocket *s, const uint8_t *body, uint32_t len, bool login)
 {
-	PktReader r;
 	const char *name, *value;
-	pktreader_init(&r, body, len);
-	if (!pktreader_get_string(&r, &name) || !pktreader_get_string(&r, &value) || pktreader_remaining(&r) != 0)
+	if (!proto_parse_param_status(body, len, &name, &value))
 		return false;
+	if (login)
+		slog_noise(s, "server login: parameter %s=%s", name, value);
 	int idx = var_index(name);
 	/* a replication server's login parameters are its client's welcome, not the pool's */
 	bool repl = s->replication != REPLICATION_NONE;
@@ -461,6 +429,7 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 			return login_fail(s, "malformed ParameterStatus from server");
 		return SB_CONSUMED;
 	case 'K':
+		slog_noise(s, "server login: backend key data");
 		if (blen < 8 || blen > 4 + MAX_SERVER_KEY)
 			return login_fail(s, "bad BackendKeyData from server");
 		s->backend_pid =
@@ -472,7 +441,7 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 		return SB_CONSUMED;
 	case 'E': {
 		const char *sev, *code, *msg;
-		if (!parse_error(body, blen, &sev, &code, &msg) || !*msg)
+		if (!proto_parse_error(body, blen, &sev, &code, &msg) || !*msg)
 			return login_fail(s, "malformed ErrorResponse from server (S, C and M fields required)");
 		slog(LG_WARNING, s, "server login failed: %s %s", sev, msg);
 		PgSocket *c = s->link;
@@ -495,6 +464,7 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 		return SB_CLOSED;
 	}
 	case 'Z':
+		slog_debug(s, "server login: ready for query");
 		if (wk.cf.g.log_connections) {
 			if (s->is_unix) {
 				slog(LG_LOG, s, "new connection to server");
@@ -550,7 +520,7 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 				return server_protocol_violation(s, "malformed ParameterStatus");
 		} else {
 			const char *sev, *code, *msg;
-			if (!parse_error(data + 5, hdr->len - 5, &sev, &code, &msg))
+			if (!proto_parse_error(data + 5, hdr->len - 5, &sev, &code, &msg))
 				return server_protocol_violation(s, "malformed ErrorResponse");
 			if (s->setting_vars) {
 				slog(LG_WARNING, s, "parameter SET failed: %s", msg);
@@ -771,6 +741,7 @@ void server_release(PgSocket *s)
 {
 	if (s->state == SV_JUSTFREE)
 		return;
+	slog_debug(s, "released by its client");
 	s->link = NULL;
 	s->sb.dst = NULL;
 	s->setting_vars = false;

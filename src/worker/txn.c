@@ -21,6 +21,7 @@
 #include "worker/pool.h"
 #include "worker/server.h"
 #include "worker/txn.h"
+#include "worker/txn_msg.h"
 #include "worker/worker.h"
 
 /* Whether protocol-level prepared statements are tracked for this pool. */
@@ -160,19 +161,10 @@ static void ensure_prepared(PgSocket *c, PgSocket *s, PreparedStmt *ps)
 
 /* ---- client messages ---- */
 
-/* The first NUL in [p, end), or NULL. Names are short (often empty): a loop beats memchr()'s set-up. */
-static const uint8_t *find_nul(const uint8_t *p, const uint8_t *end)
-{
-	for (; p < end; p++)
-		if (!*p)
-			return p;
-	return NULL;
-}
-
 /* Parse with a statement name: map it, and prepare it on the server unless it is there already. */
 static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, uint32_t blen)
 {
-	const uint8_t *nul = find_nul(body, body + blen);
+	const uint8_t *nul = txn_find_nul(body, body + blen);
 	if (!nul) {
 		disconnect_client(c, true, "invalid Parse message");
 		return SB_CLOSED;
@@ -232,18 +224,6 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 	return SB_CONSUMED;
 }
 
-/* Where the statement name of a Bind starts and ends in the buffered bytes (NULL: not all there). */
-static const char *bind_stmt_name(const uint8_t *data, uint32_t avail, const uint8_t **after)
-{
-	const uint8_t *end = data + avail;
-	const uint8_t *p1 = avail > 5 ? find_nul(data + 5, end) : NULL;
-	const uint8_t *p2 = p1 ? find_nul(p1 + 1, end) : NULL;
-	if (!p2)
-		return NULL;
-	*after = p2 + 1;
-	return (const char *)p1 + 1;
-}
-
 /*
  * Whether a Bind/Describe naming statement `name` goes to the server under
  * another name: every named one does. The client's own statements become
@@ -272,7 +252,7 @@ static const char *server_name(PgSocket *c, PgSocket *s, ClientStmt *cs)
 static SBufAction client_bind(PgSocket *c, PgSocket *s, const uint8_t *data, uint32_t avail, uint32_t len)
 {
 	const uint8_t *rest;
-	const char *stmt = bind_stmt_name(data, avail, &rest);
+	const char *stmt = txn_bind_stmt_name(data, avail, &rest);
 	if (!stmt) {
 		if (avail < len)
 			return SB_NEED_FULL;
@@ -309,14 +289,12 @@ static SBufAction client_describe_close(PgSocket *c, PgSocket *s, const PktHdr *
 	ReqKind kind = hdr->type == 'D' ? REQ_DESCRIBE : REQ_CLOSE;
 	if (avail < hdr->len)
 		return SB_NEED_FULL; /* a name is short: this is rare */
-	/* Byte1 'S' or 'P', then the name */
-	const uint8_t *nul = hdr->len > 6 ? find_nul(data + 6, data + hdr->len) : NULL;
-	if (!nul) {
+	uint8_t what;
+	const char *name = txn_describe_close_name(data, hdr->len, &what);
+	if (!name) {
 		disconnect_client(c, true, "invalid %s message", hdr->type == 'D' ? "Describe" : "Close");
 		return SB_CLOSED;
 	}
-	uint8_t what = data[5];
-	const char *name = (const char *)data + 6;
 	if (what != 'S' || !*name) {
 		reqqueue_push(&s->rq, kind, ANS_CLIENT);
 		return SB_FORWARD;
@@ -422,6 +400,7 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 void txn_release(PgSocket *s)
 {
 	PgSocket *c = s->link;
+	slog_debug(s, "released by C-%p (transaction end)", (const void *)c);
 	if (c) {
 		/* bytes on their way in either direction are whole messages: they leave with their sockets */
 		sbuf_forward_own(&c->sb, NULL, 0, true);
@@ -459,22 +438,6 @@ void txn_server_discard_check(PgSocket *s, const uint8_t *data, uint32_t len)
 	check_discard(s, data, len);
 }
 
-/* Where `"PGBOUNCER_<digits>"` starts in text (the quotes included), and its length; NULL if absent. */
-static const char *find_server_name(const char *text, size_t *len)
-{
-	for (const char *p = strstr(text, "\"" PREPARE_NAME_PREFIX); p; p = strstr(p + 1, "\"" PREPARE_NAME_PREFIX)) {
-		const char *q = p + 1 + strlen(PREPARE_NAME_PREFIX);
-		const char *d = q;
-		while (*d >= '0' && *d <= '9')
-			d++;
-		if (d > q && *d == '"') {
-			*len = (size_t)(d + 1 - p);
-			return p;
-		}
-	}
-	return NULL;
-}
-
 /*
  * The server's error for a request whose statement the pooler renamed, with
  * the client's statement name where PostgreSQL wrote the server-side one
@@ -483,33 +446,11 @@ static const char *find_server_name(const char *text, size_t *len)
  */
 static bool rename_in_error(PgSocket *s, const char *client_name, const uint8_t *data, uint32_t len)
 {
-	PktReader r;
-	uint8_t f;
-	const char *v;
-	bool renamed_any = false;
 	PktBuf *pb = scratch();
-	pktbuf_start_msg(pb, 'E');
-	pktreader_init(&r, data + 5, len - 5);
-	while (pktreader_get_u8(&r, &f) && f != 0 && pktreader_get_string(&r, &v)) {
-		size_t n;
-		const char *at = f == 'M' ? find_server_name(v, &n) : NULL;
-		pktbuf_put_u8(pb, f);
-		if (!at) {
-			pktbuf_put_string(pb, v);
-			continue;
-		}
-		pktbuf_put_bytes(pb, v, (size_t)(at - v));
-		pktbuf_put_u8(pb, '"');
-		pktbuf_put_bytes(pb, client_name, strlen(client_name));
-		pktbuf_put_u8(pb, '"');
-		pktbuf_put_string(pb, at + n);
-		renamed_any = true;
-	}
-	pktbuf_put_u8(pb, 0);
-	pktbuf_finish_msg(pb);
-	if (renamed_any)
-		to_client(s, pb->buf, pb->len);
-	return renamed_any;
+	if (!txn_rename_in_error(pb, client_name, data, len))
+		return false;
+	to_client(s, pb->buf, pb->len);
+	return true;
 }
 
 /*
@@ -520,14 +461,7 @@ static bool rename_in_error(PgSocket *s, const char *client_name, const uint8_t 
  */
 static bool own_error(PgSocket *s, const Request *req, const uint8_t *data, uint32_t len)
 {
-	const char *sqlstate = "";
-	PktReader r;
-	uint8_t f;
-	const char *v;
-	pktreader_init(&r, data + 5, len - 5);
-	while (pktreader_get_u8(&r, &f) && f != 0 && pktreader_get_string(&r, &v))
-		if (f == 'C')
-			sqlstate = v;
+	const char *sqlstate = txn_error_sqlstate(data, len);
 	/* in a failed transaction PostgreSQL refuses everything with 25P02 first: so do we */
 	if (strcmp(sqlstate, "25P02") == 0)
 		return false;

@@ -173,3 +173,42 @@ put("fuzz_auth_query", "hint", b"\x02" + b"\0".join([b"42501", b"permission deni
                                                     b"pgbouncer", b"postgres", b"SELECT * FROM pgbouncer.user_lookup($1)"]))
 put("fuzz_auth_query", "hint_schema", b"\x05" + b"\0".join([b"3F000", b"schema \"pgbouncer\" does not exist",
                                                            b"Auth User", b"db", b""]))
+
+# ---- server messages at login (fuzz_server_msg): backend messages as sent ----
+def auth(code, data=b""):
+    return msg("R", struct.pack("!I", code) + data)
+
+
+put("fuzz_server_msg", "md5_login", auth(5, b"salt") + auth(0) + b"".join(
+    msg("S", cstr(k) + cstr(v)) for k, v in [("server_version", "16.4"), ("client_encoding", "UTF8"),
+                                              ("DateStyle", "ISO, MDY"), ("standard_conforming_strings", "on")])
+    + msg("K", struct.pack("!I", 4242) + b"k" * 4) + msg("Z", b"I"))
+# the SCRAM exchange of fuzz_scram_client's "valid" seed, framed as the server sends it
+sfirst, sfinal = (CORPUS / "fuzz_scram_client" / "valid").read_bytes().split(b"\0", 1)
+put("fuzz_server_msg", "scram_login", auth(10, cstr("SCRAM-SHA-256-PLUS") + cstr("SCRAM-SHA-256") + b"\0")
+    + auth(11, sfirst) + auth(12, sfinal) + auth(0) + msg("S", cstr("TimeZone") + cstr("UTC")) + msg("Z", b"I"))
+put("fuzz_server_msg", "error", msg("N", b"SWARNING\0VWARNING\0C01000\0Mnotice\0\0")
+    + msg("E", b"SFATAL\0VFATAL\0C28P01\0Mpassword authentication failed for user \"u\"\0Fauth.c\0L1\0Rx\0\0"))
+put("fuzz_server_msg", "malformed", msg("S", b"name-without-nul") + msg("E", b"Mno S or C\0\0"))
+
+# ---- client SASL messages (fuzz_sasl): SASLInitialResponse then SASLResponse ----
+cfirst, cfinal = (CORPUS / "fuzz_scram_server" / "valid").read_bytes().split(b"\0", 1)
+put("fuzz_sasl", "valid", msg("p", cstr("SCRAM-SHA-256") + struct.pack("!I", len(cfirst)) + cfirst) + msg("p", cfinal))
+put("fuzz_sasl", "no_data", msg("p", cstr("SCRAM-SHA-256") + struct.pack("!i", -1)))
+put("fuzz_sasl", "other_mech", msg("p", cstr("SCRAM-SHA-256-PLUS") + struct.pack("!I", 3) + b"p=x"))
+
+# ---- extended-protocol names (fuzz_txn_msg): client name NUL, messages (a byte after each cuts it) ----
+bind_named = msg("B", cstr("") + cstr("stmt1") + struct.pack("!HH", 1, 0) + struct.pack("!HI", 1, 1) + b"1"
+                 + struct.pack("!HH", 1, 0))
+put("fuzz_txn_msg", "bind", b"stmt1\0" + bind_named + b"\x09" + msg("B", cstr("p") + cstr("") + b"\0\0\0\0\0\0"))
+put("fuzz_txn_msg", "describe_close", b"s\0" + msg("D", b"Ss\0") + msg("D", b"P\0") + msg("C", b"Ss\0")
+    + msg("C", b"P\0"))
+put("fuzz_txn_msg", "error", b"my_stmt\0" + msg("E", b"SERROR\0VERROR\0C26000\0"
+    b"Mprepared statement \"PGBOUNCER_12\" does not exist\0Fprepare.c\0L1\0\0")
+    + msg("E", b"SERROR\0C08P01\0Mbind message supplies 1 parameters, but prepared statement "
+          b"\"PGBOUNCER_3\" requires 2\0\0"))
+
+# ---- console commands (fuzz_admin): the query text ----
+for name, q in [("show", "SHOW POOLS;"), ("set", "SET default_pool_size = '20'"), ("set_to", "set \"log_connections\" TO 0 ;"),
+                ("kill", "KILL \"my \"\"db\"\"\""), ("pause", "  pause app  ;  "), ("set_quoted", "SET a='it''s'")]:
+    put("fuzz_admin", name, q)

@@ -1,6 +1,7 @@
 /*
  * Unit tests for proto.c: header parsing at every length boundary,
- * StartupMessage layout rules, the hex prefix of bad headers, message names.
+ * StartupMessage layout rules, the hex prefix of bad headers, message names,
+ * the bodies of ErrorResponse, ParameterStatus and the SASL messages.
  */
 #include "autoconfig.h"
 
@@ -335,6 +336,68 @@ static void test_replication_names(void **state)
 	assert_string_equal(proto_replication_show_name(REPLICATION_LOGICAL), "logical");
 }
 
+/* ---- server and SASL message bodies ---- */
+
+static void test_parse_error_fields(void **state)
+{
+	static const uint8_t ok[] = "SFATAL\0VFATAL\0C28P01\0Mpassword authentication failed\0\0";
+	const char *sev, *code, *msg;
+	assert_true(proto_parse_error(ok, sizeof(ok) - 1, &sev, &code, &msg));
+	assert_string_equal(sev, "FATAL");
+	assert_string_equal(code, "28P01");
+	assert_string_equal(msg, "password authentication failed");
+	/* no terminating zero, a missing field, a byte after the end: malformed, defaults kept */
+	assert_false(proto_parse_error(ok, sizeof(ok) - 2, &sev, &code, &msg));
+	static const uint8_t no_code[] = "SERROR\0Mx\0\0";
+	assert_false(proto_parse_error(no_code, sizeof(no_code) - 1, &sev, &code, &msg));
+	assert_string_equal(code, "08P01");
+	assert_false(proto_parse_error(ok, sizeof(ok), &sev, &code, &msg));
+	static const uint8_t cut[] = "SERROR\0C12345\0Mno nul";
+	assert_false(proto_parse_error(cut, sizeof(cut) - 1, &sev, &code, &msg));
+}
+
+static void test_parse_param_status(void **state)
+{
+	static const uint8_t ok[] = "TimeZone\0UTC\0";
+	const char *name, *value;
+	assert_true(proto_parse_param_status(ok, sizeof(ok) - 1, &name, &value));
+	assert_string_equal(name, "TimeZone");
+	assert_string_equal(value, "UTC");
+	assert_false(proto_parse_param_status(ok, sizeof(ok) - 2, &name, &value)); /* value without NUL */
+	assert_false(proto_parse_param_status(ok, sizeof(ok), &name, &value));     /* a byte after it */
+	assert_false(proto_parse_param_status(ok, 3, &name, &value));
+}
+
+static void test_sasl_mechs(void **state)
+{
+	static const uint8_t both[] = "SCRAM-SHA-256-PLUS\0SCRAM-SHA-256\0\0";
+	static const uint8_t plus[] = "SCRAM-SHA-256-PLUS\0\0";
+	assert_true(proto_sasl_has_mech(both, sizeof(both) - 1, "SCRAM-SHA-256"));
+	assert_false(proto_sasl_has_mech(plus, sizeof(plus) - 1, "SCRAM-SHA-256"));
+	assert_false(proto_sasl_has_mech(both, 10, "SCRAM-SHA-256"));
+	assert_false(proto_sasl_has_mech(both, 0, "SCRAM-SHA-256"));
+}
+
+static void test_sasl_initial(void **state)
+{
+	static const uint8_t ok[] = "SCRAM-SHA-256\0\0\0\0\3abc";
+	static const uint8_t none[] = "SCRAM-SHA-256\0\xff\xff\xff\xff";
+	static const uint8_t long_len[] = "SCRAM-SHA-256\0\0\0\0\4abc";
+	const char *mech;
+	const uint8_t *d;
+	uint32_t n;
+	assert_true(proto_parse_sasl_initial(ok, sizeof(ok) - 1, &mech, &d, &n));
+	assert_string_equal(mech, "SCRAM-SHA-256");
+	assert_int_equal(n, 3);
+	assert_memory_equal(d, "abc", 3);
+	assert_true(proto_parse_sasl_initial(none, sizeof(none) - 1, &mech, &d, &n));
+	assert_null(d);
+	assert_true(proto_parse_sasl_initial(long_len, sizeof(long_len) - 1, &mech, &d, &n));
+	assert_null(d);                                                /* the length runs past the message */
+	assert_false(proto_parse_sasl_initial(ok, 16, &mech, &d, &n)); /* no whole length */
+	assert_false(proto_parse_sasl_initial(ok, 5, &mech, &d, &n));  /* no NUL after the name */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -355,6 +418,10 @@ int main(void)
 	    cmocka_unit_test(test_msg_names),
 	    cmocka_unit_test(test_replication_values),
 	    cmocka_unit_test(test_replication_names),
+	    cmocka_unit_test(test_parse_error_fields),
+	    cmocka_unit_test(test_parse_param_status),
+	    cmocka_unit_test(test_sasl_mechs),
+	    cmocka_unit_test(test_sasl_initial),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,54 @@
+/*
+ * The pure half of transaction pooling's message handling (doc/transaction.md):
+ * where the statement names sit in a client's Bind, Describe and Close, and
+ * the server's ErrorResponse rewritten with the client's statement name.
+ * No sockets, no event loop (test/fuzz/fuzz_txn_msg.c runs it alone); the
+ * run-time half is src/worker/txn.c.
+ */
+#ifndef PGB_WORKER_TXN_MSG_H
+#define PGB_WORKER_TXN_MSG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/pktbuf.h"
+
+/* The first NUL in [p, end), or NULL. Names are short (often empty): a loop beats memchr()'s set-up. */
+static inline const uint8_t *txn_find_nul(const uint8_t *p, const uint8_t *end)
+{
+	for (; p < end; p++)
+		if (!*p)
+			return p;
+	return NULL;
+}
+
+/*
+ * A Bind message whose first `avail` bytes (header included) are at data:
+ * its statement name, and in *after where the rest (formats, parameters)
+ * starts. NULL when the portal and statement names are not both there.
+ */
+const char *txn_bind_stmt_name(const uint8_t *data, uint32_t avail, const uint8_t **after);
+
+/*
+ * A whole Describe or Close message of len bytes (header included): its
+ * name, and in *what the 'S' (statement) or 'P' (portal) byte. NULL when
+ * the message is malformed (no kind byte, or no NUL after the name).
+ */
+const char *txn_describe_close_name(const uint8_t *data, uint32_t len, uint8_t *what);
+
+/* Where `"PGBOUNCER_<digits>"` starts in text (the quotes included), and its length; NULL if absent. */
+const char *txn_find_server_name(const char *text, size_t *len);
+
+/* The C (SQLSTATE) field of a whole ErrorResponse of len bytes (header included); "" if it has none. */
+const char *txn_error_sqlstate(const uint8_t *data, uint32_t len);
+
+/*
+ * Write into pb (empty) a whole ErrorResponse of len bytes (header
+ * included) with `"client_name"` in place of the server-side name in its
+ * M field; every other field as it was. False: there was nothing to
+ * rename (pb then holds the copy anyway).
+ */
+bool txn_rename_in_error(PktBuf *pb, const char *client_name, const uint8_t *data, uint32_t len);
+
+#endif
