@@ -15,6 +15,8 @@ static inline int pool_effective_mode(const PgPool *pool)
 
 /* Link a server to the client (true), or queue it and maybe launch one (false). */
 bool pool_find_server(PgSocket *client);
+/* Within server_login_retry of the pool's last failed login (policy_login_retry_wait()). */
+bool pool_retry_wait(const PgPool *pool);
 /* Within server_login_retry of a failed login of the pool, with no server to use (not while paused). */
 bool pool_login_failing(const PgPool *pool);
 /* If pool_login_failing(): close `client` with the cached error and return true. */

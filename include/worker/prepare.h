@@ -54,6 +54,10 @@ void prepare_client_free(ClientStmt *cs);                         /* a detached 
 bool prepare_client_remove_gen(ClientStmtMap *map, uint64_t gen); /* false if that mapping is gone already */
 void prepare_client_clear(ClientStmtMap *map);
 unsigned prepare_client_count(const ClientStmtMap *map);
+/* Walk a client's map (a moved client's state, src/worker/migrate.c): first, next (NULL at the end), its name. */
+ClientStmt *prepare_client_first(const ClientStmtMap *map);
+ClientStmt *prepare_client_next(const ClientStmt *cs);
+const char *prepare_client_name(const ClientStmt *cs);
 
 /* ---- a server's set ---- */
 

@@ -280,7 +280,7 @@ SBufAction auth_start(PgSocket *c)
 
 	if (auth_console_peer(c)) {
 		c->admin_user = true;
-		if (wk.cf.g.log_connections)
+		if (wk.cf.g.log_connections && !c->is_internal)
 			slog(LG_LOG, c, "pgbouncer access from unix socket");
 		auth_login_complete(c);
 		return c->state == CL_JUSTFREE ? SB_CLOSED : SB_CONSUMED;

@@ -35,8 +35,6 @@ void client_accept(int fd, bool is_unix, bool is_private)
 	PgSocket *c = socket_new(false);
 	socklen_t len = sizeof(c->remote);
 	getpeername(fd, (struct sockaddr *)&c->remote, &len);
-	len = sizeof(c->local);
-	getsockname(fd, (struct sockaddr *)&c->local, &len);
 	c->is_unix = is_unix;
 	c->is_private = is_private;
 	if (is_unix) {
@@ -53,6 +51,9 @@ void client_accept(int fd, bool is_unix, bool is_private)
 	}
 	/* the peer connection of another worker's console, not an operator on the private socket */
 	c->is_internal = is_private && admin_fanout_from_worker(c->peer_pid);
+	/* the master's /metrics scrape (doc/monitoring.md): hidden and uncounted too, but fanned out */
+	c->from_master = is_private && c->peer_pid > 0 && c->peer_pid == (int)getppid();
+	c->is_internal = c->is_internal || c->from_master;
 	if (is_private) {
 		/* a peer worker's console: not a client of the pooler, so outside max_client_conn */
 		wk.client_count++;
@@ -65,7 +66,11 @@ void client_accept(int fd, bool is_unix, bool is_private)
 	if (log_enabled(LG_DEBUG)) {
 		char lhost[INET6_ADDRSTRLEN + 8];
 		int lport;
-		format_addr(&c->local, lhost, sizeof(lhost), &lport);
+		struct sockaddr_storage local = {0};
+		socklen_t llen = sizeof(local);
+		(void)getsockname(fd, (struct sockaddr *)&local,
+		                  &llen); /* not kept: doc/benchmarks.md, "Memory per idle client" */
+		format_addr(&local, lhost, sizeof(lhost), &lport);
 		slog(LG_DEBUG, c, "got connection: %s:%d%s", lhost, lport, is_private ? " (private socket)" : "");
 	}
 	sbuf_accept(&c->sb, wk.base, fd, (uint32_t)wk.cf.g.pkt_buf, wk.cf.g.max_packet_size, client_cb, c);
@@ -165,8 +170,9 @@ bool client_send_welcome(PgSocket *c)
 				pktbuf_write_param_status(&pb, var_name(i), c->vars[i].value);
 	} else if (c->replication != REPLICATION_NONE && c->link) {
 		/* what its dedicated server said at login; tracked values came through to c->vars */
-		const PktBuf *params = &c->link->repl_params;
-		pktbuf_put_bytes(&pb, params->buf, params->len);
+		const PktBuf *params = c->link->repl_params;
+		if (params)
+			pktbuf_put_bytes(&pb, params->buf, params->len);
 		for (int i = 0; i < var_count(); i++)
 			if (c->vars[i].value)
 				pktbuf_write_param_status(&pb, var_name(i), c->vars[i].value);
@@ -421,7 +427,8 @@ static SBufAction handle_startup_params(PgSocket *c, const StartupParam *params,
 		c->db = db;
 	}
 	slog_debug(c, "startup packet: db=%s user=%s, %d parameters, protocol 3.%u", dbname, user, n, minor);
-	if (wk.cf.g.log_connections) {
+	/* internal consoles (fan-out peers, the metrics scrape) are nobody's connections: no log */
+	if (wk.cf.g.log_connections && !c->is_internal) {
 		char desc[TLS_DESCRIBE_LEN] = "no";
 		if (socket_is_tls(c))
 			tls_describe(c->sb.ssl, desc, sizeof(desc));

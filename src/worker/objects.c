@@ -24,9 +24,11 @@
 #include "worker/admin_fanout.h"
 #include "worker/auth_query.h"
 #include "worker/cancel.h"
+#include "worker/migrate.h"
 #include "worker/objects.h"
 #include "worker/pam.h"
 #include "worker/pool.h"
+#include "worker/pool_policy.h"
 #include "worker/pool_settings.h"
 #include "worker/server.h"
 #include "worker/worker.h"
@@ -689,7 +691,7 @@ void change_state(PgSocket *s, SocketState st)
 		s->pool->n_state[st]++;
 	}
 	/* idle servers are reused LIFO, unless round-robin or about to close */
-	if (st == SV_IDLE && !wk.cf.g.server_round_robin && !s->close_needed)
+	if (st == SV_IDLE && policy_idle_at_head(wk.cf.g.server_round_robin, s->close_needed))
 		list_prepend(l, &s->node);
 	else
 		list_append(l, &s->node);
@@ -722,8 +724,12 @@ static void free_socket(PgSocket *s)
 		var_set(&s->vars[i], NULL);
 	free(s->app_name_raw);
 	free(s->repl_options);
-	pktbuf_free(&s->repl_params);
+	if (s->repl_params) {
+		pktbuf_free(s->repl_params);
+		free(s->repl_params);
+	}
 	free(s->own_placeholder);
+	free(s->server_key);
 	free(s->scram_srv);
 	free(s->scram_cli);
 	SSL_free(s->tls_pending);
@@ -731,6 +737,21 @@ static void free_socket(PgSocket *s)
 	prepare_client_clear(&s->stmts);
 	prepare_server_clear(&s->sstmts);
 	free(s);
+}
+
+void socket_local_addr(const PgSocket *s, struct sockaddr_storage *ss)
+{
+	socklen_t len;
+	if (s->sb.fd < 0 || s->sb.connecting || !sbuf_local_addr(&s->sb, ss, &len))
+		memset(ss, 0, sizeof(*ss));
+}
+
+void socket_set_server_key(PgSocket *s, const uint8_t *key, uint32_t len)
+{
+	free(s->server_key);
+	s->server_key = xmalloc(len ? len : 1);
+	memcpy(s->server_key, key, len);
+	s->server_key_len = len;
 }
 
 void socket_free_justfree(void)
@@ -779,7 +800,7 @@ static bool closing(PgSocket *s, bool needed, char *reason, size_t len, const ch
 		return false;
 	if (fmt && (needed || wk.cf.g.log_disconnections))
 		vsnprintf(reason, len, fmt, ap);
-	if (wk.cf.g.log_disconnections)
+	if (wk.cf.g.log_disconnections && !s->is_internal)
 		slog(LG_LOG, s, "closing because: %s (age=%.0fs)", reason, age_seconds(s));
 	else
 		slog_debug(s, "closing because: %s (age=%.0fs)", reason, age_seconds(s));
@@ -815,6 +836,8 @@ void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 			c->login_user->client_count--;
 	}
 	budget_hold_release(&c->budget);
+	if (c->adopted)
+		migrate_client_closed(c); /* the master stops routing its cancel key here */
 	if (c->is_private) {
 		wk.client_count--;
 		wk.private_clients--;

@@ -195,6 +195,21 @@ unsigned prepare_client_count(const ClientStmtMap *map)
 	return HASH_COUNT(map->head);
 }
 
+ClientStmt *prepare_client_first(const ClientStmtMap *map)
+{
+	return map->head;
+}
+
+ClientStmt *prepare_client_next(const ClientStmt *cs)
+{
+	return cs->hh.next;
+}
+
+const char *prepare_client_name(const ClientStmt *cs)
+{
+	return cs->name;
+}
+
 /* ---- servers ---- */
 
 bool prepare_server_has(ServerStmt **set, const PreparedStmt *ps, bool touch)
