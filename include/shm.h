@@ -42,7 +42,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC       0x50474257u /* "PGBW" */
-#define SHM_VERSION     4u
+#define SHM_VERSION     6u
 #define SHM_MAX_WORKERS 64
 #define SHM_CACHELINE   64
 
@@ -83,6 +83,13 @@ typedef struct WorkerSlot {
 	_Atomic uint32_t sv_idle;
 	_Atomic uint64_t stats[SHM_STATS_FIELDS]; /* PgStats totals of all its pools, freed ones included,
 	                                             in PgStats order: the pooler's stats line [worker] */
+	/* rebalancing (doc/workers.md, "Rebalancing long-lived clients") */
+	_Atomic uint32_t cl_movable;   /* logged-in clients that could move to another worker now [worker] */
+	_Atomic uint32_t cl_unmovable; /* logged-in clients that cannot (in a transaction, TLS, ...) [worker] */
+	_Atomic uint64_t moved_in;     /* clients taken over from other workers [worker] */
+	_Atomic uint64_t moved_out;    /* clients handed over to other workers [worker] */
+	_Atomic uint64_t
+	    move_failed; /* clients picked for a move that stayed (state too large, send failed) [worker] */
 } WorkerSlot;
 
 /* The scaler's decisions: made by the master (master/scaler.h), shown by the workers' SHOW SCALER. */
@@ -115,8 +122,10 @@ typedef struct ScalerView {
 	_Atomic uint32_t last_decision;                   /* ScaleDecision */
 	_Atomic uint64_t last_change_us;                  /* wall clock of the last change, 0 = none */
 	_Atomic uint32_t tcp_migrate_req;                 /* net.ipv4.tcp_migrate_req at start */
+	_Atomic uint32_t predecessor_live;                /* 1 while the tree this one took over from (-R) still runs */
 	char last_reason[128];                            /* written by the master between seq bumps */
 	_Atomic uint32_t reason_seq;                      /* odd while last_reason is being written */
+	_Atomic uint64_t decisions[3];                    /* decisions taken, by ScaleDecision (metrics) */
 	_Atomic uint32_t busy_milli[SHM_MAX_WORKERS];     /* last busy ratio x1000 per slot */
 	_Atomic uint32_t busy_avg_milli[SHM_MAX_WORKERS]; /* moving average x1000 per slot */
 	_Atomic uint32_t wait_milli[SHM_MAX_WORKERS];     /* last run-queue wait ratio x1000 per slot */

@@ -4,6 +4,7 @@ check that a pooler and a bystander client came through a bad input
 unharmed. Fixtures live in conftest.py; the raw protocol client in pgwire.py.
 """
 
+import subprocess
 import threading
 
 import psycopg
@@ -184,3 +185,9 @@ def scram_secret_of(server, role, password):
     (secret,) = server.sql("SELECT rolpassword FROM pg_authid WHERE rolname = %s", [role])[0]
     assert secret.startswith("SCRAM-SHA-256$"), secret
     return secret
+
+
+def build_has_pam(binary):
+    """Whether this pgbouncer was built with PAM (configure found libpam)."""
+    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
+    return "libpam.so" in out

@@ -5,12 +5,19 @@ instead of being accepted and then failing every login."""
 
 import pytest
 
-from helpers import console, expect_error, row
+from helpers import build_has_pam, console, expect_error, row
+
+
+@pytest.fixture
+def unsupported(pgbouncer_bin, method):
+    """ldap is never supported; pam only in a build without libpam (test_pam.py tests the other)."""
+    if method == "pam" and build_has_pam(pgbouncer_bin):
+        pytest.skip("this build has PAM: test_pam.py covers auth_type = pam")
 
 
 
 @pytest.mark.parametrize("method", ["pam", "ldap"])
-def test_unsupported_auth_type_refused_at_start(bouncer, run_pgbouncer, method):
+def test_unsupported_auth_type_refused_at_start(bouncer, run_pgbouncer, method, unsupported):
     b = bouncer(ini_overrides={"auth_type": method}, start=False)
     run = run_pgbouncer([b.ini_path])
     seen = run.stdout + run.stderr + b.log_text()
@@ -21,7 +28,7 @@ def test_unsupported_auth_type_refused_at_start(bouncer, run_pgbouncer, method):
 
 
 @pytest.mark.parametrize("method", ["pam", "ldap"])
-def test_unsupported_auth_type_refused_on_reload_and_set(bouncer, method):
+def test_unsupported_auth_type_refused_on_reload_and_set(bouncer, method, unsupported):
     b = bouncer(ini_overrides={"auth_type": "trust"})
     conn = console(b)
     b.update(auth_type=method)

@@ -259,12 +259,12 @@ def test_first_matching_line_wins(bouncer, run_as, pg):
 def test_unparsable_lines_are_skipped(bouncer, run_as, pg):
     b = hba_bouncer(bouncer, run_as, pg,
                     "# a comment\n"
-                    "host all alice 127.0.0.1/32 pam\n"
+                    "host all alice 127.0.0.1/32 radius\n"
                     "host all alice samehost trust\n"
                     "host all alice 127.0.0.1/32 trust # the line that is used\n"
                     "host all bob 127.0.0.1/32 trust clientcert=verify-full\n",
                     userlist("alice", "bob"))
-    b.wait_log(r'WARNING could not parse hba config line 2: unsupported authentication method "pam"')
+    b.wait_log(r'WARNING could not parse hba config line 2: unsupported authentication method "radius"')
     b.wait_log(r"WARNING could not parse hba config line 3: ")
     b.wait_log(r"WARNING could not parse hba config line 5: ")
     assert "line 4" not in b.log_text()

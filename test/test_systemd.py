@@ -84,3 +84,32 @@ def test_no_notify_socket_changes_nothing(bouncer):
     b = bouncer()
     with b.connect(autocommit=True, password="postgres") as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_online_restart_moves_mainpid(bouncer, notify):
+    """pgbouncer -R: the old master (systemd's main pid) names the new one as
+    MAINPID when it hands over, and never says STOPPING=1 (doc/workers.md "Upgrading")."""
+    b = bouncer(env={"NOTIFY_SOCKET": notify.path})
+    old_pid = b.pid
+    assert notify.wait_for("READY=1")["MAINPID"] == str(old_pid)
+    held = b.connect(autocommit=True, password="postgres")
+    held.execute("SELECT 1")
+    old = b.proc
+    b.proc = None
+    try:
+        b.start(["-R"])
+        moved = notify.wait_for(f"MAINPID={b.pid}")
+        assert "READY" not in moved, "the old master names the new one before that one is ready"
+        assert notify.wait_for("READY=1")["MAINPID"] == str(b.pid)
+        # stopping what is left of the old tree is not the service stopping
+        mark = b.log_mark()
+        os.kill(old_pid, signal.SIGTERM)
+        b.wait_log(rf"\[{old_pid}\] LOG got SIGTERM", after=mark)
+        held.close()
+        assert old.wait(timeout=DEADLINE) == 0
+        b.reload()  # RELOADING=1 from the new master comes after anything the old one sent
+        notify.wait_for("RELOADING=1")
+        assert not any("STOPPING" in m for m in notify.got), notify.got
+    finally:
+        if old.poll() is None:
+            os.killpg(old.pid, signal.SIGKILL)

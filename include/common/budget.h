@@ -22,6 +22,16 @@ int budget_lookup(GlobalBudget *gb, int self, BudgetKind kind, const char *db, c
 /* One unit of entry idx for worker self, if the count is below limit (limit <= 0: no limit). */
 bool budget_take(GlobalBudget *gb, int self, int idx, int limit) __attribute__((warn_unused_result));
 
+/*
+ * Online restart (doc/workers.md "Upgrading"): the old tree's table, mapped
+ * read-only by the new master before its workers fork (NULL: none). While
+ * the old tree runs, its counts add to ours: budget_foreign_count() gives
+ * the count of the entry with the same key as our entry idx (0 if none).
+ */
+extern const GlobalBudget *budget_predecessor;
+int budget_foreign_count(const GlobalBudget *gb, int idx);
+int budget_foreign_clients(void);
+
 /* Give back a unit that worker self took. */
 void budget_give(GlobalBudget *gb, int self, int idx);
 

@@ -12,14 +12,54 @@
 typedef enum ChannelMsgType {
 	CH_TAKE_LISTENER = 1, /* master->worker: start accepting on the attached fd (id = listener id) */
 	CH_DROP_LISTENER = 2, /* master->worker: stop accepting on listener `id` and close it */
-	CH_DRAIN = 3,         /* master->worker: stop accepting, finish clients, exit (arg = timeout ms, 0 = none) */
+	CH_DRAIN = 3,         /* master->worker: stop accepting, finish clients, exit (arg = timeout ms, 0 = none;
+	                 id = 1: a new tree took over, doc/workers.md "Upgrading") */
 	/*
 	 * worker->master->worker: cancel key in arg (8 bytes), byte 3 names the
 	 * owner; the requester's socket rides along, and the owner closes it once
 	 * the cancel is handled (the requester then knows it is done).
 	 */
 	CH_CANCEL = 4,
+	/*
+	 * Rebalancing (doc/workers.md, "Rebalancing long-lived clients"): the
+	 * master makes a SOCK_SEQPACKET socketpair and sends one end to each
+	 * side. CH_MIGRATE: hand up to `arg` movable clients to worker `id`
+	 * over the attached socket, then close it. CH_ADOPT: take the clients
+	 * worker `id` sends over the attached socket until EOF. Each client is
+	 * one packet of state with its socket attached (include/worker/migrate.h).
+	 */
+	CH_MIGRATE = 5,
+	CH_ADOPT = 6,
+	/* worker->master: the client with cancel key `arg` now lives in worker `id` (it was moved there) */
+	CH_MOVED = 7,
+	/* worker->master: that moved client (cancel key `arg`) has closed */
+	CH_MOVED_GONE = 8,
+	/*
+	 * Online restart (-R) between a new master and the running one, on the
+	 * old master's control socket (doc/workers.md "Upgrading"):
+	 * new->old CH_UP_HELLO (arg = protocol version); old->new one
+	 * CH_UP_LISTENER per listening socket (fd attached; id = listener id, or
+	 * UINT32_MAX for the unix socket), CH_UP_SEGMENT with the memfd of its
+	 * shared memory (if it has one), CH_UP_SALT_KEY four times (id = part,
+	 * arg = 8 bytes of the SCRAM salt key), then CH_UP_END (arg = its worker
+	 * count); new->old CH_UP_COMMIT (arg = the new master's pid) once its
+	 * workers accept; old->new CH_UP_DONE (arg = the old master's pid).
+	 */
+	CH_UP_HELLO = 16,
+	CH_UP_LISTENER = 17,
+	CH_UP_END = 18,
+	CH_UP_COMMIT = 19,
+	CH_UP_DONE = 20,
+	CH_UP_SALT_KEY = 21,
+	CH_UP_SEGMENT = 22,
 } ChannelMsgType;
+
+/*
+ * CH_CANCEL's id from a worker: 0 = the key names another worker (byte 3);
+ * CANCEL_NOT_HERE = the key names this worker but no client of it has it
+ * (it may have been moved: the master looks it up among moved clients).
+ */
+#define CANCEL_NOT_HERE 1
 
 typedef struct ChannelMsg {
 	uint32_t type; /* ChannelMsgType */

@@ -106,6 +106,7 @@ typedef struct CfGlobals {
 	int max_user_client_connections;
 	int max_user_connections;
 	int max_workers;
+	char *metrics_listen;
 	int min_pool_size;
 	int min_workers;
 	int peer_id;
@@ -240,7 +241,16 @@ typedef struct Config {
 	char *path; /* the file given on the command line */
 } Config;
 
-/* One row of the parameter table. */
+/* Largest time value, in seconds (~68 years): a deadline now + value cannot overflow usec_t. */
+#define CF_TIME_MAX_SEC 2147483647.0
+
+/*
+ * One row of the parameter table. For CF_INT, CF_UINT, CF_TIME and CF_REAL
+ * the value must lie in [min, max] (min excluded when min_excl), in the
+ * unit the file uses (seconds for CF_TIME): config_validate() refuses a
+ * value outside with "NAME must be RANGE (got VALUE)" (config_range_text()).
+ * CF_ENUM allows the words of enums, CF_BOOL any integer.
+ */
 typedef struct CfParam {
 	const char *name;
 	CfType type;
@@ -250,6 +260,8 @@ typedef struct CfParam {
 	bool hidden;         /* accepted but absent from SHOW CONFIG */
 	bool unimplemented;  /* accepted, but setting it has no effect (warned) */
 	const CfEnum *enums; /* for CF_ENUM */
+	double min, max;     /* numeric types: the range of accepted values */
+	bool min_excl;       /* min itself is refused ("above 0") */
 } CfParam;
 
 /* The parameter table, in SHOW CONFIG order, terminated by a NULL name. */
@@ -280,8 +292,11 @@ bool config_copy(Config *dst, const Config *src) __attribute__((warn_unused_resu
 bool config_load(Config *cf, const char *path, char *errbuf, size_t errlen) __attribute__((warn_unused_result));
 
 /*
- * Checks across parameters (min_workers <= max_workers, thresholds, ...).
- * config_load() calls it; exported for SET.
+ * Every parameter in its range (config_check_range(), in table order),
+ * then the checks across parameters (min_workers <= max_workers,
+ * thresholds, auth_dbname, ...). config_load() calls it, so a start with
+ * a value out of range is fatal and a RELOAD keeps the running
+ * configuration; config_set_checked() calls it for SET.
  */
 bool config_validate(const Config *cf, char *errbuf, size_t errlen) __attribute__((warn_unused_result));
 
@@ -305,6 +320,21 @@ bool config_set(Config *cf, const char *name, const char *value, char *errbuf, s
  * put back and the message names the setting and its range.
  */
 bool config_set_checked(Config *cf, const char *name, const char *value, char *errbuf, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/*
+ * What a parameter accepts, in words: "between 1 and 65535", "at least 0",
+ * "above 0 and at most 1", "between 0 and 2147483647 seconds", "one of
+ * session, transaction, statement", "an integer (0 = off)", "any text".
+ */
+void config_range_text(const CfParam *p, char *buf, size_t len);
+
+/*
+ * Whether the current value of p is in its range; if not, false with
+ * "NAME must be RANGE (got VALUE)" in errbuf. config_validate() checks
+ * every parameter with it.
+ */
+bool config_check_range(const Config *cf, const CfParam *p, char *errbuf, size_t errlen)
     __attribute__((warn_unused_result));
 
 /* Format the current value for SHOW CONFIG into buf; returns false for NULL (unset string). */

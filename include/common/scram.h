@@ -55,6 +55,10 @@ bool scram_build_secret(const char *password, int iterations, ScramSecret *out) 
  */
 #define SCRAM_DERIVED_SALT_LEN 16
 void scram_salt_key_init(void);
+/* The key itself, so that a new master at an online restart keeps the salts (doc/workers.md "Upgrading"). */
+#define SCRAM_SALT_KEY_LEN 32
+void scram_salt_key_get(uint8_t key[SCRAM_SALT_KEY_LEN]);
+void scram_salt_key_set(const uint8_t key[SCRAM_SALT_KEY_LEN]);
 void scram_salt_for(const char *name, uint8_t salt[SCRAM_DERIVED_SALT_LEN]);
 
 /*

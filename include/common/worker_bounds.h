@@ -1,8 +1,9 @@
 /*
  * The bounds of the worker settings (min_workers, max_workers,
- * worker_scale_*), in one place: the config loader, RELOAD and SET refuse
- * what cannot work through worker_bounds_check(), and the master's scaler
- * takes its worker counts from worker_bounds_resolve(), which clamps.
+ * worker_scale_*): the limits the parameter table uses, the checks across
+ * settings that config_validate() runs after the table's ranges
+ * (worker_bounds_check()), and the worker counts the master's scaler takes
+ * from worker_bounds_resolve(), which clamps.
  */
 #ifndef PGB_COMMON_WORKER_BOUNDS_H
 #define PGB_COMMON_WORKER_BOUNDS_H
@@ -17,12 +18,13 @@
 #define WORKER_SAMPLES_MAX 128             /* samples the scaler keeps: the largest *_samples that can fire */
 
 /*
- * Refuse values that cannot work: min_workers outside 1..WORKERS_MAX,
- * max_workers below 0, min_workers above a non-zero max_workers,
- * thresholds outside 0 < worker_scale_down_threshold <
- * worker_scale_up_threshold <= 1, *_samples outside 1..WORKER_SAMPLES_MAX,
- * worker_scale_interval of 0. False with "SETTING must be ... (got V)" in
- * err, naming the setting and its range (the first problem found).
+ * The checks across worker settings: min_workers above a non-zero
+ * max_workers, worker_scale_down_threshold not below
+ * worker_scale_up_threshold. The range of each setting alone (min_workers
+ * 1..WORKERS_MAX, *_samples 1..WORKER_SAMPLES_MAX, thresholds above 0 and
+ * at most 1, worker_scale_interval above 0) is in the parameter table
+ * (src/common/config.c), which config_validate() checks first. False with
+ * "SETTING must be ... (got V)" in err.
  */
 bool worker_bounds_check(const CfGlobals *g, char *err, size_t errlen) __attribute__((warn_unused_result));
 

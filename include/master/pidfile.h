@@ -11,6 +11,12 @@ void pidfile_check(const char *path);
 /* Create `path` exclusively with "<pid>\n", mode 0644. Fatal on failure. */
 void pidfile_write(const char *path);
 
+/* Online restart, new side: replace the old master's pidfile with ours (atomically). Fatal on failure. */
+void pidfile_replace(const char *path);
+
+/* Online restart, old side: the pidfile is the new master's now; never remove it. */
+void pidfile_forget(void);
+
 /* Remove the pidfile written by pidfile_write() (no-op if none). */
 void pidfile_remove(void);
 

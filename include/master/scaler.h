@@ -16,7 +16,7 @@
 
 #define SCALER_HISTORY WORKER_SAMPLES_MAX /* samples kept: the largest *_samples setting accepted */
 
-/* The settings as the decision uses them: checked by worker_bounds_check(), counts from worker_bounds_resolve(). */
+/* The settings as the decision uses them: checked by config_validate(), counts from worker_bounds_resolve(). */
 typedef struct ScalerConfig {
 	int min_workers;       /* >= 1 */
 	int max_workers;       /* resolved (0 already replaced by the core count): >= min_workers */

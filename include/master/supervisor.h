@@ -7,16 +7,43 @@
 
 #include <event2/event.h>
 #include <stdbool.h>
+#include <sys/types.h>
 
 #include "common/config.h"
 #include "master/listen.h"
 #include "common/tls.h"
+#include "shm.h"
 
 /* Create the shm segment and remember what workers need; call before supervisor_start(). */
 void supervisor_init(struct event_base *base, Config *cf, const TlsContexts *tls, ListenSet *ls, int cmdline_verbose);
 
-/* Start the initial workers (warm start count, clamped) and the scaler tick. */
-void supervisor_start(void);
+/*
+ * Start the initial workers and the scaler tick: takeover_count (> 0 after
+ * an online restart: the old tree's count) or the warm start count, clamped.
+ */
+void supervisor_start(int takeover_count);
+
+/*
+ * Online restart, old side: send every listening socket to the new master
+ * on `conn` and stop scaling; returns the worker count, -1 on failure.
+ * conn = -1: the new master gave up, scale again.
+ */
+int supervisor_export(int conn);
+
+/*
+ * Online restart, new side (before supervisor_start()): map the old tree's
+ * segment read-only so that its budget counts add to ours until `pid` exits.
+ */
+void supervisor_predecessor(int shm_fd, pid_t pid);
+
+/* Online restart, new side (before supervisor_start()): use the old tree's listener slots. */
+void supervisor_inherit(InheritedSocket *s, int n);
+
+/* Online restart, new side: wait (at most timeout_ms) until every worker started accepts. */
+void supervisor_wait_active(int timeout_ms);
+
+/* Online restart, old side: the new tree serves; drain every worker, close our TCP sockets, never respawn. */
+void supervisor_retire(void);
 
 /* The running config changed (reload): new scaler settings. */
 void supervisor_config_changed(Config *cf);
@@ -33,6 +60,8 @@ void supervisor_close_tcp(void);
 /* Kill every worker at once (fast exit paths); safe to call from the fatal hook. */
 void supervisor_kill_all(void);
 
+/* The shared-memory segment (after supervisor_init()). */
+ShmSegment *supervisor_shm(void);
 /* Number of live worker processes. */
 int supervisor_live_workers(void);
 

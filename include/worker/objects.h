@@ -47,7 +47,8 @@ typedef enum SocketState {
 
 typedef struct PgPool PgPool;
 typedef struct PgSocket PgSocket;
-typedef struct AuthQuery AuthQuery; /* an auth_query lookup in progress (auth_query.c) */
+typedef struct AuthQuery AuthQuery;   /* an auth_query lookup in progress (auth_query.c) */
+typedef struct PamRequest PamRequest; /* a PAM check in progress (pam.c) */
 
 /* A worker's cached index of a global budget entry (include/shm.h). */
 typedef struct BudgetRef {
@@ -98,6 +99,7 @@ typedef struct PgUser {
 	uint8_t scram_server_key[SCRAM_KEY_LEN];
 	ScramSecret *adhoc_scram; /* verifier built from a plain password (cached) */
 	bool from_auth_query;     /* secret came from auth_query: looked up again at each login */
+	bool from_pam;            /* secret is the password PAM last accepted (for server logins) */
 	int client_count;         /* current client connections of this login user */
 	int server_count;         /* current server connections of this pool user */
 	BudgetRef budget;         /* its global server count (max_user_connections) */
@@ -188,8 +190,11 @@ struct PgSocket {
 	struct sockaddr_storage local;  /* our address */
 	bool is_unix;                   /* came in over the unix socket */
 	bool is_private;                /* came in over this worker's private socket: never fanned out */
+	bool adopted;                   /* clients: moved here from another worker (the master maps its key) */
 	bool is_internal;               /* is_private from another worker's process: a console's peer connection,
 	                                   hidden from every SHOW and counted nowhere */
+	bool from_master;               /* is_internal from the master (metrics_listen): answered for the
+	                                   whole pooler like an operator's console */
 	struct AdminFanout *fanout;     /* consoles: peer connections for fanned-out commands, or NULL */
 	int peer_pid;                   /* SO_PEERCRED pid for unix clients, else 0 */
 	uid_t peer_uid;                 /* SO_PEERCRED uid */
@@ -216,6 +221,7 @@ struct PgSocket {
 	ScramServer *scram_srv; /* client SCRAM exchange in progress */
 	ScramClient *scram_cli; /* server SCRAM login in progress */
 	AuthQuery *auth_query;  /* clients: their lookup (queued or running); servers: the lookup they run */
+	PamRequest *pam_req;    /* clients: their PAM check (queued or running) */
 	bool admin_user;        /* console: full access */
 	bool stats_user;        /* console: read-only */
 
@@ -303,6 +309,20 @@ int pool_server_count(const PgPool *pool);
 int pool_client_count(const PgPool *pool);
 /* Log a line prefixed with the socket's C-/S- name, db/user@addr:port. */
 void slog(LogLevel level, const PgSocket *s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/*
+ * slog() at DEBUG (verbose >= 1) and NOISE (verbose >= 2): the level is
+ * checked inline, so a disabled line evaluates no argument and makes no call.
+ */
+#define slog_debug(s, ...)                                                                                             \
+	do {                                                                                                           \
+		if (log_enabled(LG_DEBUG))                                                                             \
+			slog(LG_DEBUG, s, __VA_ARGS__);                                                                \
+	} while (0)
+#define slog_noise(s, ...)                                                                                             \
+	do {                                                                                                           \
+		if (log_enabled(LG_NOISE))                                                                             \
+			slog(LG_NOISE, s, __VA_ARGS__);                                                                \
+	} while (0)
 /* Address text (`unix` for a Unix socket) and port of ss. */
 void format_addr(const struct sockaddr_storage *ss, char *buf, size_t len, int *port);
 /* Index of a tracked parameter (case-insensitive), or -1. */

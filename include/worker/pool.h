@@ -15,6 +15,8 @@ static inline int pool_effective_mode(const PgPool *pool)
 
 /* Link a server to the client (true), or queue it and maybe launch one (false). */
 bool pool_find_server(PgSocket *client);
+/* Within server_login_retry of the pool's last failed login (policy_login_retry_wait()). */
+bool pool_retry_wait(const PgPool *pool);
 /* Within server_login_retry of a failed login of the pool, with no server to use (not while paused). */
 bool pool_login_failing(const PgPool *pool);
 /* If pool_login_failing(): close `client` with the cached error and return true. */
@@ -24,6 +26,8 @@ void pool_server_ready(PgSocket *server);
 /* Welcome clients waiting for the first login; give idle servers to queued clients. */
 void pool_wake_waiters(PgPool *pool);
 void pool_drop_gone_waiters(PgPool *pool); /* close waiting clients that hung up (janitor) */
+/* Whether the peer of a client that is not being read has closed its end (poll POLLRDHUP). */
+bool client_hung_up(const PgSocket *c);
 void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool from_server);
 /* Connect a new server if a client (or lookup) waits and the limits allow. */
 void pool_maybe_launch(PgPool *pool);

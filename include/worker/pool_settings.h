@@ -25,12 +25,21 @@ int db_pool_size(const PgDatabase *db);
 int db_reserve_pool_size(const PgDatabase *db);
 /* min_pool_size: database entry, else global */
 int db_min_pool_size(const PgDatabase *db);
+/* port of the database entry's server (5432 when the entry has none, as for the console's) */
+int db_server_port(const PgDatabase *db);
 /* server_lifetime: database entry when > 0, else global */
 usec_t db_server_lifetime(const PgDatabase *db);
 /* max_db_connections: database entry when > 0, else global; 0 = unlimited */
 int db_max_connections(const PgDatabase *db);
 /* max_db_client_connections: database entry when > 0, else global; 0 = unlimited */
 int db_max_client_connections(const PgDatabase *db);
+
+/* auth_user: database entry, else global; NULL when neither is set (or both are empty) */
+const char *db_auth_user(const PgDatabase *db);
+/* auth_query: database entry, else global; NULL when empty */
+const char *db_auth_query(const PgDatabase *db);
+/* auth_dbname: database entry, else global, else the database itself */
+const char *db_auth_dbname(const PgDatabase *db);
 
 /* The user-level settings below take a user without a [users] entry, or NULL, as "global". */
 /* max_user_connections: user entry when > 0, else global; 0 = unlimited */

@@ -50,6 +50,10 @@ void prepare_client_free(ClientStmt *cs);                       /* a detached on
 bool prepare_client_remove_gen(ClientStmt **map, uint64_t gen); /* false if that mapping is gone already */
 void prepare_client_clear(ClientStmt **map);
 unsigned prepare_client_count(ClientStmt *const *map);
+/* Walk a client's map (a moved client's state, src/worker/migrate.c): first, next (NULL at the end), its name. */
+ClientStmt *prepare_client_first(ClientStmt *const *map);
+ClientStmt *prepare_client_next(const ClientStmt *cs);
+const char *prepare_client_name(const ClientStmt *cs);
 
 /* ---- a server's set ---- */
 

@@ -18,6 +18,7 @@
 #include "common/hba.h"
 #include "worker/objects.h"
 #include "common/tls.h"
+#include "worker_entry.h"
 
 #define WORKER_MAX_LISTENERS 256
 
@@ -82,6 +83,10 @@ typedef struct Worker {
 	usec_t start_time;
 	int master_fd;                  /* control pipe to the master (-1 = none) */
 	uint64_t accepted;              /* accepted connections */
+	uint64_t moved_in;              /* clients adopted from other workers (src/worker/migrate.c) */
+	uint64_t moved_out;             /* clients handed to other workers */
+	uint64_t move_failed;           /* clients picked for a move that stayed */
+	int intakes;                    /* batches of moved clients still arriving (no exit before they end) */
 	PgStats retired_stats;          /* totals of the pools freed so far */
 	int cmdline_verbose;            /* verbosity from -v (a file's verbose overrides it) */
 	ShmSegment *shm;                /* shared with the master */
@@ -89,17 +94,17 @@ typedef struct Worker {
 	struct event *publish_ev;       /* publishes busy time and counters */
 	int schedstat_fd;               /* /proc/self/schedstat, for the run-queue wait (-1 = none) */
 	struct event *drain_timeout_ev; /* worker_drain_timeout */
+	bool retiring;                  /* draining because a new tree took over (-R): idle servers go early */
 } Worker;
 
 extern Worker wk;
 
-/* worker.c */
-int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerListener *listeners, int n_listeners, int master_fd,
-                int cmdline_verbose, ShmSegment *shm);
+/* worker.c; worker_main() is declared in include/worker_entry.h */
 /* Stop (or resume) accepting on this worker's listeners. */
 void worker_listen_pause(bool pause);
-void worker_stats_total(PgStats *out);            /* totals of every pool this worker has had */
-void worker_clock_tick(void);                     /* wk.now = the time now; every event callback starts with it */
+void worker_stats_total(PgStats *out); /* totals of every pool this worker has had */
+void worker_apply_log_settings(void);  /* verbose, logfile and syslog settings of wk.cf take effect (reload, SET) */
+void worker_clock_tick(void);          /* wk.now = the time now; every event callback starts with it */
 bool worker_tls_reload(char *err, size_t errlen); /* rebuild TLS from wk.cf; false keeps the old contexts */
 void worker_count_tls_handshake(void);
 /* Exit once a shutdown, or a drain, has nothing left to wait for. */
@@ -109,5 +114,6 @@ void worker_start_shutdown(RunState mode); /* SIGTERM / SIGINT semantics */
 void worker_reload(void);
 void worker_clients_add(int delta); /* client connections of this worker, also in the global count */
 int worker_global_clients(void);    /* client connections of all workers (max_client_conn) */
+void worker_publish(void);          /* publish counters and gauges to the slot now (also every 100 ms) */
 
 #endif

@@ -20,9 +20,12 @@
  *
  * --persistent P puts a share P of the demand on long-lived clients, which
  * stay on the worker that accepted them; --rebalance none leaves them there
- * (a new worker then only gets new clients), the default moves them so that
- * every worker holds the same share (what rebalancing aims at; there is no
- * rebalancing plan function in src/master to replay yet).
+ * (a new worker then only gets new clients), `even` (the default) moves them
+ * so that every worker holds the same share at every tick (the ideal), and
+ * `plan` moves them as the master does: the real plan of
+ * src/master/rebalance.c on client counts (one client = 0.01 core of
+ * demand) and each worker's load, after 3 uneven ticks in a row, at once
+ * in the 10 ticks after a worker was added, one quiet tick after a move.
  *
  * Input on stdin: one "demand other" line per tick. Output: one line per
  * tick, "t demand other workers decision mean_busy mean_wait unserved"
@@ -35,7 +38,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "master/rebalance.h"
 #include "master/scaler.h"
+
+#define CLIENT_CORES 0.01 /* --rebalance plan: the demand of one long-lived client */
 
 static double arg(int argc, char **argv, const char *name, double def)
 {
@@ -68,10 +74,15 @@ int main(int argc, char **argv)
 
 	/* the share of the demand carried by long-lived clients, and whether they move between workers */
 	double persistent = arg(argc, argv, "--persistent", 0);
-	int rebalance = 1;
+	enum { REB_NONE, REB_EVEN, REB_PLAN } rebalance = REB_EVEN;
 	for (int i = 1; i + 1 < argc; i++)
 		if (strcmp(argv[i], "--rebalance") == 0)
-			rebalance = strcmp(argv[i + 1], "none") != 0;
+			rebalance = strcmp(argv[i + 1], "none") == 0   ? REB_NONE
+			            : strcmp(argv[i + 1], "plan") == 0 ? REB_PLAN
+			                                               : REB_EVEN;
+	RebalanceConfig rcf = rebalance_default_config();
+	int streak = 0, fresh = 0, quiet = 0;
+	double load[SHM_MAX_WORKERS] = {0}; /* each worker's last reading */
 
 	SchedCounters cnt[SHM_MAX_WORKERS], prev[SHM_MAX_WORKERS];
 	int have_prev[SHM_MAX_WORKERS] = {0};
@@ -92,7 +103,7 @@ int main(int argc, char **argv)
 		for (int i = 0; i < n; i++)
 			total += held[i];
 		for (int i = 0; i < n; i++) {
-			if (rebalance)
+			if (rebalance == REB_EVEN)
 				held[i] = longlived / n;
 			else if (longlived >= total)
 				held[i] += (longlived - total) / n;
@@ -121,6 +132,7 @@ int main(int argc, char **argv)
 			if (have_prev[i]) {
 				Saturation s = scaler_saturation(&prev[i], &cnt[i]);
 				if (s.valid) {
+					load[i] = s.load;
 					sum += s.load;
 					sum_busy += s.busy;
 					sum_wait += s.wait;
@@ -128,6 +140,34 @@ int main(int argc, char **argv)
 			}
 			prev[i] = cnt[i];
 			have_prev[i] = 1;
+		}
+		if (rebalance == REB_PLAN) {
+			/* the master's rebalance tick (supervisor.c), every client movable */
+			RebalanceWorker rw[SHM_MAX_WORKERS];
+			for (int i = 0; i < n; i++)
+				rw[i] = (RebalanceWorker){.slot = i,
+				                          .clients = (int)llround(held[i] / CLIENT_CORES),
+				                          .movable = (int)llround(held[i] / CLIENT_CORES),
+				                          .busy = load[i]};
+			RebalanceMove mv[REBALANCE_MAX_MOVES];
+			int k = 0;
+			if (fresh > 0)
+				fresh--;
+			if (quiet > 0)
+				quiet--;
+			else if ((k = rebalance_plan(rw, n, &rcf, mv, REBALANCE_MAX_MOVES)) == 0)
+				streak = 0;
+			else if (fresh > 0 || ++streak >= 3) {
+				for (int j = 0; j < k; j++) {
+					double c = mv[j].count * CLIENT_CORES;
+					if (c > held[mv[j].from])
+						c = held[mv[j].from];
+					held[mv[j].from] -= c;
+					held[mv[j].to] += c;
+				}
+				streak = fresh = 0;
+				quiet = 1;
+			}
 		}
 		ScalerSample smp = scaler_sample_make_split(now_us, n, sum, sum_busy);
 		scaler_history_add(&h, &smp);
@@ -138,7 +178,9 @@ int main(int argc, char **argv)
 			cnt[n].time_ns = cnt[0].time_ns;
 			have_prev[n] = 0;
 			held[n] = 0;
+			load[n] = 0;
 			n++;
+			fresh = 10; /* the master plans at once for a new worker */
 		} else if (r.decision == SCALE_DOWN && n > 1) {
 			/* the highest slot drains: it no longer counts; its long-lived clients come back elsewhere */
 			n--;

@@ -65,6 +65,36 @@ int budget_lookup(GlobalBudget *gb, int self, BudgetKind kind, const char *db, c
 	return -1;
 }
 
+const GlobalBudget *budget_predecessor;
+
+int budget_foreign_count(const GlobalBudget *gb, int idx)
+{
+	const GlobalBudget *pb = budget_predecessor;
+	if (!pb)
+		return 0;
+	const BudgetEntry *own = &gb->entries[idx];
+	BudgetKind kind = (BudgetKind)own->kind;
+	for (uint32_t probe = 0; probe < SHM_BUDGET_ENTRIES; probe++) {
+		const BudgetEntry *e = &pb->entries[(own->hash + probe) % SHM_BUDGET_ENTRIES];
+		uint32_t st = atomic_load(&e->state) & STATE_MASK;
+		if (st == BUDGET_EMPTY)
+			return 0;
+		if (st == BUDGET_READY && key_equal(e, own->hash, kind, own->db, own->user)) {
+			int32_t n = atomic_load(&e->count);
+			return n > 0 ? n : 0;
+		}
+	}
+	return 0;
+}
+
+int budget_foreign_clients(void)
+{
+	if (!budget_predecessor)
+		return 0;
+	int32_t n = atomic_load(&budget_predecessor->clients);
+	return n > 0 ? n : 0;
+}
+
 bool budget_take(GlobalBudget *gb, int self, int idx, int limit)
 {
 	BudgetEntry *e = &gb->entries[idx];

@@ -23,6 +23,12 @@
 /* ---------------------------------------------------------------------- */
 /* enum word lists */
 
+#ifdef HAVE_PAM
+#define HAS_PAM 1
+#else
+#define HAS_PAM 0
+#endif
+
 const CfEnum cf_auth_types[] = {
     {"any", AUTH_ANY},   {"trust", AUTH_TRUST}, {"plain", AUTH_PLAIN},
     {"md5", AUTH_MD5},   {"cert", AUTH_CERT},   {"hba", AUTH_HBA},
@@ -86,6 +92,22 @@ static const CfEnum cpu_affinities[] = {
 	{                                                                                                              \
 		.name = #n, .type = (t), .offset = offsetof(CfGlobals, n), .def = (d), .reloadable = (r)               \
 	}
+/* a number in [lo, hi] (seconds for a CF_TIME) */
+#define PARAM_NUM(n, t, d, r, lo, hi)                                                                                  \
+	{                                                                                                              \
+		.name = #n, .type = (t), .offset = offsetof(CfGlobals, n), .def = (d), .reloadable = (r), .min = (lo), \
+		.max = (hi)                                                                                            \
+	}
+/* a number in (lo, hi]: lo itself refused */
+#define PARAM_ABOVE(n, t, d, r, lo, hi)                                                                                \
+	{                                                                                                              \
+		.name = #n, .type = (t), .offset = offsetof(CfGlobals, n), .def = (d), .reloadable = (r), .min = (lo), \
+		.max = (hi), .min_excl = true                                                                          \
+	}
+#define PARAM_INT(n, d, r, lo, hi) PARAM_NUM(n, CF_INT, d, r, lo, hi)
+/* an int with no upper bound but the type's */
+#define PARAM_COUNT(n, d, r)       PARAM_NUM(n, CF_INT, d, r, 0, INT_MAX)
+#define PARAM_TIME(n, d, r)        PARAM_NUM(n, CF_TIME, d, r, 0, CF_TIME_MAX_SEC)
 #define PARAM_ENUM(n, e, d, r)                                                                                         \
 	{                                                                                                              \
 		.name = #n, .type = CF_ENUM, .offset = offsetof(CfGlobals, n), .def = (d), .reloadable = (r),          \
@@ -97,7 +119,17 @@ static const CfEnum cpu_affinities[] = {
 		.name = #n, .type = (t), .offset = offsetof(CfGlobals, n), .def = (d), .reloadable = (r),              \
 		.hidden = (hid), .unimplemented = true                                                                 \
 	}
+#define PARAM_UNIMPL_TIME(n, d, r)                                                                                     \
+	{                                                                                                              \
+		.name = #n, .type = CF_TIME, .offset = offsetof(CfGlobals, n), .def = (d), .reloadable = (r),          \
+		.unimplemented = true, .min = 0, .max = CF_TIME_MAX_SEC                                                \
+	}
 
+/*
+ * The ranges: what cannot work is refused (a negative count or size, a
+ * port outside 1..65535, a time whose deadline would overflow); PgBouncer
+ * checks few of these, see doc/pgbouncer.5.md "Value types".
+ */
 const CfParam cf_params[] = {
     PARAM(admin_users, CF_LIST, "", RELOAD),
     PARAM(application_name_add_host, CF_BOOL, "0", RELOAD),
@@ -109,10 +141,10 @@ const CfParam cf_params[] = {
     PARAM(auth_query, CF_STRING, DEFAULT_AUTH_QUERY, RELOAD),
     PARAM_ENUM(auth_type, cf_auth_types, "md5", RELOAD),
     PARAM(auth_user, CF_STRING, NULL, RELOAD),
-    PARAM(autodb_idle_timeout, CF_TIME, "3600", RELOAD),
-    PARAM(cancel_wait_timeout, CF_TIME, "10", RELOAD),
-    PARAM(client_idle_timeout, CF_TIME, "0", RELOAD),
-    PARAM(client_login_timeout, CF_TIME, "60", RELOAD),
+    PARAM_TIME(autodb_idle_timeout, "3600", RELOAD),
+    PARAM_TIME(cancel_wait_timeout, "10", RELOAD),
+    PARAM_TIME(client_idle_timeout, "0", RELOAD),
+    PARAM_TIME(client_login_timeout, "60", RELOAD),
     PARAM(client_tls13_ciphers, CF_STRING, NULL, RELOAD),
     PARAM(client_tls_ca_file, CF_STRING, "", RELOAD),
     PARAM(client_tls_cert_file, CF_STRING, "", RELOAD),
@@ -123,53 +155,54 @@ const CfParam cf_params[] = {
     PARAM(client_tls_protocols, CF_LIST, "secure", RELOAD),
     PARAM_ENUM(client_tls_sslmode, cf_sslmodes, "disable", RELOAD),
     PARAM(conffile, CF_STRING, NULL, RELOAD),
-    PARAM(default_pool_size, CF_INT, "20", RELOAD),
+    PARAM_COUNT(default_pool_size, "20", RELOAD),
     PARAM(disable_pqexec, CF_BOOL, "0", BOOT),
-    PARAM(dns_max_ttl, CF_TIME, "15", RELOAD),
-    PARAM(dns_nxdomain_ttl, CF_TIME, "15", RELOAD),
-    PARAM_UNIMPL(dns_zone_check_period, CF_TIME, "0", RELOAD, false),
-    PARAM(idle_transaction_timeout, CF_TIME, "0", RELOAD),
+    PARAM_TIME(dns_max_ttl, "15", RELOAD),
+    PARAM_TIME(dns_nxdomain_ttl, "15", RELOAD),
+    PARAM_UNIMPL_TIME(dns_zone_check_period, "0", RELOAD),
+    PARAM_TIME(idle_transaction_timeout, "0", RELOAD),
     PARAM(ignore_startup_parameters, CF_LIST, "", RELOAD),
     PARAM_UNIMPL(job_name, CF_STRING, "pgbouncer", BOOT, false),
     PARAM(listen_addr, CF_LIST, "", BOOT),
-    PARAM(listen_backlog, CF_INT, "128", BOOT),
-    PARAM(listen_port, CF_INT, "6432", BOOT),
+    PARAM_COUNT(listen_backlog, "128", BOOT),
+    PARAM_INT(listen_port, "6432", BOOT, 1, 65535),
     PARAM(log_connections, CF_BOOL, "1", RELOAD),
     PARAM(log_disconnections, CF_BOOL, "1", RELOAD),
     PARAM(log_pooler_errors, CF_BOOL, "1", RELOAD),
     PARAM(log_stats, CF_BOOL, "1", RELOAD),
     PARAM(logfile, CF_STRING, "", RELOAD),
     PARAM(login_notify_message, CF_STRING, "", RELOAD),
-    PARAM(max_client_conn, CF_INT, "100", RELOAD),
-    PARAM(max_db_client_connections, CF_INT, "0", RELOAD),
-    PARAM(max_db_connections, CF_INT, "0", RELOAD),
-    PARAM(max_packet_size, CF_UINT, "2147483647", RELOAD),
-    PARAM(max_prepared_statements, CF_INT, "200", RELOAD),
-    PARAM(max_user_client_connections, CF_INT, "0", RELOAD),
-    PARAM(max_user_connections, CF_INT, "0", RELOAD),
-    PARAM(max_workers, CF_INT, "0", RELOAD),
-    PARAM(min_pool_size, CF_INT, "0", RELOAD),
-    PARAM(min_workers, CF_INT, "1", RELOAD),
-    PARAM(peer_id, CF_INT, "0", RELOAD),
+    PARAM_COUNT(max_client_conn, "100", RELOAD),
+    PARAM_COUNT(max_db_client_connections, "0", RELOAD),
+    PARAM_COUNT(max_db_connections, "0", RELOAD),
+    PARAM_NUM(max_packet_size, CF_UINT, "2147483647", RELOAD, 0, UINT_MAX),
+    PARAM_COUNT(max_prepared_statements, "200", RELOAD),
+    PARAM_COUNT(max_user_client_connections, "0", RELOAD),
+    PARAM_COUNT(max_user_connections, "0", RELOAD),
+    PARAM_COUNT(max_workers, "0", RELOAD),
+    PARAM(metrics_listen, CF_STRING, "", BOOT),
+    PARAM_COUNT(min_pool_size, "0", RELOAD),
+    PARAM_INT(min_workers, "1", RELOAD, 1, WORKERS_MAX),
+    PARAM_INT(peer_id, "0", RELOAD, 0, 16383),
     PARAM(pidfile, CF_STRING, "", BOOT),
-    PARAM(pkt_buf, CF_INT, "4096", BOOT),
+    PARAM_INT(pkt_buf, "4096", BOOT, 512, INT_MAX),
     PARAM_ENUM(pool_mode, cf_pool_modes, "session", RELOAD),
-    PARAM(pool_idle_timeout, CF_TIME, "0", RELOAD),
-    PARAM(query_timeout, CF_TIME, "0", RELOAD),
-    PARAM(query_wait_notify, CF_INT, "5", RELOAD),
-    PARAM(query_wait_timeout, CF_TIME, "120", RELOAD),
-    PARAM(reserve_pool_size, CF_INT, "0", RELOAD),
-    PARAM(reserve_pool_timeout, CF_TIME, "5", RELOAD),
+    PARAM_TIME(pool_idle_timeout, "0", RELOAD),
+    PARAM_TIME(query_timeout, "0", RELOAD),
+    PARAM_COUNT(query_wait_notify, "5", RELOAD),
+    PARAM_TIME(query_wait_timeout, "120", RELOAD),
+    PARAM_COUNT(reserve_pool_size, "0", RELOAD),
+    PARAM_TIME(reserve_pool_timeout, "5", RELOAD),
     PARAM(resolv_conf, CF_STRING, "", BOOT),
-    PARAM(sbuf_loopcnt, CF_INT, "5", RELOAD),
-    PARAM(scram_iterations, CF_INT, "4096", RELOAD),
-    PARAM(server_check_delay, CF_TIME, "30", RELOAD),
+    PARAM_COUNT(sbuf_loopcnt, "5", RELOAD),
+    PARAM_INT(scram_iterations, "4096", RELOAD, 1, INT_MAX),
+    PARAM_TIME(server_check_delay, "30", RELOAD),
     PARAM(server_check_query, CF_STRING, "<empty>", RELOAD),
-    PARAM(server_connect_timeout, CF_TIME, "15", RELOAD),
+    PARAM_TIME(server_connect_timeout, "15", RELOAD),
     PARAM(server_fast_close, CF_BOOL, "0", RELOAD),
-    PARAM(server_idle_timeout, CF_TIME, "600", RELOAD),
-    PARAM(server_lifetime, CF_TIME, "3600", RELOAD),
-    PARAM(server_login_retry, CF_TIME, "15", RELOAD),
+    PARAM_TIME(server_idle_timeout, "600", RELOAD),
+    PARAM_TIME(server_lifetime, "3600", RELOAD),
+    PARAM_TIME(server_login_retry, "15", RELOAD),
     PARAM(server_reset_query, CF_STRING, "DISCARD ALL", RELOAD),
     PARAM(server_reset_query_always, CF_BOOL, "0", RELOAD),
     PARAM(server_round_robin, CF_BOOL, "0", RELOAD),
@@ -182,35 +215,35 @@ const CfParam cf_params[] = {
     PARAM_ENUM(server_tls_sslmode, cf_sslmodes, "prefer", RELOAD),
     PARAM_UNIMPL(service_name, CF_STRING, NULL, BOOT, true),
     PARAM(so_reuseport, CF_BOOL, "0", BOOT),
-    PARAM(stats_period, CF_INT, "60", RELOAD),
+    PARAM_INT(stats_period, "60", RELOAD, 1, INT_MAX),
     PARAM(stats_users, CF_LIST, "", RELOAD),
-    PARAM(suspend_timeout, CF_TIME, "10", RELOAD),
+    PARAM_TIME(suspend_timeout, "10", RELOAD),
     PARAM(syslog, CF_BOOL, "0", RELOAD),
     PARAM(syslog_facility, CF_STRING, "daemon", RELOAD),
     PARAM(syslog_ident, CF_STRING, "pgbouncer", RELOAD),
     PARAM(tcp_defer_accept, CF_BOOL, TCP_DEFER_ACCEPT_DEFAULT, RELOAD),
     PARAM(tcp_keepalive, CF_BOOL, "1", RELOAD),
-    PARAM(tcp_keepcnt, CF_INT, "0", RELOAD),
-    PARAM(tcp_keepidle, CF_INT, "0", RELOAD),
-    PARAM(tcp_keepintvl, CF_INT, "0", RELOAD),
-    PARAM(tcp_socket_buffer, CF_INT, "0", RELOAD),
-    PARAM(tcp_user_timeout, CF_INT, "0", RELOAD),
+    PARAM_COUNT(tcp_keepcnt, "0", RELOAD),
+    PARAM_COUNT(tcp_keepidle, "0", RELOAD),
+    PARAM_COUNT(tcp_keepintvl, "0", RELOAD),
+    PARAM_COUNT(tcp_socket_buffer, "0", RELOAD),
+    PARAM_COUNT(tcp_user_timeout, "0", RELOAD),
     PARAM(track_extra_parameters, CF_LIST, "IntervalStyle", BOOT),
-    PARAM(transaction_timeout, CF_TIME, "0", RELOAD),
+    PARAM_TIME(transaction_timeout, "0", RELOAD),
     PARAM(unix_socket_dir, CF_STRING, "/tmp", BOOT),
     PARAM(unix_socket_group, CF_STRING, "", BOOT),
-    PARAM(unix_socket_mode, CF_INT, "0777", BOOT),
+    PARAM_INT(unix_socket_mode, "0777", BOOT, 0, 07777),
     PARAM(user, CF_STRING, NULL, BOOT),
     /* no default: a reset keeps the value (the -v count unless the file sets it) */
-    PARAM(verbose, CF_INT, NULL, RELOAD),
+    PARAM_COUNT(verbose, NULL, RELOAD),
     PARAM_ENUM(worker_cpu_affinity, cpu_affinities, "off", RELOAD),
-    PARAM(worker_drain_timeout, CF_TIME, "0", RELOAD),
-    PARAM(worker_scale_cooldown, CF_TIME, "10", RELOAD),
-    PARAM(worker_scale_down_samples, CF_INT, "30", RELOAD),
-    PARAM(worker_scale_down_threshold, CF_REAL, "0.5", RELOAD),
-    PARAM(worker_scale_interval, CF_TIME, "1", RELOAD),
-    PARAM(worker_scale_up_samples, CF_INT, "2", RELOAD),
-    PARAM(worker_scale_up_threshold, CF_REAL, "0.75", RELOAD),
+    PARAM_TIME(worker_drain_timeout, "0", RELOAD),
+    PARAM_TIME(worker_scale_cooldown, "10", RELOAD),
+    PARAM_INT(worker_scale_down_samples, "30", RELOAD, 1, WORKER_SAMPLES_MAX),
+    PARAM_ABOVE(worker_scale_down_threshold, CF_REAL, "0.5", RELOAD, 0, 1),
+    PARAM_ABOVE(worker_scale_interval, CF_TIME, "1", RELOAD, 0, CF_TIME_MAX_SEC),
+    PARAM_INT(worker_scale_up_samples, "2", RELOAD, 1, WORKER_SAMPLES_MAX),
+    PARAM_ABOVE(worker_scale_up_threshold, CF_REAL, "0.75", RELOAD, 0, 1),
     PARAM(worker_state_file, CF_STRING, "", RELOAD),
     {.name = NULL},
 };
@@ -520,6 +553,99 @@ static void apply_default(CfGlobals *g, const CfParam *p)
 	put_value(g, p, v);
 }
 
+/* A time in seconds as written in a file: "30", "0.5", "3000000000" (no exponent). */
+static void format_seconds(usec_t t, char *buf, size_t len)
+{
+	usec_t frac = t % USEC_PER_SEC;
+	int n = snprintf(buf, len, "%lld", (long long)(t / USEC_PER_SEC));
+	if (frac == 0 || n < 0 || (size_t)n >= len)
+		return;
+	char digits[8];
+	snprintf(digits, sizeof(digits), "%06lld", (long long)frac);
+	for (int i = 5; i > 0 && digits[i] == '0'; i--)
+		digits[i] = '\0';
+	snprintf(buf + n, len - (size_t)n, ".%s", digits);
+}
+
+/* A bound of p's range in the unit of the file ("%.15g": integers print in full). */
+static void format_bound(double v, char *buf, size_t len)
+{
+	snprintf(buf, len, "%.15g", v);
+}
+
+void config_range_text(const CfParam *p, char *buf, size_t len)
+{
+	char lo[32], hi[32];
+	size_t n;
+
+	switch (p->type) {
+	case CF_BOOL:
+		pgb_strlcpy(buf, "an integer (0 = off, anything else = on)", len);
+		return;
+	case CF_STRING:
+	case CF_LIST:
+		pgb_strlcpy(buf, "any text", len);
+		return;
+	case CF_ENUM:
+		pgb_strlcpy(buf, "one of ", len);
+		for (const CfEnum *e = p->enums; e && e->name; e++) {
+			n = strlen(buf);
+			snprintf(buf + n, len - n, "%s%s", e == p->enums ? "" : ", ", e->name);
+		}
+		return;
+	default:
+		break;
+	}
+	format_bound(p->min, lo, sizeof(lo));
+	format_bound(p->max, hi, sizeof(hi));
+	bool open_top = (p->type == CF_INT && p->max >= INT_MAX) || (p->type == CF_UINT && p->max >= UINT_MAX);
+	if (p->min_excl && open_top)
+		snprintf(buf, len, "above %s", lo);
+	else if (p->min_excl)
+		snprintf(buf, len, "above %s and at most %s", lo, hi);
+	else if (open_top)
+		snprintf(buf, len, "at least %s", lo);
+	else
+		snprintf(buf, len, "between %s and %s", lo, hi);
+	n = strlen(buf);
+	if (p->type == CF_TIME)
+		snprintf(buf + n, len - n, " seconds");
+}
+
+bool config_check_range(const Config *cf, const CfParam *p, char *errbuf, size_t errlen)
+{
+	CfValue v = get_value(&cf->g, p);
+	char got[64], range[128];
+	double x;
+
+	switch (p->type) {
+	case CF_INT:
+		x = v.i;
+		snprintf(got, sizeof(got), "%d", v.i);
+		break;
+	case CF_UINT:
+		x = v.u;
+		snprintf(got, sizeof(got), "%u", v.u);
+		break;
+	case CF_TIME:
+		x = (double)v.t / (double)USEC_PER_SEC;
+		format_seconds(v.t, got, sizeof(got));
+		break;
+	case CF_REAL:
+		x = v.r;
+		snprintf(got, sizeof(got), "%g", v.r);
+		break;
+	default:
+		return true; /* parsing checked the others */
+	}
+	/* written as !(in range) so that NaN fails too */
+	if (!((p->min_excl ? x > p->min : x >= p->min) && x <= p->max)) {
+		config_range_text(p, range, sizeof(range));
+		return set_error(errbuf, errlen, "%s must be %s (got %s)", p->name, range, got);
+	}
+	return true;
+}
+
 const CfParam *config_find_param(const char *name)
 {
 	for (const CfParam *p = cf_params; p->name; p++)
@@ -538,13 +664,20 @@ bool config_set(Config *cf, const char *name, const char *value, char *errbuf, s
 		return false;
 	}
 	if (!value || !parse_value(p, value, &v)) {
-		set_error(errbuf, errlen, "invalid value \"%s\" for parameter %s", value ? value : "(null)", name);
+		char range[256];
+		config_range_text(p, range, sizeof(range));
+		const char *kind = p->type == CF_INT || p->type == CF_UINT ? "an integer, "
+		                   : p->type == CF_REAL                    ? "a decimal number, "
+		                                                           : "";
+		set_error(errbuf, errlen, "invalid value \"%s\" for parameter %s: must be %s%s",
+		          value ? value : "(null)", name, kind, range);
 		return false;
 	}
-	/* PgBouncer knows these words only when built with LDAP or PAM; this build has neither */
-	if (p->offset == offsetof(CfGlobals, auth_type) && (v.i == AUTH_PAM || v.i == AUTH_LDAP)) {
-		set_error(errbuf, errlen, "auth_type \"%s\" is not supported by this build",
-		          config_enum_name(cf_auth_types, v.i));
+	/* PgBouncer knows these words only when built with LDAP or PAM; this build has no LDAP */
+	if (p->offset == offsetof(CfGlobals, auth_type) && (v.i == AUTH_LDAP || (v.i == AUTH_PAM && !HAS_PAM))) {
+		set_error(errbuf, errlen, "auth_type \"%s\" is not supported by this build%s",
+		          config_enum_name(cf_auth_types, v.i),
+		          v.i == AUTH_PAM ? " (built without libpam: configure --with-pam)" : "");
 		return false;
 	}
 	if (p->unimplemented && !is_default_value(p, v))
@@ -1287,26 +1420,12 @@ bool config_validate(const Config *cf, char *errbuf, size_t errlen)
 {
 	const CfGlobals *g = &cf->g;
 
+	for (const CfParam *p = cf_params; p->name; p++)
+		if (!config_check_range(cf, p, errbuf, errlen))
+			return false;
 	if (g->auth_dbname && strcmp(g->auth_dbname, "pgbouncer") == 0) {
 		set_error(errbuf, errlen,
 		          "auth_dbname cannot be \"pgbouncer\": that name is reserved for the admin console");
-		return false;
-	}
-	if (g->listen_port < 1 || g->listen_port > 65535) {
-		set_error(errbuf, errlen, "listen_port (%d) must be between 1 and 65535", g->listen_port);
-		return false;
-	}
-	if (g->pkt_buf < 512) {
-		set_error(errbuf, errlen, "pkt_buf (%d) must be at least 512", g->pkt_buf);
-		return false;
-	}
-	if (g->unix_socket_mode < 0 || g->unix_socket_mode > 07777) {
-		set_error(errbuf, errlen, "unix_socket_mode (%o) is not a valid file mode",
-		          (unsigned int)g->unix_socket_mode);
-		return false;
-	}
-	if (g->peer_id < 0 || g->peer_id > 16383) {
-		set_error(errbuf, errlen, "peer_id (%d) must be between 0 and 16383", g->peer_id);
 		return false;
 	}
 	if (!worker_bounds_check(g, errbuf, errlen))

@@ -359,6 +359,9 @@ static bool parse_method(HbaRule *r, const Field *f, char *errbuf, size_t errlen
 	    {"cert", AUTH_CERT},
 	    {"scram-sha-256", AUTH_SCRAM_SHA_256},
 	    {"ldap", AUTH_LDAP},
+#ifdef HAVE_PAM
+	    {"pam", AUTH_PAM},
+#endif
 	};
 	if (f->n != 1)
 		return set_error(errbuf, errlen, "multiple values in the method column");

@@ -338,8 +338,21 @@ bool scram_build_secret_salt(const char *password, const uint8_t *salt, size_t s
 	return ok;
 }
 
-static uint8_t salt_key[32];
+static uint8_t salt_key[SCRAM_SALT_KEY_LEN];
 static bool salt_key_ready;
+
+void scram_salt_key_get(uint8_t key[SCRAM_SALT_KEY_LEN])
+{
+	if (!salt_key_ready)
+		scram_salt_key_init();
+	memcpy(key, salt_key, SCRAM_SALT_KEY_LEN);
+}
+
+void scram_salt_key_set(const uint8_t key[SCRAM_SALT_KEY_LEN])
+{
+	memcpy(salt_key, key, SCRAM_SALT_KEY_LEN);
+	salt_key_ready = true;
+}
 
 void scram_salt_key_init(void)
 {

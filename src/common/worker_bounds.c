@@ -1,6 +1,7 @@
 /*
- * The bounds of the worker settings: what is refused (at start, RELOAD and
- * SET) and what is clamped (by the master, which logs it). See
+ * The bounds of the worker settings: what is refused across settings (the
+ * range of each one is in config.c's table) and what is clamped (by the
+ * master, which logs it). See
  * include/common/worker_bounds.h and doc/workers.md.
  */
 #include "autoconfig.h"
@@ -13,40 +14,18 @@
 
 #include "common/util.h"
 
-static bool samples_ok(const char *name, int v, char *err, size_t errlen)
-{
-	if (v >= 1 && v <= WORKER_SAMPLES_MAX)
-		return true;
-	return set_error(err, errlen, "%s must be between 1 and %d (got %d)", name, WORKER_SAMPLES_MAX, v);
-}
-
 bool worker_bounds_check(const CfGlobals *g, char *err, size_t errlen)
 {
-	if (g->min_workers < 1 || g->min_workers > WORKERS_MAX)
-		return set_error(err, errlen, "min_workers must be between 1 and %d (got %d)", WORKERS_MAX,
-		                 g->min_workers);
-	if (g->max_workers < 0)
-		return set_error(err, errlen, "max_workers must be 0 (one per physical core) or more (got %d)",
-		                 g->max_workers);
+	/* each setting alone is in its range (config_validate() checked the table before) */
 	if (g->max_workers > 0 && g->min_workers > g->max_workers)
 		return set_error(err, errlen, "min_workers must be between 1 and max_workers (%d) (got %d)",
 		                 g->max_workers, g->min_workers);
 	/* written as !(a < b) so that NaN fails too */
-	if (!(g->worker_scale_up_threshold > 0 && g->worker_scale_up_threshold <= 1))
-		return set_error(err, errlen, "worker_scale_up_threshold must be above 0 and at most 1 (got %g)",
-		                 g->worker_scale_up_threshold);
-	if (!(g->worker_scale_down_threshold > 0 && g->worker_scale_down_threshold < g->worker_scale_up_threshold))
+	if (!(g->worker_scale_down_threshold < g->worker_scale_up_threshold))
 		return set_error(err, errlen,
 		                 "worker_scale_down_threshold must be above 0 and below worker_scale_up_threshold "
 		                 "(%g) (got %g)",
 		                 g->worker_scale_up_threshold, g->worker_scale_down_threshold);
-	if (!samples_ok("worker_scale_up_samples", g->worker_scale_up_samples, err, errlen))
-		return false;
-	if (!samples_ok("worker_scale_down_samples", g->worker_scale_down_samples, err, errlen))
-		return false;
-	if (g->worker_scale_interval <= 0)
-		return set_error(err, errlen, "worker_scale_interval must be above 0 seconds (got %g)",
-		                 (double)g->worker_scale_interval / (double)USEC_PER_SEC);
 	return true;
 }
 

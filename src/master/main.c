@@ -32,8 +32,10 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "master/listen.h"
+#include "master/metrics.h"
 #include "master/pidfile.h"
 #include "master/supervisor.h"
+#include "master/upgrade.h"
 #include "common/hba.h"
 #include "common/scram.h"
 
@@ -50,6 +52,7 @@ typedef struct Master {
 	bool quiet;               /* -q */
 	bool daemon;              /* -d */
 	bool shutting_down;       /* SIGTERM/SIGINT received */
+	bool retired;             /* a new master took over (-R): our workers drain, then we exit */
 	pid_t worker_pid;         /* the worker process, 0 if none */
 	int worker_ctl;           /* write end of the worker's control pipe */
 	struct event *respawn_ev; /* delayed respawn after a crash */
@@ -73,7 +76,7 @@ static void usage(FILE *out)
 	        "  -q, --quiet          do not log to stderr\n"
 	        "  -v, --verbose        log more; repeat for even more\n"
 	        "  -u, --user=USERNAME  switch to this Unix user after start\n"
-	        "  -R, --reboot         online restart (not supported: use so_reuseport)\n"
+	        "  -R, --reboot         online restart: take over from the running pgbouncer\n"
 	        "  -V, --version        print version information and exit\n"
 	        "  -h, --help           print this help and exit\n",
 	        master.progname, master.progname);
@@ -126,7 +129,7 @@ static void remove_private_sockets(void)
  * after the listeners, so that a second instance on the same port fails
  * before it touches ours.
  */
-static void make_private_dir(const CfGlobals *g)
+static void make_private_dir(const CfGlobals *g, bool takeover)
 {
 	if (!private_socket_dir(g->unix_socket_dir, g->listen_port, master.private_dir, sizeof(master.private_dir))) {
 		log_warning("the private socket directory name would be too long: workers get no private socket");
@@ -162,15 +165,21 @@ static void make_private_dir(const CfGlobals *g)
 		} else {
 			if (chmod(master.private_dir, 0700) < 0)
 				fatal("chmod(%s) failed: %s", master.private_dir, strerror(errno));
-			remove_private_sockets();
+			/* at an online restart they are the old workers', still serving */
+			if (!takeover)
+				remove_private_sockets();
 		}
 	}
-	master.private_dir_made = true;
+	/* taking over, the directory becomes ours only once the old master let go (main()) */
+	master.private_dir_made = !takeover;
 }
+
+static void master_exit(int code);
 
 /* Removes what this process created; runs at fatal() and at a normal exit. */
 static void cleanup_at_exit(void)
 {
+	upgrade_stop_listening();
 	supervisor_kill_all();
 	listen_close_all(&master.listeners);
 	if (master.private_dir_made) {
@@ -181,9 +190,42 @@ static void cleanup_at_exit(void)
 	pidfile_remove();
 }
 
+/* Online restart, old side: the new master serves on our sockets. */
+static void retire(pid_t new_pid)
+{
+	log_info("online restart: pid %d took over; not accepting any more, finishing the clients", (int)new_pid);
+#ifdef HAVE_SYSTEMD
+	/* systemd follows the new master (a Type=notify unit; doc/workers.md "Upgrading") */
+	(void)sd_notifyf(0, "MAINPID=%lu", (unsigned long)new_pid);
+#endif
+	master.retired = true;
+	/* the unix socket file, the private directory and the pidfile are the new master's now */
+	master.listeners.unix_borrowed = true;
+	if (master.listeners.unix_sock.fd >= 0) {
+		close(master.listeners.unix_sock.fd);
+		master.listeners.unix_sock.fd = -1;
+	}
+	master.private_dir_made = false;
+	pidfile_forget();
+	supervisor_retire();
+	if (supervisor_live_workers() == 0)
+		master_exit(0);
+}
+
+/* Online restart, old side: a new master asks for our sockets (conn -1: it gave up). */
+static int export_listeners(int conn)
+{
+	if (conn >= 0 && (master.shutting_down || master.retired)) {
+		log_warning("online restart refused: this process is shutting down");
+		return -1;
+	}
+	return supervisor_export(conn);
+}
+
 static void master_exit(int code)
 {
 	cleanup_at_exit();
+	metrics_stop();
 	if (master.base)
 		event_base_free(master.base);
 	config_free(&master.cf);
@@ -259,6 +301,9 @@ static void log_fd_limit(const Config *cf)
  */
 static void notify_systemd(const char *state)
 {
+	/* after an online restart the new master speaks for the service (doc/workers.md "Upgrading") */
+	if (master.retired)
+		return;
 #ifdef HAVE_SYSTEMD
 	if (strcmp(state, "RELOADING=1") == 0) {
 		/* systemd >= 253 wants the reload's start on the monotonic clock */
@@ -305,9 +350,12 @@ static bool reload_config(void)
 
 static void on_child(evutil_socket_t sig, short what, void *arg)
 {
-	/* during a shutdown the tree exits with its last worker */
-	if (supervisor_reap(master.shutting_down))
+	/* during a shutdown, or after an online restart, the tree exits with its last worker */
+	if (supervisor_reap(master.shutting_down || master.retired)) {
+		if (master.retired && !master.shutting_down)
+			log_info("online restart: the last clients of this process left, exiting");
 		master_exit(0);
+	}
 }
 
 static void forward_signal(int sig)
@@ -455,18 +503,29 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cannot open logfile '%s': %s\n", master.cf.g.logfile, strerror(errno));
 		return 1;
 	}
-	if (reboot)
-		fatal("online restart (-R) is not supported: run the new pgbouncer beside the old one with "
-		      "so_reuseport instead");
-
 	/* 3. user switch, then never as root */
 	switch_user(cmdline_user ? cmdline_user : master.cf.g.user);
 	if (getuid() == 0 || geteuid() == 0)
 		fatal("PgBouncer should not run as root");
 
-	/* 4.-6. another instance? then detach */
-	listen_check_unix_in_use(&master.cf.g);
-	pidfile_check(master.cf.g.pidfile);
+	/*
+	 * 4.-6. another instance? (with -R: take over from it) then detach;
+	 * systemd's LISTEN_PID names this process, not the daemon
+	 */
+	listen_take_inherited();
+	Takeover tk = {.conn = -1, .shm_fd = -1};
+	bool takeover = false;
+	if (reboot) {
+		char dir[sizeof(master.private_dir)];
+		if (private_socket_dir(master.cf.g.unix_socket_dir, master.cf.g.listen_port, dir, sizeof(dir)))
+			takeover = upgrade_connect(dir, &tk);
+		if (!takeover)
+			log_info("old process not found, try to continue normally");
+	}
+	if (!takeover) {
+		listen_check_unix_in_use(&master.cf.g);
+		pidfile_check(master.cf.g.pidfile);
+	}
 	if (master.daemon)
 		daemonize(&master.cf);
 
@@ -481,15 +540,40 @@ int main(int argc, char **argv)
 	tls_contexts_init(&master.tls);
 	if (!tls_contexts_reload(&master.tls, &master.cf.g, hba_config_uses_cert(&master.cf.g), terr, sizeof(terr)))
 		fatal("TLS setup failed: %s", terr);
-	listen_setup(&master.listeners, &master.cf.g);
-	make_private_dir(&master.cf.g);
-	pidfile_write(master.cf.g.pidfile);
+	listen_setup(&master.listeners, &master.cf.g, tk.s, tk.n);
+	make_private_dir(&master.cf.g, takeover);
+	if (!takeover)
+		pidfile_write(master.cf.g.pidfile);
+	/* before the first fork: one key for every worker, and the old tree's at an online restart */
+	if (tk.have_salt_key)
+		scram_salt_key_set(tk.salt_key);
+	else
+		scram_salt_key_init();
+	explicit_bzero(tk.salt_key, sizeof(tk.salt_key));
+	supervisor_init(master.base, &master.cf, &master.tls, &master.listeners, master.cmdline_verbose);
+	metrics_start(master.base, &master.cf, supervisor_shm());
+	if (takeover) {
+		supervisor_predecessor(tk.shm_fd, tk.old_pid);
+		supervisor_inherit(tk.s, tk.n);
+		upgrade_close_unused(&tk);
+	}
+	supervisor_start(takeover ? tk.workers : 0);
+	if (takeover) {
+		/*
+		 * Our workers accept on the same sockets: the old tree may stop now.
+		 * Until they run, new connections wait in the kernel's queue; waiting
+		 * for them here keeps that short.
+		 */
+		supervisor_wait_active(5000);
+		upgrade_commit(&tk);
+		master.listeners.unix_borrowed = false;
+		master.private_dir_made = master.private_dir[0] != '\0';
+		pidfile_replace(master.cf.g.pidfile);
+	}
+	upgrade_listen(master.base, master.private_dir, export_listeners, retire);
 	log_info("process up: PgBouncer %s, libevent %s (%s), adns: c-ares %s, tls: %s", PACKAGE_VERSION,
 	         event_get_version(), event_base_get_method(master.base), ares_version(NULL),
 	         OpenSSL_version(OPENSSL_VERSION));
-	scram_salt_key_init(); /* before the first fork: one key for every worker */
-	supervisor_init(master.base, &master.cf, &master.tls, &master.listeners, master.cmdline_verbose);
-	supervisor_start();
 	notify_systemd("READY=1"); /* the listeners are open and the first workers forked */
 
 	if (event_base_dispatch(master.base) < 0)

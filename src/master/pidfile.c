@@ -71,3 +71,35 @@ void pidfile_remove(void)
 	free(written_path);
 	written_path = NULL;
 }
+
+void pidfile_replace(const char *path)
+{
+	if (!path || !*path)
+		return;
+	size_t n = strlen(path) + 16;
+	char *tmp = xmalloc(n);
+	snprintf(tmp, n, "%s.new", path);
+	unlink(tmp);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0)
+		fatal("could not create pidfile '%s': %s", tmp, strerror(errno));
+	char buf[32];
+	int len = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
+	if (write(fd, buf, (size_t)len) != len || rename(tmp, path) < 0) {
+		int e = errno;
+		close(fd);
+		unlink(tmp);
+		fatal("could not write pidfile '%s': %s", path, strerror(e));
+	}
+	close(fd);
+	free(tmp);
+	free(written_path);
+	written_path = xstrdup(path);
+	written_by = getpid();
+}
+
+void pidfile_forget(void)
+{
+	free(written_path);
+	written_path = NULL;
+}

@@ -1,9 +1,9 @@
 /*
  * The autoscaler's decision (doc/workers.md, "How the scaler decides"): a
  * pure function of the load history (busy + run-queue wait, "The
- * saturation signal") and the settings (their bounds are in
- * common/worker_bounds.c), plus the physical core count that
- * max_workers = 0 stands for.
+ * saturation signal") and the settings (their ranges are in
+ * common/config.c's table, the rest in common/worker_bounds.c), plus the
+ * physical core count that max_workers = 0 stands for.
  */
 #include "autoconfig.h"
 

@@ -20,17 +20,24 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <uthash.h>
 
 #include "common/budget.h"
 #include "common/channel.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "master/rebalance.h"
 #include "master/scaler.h"
+#include "master/upgrade.h"
 #include "master/warmstart.h"
+#include "master/metrics.h"
 #include "shm.h"
-#include "worker/worker.h"
+#include "worker_entry.h"
 
 #define MAX_ADDRS 16 /* TCP listen addresses */
+
+#define REBALANCE_SAMPLES     3  /* ticks a plan must stay uneven before clients move */
+#define REBALANCE_FRESH_TICKS 10 /* after a worker starts, ticks in which a plan runs at once */
 
 /* One worker slot as the master sees it. */
 typedef struct WorkerProc {
@@ -63,9 +70,70 @@ static struct {
 	WorkerBounds bounds; /* as last resolved; its note (what was clamped) has been logged */
 	struct event *tick_ev;
 	bool shutting_down;
+	bool frozen;               /* a new master (-R) has our sockets: no scaling until it commits or gives up */
+	bool retiring;             /* a new master took over: our workers drain, nothing respawns */
+	int shm_fd;                /* the segment's memfd, -1 = anonymous mapping */
+	pid_t pred_pid;            /* the master we took over from (-R) while its tree runs, else 0 */
 	int cpus[SHM_MAX_WORKERS]; /* one logical CPU per physical core, for worker_cpu_affinity */
 	int n_cpus;
+	int rb_streak; /* consecutive ticks with an uneven plan */
+	int rb_quiet;  /* ticks to wait after a move, until the counts are published again */
+	int rb_fresh;  /* ticks left in which a plan runs at once: a worker was just added */
+	bool rb_now;   /* plan at this tick whatever the history (a drain started) */
 } sv;
+
+/* ---- moved clients' cancel keys ---- */
+
+/* Where a moved client lives now: its cancel key still names the worker that made it. */
+typedef struct MovedKey {
+	uint64_t key; /* the 8 key bytes */
+	int slot;
+	UT_hash_handle hh;
+} MovedKey;
+
+static MovedKey *moved_keys;
+
+static void moved_set(uint64_t key, int slot)
+{
+	MovedKey *m;
+	HASH_FIND(hh, moved_keys, &key, sizeof(key), m);
+	if (!m) {
+		m = xcalloc(1, sizeof(*m));
+		m->key = key;
+		HASH_ADD(hh, moved_keys, key, sizeof(m->key), m);
+	}
+	m->slot = slot;
+}
+
+static void moved_gone(uint64_t key, int slot)
+{
+	MovedKey *m;
+	HASH_FIND(hh, moved_keys, &key, sizeof(key), m);
+	if (m && m->slot == slot) {
+		HASH_DEL(moved_keys, m);
+		free(m);
+	}
+}
+
+static int moved_find(uint64_t key)
+{
+	MovedKey *m;
+	HASH_FIND(hh, moved_keys, &key, sizeof(key), m);
+	return m ? m->slot : -1;
+}
+
+/* A worker is gone: so are the moved clients it held. */
+static void moved_forget_slot(int slot)
+{
+	MovedKey *m, *tmp;
+	HASH_ITER(hh, moved_keys, m, tmp)
+	{
+		if (m->slot == slot) {
+			HASH_DEL(moved_keys, m);
+			free(m);
+		}
+	}
+}
 
 static int n_addrs(void)
 {
@@ -86,7 +154,21 @@ static int64_t mono_us(void)
 
 static void shm_create(void)
 {
-	void *p = mmap(NULL, sizeof(ShmSegment), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	/*
+	 * A memfd rather than an anonymous mapping, so that a new master at an
+	 * online restart can map it too (read-only: our budget counts add to its
+	 * own while we finish, doc/workers.md "Upgrading").
+	 */
+	void *p = MAP_FAILED;
+	sv.shm_fd = memfd_create("pgbouncer-shm", MFD_CLOEXEC);
+	if (sv.shm_fd >= 0 && ftruncate(sv.shm_fd, sizeof(ShmSegment)) == 0)
+		p = mmap(NULL, sizeof(ShmSegment), PROT_READ | PROT_WRITE, MAP_SHARED, sv.shm_fd, 0);
+	if (p == MAP_FAILED) {
+		if (sv.shm_fd >= 0)
+			close(sv.shm_fd);
+		sv.shm_fd = -1;
+		p = mmap(NULL, sizeof(ShmSegment), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	}
 	if (p == MAP_FAILED)
 		fatal("mmap() of the shared segment failed: %s", strerror(errno));
 	memset(p, 0, sizeof(ShmSegment));
@@ -116,6 +198,11 @@ static void slot_reset(int i)
 	atomic_store(&s->cl_waiting, 0);
 	atomic_store(&s->sv_active, 0);
 	atomic_store(&s->sv_idle, 0);
+	atomic_store(&s->cl_movable, 0);
+	atomic_store(&s->cl_unmovable, 0);
+	atomic_store(&s->moved_in, 0);
+	atomic_store(&s->moved_out, 0);
+	atomic_store(&s->move_failed, 0);
 	atomic_store(&sv.shm->scaler.busy_milli[i], 0);
 	atomic_store(&sv.shm->scaler.busy_avg_milli[i], 0);
 	atomic_store(&sv.shm->scaler.wait_milli[i], 0);
@@ -132,6 +219,8 @@ static void publish_reason(ScaleDecision d, const char *reason)
 	snprintf(v->last_reason, sizeof(v->last_reason), "%s", reason);
 	atomic_fetch_add(&v->reason_seq, 1);
 	atomic_store(&v->last_decision, (uint32_t)d);
+	if ((unsigned)d < 3)
+		atomic_fetch_add(&v->decisions[d], 1);
 }
 
 /* ---- counting ---- */
@@ -239,9 +328,11 @@ void supervisor_close_tcp(void)
 				close(sv.lfd[k][a]);
 				sv.lfd[k][a] = -1;
 			}
-	/* listen_close_all() must not close slot 0 twice */
+	/* listen_close_all() must not close slot 0 twice, nor a slot duplicate a closed socket */
 	for (int a = 0; a < sv.ls->n_tcp; a++)
 		sv.ls->tcp[a].fd = -1;
+	for (int a = 0; a < sv.ls->n_addrs; a++)
+		sv.ls->addrs[a].inherited_fd = -1;
 }
 
 /* ---- CPU affinity ---- */
@@ -306,24 +397,27 @@ static bool spawn(int i)
 		 */
 		event_reinit(sv.base);
 		event_base_free(sv.base);
+		metrics_forget_in_child();
 		/* the worker: keep our listener slot, the unix socket and our channel end only */
 		close(ctl[0]);
+		if (sv.shm_fd >= 0)
+			close(sv.shm_fd);
 		for (int j = 0; j < SHM_MAX_WORKERS; j++)
 			if (sv.w[j].ctl >= 0)
 				close(sv.w[j].ctl);
-		WorkerListener *wl = calloc(MAX_ADDRS + 1, sizeof(*wl));
+		WorkerSocket *wl = calloc(MAX_ADDRS + 1, sizeof(*wl));
 		int k = 0;
 		for (int s = 0; s < SHM_MAX_WORKERS; s++)
 			for (int a = 0; a < MAX_ADDRS; a++) {
 				if (sv.lfd[s][a] < 0)
 					continue;
 				if (s == i)
-					wl[k++] = (WorkerListener){.fd = sv.lfd[s][a], .id = listener_id(s, a)};
+					wl[k++] = (WorkerSocket){.fd = sv.lfd[s][a], .id = listener_id(s, a)};
 				else
 					close(sv.lfd[s][a]);
 			}
 		if (sv.ls->unix_sock.fd >= 0)
-			wl[k++] = (WorkerListener){.fd = sv.ls->unix_sock.fd, .is_unix = true, .id = UINT32_MAX};
+			wl[k++] = (WorkerSocket){.fd = sv.ls->unix_sock.fd, .is_unix = true, .id = UINT32_MAX};
 		if (sv.cf->g.worker_cpu_affinity == AFFINITY_CORES)
 			pin_to_core(i);
 		log_set_fatal_hook(NULL);
@@ -346,12 +440,35 @@ static bool spawn(int i)
 		take_back(i, prev);
 	sv.served_by[i] = i;
 	log_info("worker %d started, pid %d", i, (int)pid);
+	sv.rb_fresh = REBALANCE_FRESH_TICKS; /* its share of the long-lived clients goes to it at once */
 	return true;
 }
 
-/* A worker got a cancel for another worker's client: pass it on to the owner (key byte 3). */
+/* Forward a cancel request to the worker that has the client: a moved one's, else key byte 3's. */
+static void route_cancel(int from, ChannelMsg *m, int rfd)
+{
+	uint64_t k;
+	memcpy(&k, &m->arg, sizeof(k));
+	uint8_t key[8];
+	memcpy(key, &m->arg, sizeof(key));
+	int owner = moved_find(k);
+	if (owner < 0)
+		owner = key[3];
+	if (m->id == CANCEL_NOT_HERE && owner == from) {
+		log_debug("cancel request for an unknown client of worker %d", from);
+		return;
+	}
+	m->id = 0;
+	if (owner >= SHM_MAX_WORKERS || sv.w[owner].pid <= 0 || sv.w[owner].ctl < 0)
+		log_debug("cancel request for worker %d, which is not running", owner);
+	else if (!channel_send(sv.w[owner].ctl, m, rfd))
+		log_warning("could not forward a cancel request to worker %d: %s", owner, strerror(errno));
+}
+
+/* Messages from a worker: cancels for other workers' clients, news of moved clients. */
 static void on_ctl(evutil_socket_t fd, short what, void *arg)
 {
+	int from = (int)(intptr_t)arg;
 	for (;;) {
 		ChannelMsg m;
 		int rfd;
@@ -359,24 +476,24 @@ static void on_ctl(evutil_socket_t fd, short what, void *arg)
 		if (r <= 0) {
 			if (rfd >= 0)
 				close(rfd);
-			if (r == 0) {
-				int i = (int)(intptr_t)arg;
-				event_del(sv.w[i].ctl_ev); /* the worker is gone; the reaper cleans up */
-			}
+			if (r == 0)
+				event_del(sv.w[from].ctl_ev); /* the worker is gone; the reaper cleans up */
 			return;
 		}
-		if (m.type != CH_CANCEL) {
-			if (rfd >= 0)
-				close(rfd);
-			continue;
-		}
-		uint8_t key[8];
-		memcpy(key, &m.arg, sizeof(key));
-		int owner = key[3];
-		if (owner >= SHM_MAX_WORKERS || sv.w[owner].pid <= 0 || sv.w[owner].ctl < 0) {
-			log_debug("cancel request for worker %d, which is not running", owner);
-		} else if (!channel_send(sv.w[owner].ctl, &m, rfd)) {
-			log_warning("could not forward a cancel request to worker %d: %s", owner, strerror(errno));
+		uint64_t k;
+		memcpy(&k, &m.arg, sizeof(k));
+		switch (m.type) {
+		case CH_CANCEL:
+			route_cancel(from, &m, rfd);
+			break;
+		case CH_MOVED:
+			moved_set(k, from);
+			break;
+		case CH_MOVED_GONE:
+			moved_gone(k, from);
+			break;
+		default:
+			break;
 		}
 		if (rfd >= 0)
 			close(rfd); /* the owner has its own copy now */
@@ -423,6 +540,82 @@ static void drain(int i)
 	ChannelMsg m = {.type = CH_DRAIN, .arg = timeout_ms};
 	if (!channel_send(w->ctl, &m, -1))
 		log_warning("could not tell worker %d to drain: %s", i, strerror(errno));
+}
+
+/* ---- rebalancing (doc/workers.md, "Rebalancing long-lived clients") ---- */
+
+/* Order worker `from` to hand up to count clients to worker `to` over a new socket pair. */
+static bool order_move(int from, int to, int count)
+{
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
+		log_warning("socketpair() for a client move failed: %s", strerror(errno));
+		return false;
+	}
+	int big = 1 << 20; /* room for many clients' state; the kernel caps it at wmem_max */
+	(void)setsockopt(sp[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+	ChannelMsg take = {.type = CH_ADOPT, .id = (uint32_t)from};
+	ChannelMsg give = {.type = CH_MIGRATE, .id = (uint32_t)to, .arg = count};
+	bool ok = channel_send(sv.w[to].ctl, &take, sp[1]);
+	if (!ok)
+		log_warning("could not tell worker %d to take clients: %s", to, strerror(errno));
+	else if (!(ok = channel_send(sv.w[from].ctl, &give, sp[0])))
+		log_warning("could not tell worker %d to move clients: %s", from, strerror(errno));
+	/* the workers hold their own ends now (a failed give closes the taker's at EOF) */
+	close(sp[0]);
+	close(sp[1]);
+	return ok;
+}
+
+/*
+ * Once per tick: plan from the counts the workers publish and, when the
+ * plan stays uneven for REBALANCE_SAMPLES ticks (at once for a draining
+ * worker or a worker just added), send the orders. After a move one tick
+ * passes before the next plan, so that it sees the new counts (not for a
+ * draining worker: it gives what has become movable at every tick).
+ */
+static void rebalance_tick(bool now)
+{
+	if (sv.rb_fresh > 0)
+		sv.rb_fresh--;
+	bool quiet = sv.rb_quiet > 0;
+	if (quiet)
+		sv.rb_quiet--;
+	RebalanceWorker rw[SHM_MAX_WORKERS];
+	int n = 0;
+	bool drain = false;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		WorkerProc *w = &sv.w[i];
+		if (w->pid <= 0 || w->ctl < 0)
+			continue;
+		WorkerSlot *slot = &sv.shm->slots[i];
+		uint32_t st = atomic_load(&slot->state);
+		if (st != SLOT_ACTIVE && st != SLOT_DRAINING)
+			continue; /* starting (not serving yet) or exiting */
+		int movable = (int)atomic_load(&slot->cl_movable);
+		rw[n++] = (RebalanceWorker){.slot = i,
+		                            .clients = movable + (int)atomic_load(&slot->cl_unmovable),
+		                            .movable = movable,
+		                            .busy = w->sat.load, /* busy + wait: what the scaler reads */
+		                            .draining = w->draining};
+		drain |= w->draining && movable > 0;
+	}
+	if (quiet && !now && !drain)
+		return; /* a draining worker's moves never overshoot: they need no pause */
+	RebalanceConfig cf = rebalance_default_config();
+	RebalanceMove mv[REBALANCE_MAX_MOVES];
+	int k = rebalance_plan(rw, n, &cf, mv, REBALANCE_MAX_MOVES);
+	if (k == 0) {
+		sv.rb_streak = 0;
+		return;
+	}
+	if (!drain && !now && sv.rb_fresh <= 0 && ++sv.rb_streak < REBALANCE_SAMPLES)
+		return;
+	for (int j = 0; j < k; j++)
+		(void)order_move(mv[j].from, mv[j].to, mv[j].count);
+	sv.rb_streak = 0;
+	sv.rb_fresh = 0;
+	sv.rb_quiet = 1;
 }
 
 /* ---- the scaler tick ---- */
@@ -495,7 +688,26 @@ static void sample_workers(ScalerSample *out, char *ratios, size_t len)
 	*out = scaler_sample_make_split(mono_us(), n, sum, sum_cpu);
 }
 
+/* Scale first, then rebalance: a worker about to drain must not be sent clients. */
+static void scale_tick(void);
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+	if (sv.pred_pid > 0 && kill(sv.pred_pid, 0) < 0 && errno == ESRCH) {
+		/* its workers gave their counts back as they exited; stop looking at its table */
+		atomic_store(&sv.shm->scaler.predecessor_live, 0);
+		log_info("online restart: the old process (pid %d) has exited", (int)sv.pred_pid);
+		sv.pred_pid = 0;
+	}
+	if (sv.shutting_down || sv.retiring || sv.frozen)
+		return;
+	scale_tick();
+	bool now = sv.rb_now;
+	sv.rb_now = false;
+	rebalance_tick(now);
+}
+
+static void scale_tick(void)
 {
 	if (sv.shutting_down)
 		return;
@@ -523,6 +735,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 		log_info("scaling down to %d workers: draining worker %d: %s (busy+wait %s)", current - 1, i, r.reason,
 		         ratios);
 		drain(i);
+		sv.rb_now = true; /* its movable clients go to the others now, not when they leave */
 	}
 	scaler_note_change(&sv.hist, mono_us());
 	atomic_store(&sv.shm->scaler.last_change_us, (uint64_t)get_time_usec());
@@ -532,7 +745,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 static void arm_tick(void)
 {
-	usec_t iv = sv.cf->g.worker_scale_interval > 0 ? sv.cf->g.worker_scale_interval : USEC_PER_SEC;
+	usec_t iv = sv.cf->g.worker_scale_interval; /* above 0: the parameter table's range */
 	struct timeval tv = {(time_t)(iv / USEC_PER_SEC), (suseconds_t)(iv % USEC_PER_SEC)};
 	if (!sv.tick_ev)
 		sv.tick_ev = event_new(sv.base, -1, EV_PERSIST, on_tick, NULL);
@@ -570,11 +783,15 @@ void supervisor_init(struct event_base *base, Config *cf, const TlsContexts *tls
 	atomic_store(&sv.shm->scaler.tcp_migrate_req, (uint32_t)read_migrate_req());
 }
 
-void supervisor_start(void)
+void supervisor_start(int takeover_count)
 {
 	int count = sv.scf.min_workers;
 	const char *path = sv.cf->g.worker_state_file;
-	if (path && *path) {
+	if (takeover_count > 0) {
+		/* online restart: as many workers as the old tree ran */
+		count = warmstart_clamp(takeover_count, sv.scf.min_workers, sv.scf.max_workers);
+		log_info("online restart: starting %d workers (the old process ran %d)", count, takeover_count);
+	} else if (path && *path) {
 		char err[256];
 		int saved;
 		if (warmstart_read(path, &saved, err, sizeof(err))) {
@@ -591,6 +808,8 @@ void supervisor_start(void)
 	}
 	for (int i = 0; i < count; i++)
 		spawn(i);
+	/* listener slots taken over (-R) beyond our workers: served by one of ours */
+	adopt_orphans();
 	save_count();
 	atomic_store(&sv.shm->scaler.current, (uint32_t)active_count());
 	atomic_store(&sv.shm->scaler.target, (uint32_t)count);
@@ -624,8 +843,106 @@ void supervisor_kill_all(void)
 static void on_respawn(evutil_socket_t fd, short what, void *arg)
 {
 	int i = (int)(intptr_t)arg;
-	if (!sv.shutting_down && sv.w[i].wanted && sv.w[i].pid == 0)
+	if (!sv.shutting_down && !sv.retiring && sv.w[i].wanted && sv.w[i].pid == 0)
 		spawn(i);
+}
+
+/* ---- online restart (-R) ---- */
+
+int supervisor_export(int conn)
+{
+	if (conn < 0) {
+		sv.frozen = false;
+		return 0;
+	}
+	sv.frozen = true;
+	for (int k = 0; k < SHM_MAX_WORKERS; k++)
+		for (int a = 0; a < n_addrs(); a++)
+			if (sv.lfd[k][a] >= 0 && !upgrade_send_listener(conn, listener_id(k, a), sv.lfd[k][a]))
+				return -1;
+	if (sv.ls->unix_sock.fd >= 0 && !upgrade_send_listener(conn, UINT32_MAX, sv.ls->unix_sock.fd))
+		return -1;
+	if (sv.shm_fd >= 0 && !upgrade_send_segment(conn, sv.shm_fd))
+		return -1;
+	return wanted_count();
+}
+
+void supervisor_predecessor(int shm_fd, pid_t pid)
+{
+	if (shm_fd < 0)
+		return;
+	const ShmSegment *p = mmap(NULL, sizeof(ShmSegment), PROT_READ, MAP_SHARED, shm_fd, 0);
+	close(shm_fd);
+	if (p == MAP_FAILED || p->magic != SHM_MAGIC || p->version != SHM_VERSION ||
+	    p->slot_size != sizeof(WorkerSlot)) {
+		/* another layout (an older binary): limits count this tree only during the overlap */
+		log_warning("online restart: the old process's shared memory has another layout; until it exits, "
+		            "pool limits count the new process's connections only");
+		if (p != MAP_FAILED)
+			munmap((void *)p, sizeof(ShmSegment));
+		return;
+	}
+	budget_predecessor = &p->budget;
+	sv.pred_pid = pid;
+	atomic_store(&sv.shm->scaler.predecessor_live, 1);
+}
+
+void supervisor_inherit(InheritedSocket *s, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (s[i].fd < 0 || s[i].slot <= 0 || s[i].slot >= SHM_MAX_WORKERS)
+			continue;
+		for (int a = 0; a < n_addrs(); a++) {
+			const ListenAddr *la = &sv.ls->addrs[sv.ls->tcp[a].addr_index];
+			if (sv.lfd[s[i].slot][a] < 0 &&
+			    listen_addr_same((const struct sockaddr *)&la->sa, (const struct sockaddr *)&s[i].sa)) {
+				sv.lfd[s[i].slot][a] = s[i].fd;
+				s[i].fd = -1;
+				listen_apply_options(sv.lfd[s[i].slot][a], &sv.cf->g);
+				break;
+			}
+		}
+	}
+	/* slot 0's sockets are the ListenSet's (listen_setup() took them) */
+	for (int a = 0; a < n_addrs(); a++)
+		sv.lfd[0][a] = sv.ls->tcp[a].fd;
+}
+
+void supervisor_wait_active(int timeout_ms)
+{
+	for (int waited = 0; waited < timeout_ms; waited += 10) {
+		int starting = 0;
+		for (int i = 0; i < SHM_MAX_WORKERS; i++)
+			starting += sv.w[i].pid > 0 && atomic_load(&sv.shm->slots[i].state) == SLOT_STARTING;
+		if (starting == 0)
+			return;
+		struct timespec ts = {0, 10 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+void supervisor_retire(void)
+{
+	sv.retiring = true;
+	sv.frozen = false;
+	int64_t timeout_ms = sv.cf->g.worker_drain_timeout / 1000;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		WorkerProc *w = &sv.w[i];
+		w->wanted = false;
+		if (w->respawn_ev)
+			evtimer_del(w->respawn_ev);
+		if (w->pid <= 0)
+			continue;
+		w->draining = true;
+		atomic_store(&sv.shm->slots[i].state, SLOT_DRAINING);
+		ChannelMsg m = {.type = CH_DRAIN, .id = 1, .arg = timeout_ms};
+		if (!channel_send(w->ctl, &m, -1))
+			log_warning("could not tell worker %d to drain: %s", i, strerror(errno));
+	}
+	/* the new tree holds the same sockets: closing ours loses nothing queued */
+	supervisor_close_tcp();
+	if (sv.tick_ev)
+		event_del(sv.tick_ev);
 }
 
 bool supervisor_reap(bool shutting_down)
@@ -654,6 +971,7 @@ bool supervisor_reap(bool shutting_down)
 		close(w->ctl);
 		w->ctl = -1;
 		slot_reset(i);
+		moved_forget_slot(i);
 		/* whatever it held (servers it can no longer close, clients) goes back to the others */
 		budget_reset_worker(&sv.shm->budget, i);
 		if (expected) {
@@ -679,4 +997,9 @@ bool supervisor_reap(bool shutting_down)
 	if (shutting_down)
 		return supervisor_live_workers() == 0;
 	return false;
+}
+
+ShmSegment *supervisor_shm(void)
+{
+	return sv.shm;
 }

@@ -213,7 +213,7 @@ static bool show_databases(PgSocket *c, int variant)
 		const char *v[] = {
 		    db->name,
 		    db->admin ? NULL : db->cf.host,
-		    fmt_int(db->admin ? wk.cf.g.listen_port : (db->cf.port > 0 ? db->cf.port : 5432)),
+		    fmt_int(db->admin ? wk.cf.g.listen_port : db_server_port(db)),
 		    db->admin ? "pgbouncer" : (db->cf.dbname ? db->cf.dbname : db->name),
 		    db->admin ? "pgbouncer" : db->cf.user,
 		    fmt_int(pool_size),
@@ -508,7 +508,7 @@ _Static_assert(STATS_COLUMNS == PGSTATS_FIELDS, "every PgStats counter has a SHO
 /* Averages over the last complete stats_period. */
 static void averages(const DbStats *d, long long avg[STATS_COLUMNS])
 {
-	double secs = wk.cf.g.stats_period > 0 ? wk.cf.g.stats_period : 60;
+	double secs = wk.cf.g.stats_period; /* at least 1: the parameter table's range */
 	const PgStats *a = &d->older, *b = &d->newer;
 	uint64_t dx = b->xact_count - a->xact_count, dq = b->query_count - a->query_count;
 	uint64_t da = b->server_assignment_count - a->server_assignment_count;
@@ -1757,6 +1757,9 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 			return admin_error(c, NULL, "SET failed");
 	}
 	wk.cf_gen++;
+	if (strcmp(param->name, "verbose") == 0 || strcmp(param->name, "logfile") == 0 ||
+	    strncmp(param->name, "syslog", 6) == 0)
+		worker_apply_log_settings();
 	char tag[400];
 	snprintf(tag, sizeof(tag), "SET %s=%s", key, val);
 	PktBuf pb;

@@ -78,6 +78,7 @@ static int private_fd = -1;
 static struct event *private_ev;
 static char private_path[160]; /* this worker's socket */
 static char private_sub[128];  /* and its directory */
+static struct stat private_st; /* the socket file as bound: a successor may have replaced it */
 
 /* ---- this worker's private socket ---- */
 
@@ -97,7 +98,10 @@ static void on_private_accept(evutil_socket_t fd, short what, void *arg)
 
 static void remove_private_socket(void)
 {
-	if (private_fd >= 0 && private_path[0]) {
+	struct stat st;
+	/* after an online restart the new tree's worker of this slot owns the name (doc/workers.md "Upgrading") */
+	if (private_fd >= 0 && private_path[0] && lstat(private_path, &st) == 0 && st.st_dev == private_st.st_dev &&
+	    st.st_ino == private_st.st_ino) {
 		unlink(private_path);
 		rmdir(private_sub);
 	}
@@ -130,6 +134,8 @@ void admin_fanout_listen(void)
 		close(fd);
 		return;
 	}
+	if (lstat(private_path, &private_st) < 0)
+		memset(&private_st, 0, sizeof(private_st));
 	private_fd = fd;
 	atexit(remove_private_socket);
 	private_ev = event_new(wk.base, fd, EV_READ | EV_PERSIST, on_private_accept, NULL);
@@ -890,7 +896,7 @@ bool admin_fanout_from_worker(int pid)
 
 bool admin_fanout_wanted(const PgSocket *c)
 {
-	if (c->is_private || !wk.slot || !private_dir[0])
+	if ((c->is_private && !c->from_master) || !wk.slot || !private_dir[0])
 		return false;
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
 		int32_t pid;

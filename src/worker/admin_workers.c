@@ -49,13 +49,15 @@ static bool send_and_free(PgSocket *c, PktBuf *pb)
 
 bool admin_show_workers(PgSocket *c)
 {
-	static const char *const names[] = {"worker",         "pid",        "state",       "busy",    "busy_avg",
-	                                    "cl_active",      "cl_waiting", "sv_active",   "sv_idle", "accepted",
-	                                    "tls_handshakes", "xact_count", "query_count", "started", "uptime",
-	                                    "wait",           "wait_avg"};
+	static const char *const names[] = {"worker", "pid", "state", "busy", "busy_avg", "cl_active", "cl_waiting",
+	                                    "sv_active", "sv_idle", "accepted", "tls_handshakes", "xact_count",
+	                                    "query_count", "started", "uptime", "wait", "wait_avg",
+	                                    /* rebalancing (doc/workers.md): added at the end */
+	                                    "moved_in", "moved_out", "not_movable", "move_failed"};
+	enum { NCOL = sizeof(names) / sizeof(names[0]) };
 	PktBuf pb;
 	pktbuf_init(&pb, 1024);
-	pktbuf_write_row_description(&pb, "iiTNNiiiiqqqqTqNN", names);
+	pktbuf_write_row_description(&pb, "iiTNNiiiiqqqqTqNNqqiq", names);
 	ShmSegment *shm = wk.shm;
 	uint64_t now = (uint64_t)get_time_usec();
 	for (int i = 0; shm && i < SHM_MAX_WORKERS; i++) {
@@ -63,7 +65,7 @@ bool admin_show_workers(PgSocket *c)
 		uint32_t st = atomic_load(&s->state);
 		if (st == SLOT_FREE)
 			continue;
-		char v[17][64];
+		char v[NCOL][64];
 		uint64_t started = atomic_load(&s->start_time_us);
 		snprintf(v[0], 64, "%d", i);
 		snprintf(v[1], 64, "%d", (int)atomic_load(&s->pid));
@@ -83,10 +85,15 @@ bool admin_show_workers(PgSocket *c)
 		/* after the PgBouncer-compatible columns: the run-queue wait (doc/workers.md, "The saturation signal") */
 		snprintf(v[15], 64, "%.3f", atomic_load(&shm->scaler.wait_milli[i]) / 1000.0);
 		snprintf(v[16], 64, "%.3f", atomic_load(&shm->scaler.wait_avg_milli[i]) / 1000.0);
-		const char *row[17];
-		for (int k = 0; k < 17; k++)
+		/* then rebalancing (doc/workers.md, "Rebalancing long-lived clients") */
+		snprintf(v[17], 64, "%llu", (unsigned long long)atomic_load(&s->moved_in));
+		snprintf(v[18], 64, "%llu", (unsigned long long)atomic_load(&s->moved_out));
+		snprintf(v[19], 64, "%u", atomic_load(&s->cl_unmovable));
+		snprintf(v[20], 64, "%llu", (unsigned long long)atomic_load(&s->move_failed));
+		const char *row[NCOL];
+		for (int k = 0; k < NCOL; k++)
 			row[k] = v[k];
-		pktbuf_write_data_row(&pb, 17, row);
+		pktbuf_write_data_row(&pb, NCOL, row);
 	}
 	return send_and_free(c, &pb);
 }

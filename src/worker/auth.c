@@ -18,6 +18,7 @@
 #include "worker/auth.h"
 #include "worker/client.h"
 #include "worker/objects.h"
+#include "worker/pam.h"
 #include "worker/pool.h"
 #include "worker/pool_settings.h"
 #include "worker/worker.h"
@@ -63,6 +64,8 @@ void auth_login_complete(PgSocket *c)
 	PgDatabase *db = c->db;
 	const char *uname = c->login_user ? c->login_user->name : c->app_name_raw;
 
+	slog_debug(c, "authentication ok");
+
 	if (db->admin) {
 		if (c->replication != REPLICATION_NONE) {
 			disconnect_client(c, true, "replication connections are not supported by the admin console");
@@ -106,6 +109,8 @@ void auth_login_complete(PgSocket *c)
 		return;
 	PgUser *pool_user = db->forced_user ? db->forced_user : u;
 	c->pool = pool_get(db, pool_user);
+	slog_debug(c, "pool %s/%s: %s", db->name, pool_user->name,
+	           c->pool->welcome_ready ? "has a server's welcome" : "waits for its first server login");
 	if (!c->pool->welcome_ready && pool_fast_fail(c, c->pool))
 		return;
 	db->client_count++;
@@ -275,7 +280,7 @@ SBufAction auth_start(PgSocket *c)
 
 	if (auth_console_peer(c)) {
 		c->admin_user = true;
-		if (wk.cf.g.log_connections)
+		if (wk.cf.g.log_connections && !c->is_internal)
 			slog(LG_LOG, c, "pgbouncer access from unix socket");
 		auth_login_complete(c);
 		return c->state == CL_JUSTFREE ? SB_CLOSED : SB_CONSUMED;
@@ -294,6 +299,17 @@ SBufAction auth_start(PgSocket *c)
 			slog(LG_DEBUG, c, "hba: line %d matched", rule->line);
 		method = rule->method;
 		map = rule->map;
+	}
+	/* the password PAM accepted is for server logins: it proves nothing to another method */
+	if (u && u->from_pam && method != AUTH_PAM)
+		c->login_user = u = NULL;
+	if (!u && method != AUTH_PAM && wk.cf.g.log_connections && !c->db->placeholder) {
+		slog(LG_LOG, c, "login failed: db=%s user=%s", c->db->name, uname);
+		slog(LG_LOG, c, "no such user: %s", uname);
+	}
+	if (log_enabled(LG_DEBUG)) {
+		const char *name = method == AUTH_PEER ? "peer" : method == AUTH_REJECT ? "reject" : NULL;
+		slog(LG_DEBUG, c, "auth method: %s", name ? name : config_enum_name(cf_auth_types, method));
 	}
 
 	switch (method) {
@@ -321,7 +337,9 @@ SBufAction auth_start(PgSocket *c)
 		auth_login_complete(c);
 		break;
 	case AUTH_PLAIN:
-		c->auth_method = AUTH_PLAIN;
+	case AUTH_PAM:
+		/* PAM needs the password itself: asked in clear text (doc/pgbouncer.5.md, auth_type) */
+		c->auth_method = method;
 		if (!send_auth(c, 3, NULL, 0)) {
 			disconnect_client(c, false, "client unexpected eof");
 			return SB_CLOSED;
@@ -356,7 +374,7 @@ SBufAction auth_start(PgSocket *c)
 		auth_login_complete(c);
 		break;
 	default:
-		/* reject, and ldap (no LDAP in this build), both from an hba rule; auth_type pam/ldap are refused at load */
+		/* reject, and ldap (no LDAP in this build), both from an hba rule; auth_type ldap is refused at load */
 		disconnect_client(c, true, "login rejected");
 		return SB_CLOSED;
 	}
@@ -498,6 +516,8 @@ SBufAction auth_handle_password_msg(PgSocket *c, const uint8_t *data, uint32_t l
 		return SB_CLOSED;
 	}
 	bool ok = false;
+	if (c->auth_method == AUTH_PAM)
+		return pam_auth_start(c, pw) ? SB_CONSUMED : SB_CLOSED;
 	if (c->auth_method == AUTH_PLAIN) {
 		ok = check_plain(u, pw);
 	} else if (c->auth_method == AUTH_MD5) {

@@ -19,6 +19,7 @@
 #include "worker/auth_query.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
+#include "worker/pool_settings.h"
 #include "worker/server.h"
 #include "worker/worker.h"
 
@@ -43,11 +44,6 @@ static List queued = {&queued, &queued};
 static const char *nonempty(const char *s)
 {
 	return s && *s ? s : NULL;
-}
-
-static const char *auth_user_of(const PgDatabase *db)
-{
-	return nonempty(db->cf.auth_user) ? db->cf.auth_user : nonempty(wk.cf.g.auth_user);
 }
 
 static void free_lookup(AuthQuery *q)
@@ -103,8 +99,9 @@ bool auth_query_wanted(const PgSocket *c)
 {
 	const PgDatabase *db = c->db;
 	const PgUser *u = c->login_user;
-	/* auth_type=any ignores the client's user name altogether */
-	if (!db || db->placeholder || wk.cf.g.auth_type == AUTH_ANY || !auth_user_of(db))
+	/* auth_type=any ignores the client's user name altogether, and PAM knows its users itself */
+	if (!db || db->placeholder || wk.cf.g.auth_type == AUTH_ANY || wk.cf.g.auth_type == AUTH_PAM ||
+	    !db_auth_user(db))
 		return false;
 	/* the console has no server of its own: it looks users up only in the auth_dbname */
 	if (db->admin && (!nonempty(wk.cf.g.auth_dbname) || auth_console_peer(c)))
@@ -115,11 +112,9 @@ bool auth_query_wanted(const PgSocket *c)
 SBufAction auth_query_start(PgSocket *c)
 {
 	PgDatabase *cdb = c->db;
-	const char *auth_user = auth_user_of(cdb);
-	const char *query = nonempty(cdb->cf.auth_query) ? cdb->cf.auth_query : nonempty(wk.cf.g.auth_query);
-	const char *dbname = nonempty(cdb->cf.auth_dbname)   ? cdb->cf.auth_dbname
-	                     : nonempty(wk.cf.g.auth_dbname) ? wk.cf.g.auth_dbname
-	                                                     : cdb->name;
+	const char *auth_user = db_auth_user(cdb);
+	const char *query = db_auth_query(cdb);
+	const char *dbname = db_auth_dbname(cdb);
 	PgDatabase *adb = NULL;
 	if (strlen(dbname) < CF_MAX_DBNAME) {
 		adb = db_find(dbname);

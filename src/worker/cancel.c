@@ -369,14 +369,23 @@ void cancel_handle_request(PgSocket *req, const uint8_t *key_in)
 		}
 		key[7] |= 0x03; /* back to the key as we handed it out */
 	}
-	/* byte 3 names the worker that handed out the key: a foreign key goes there through the master */
-	if (key[3] != (uint8_t)wk.id && wk.master_fd >= 0) {
-		ChannelMsg m = {.type = CH_CANCEL};
+	/*
+	 * byte 3 names the worker that handed out the key: a foreign key goes
+	 * there through the master. A key of ours that no client here has may
+	 * belong to a client moved to another worker (doc/workers.md,
+	 * "Rebalancing long-lived clients"): the master knows where it went.
+	 */
+	bool foreign = key[3] != (uint8_t)wk.id;
+	if (wk.master_fd >= 0 && (foreign || !find_client_by_key(key))) {
+		ChannelMsg m = {.type = CH_CANCEL, .id = foreign ? 0 : CANCEL_NOT_HERE};
 		memcpy(&m.arg, key, CANCEL_KEY_LEN);
 		/* the request's socket goes along: the owner holds it until the cancel is delivered */
 		if (!channel_send(wk.master_fd, &m, req->sb.fd))
 			log_warning("could not forward a cancel request to worker %d: %s", key[3], strerror(errno));
-		disconnect_client(req, false, "cancel request forwarded to worker %d", key[3]);
+		if (foreign)
+			disconnect_client(req, false, "cancel request forwarded to worker %d", key[3]);
+		else
+			disconnect_client(req, false, "cancel request forwarded to the master (moved client?)");
 		return;
 	}
 	disconnect_client(req, false, "%s", cancel_by_key(key, hold_of(req)));

@@ -53,6 +53,9 @@ void client_accept(int fd, bool is_unix, bool is_private)
 	}
 	/* the peer connection of another worker's console, not an operator on the private socket */
 	c->is_internal = is_private && admin_fanout_from_worker(c->peer_pid);
+	/* the master's /metrics scrape (doc/monitoring.md): hidden and uncounted too, but fanned out */
+	c->from_master = is_private && c->peer_pid > 0 && c->peer_pid == (int)getppid();
+	c->is_internal = c->is_internal || c->from_master;
 	if (is_private) {
 		/* a peer worker's console: not a client of the pooler, so outside max_client_conn */
 		wk.client_count++;
@@ -62,6 +65,12 @@ void client_accept(int fd, bool is_unix, bool is_private)
 		wk.accepted++;
 	}
 	change_state(c, CL_LOGIN);
+	if (log_enabled(LG_DEBUG)) {
+		char lhost[INET6_ADDRSTRLEN + 8];
+		int lport;
+		format_addr(&c->local, lhost, sizeof(lhost), &lport);
+		slog(LG_DEBUG, c, "got connection: %s:%d%s", lhost, lport, is_private ? " (private socket)" : "");
+	}
 	sbuf_accept(&c->sb, wk.base, fd, (uint32_t)wk.cf.g.pkt_buf, wk.cf.g.max_packet_size, client_cb, c);
 	if (!is_unix && wk.tls.client_ctx)
 		sbuf_detect_tls(&c->sb);
@@ -304,6 +313,7 @@ static SBufAction handle_startup_params(PgSocket *c, const StartupParam *params,
 	for (int i = 0; i < n; i++) {
 		const char *k = params[i].key, *v = params[i].value;
 		int idx;
+		slog_noise(c, "startup parameter: %s=%s", k, v);
 		if (strcmp(k, "user") == 0) {
 			user = v;
 		} else if (strcmp(k, "database") == 0) {
@@ -380,7 +390,9 @@ static SBufAction handle_startup_params(PgSocket *c, const StartupParam *params,
 	} else {
 		c->db = db;
 	}
-	if (wk.cf.g.log_connections) {
+	slog_debug(c, "startup packet: db=%s user=%s, %d parameters, protocol 3.%u", dbname, user, n, minor);
+	/* internal consoles (fan-out peers, the metrics scrape) are nobody's connections: no log */
+	if (wk.cf.g.log_connections && !c->is_internal) {
 		char desc[TLS_DESCRIBE_LEN] = "no";
 		if (socket_is_tls(c))
 			tls_describe(c->sb.ssl, desc, sizeof(desc));
@@ -395,7 +407,8 @@ static SBufAction handle_startup_params(PgSocket *c, const StartupParam *params,
 	/* a secret that auth_query fetched counts only where auth_query runs */
 	if (u && u->from_auth_query && !lookup)
 		c->login_user = u = NULL;
-	if (wk.cf.g.log_connections && (!db || (!u && !lookup))) {
+	/* an unknown user of a known database is logged by auth_start(), which knows the method (PAM has its own users) */
+	if (wk.cf.g.log_connections && !db) {
 		slog(LG_LOG, c, "login failed: db=%s user=%s", dbname, user);
 		if (!u)
 			slog(LG_LOG, c, "no such user: %s", user);

@@ -17,6 +17,7 @@
 #include "worker/janitor.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
+#include "worker/pool_policy.h"
 #include "worker/pool_settings.h"
 #include "worker/server.h"
 #include "worker/worker.h"
@@ -87,8 +88,8 @@ static void check_linked_server_timeouts(PgPool *pool)
 		}
 		if (!c)
 			continue;
-		if (s->close_needed && wk.cf.g.server_fast_close && pool_effective_mode(pool) == POOL_SESSION &&
-		    server_between_transactions(s)) {
+		if (policy_fast_close(wk.cf.g.server_fast_close, pool_effective_mode(pool) == POOL_SESSION,
+		                      s->close_needed, server_between_transactions(s))) {
 			disconnect_server(s, true, "database configuration changed");
 			continue;
 		}
@@ -120,35 +121,56 @@ static void check_server_states(PgPool *pool)
 		}
 	}
 	int size = pool_effective_size(pool);
-	int min = db_min_pool_size(pool->db);
-	if (size > 0 && min > size)
-		min = size;
-	usec_t lifetime = pool_server_lifetime(pool);
+	int min = policy_min_target(size, db_min_pool_size(pool->db));
+	const char *check = wk.cf.g.server_check_query;
+	IdleInput in = {
+	    .size = size,
+	    .min = min,
+	    .idle_timeout = wk.cf.g.server_idle_timeout,
+	    .lifetime = pool_server_lifetime(pool),
+	    .check_query = check && *check,
+	    .check_delay = wk.cf.g.server_check_delay,
+	};
 	list_for_each_safe(i, &pool->idle_servers, tmp)
 	{
 		PgSocket *s = container_of(i, PgSocket, node);
-		int total = pool_global_servers(pool); /* all workers' servers, as limits count them */
-		if (s->close_needed) {
+		in.close_needed = s->close_needed;
+		in.servers = pool_global_servers(pool); /* all workers' servers, as limits count them */
+		in.idle_for = now - s->request_time;
+		in.age = now - s->connect_time;
+		in.since_lifetime_close = now - pool->last_lifetime_close;
+		switch (policy_idle(&in)) {
+		case IDLE_CLOSE_CONFIG:
 			disconnect_server(s, true, "database configuration changed");
-		} else if (size > 0 && total > size) {
+			break;
+		case IDLE_CLOSE_OVERSIZE:
 			disconnect_server(s, true, "too many servers in the pool");
-		} else if (wk.cf.g.server_idle_timeout > 0 && now - s->request_time > wk.cf.g.server_idle_timeout &&
-		           total > min) {
+			break;
+		case IDLE_CLOSE_TIMEOUT:
 			disconnect_server(s, true, "server idle timeout");
-		} else if (lifetime > 0 && now - s->connect_time > lifetime &&
-		           now - pool->last_lifetime_close >= lifetime / (size > 0 ? size : 1)) {
+			break;
+		case IDLE_CLOSE_LIFETIME:
 			pool->last_lifetime_close = now;
 			disconnect_server(s, true, "server lifetime over");
-		} else if (wk.cf.g.server_check_query && *wk.cf.g.server_check_query &&
-		           now - s->request_time > wk.cf.g.server_check_delay) {
+			break;
+		case IDLE_CHECK:
 			change_state(s, SV_USED);
+			break;
+		case IDLE_KEEP:
+			break;
 		}
 	}
 	/* min_pool_size: one connection at a time while the pool has clients or a forced user */
-	bool wanted = pool_client_count(pool) > 0 || (pool->db->forced_user && wk.run_state == RUN_ACTIVE);
-	if (min > 0 && wanted && pool_global_servers(pool) < min && wk.pause_mode == P_NONE && !pool->db->paused &&
-	    list_empty(&pool->new_servers) && !pool->db->admin &&
-	    !(pool->last_login_failed && now - pool->last_failed_time < wk.cf.g.server_login_retry))
+	MinInput mi = {
+	    .min = min,
+	    .servers = pool_global_servers(pool),
+	    .wanted = pool_client_count(pool) > 0 || (pool->db->forced_user && wk.run_state == RUN_ACTIVE),
+	    .paused = wk.pause_mode != P_NONE || pool->db->paused,
+	    .login_in_flight = !list_empty(&pool->new_servers),
+	    .admin = pool->db->admin,
+	    .retry_wait = pool_retry_wait(pool),
+	};
+	if (policy_launch_min(&mi))
 		pool_launch_min(pool, min);
 	/* clients (or auth_query lookups) may wait for a retry after a failed login, or for room */
 	pool_maybe_launch(pool);
@@ -201,6 +223,9 @@ static void check_login_clients(void)
 		PgSocket *c = container_of(i, PgSocket, node);
 		if (wk.cf.g.client_login_timeout > 0 && wk.now - c->connect_time > wk.cf.g.client_login_timeout)
 			disconnect_client(c, true, "client_login_timeout");
+		else if (c->pam_req && client_hung_up(c))
+			/* not read while PAM checks its password: its hang-up is seen here */
+			disconnect_client(c, false, "client disconnected during PAM authentication");
 	}
 }
 
@@ -334,7 +359,7 @@ void stats_period_tick(void)
 	PgStats d;
 	if (!pooler_delta(&d) || !wk.cf.g.log_stats)
 		return;
-	double secs = wk.cf.g.stats_period > 0 ? wk.cf.g.stats_period : 1;
+	double secs = wk.cf.g.stats_period; /* at least 1: the parameter table's range */
 	uint64_t dx = d.xact_count, dq = d.query_count, da = d.server_assignment_count;
 	log_info("stats: %llu xacts/s, %llu queries/s, %llu client parses/s, %llu server parses/s, %llu binds/s, "
 	         "%llu client logins/s, in %llu B/s, out %llu B/s, xact %llu us, query %llu us, wait %llu us",

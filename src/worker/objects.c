@@ -24,8 +24,11 @@
 #include "worker/admin_fanout.h"
 #include "worker/auth_query.h"
 #include "worker/cancel.h"
+#include "worker/migrate.h"
 #include "worker/objects.h"
+#include "worker/pam.h"
 #include "worker/pool.h"
+#include "worker/pool_policy.h"
 #include "worker/pool_settings.h"
 #include "worker/server.h"
 #include "worker/worker.h"
@@ -305,6 +308,7 @@ void objects_load_userlist(bool force)
 		PgUser *u = user_add(ul.users[k].name);
 		user_set_secret(u, ul.users[k].secret, ul.users[k].kind);
 		u->from_auth_query = false;
+		u->from_pam = false;
 	}
 	userlist_free(&wk.userlist);
 	wk.userlist = ul;
@@ -524,6 +528,7 @@ PgPool *pool_get(PgDatabase *db, PgUser *user)
 			break;
 	}
 	list_insert_between(&pool->node, i->prev, i);
+	log_debug("new pool %s/%s", db->name, user->name);
 	return pool;
 }
 
@@ -634,7 +639,7 @@ void change_state(PgSocket *s, SocketState st)
 		s->pool->n_state[st]++;
 	}
 	/* idle servers are reused LIFO, unless round-robin or about to close */
-	if (st == SV_IDLE && !wk.cf.g.server_round_robin && !s->close_needed)
+	if (st == SV_IDLE && policy_idle_at_head(wk.cf.g.server_round_robin, s->close_needed))
 		list_prepend(l, &s->node);
 	else
 		list_append(l, &s->node);
@@ -720,8 +725,10 @@ static bool closing(PgSocket *s, char *reason, size_t len, const char *fmt, va_l
 		return false;
 	if (fmt)
 		vsnprintf(reason, len, fmt, ap);
-	if (wk.cf.g.log_disconnections)
+	if (wk.cf.g.log_disconnections && !s->is_internal)
 		slog(LG_LOG, s, "closing because: %s (age=%.0fs)", reason, age_seconds(s));
+	else
+		slog_debug(s, "closing because: %s (age=%.0fs)", reason, age_seconds(s));
 	return true;
 }
 
@@ -737,6 +744,7 @@ void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 	if (notify && c->sb.fd >= 0 && reason[0])
 		client_send_error(c, true, "08P01", "%s", reason);
 	auth_query_client_gone(c);
+	pam_client_gone(c);
 
 	PgSocket *server = c->link;
 	if (server) {
@@ -753,6 +761,8 @@ void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 			c->login_user->client_count--;
 	}
 	budget_hold_release(&c->budget);
+	if (c->adopted)
+		migrate_client_closed(c); /* the master stops routing its cancel key here */
 	if (c->is_private) {
 		wk.client_count--;
 		wk.private_clients--;

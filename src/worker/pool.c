@@ -21,6 +21,7 @@
 #include "worker/client.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
+#include "worker/pool_policy.h"
 #include "worker/pool_settings.h"
 #include "worker/server.h"
 #include "worker/worker.h"
@@ -28,6 +29,12 @@
 static bool pool_paused(const PgPool *pool)
 {
 	return wk.pause_mode != P_NONE || pool->db->paused;
+}
+
+bool pool_retry_wait(const PgPool *pool)
+{
+	return policy_login_retry_wait(pool->last_login_failed, pool->last_failed_time, wk.now,
+	                               wk.cf.g.server_login_retry);
 }
 
 /* ---- the global budget (include/shm.h, common/budget.c) ---- */
@@ -73,22 +80,34 @@ static int user_entry(PgUser *u)
 	return budget_entry(&u->budget, BUDGET_USER, "", u->name);
 }
 
+/*
+ * During an online restart the old tree's connections count too
+ * (doc/workers.md "Upgrading"): its count for the same key as our entry e,
+ * while the master says that tree still runs.
+ */
+static int foreign(int e)
+{
+	if (!budget_predecessor || !atomic_load(&wk.shm->scaler.predecessor_live))
+		return 0;
+	return budget_foreign_count(gbudget(), e);
+}
+
 int pool_global_servers(PgPool *pool)
 {
 	int e = pool_entry(pool);
-	return e >= 0 ? budget_count(gbudget(), e) : pool_server_count(pool);
+	return e >= 0 ? budget_count(gbudget(), e) + foreign(e) : pool_server_count(pool);
 }
 
 static int db_global_servers(PgDatabase *db)
 {
 	int e = db_entry(db);
-	return e >= 0 ? budget_count(gbudget(), e) : db->server_count;
+	return e >= 0 ? budget_count(gbudget(), e) + foreign(e) : db->server_count;
 }
 
 static int user_global_servers(PgUser *u)
 {
 	int e = user_entry(u);
-	return e >= 0 ? budget_count(gbudget(), e) : u->server_count;
+	return e >= 0 ? budget_count(gbudget(), e) + foreign(e) : u->server_count;
 }
 
 /* Say (or stop saying) that our clients wait for room in the entry behind ref. */
@@ -120,7 +139,9 @@ static int take_units(BudgetHold *hold, int n, const int idx[], const int limit[
 {
 	*hold = (BudgetHold){.taken = true, .idx = {-1, -1, -1}};
 	for (int k = 0; k < n; k++) {
-		bool ok = idx[k] >= 0 ? budget_take(gbudget(), wk.id, idx[k], limit[k])
+		/* room left by the old tree of an online restart, if it still runs */
+		int room = limit[k] > 0 && idx[k] >= 0 ? limit[k] - foreign(idx[k]) : limit[k];
+		bool ok = idx[k] >= 0 ? (limit[k] <= 0 || room > 0) && budget_take(gbudget(), wk.id, idx[k], room)
 		                      : limit[k] <= 0 || local[k] < limit[k];
 		if (!ok) {
 			budget_hold_release(hold);
@@ -201,6 +222,19 @@ void pool_budget_forget(PgPool *pool)
 	budget_set_want(&pool->user->budget, false); /* set again by another pool of the user if it still waits */
 }
 
+/*
+ * A worker of a tree that a new one took over (-R) only serves the clients
+ * it has: an idle server beyond those of them that hold none can never be
+ * used, while the new tree counts it against its limits (doc/workers.md
+ * "Upgrading"). How many such servers the pool has.
+ */
+static int retiring_idle_excess(const PgPool *pool)
+{
+	const int *n = pool->n_state;
+	int unlinked = n[CL_ACTIVE] + n[CL_WAITING] - n[SV_ACTIVE];
+	return n[SV_IDLE] + n[SV_USED] - (unlinked > 0 ? unlinked : 0);
+}
+
 void pool_budget_tick(void)
 {
 	if (!gbudget())
@@ -215,8 +249,7 @@ void pool_budget_tick(void)
 	{
 		PgPool *pool = container_of(i, PgPool, node);
 		/* a paused pool, or one whose logins fail, waits for other reasons: it asks nobody to give back */
-		bool can_use = !pool_paused(pool) && !(pool->last_login_failed &&
-		                                       wk.now - pool->last_failed_time < wk.cf.g.server_login_retry);
+		bool can_use = !pool_paused(pool) && !pool_retry_wait(pool);
 		if (pool_needs_server(pool) && can_use)
 			pool->db->budget.need = pool->user->budget.need = true;
 		else
@@ -235,6 +268,8 @@ void pool_budget_tick(void)
 			n = list_last(&pool->idle_servers);
 		if (n && pool_should_yield(pool))
 			disconnect_server(container_of(n, PgSocket, node), true, "given back to another worker");
+		else if (n && wk.retiring && retiring_idle_excess(pool) > 0)
+			disconnect_server(container_of(n, PgSocket, node), true, "given back to the new process");
 		/* room may have come free in another worker */
 		if (pool_needs_server(pool))
 			pool_maybe_launch(pool);
@@ -314,6 +349,7 @@ static void link_client_server(PgSocket *c, PgSocket *s)
 	if (c->state != CL_ACTIVE)
 		change_state(c, CL_ACTIVE);
 	pool->stats.server_assignment_count++;
+	slog_debug(c, "linked to server S-%p", (const void *)s);
 	if (c->wait_start) {
 		pool->stats.wait_time += (uint64_t)(wk.now - c->wait_start);
 		c->wait_start = 0;
@@ -371,8 +407,7 @@ PgSocket *pool_take_idle(PgPool *pool)
 
 bool pool_login_failing(const PgPool *pool)
 {
-	if (!pool->last_login_failed || wk.now - pool->last_failed_time >= wk.cf.g.server_login_retry ||
-	    pool_paused(pool))
+	if (!pool_retry_wait(pool) || pool_paused(pool))
 		return false;
 	/* servers still logging in do not count: they may fail the same way */
 	return pool_server_count(pool) == pool->n_state[SV_LOGIN];
@@ -416,42 +451,50 @@ bool pool_find_server(PgSocket *c)
 void pool_server_ready(PgSocket *s)
 {
 	PgPool *pool = s->pool;
-	if (s->cancels_pending > 0) {
+	const char *check = wk.cf.g.server_check_query;
+	ReleaseInput in = {
+	    .cancels_pending = s->cancels_pending > 0,
+	    .close_needed = s->close_needed,
+	    /* PAUSE and the safe shutdown close every server their client releases */
+	    .paused = pool_paused(pool) || wk.run_state == RUN_SHUTDOWN_SERVERS,
+	    .yield = s->replication == REPLICATION_NONE && pool_should_yield(pool),
+	    .lifetime = pool_server_lifetime(pool),
+	    .size = pool_effective_size(pool),
+	    .age = wk.now - s->connect_time,
+	    .since_lifetime_close = wk.now - pool->last_lifetime_close,
+	    .check_query = check && *check,
+	    .check_delay = wk.cf.g.server_check_delay,
+	    .lent = s->lent,
+	};
+	ReleaseVerdict v = policy_release(&in);
+	if (v == RELEASE_HOLD) {
 		/* its last client's cancel is still on its way: nobody else's query may get it */
 		change_state(s, SV_BEING_CANCELED);
 		return;
 	}
 	change_state(s, SV_IDLE);
-
-	/* close_needed and lifetime are honoured when a server becomes free */
-	if (s->close_needed) {
+	switch (v) {
+	case RELEASE_CLOSE_CONFIG:
 		disconnect_server(s, true, "database configuration changed");
 		return;
-	}
-	/* PAUSE and the safe shutdown close every server their client releases */
-	if (wk.pause_mode != P_NONE || pool->db->paused || wk.run_state == RUN_SHUTDOWN_SERVERS) {
+	case RELEASE_CLOSE_PAUSE:
 		disconnect_server(s, true, "pause mode");
 		return;
-	}
-	/* another worker's clients wait and this worker has more than its share */
-	if (s->replication == REPLICATION_NONE && pool_should_yield(pool)) {
+	case RELEASE_YIELD:
 		disconnect_server(s, true, "given back to another worker");
 		pool_wake_waiters(pool); /* a first login's welcome still goes out */
 		return;
-	}
-	/* server_lifetime = 0 is no limit (doc/pgbouncer.5.md, server_lifetime) */
-	usec_t lifetime = pool_server_lifetime(pool);
-	int size = pool_effective_size(pool);
-	if (lifetime > 0 && wk.now - s->connect_time >= lifetime &&
-	    wk.now - pool->last_lifetime_close >= lifetime / (size > 0 ? size : 1)) {
+	case RELEASE_CLOSE_LIFETIME:
 		pool->last_lifetime_close = wk.now;
 		disconnect_server(s, true, "server lifetime over");
 		return;
-	}
-	/* server_check_delay = 0: whoever used it, the next user gets it only after a check */
-	const char *check = wk.cf.g.server_check_query;
-	if (s->lent && wk.cf.g.server_check_delay == 0 && check && *check)
+	case RELEASE_USED:
 		change_state(s, SV_USED);
+		break;
+	case RELEASE_HOLD:
+	case RELEASE_IDLE:
+		break;
+	}
 	pool_wake_waiters(pool);
 }
 
@@ -562,17 +605,37 @@ static bool evict_idle_of_pool(PgPool *pool)
  */
 static bool can_launch(PgPool *pool, bool for_replication, BudgetHold *hold)
 {
-	if (!list_empty(&pool->new_servers))
-		return false; /* one login in flight per pool */
-	if (pool_paused(pool) || wk.run_state == RUN_SHUTDOWN_SERVERS)
+	List *first = list_first(&pool->waiting_clients);
+	LaunchInput in = {
+	    .login_in_flight = !list_empty(&pool->new_servers),
+	    .paused = pool_paused(pool) || wk.run_state == RUN_SHUTDOWN_SERVERS,
+	    .retry_wait = pool_retry_wait(pool),
+	    .size = pool_effective_size(pool),
+	    .reserve = pool_reserve_size(pool),
+	    .reserve_timeout = wk.cf.g.reserve_pool_timeout,
+	    .servers = pool_global_servers(pool),
+	    .for_replication = for_replication,
+	    .has_waiter = first != NULL,
+	    .waited = first ? wk.now - container_of(first, PgSocket, node)->wait_start : 0,
+	};
+	int limit;
+	LaunchVerdict v = policy_launch(&in, &limit);
+	switch (v) {
+	case LAUNCH_NO:
+		log_noise("pool %s/%s: no launch: %s", pool->db->name, pool->user->name,
+		          in.login_in_flight ? "a login is in progress"
+		          : in.paused        ? "paused or shutting down"
+		                             : "within server_login_retry");
 		return false;
-	if (pool->last_login_failed && wk.now - pool->last_failed_time < wk.cf.g.server_login_retry)
+	case LAUNCH_FULL:
+		log_noise("pool %s/%s: no launch: pool full (%d >= %d)%s", pool->db->name, pool->user->name, in.servers,
+		          in.size,
+		          in.reserve > 0 && in.has_waiter && in.servers < in.size + in.reserve
+		              ? ", reserve_pool_timeout not reached"
+		              : "");
+		budget_set_want(&pool->budget, true);
 		return false;
-	int size = pool_effective_size(pool);
-	int limit = size;
-	int total = pool_global_servers(pool);
-	bool from_reserve = false;
-	if (size > 0 && total >= size && for_replication) {
+	case LAUNCH_EVICT:
 		/* a replication server is never shared: an idle one of the pool gives way */
 		if (!evict_idle_of_pool(pool)) {
 			budget_set_want(&pool->budget, true);
@@ -581,26 +644,24 @@ static bool can_launch(PgPool *pool, bool for_replication, BudgetHold *hold)
 		/* closing it woke this pool, which may have launched already */
 		if (!list_empty(&pool->new_servers))
 			return false;
-	} else if (size > 0 && total >= size) {
-		/* the reserve pool helps clients that waited long enough */
-		int reserve = pool_reserve_size(pool);
-		List *n = list_first(&pool->waiting_clients);
-		budget_set_want(&pool->budget, true);
-		if (reserve <= 0 || wk.cf.g.reserve_pool_timeout <= 0 || !n || total >= size + reserve)
-			return false;
-		PgSocket *oldest = container_of(n, PgSocket, node);
-		if (wk.now - oldest->wait_start < wk.cf.g.reserve_pool_timeout)
-			return false;
-		limit = size + reserve;
-		from_reserve = true;
+		break;
+	case LAUNCH_RESERVE:
+		budget_set_want(&pool->budget, true); /* until the launch below is sure */
+		break;
+	case LAUNCH_OK:
+		break;
 	}
 	int max_db = db_max_connections(pool->db);
 	if (max_db > 0 && db_global_servers(pool->db) >= max_db && !evict_idle(match_db, pool->db)) {
+		log_noise("pool %s/%s: no launch: database full (max_db_connections %d)", pool->db->name,
+		          pool->user->name, max_db);
 		budget_set_want(&pool->db->budget, true);
 		return false;
 	}
 	int max_user = user_max_connections(pool->user);
 	if (max_user > 0 && user_global_servers(pool->user) >= max_user && !evict_idle(match_user, pool->user)) {
+		log_noise("pool %s/%s: no launch: user full (max_user_connections %d)", pool->db->name,
+		          pool->user->name, max_user);
 		budget_set_want(&pool->user->budget, true);
 		return false;
 	}
@@ -611,16 +672,22 @@ static bool can_launch(PgPool *pool, bool for_replication, BudgetHold *hold)
 	int limits[3] = {limit, max_db, max_user};
 	for (int k = 0; k < 3; k++)
 		if (idx[k] >= 0 && budget_over_share(gb, wk.id, idx[k], limits[k])) {
+			log_noise("pool %s/%s: no launch: another worker waits for this room", pool->db->name,
+			          pool->user->name);
 			budget_set_want(refs[k], true);
 			return false;
 		}
 	BudgetRef *full = take_budget(pool, limit, hold);
 	if (full) {
+		log_noise("pool %s/%s: no launch: the limits of all workers together are reached", pool->db->name,
+		          pool->user->name);
 		budget_set_want(full, true);
 		return false;
 	}
-	if (from_reserve)
+	if (v == LAUNCH_RESERVE)
 		log_warning("taking connection from reserve_pool");
+	log_debug("pool %s/%s: launch decided (%d servers in all workers, pool size %d%s)", pool->db->name,
+	          pool->user->name, in.servers, in.size, v == LAUNCH_RESERVE ? ", from the reserve" : "");
 	budget_set_want(&pool->budget, false);
 	budget_set_want(&pool->db->budget, false);
 	budget_set_want(&pool->user->budget, false);
@@ -641,7 +708,7 @@ static bool checks_serve_waiters(const PgPool *pool)
  * client that hung up is not seen by the event loop. poll() asks:
  * POLLRDHUP tells a closed peer even when unread bytes precede its FIN.
  */
-static bool client_hung_up(const PgSocket *c)
+bool client_hung_up(const PgSocket *c)
 {
 	struct pollfd p = {.fd = c->sb.fd, .events = POLLRDHUP};
 	return c->sb.fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
@@ -727,8 +794,10 @@ void pool_launch_min(PgPool *pool, int min)
 {
 	BudgetHold hold;
 	/* below min in all workers together: the pool entry's limit is min itself */
-	if (!take_budget(pool, min, &hold))
+	if (!take_budget(pool, min, &hold)) {
+		log_debug("pool %s/%s: launch decided (below min_pool_size %d)", pool->db->name, pool->user->name, min);
 		(void)server_launch(pool, &hold);
+	}
 }
 
 void pool_replication_ready(PgSocket *s)

@@ -13,6 +13,12 @@ static usec_t secs(int s)
 	return (usec_t)s * USEC_PER_SEC;
 }
 
+/* A string setting that is set and not empty, else NULL. */
+static const char *nonempty(const char *s)
+{
+	return s && *s ? s : NULL;
+}
+
 /* A user entry's value of a setting where 0 and below mean "inherit" (NULL entry: none). */
 #define USER_OVERRIDE(u, field) ((u) && (u)->cf && (u)->cf->field > 0 ? (u)->cf->field : 0)
 
@@ -61,6 +67,11 @@ int db_min_pool_size(const PgDatabase *db)
 	return db->cf.min_pool_size != CF_UNSET ? db->cf.min_pool_size : wk.cf.g.min_pool_size;
 }
 
+int db_server_port(const PgDatabase *db)
+{
+	return db->cf.port > 0 ? db->cf.port : 5432;
+}
+
 usec_t db_server_lifetime(const PgDatabase *db)
 {
 	return db->cf.server_lifetime > 0 ? secs(db->cf.server_lifetime) : wk.cf.g.server_lifetime;
@@ -75,6 +86,23 @@ int db_max_client_connections(const PgDatabase *db)
 {
 	return db->cf.max_db_client_connections > 0 ? db->cf.max_db_client_connections
 	                                            : wk.cf.g.max_db_client_connections;
+}
+
+const char *db_auth_user(const PgDatabase *db)
+{
+	return nonempty(db->cf.auth_user) ? db->cf.auth_user : nonempty(wk.cf.g.auth_user);
+}
+
+const char *db_auth_query(const PgDatabase *db)
+{
+	return nonempty(db->cf.auth_query) ? db->cf.auth_query : nonempty(wk.cf.g.auth_query);
+}
+
+const char *db_auth_dbname(const PgDatabase *db)
+{
+	if (nonempty(db->cf.auth_dbname))
+		return db->cf.auth_dbname;
+	return nonempty(wk.cf.g.auth_dbname) ? wk.cf.g.auth_dbname : db->name;
 }
 
 int user_max_connections(const PgUser *u)

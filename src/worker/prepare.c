@@ -187,6 +187,21 @@ unsigned prepare_client_count(ClientStmt *const *map)
 	return HASH_COUNT(*map);
 }
 
+ClientStmt *prepare_client_first(ClientStmt *const *map)
+{
+	return *map;
+}
+
+ClientStmt *prepare_client_next(const ClientStmt *cs)
+{
+	return cs->hh.next;
+}
+
+const char *prepare_client_name(const ClientStmt *cs)
+{
+	return cs->name;
+}
+
 /* ---- servers ---- */
 
 bool prepare_server_has(ServerStmt **set, const PreparedStmt *ps, bool touch)

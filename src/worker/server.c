@@ -25,6 +25,7 @@
 #include "worker/client.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
+#include "worker/pool_settings.h"
 #include "worker/server.h"
 #include "worker/txn.h"
 #include "worker/worker.h"
@@ -47,7 +48,7 @@ static DnsResult pick_address(PgPool *pool, struct sockaddr_storage *ss, socklen
                               char *err, size_t errlen)
 {
 	PgDatabase *db = pool->db;
-	int port = db->cf.port > 0 ? db->cf.port : 5432;
+	int port = db_server_port(db);
 	host[0] = '\0';
 	if (db->cf.host && *db->cf.host) {
 		/* comma-separated list: choose one entry */
@@ -170,6 +171,7 @@ static bool launch(PgPool *pool, PgSocket *repl_client, BudgetHold *hold)
 	}
 	s->remote = ss;
 	s->is_unix = ss.ss_family == AF_UNIX;
+	slog_debug(s, "launching new connection to server%s", repl_client ? " (replication)" : "");
 	if (!s->is_unix && wk.tls.server_ctx) {
 		/* made now, while the host list entry is known: verify-full checks that name */
 		s->tls_pending = tls_server_ssl_new(&wk.tls, host, err, sizeof(err));
@@ -216,6 +218,7 @@ static SBufAction login_fail(PgSocket *s, const char *why)
 static SBufAction handle_ssl_answer(PgSocket *s, uint8_t answer, uint32_t avail)
 {
 	const char *why = NULL;
+	slog_noise(s, "server login: SSL answer '%c'", answer);
 	if (answer == 'S') {
 		if (avail > 1) {
 			why = "server sent unencrypted data after its SSL answer";
@@ -282,8 +285,10 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
 	const char *pw = server_password(s, &kind);
 	char err[128];
 
+	slog_noise(s, "server login: authentication request %u", code);
 	switch (code) {
 	case 0:
+		slog_debug(s, "server login: authentication ok");
 		return SB_CONSUMED;
 	case 3: /* cleartext */
 		if (!pw || kind != SECRET_PLAIN)
@@ -359,6 +364,8 @@ static bool handle_param_status(PgSocket *s, const uint8_t *body, uint32_t len, 
 	const char *name, *value;
 	if (!proto_parse_param_status(body, len, &name, &value))
 		return false;
+	if (login)
+		slog_noise(s, "server login: parameter %s=%s", name, value);
 	int idx = var_index(name);
 	/* a replication server's login parameters are its client's welcome, not the pool's */
 	bool repl = s->replication != REPLICATION_NONE;
@@ -418,6 +425,7 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 			return login_fail(s, "malformed ParameterStatus from server");
 		return SB_CONSUMED;
 	case 'K':
+		slog_noise(s, "server login: backend key data");
 		if (blen < 8 || blen > 4 + MAX_SERVER_KEY)
 			return login_fail(s, "bad BackendKeyData from server");
 		s->backend_pid =
@@ -453,6 +461,7 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 		return SB_CLOSED;
 	}
 	case 'Z':
+		slog_debug(s, "server login: ready for query");
 		if (wk.cf.g.log_connections) {
 			if (s->is_unix) {
 				slog(LG_LOG, s, "new connection to server");
@@ -731,6 +740,7 @@ void server_release(PgSocket *s)
 {
 	if (s->state == SV_JUSTFREE)
 		return;
+	slog_debug(s, "released by its client");
 	s->link = NULL;
 	s->sb.dst = NULL;
 	s->setting_vars = false;

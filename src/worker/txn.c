@@ -400,6 +400,7 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 void txn_release(PgSocket *s)
 {
 	PgSocket *c = s->link;
+	slog_debug(s, "released by C-%p (transaction end)", (const void *)c);
 	if (c) {
 		/* bytes on their way in either direction are whole messages: they leave with their sockets */
 		sbuf_forward_own(&c->sb, NULL, 0, true);

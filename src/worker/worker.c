@@ -28,6 +28,7 @@
 #include "worker/cancel.h"
 #include "worker/client.h"
 #include "worker/janitor.h"
+#include "worker/migrate.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
 #include "worker/worker.h"
@@ -97,6 +98,8 @@ void worker_check_shutdown(void)
 {
 	/* consoles of other workers reaching this one through its private socket do not hold it up */
 	int clients = wk.client_count - wk.private_clients;
+	if (wk.intakes > 0)
+		return; /* moved clients are on their way here: they would be lost */
 	if (wk.run_state == RUN_SHUTDOWN_CLIENTS && clients <= 0) {
 		log_info("client connections dropped, exiting");
 		exit(0);
@@ -156,6 +159,17 @@ void worker_start_shutdown(RunState mode)
 	worker_check_shutdown();
 }
 
+void worker_apply_log_settings(void)
+{
+	LogSettings ls = {.logfile = wk.cf.g.logfile,
+	                  .to_stderr = log_to_stderr_setting(),
+	                  .syslog = wk.cf.g.syslog != 0,
+	                  .syslog_ident = wk.cf.g.syslog_ident,
+	                  .syslog_facility = wk.cf.g.syslog_facility,
+	                  .verbose = wk.cf.g.verbose};
+	log_configure(&ls);
+}
+
 void worker_reload(void)
 {
 	Config next;
@@ -173,13 +187,7 @@ void worker_reload(void)
 	config_free(&wk.cf);
 	wk.cf = next;
 	wk.cf_gen++;
-	LogSettings ls = {.logfile = wk.cf.g.logfile,
-	                  .to_stderr = log_to_stderr_setting(),
-	                  .syslog = wk.cf.g.syslog != 0,
-	                  .syslog_ident = wk.cf.g.syslog_ident,
-	                  .syslog_facility = wk.cf.g.syslog_facility,
-	                  .verbose = wk.cf.g.verbose};
-	log_configure(&ls);
+	worker_apply_log_settings();
 	objects_load_userlist(false);
 	auth_load_hba();
 	objects_load_databases();
@@ -216,7 +224,11 @@ void worker_clients_add(int delta)
 
 int worker_global_clients(void)
 {
-	return wk.slot ? budget_clients(&wk.shm->budget) : wk.client_count;
+	if (!wk.slot)
+		return wk.client_count;
+	/* during an online restart the old tree's clients count too (doc/workers.md "Upgrading") */
+	int old_tree = atomic_load(&wk.shm->scaler.predecessor_live) ? budget_foreign_clients() : 0;
+	return budget_clients(&wk.shm->budget) + old_tree;
 }
 
 void worker_count_tls_handshake(void)
@@ -298,7 +310,7 @@ void worker_stats_total(PgStats *out)
  * kernel's schedstat; doc/workers.md, "The saturation signal") and
  * counters for the master.
  */
-static void publish(void)
+void worker_publish(void)
 {
 	WorkerSlot *slot = wk.slot;
 	if (!slot)
@@ -331,6 +343,13 @@ static void publish(void)
 	atomic_store(&slot->cl_waiting, cl_waiting);
 	atomic_store(&slot->sv_active, sv_active);
 	atomic_store(&slot->sv_idle, sv_idle);
+	uint32_t movable, unmovable;
+	migrate_count(&movable, &unmovable);
+	atomic_store(&slot->cl_movable, movable);
+	atomic_store(&slot->cl_unmovable, unmovable);
+	atomic_store(&slot->moved_in, wk.moved_in);
+	atomic_store(&slot->moved_out, wk.moved_out);
+	atomic_store(&slot->move_failed, wk.move_failed);
 	uint64_t on_cpu, wait = SHM_WAIT_UNKNOWN;
 	if (!schedstat_read(wk.schedstat_fd, &on_cpu, &wait))
 		wait = SHM_WAIT_UNKNOWN;
@@ -344,7 +363,7 @@ static void on_publish(evutil_socket_t fd, short what, void *arg)
 	wk.now = get_time_usec();
 	if (wk.pause_mode != P_SUSPEND)
 		pool_budget_tick();
-	publish();
+	worker_publish();
 }
 
 static WorkerListener *add_listener(int fd, uint32_t id, bool is_unix)
@@ -441,7 +460,16 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 			drop_listener(m.id);
 			break;
 		case CH_DRAIN:
+			wk.retiring = m.id == 1;
 			start_drain(m.arg);
+			break;
+		case CH_MIGRATE:
+			if (rfd >= 0)
+				migrate_give(rfd, (int)m.id, m.arg); /* it closes rfd */
+			break;
+		case CH_ADOPT:
+			if (rfd >= 0)
+				migrate_take(rfd, (int)m.id); /* read until the giver closes its end */
 			break;
 		case CH_CANCEL: {
 			uint8_t key[CANCEL_KEY_LEN];
@@ -457,7 +485,7 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerListener *listeners, int n_listeners, int master_fd,
+int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerSocket *sockets, int n, int master_fd,
                 int cmdline_verbose, ShmSegment *shm)
 {
 	memset(&wk, 0, sizeof(wk));
@@ -495,13 +523,13 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerListener *list
 		if (!wk.sig_ev[i] || evsignal_add(wk.sig_ev[i], NULL) < 0)
 			fatal("could not install handler for signal %d", sigs[i]);
 	}
-	for (int i = 0; i < n_listeners; i++)
-		add_listener(listeners[i].fd, listeners[i].id, listeners[i].is_unix);
-	free(listeners);
+	for (int i = 0; i < n; i++)
+		add_listener(sockets[i].fd, sockets[i].id, sockets[i].is_unix);
+	free(sockets);
 	struct timeval jt = {0, 333333};
 	wk.janitor_ev = event_new(wk.base, -1, EV_PERSIST, on_janitor, NULL);
 	event_add(wk.janitor_ev, &jt);
-	struct timeval st = {wk.cf.g.stats_period > 0 ? wk.cf.g.stats_period : 60, 0};
+	struct timeval st = {wk.cf.g.stats_period, 0}; /* at least 1 s (the parameter table) */
 	wk.stats_ev = event_new(wk.base, -1, EV_PERSIST, on_stats, NULL);
 	event_add(wk.stats_ev, &st);
 	if (master_fd >= 0) {
@@ -513,7 +541,7 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerListener *list
 	struct timeval pt = {0, 100000};
 	wk.publish_ev = event_new(wk.base, -1, EV_PERSIST, on_publish, NULL);
 	event_add(wk.publish_ev, &pt);
-	publish();
+	worker_publish();
 	admin_fanout_listen();
 	if (wk.slot)
 		atomic_store(&wk.slot->state, SLOT_ACTIVE);

@@ -97,6 +97,7 @@ static const ExpectedParam expected_params[] = {
     {"max_user_client_connections", "0", "yes", false},
     {"max_user_connections", "0", "yes", false},
     {"max_workers", "0", "yes", false},
+    {"metrics_listen", "", "no", false},
     {"min_pool_size", "0", "yes", false},
     {"min_workers", "1", "yes", false},
     {"peer_id", "0", "yes", false},
@@ -353,8 +354,10 @@ static void set_invalid(Config *cf, const char *name, const char *value)
 
 	if (config_set(cf, name, value, e, sizeof(e)))
 		fail_msg("config_set(%s, \"%s\") unexpectedly succeeded", name, value);
-	snprintf(want, sizeof(want), "invalid value \"%s\" for parameter %s", value, name);
-	assert_string_equal(e, want);
+	/* the message names the value and the parameter, then says what it accepts */
+	snprintf(want, sizeof(want), "invalid value \"%s\" for parameter %s: must be ", value, name);
+	if (strncmp(e, want, strlen(want)) != 0)
+		fail_msg("\"%s\" does not start with \"%s\"", e, want);
 	/* a rejected value changes nothing */
 	const char *a = value_of(cf, name, after, sizeof(after));
 	assert_int_equal(a == NULL, b == NULL);
@@ -488,16 +491,21 @@ static void test_real_and_enum_syntax(void **state)
 	set_invalid(&cf, "pool_mode", "bogus");
 	set_invalid(&cf, "pool_mode", "");
 	set_invalid(&cf, "auth_type", "password");
-	/* known to PgBouncer, but only in builds with LDAP or PAM */
-	const char *unsupported[] = {"pam", "LDAP"};
-	for (size_t i = 0; i < 2; i++) {
-		char e[CF_ERRMSG_LEN], want[CF_ERRMSG_LEN];
-		assert_false(config_set(&cf, "auth_type", unsupported[i], e, sizeof(e)));
-		snprintf(want, sizeof(want), "auth_type \"%s\" is not supported by this build",
-		         i == 0 ? "pam" : "ldap");
-		assert_string_equal(e, want);
-		assert_int_equal(cf.g.auth_type, AUTH_TRUST);
-	}
+	/* known to PgBouncer, but only in builds with LDAP or PAM (this one may have PAM) */
+	char e[CF_ERRMSG_LEN];
+	assert_false(config_set(&cf, "auth_type", "LDAP", e, sizeof(e)));
+	assert_string_equal(e, "auth_type \"ldap\" is not supported by this build");
+	assert_int_equal(cf.g.auth_type, AUTH_TRUST);
+#ifdef HAVE_PAM
+	assert_true(config_set(&cf, "auth_type", "pam", e, sizeof(e)));
+	assert_int_equal(cf.g.auth_type, AUTH_PAM);
+	set_ok(&cf, "auth_type", "trust");
+#else
+	assert_false(config_set(&cf, "auth_type", "pam", e, sizeof(e)));
+	assert_string_equal(e, "auth_type \"pam\" is not supported by this build (built without libpam: configure "
+	                       "--with-pam)");
+	assert_int_equal(cf.g.auth_type, AUTH_TRUST);
+#endif
 	set_invalid(&cf, "worker_cpu_affinity", "on");
 	set_invalid(&cf, "client_tls_sslmode", "verify_full");
 	config_free(&cf);
@@ -610,10 +618,17 @@ static void test_semantic_errors(void **state)
 	(void)state;
 	expect_load_error("[pgbouncer]\nlisten_port = 1\nfoo = 1\n", "3: unknown parameter: pgbouncer/foo");
 	expect_load_error("[pgbouncer]\nListen_Port = 5\n", "2: unknown parameter: pgbouncer/Listen_Port");
-	expect_load_error("[pgbouncer]\nlisten_port = abc\n", "2: invalid value \"abc\" for parameter listen_port");
-	expect_load_error("[pgbouncer]\nlisten_port =\n", "2: invalid value \"\" for parameter listen_port");
-	expect_load_error("[pgbouncer]\nquery_timeout = 10s\n", "2: invalid value \"10s\" for parameter query_timeout");
-	expect_load_error("[pgbouncer]\nlog_stats = on\n", "2: invalid value \"on\" for parameter log_stats");
+	expect_load_error(
+	    "[pgbouncer]\nlisten_port = abc\n",
+	    "2: invalid value \"abc\" for parameter listen_port: must be an integer, between 1 and 65535");
+	expect_load_error("[pgbouncer]\nlisten_port =\n",
+	                  "2: invalid value \"\" for parameter listen_port: must be an integer, between 1 and 65535");
+	expect_load_error(
+	    "[pgbouncer]\nquery_timeout = 10s\n",
+	    "2: invalid value \"10s\" for parameter query_timeout: must be between 0 and 2147483647 seconds");
+	expect_load_error(
+	    "[pgbouncer]\nlog_stats = on\n",
+	    "2: invalid value \"on\" for parameter log_stats: must be an integer (0 = off, anything else = on)");
 	expect_load_error("[pgbouncer]\n[Databases]\n", "2: unknown section: [Databases]");
 	expect_load_error("[pgbouncer]\n[foo]\nx = 1\n", "2: unknown section: [foo]");
 	expect_load_error("listen_port = 1\n[pgbouncer]\n", "1: parameter \"listen_port\" outside of any section");
@@ -1033,7 +1048,7 @@ static void expect_validate(const char *const *settings, const char *want)
 
 #define V(...) ((const char *const[]){__VA_ARGS__, NULL})
 
-/* config_validate() refuses worker settings through worker_bounds_check() (test_worker_bounds.c has every bound) */
+/* config_validate() refuses worker settings by their ranges and worker_bounds_check() (test_worker_bounds.c has every bound) */
 static void test_validate_workers(void **state)
 {
 	(void)state;
@@ -1052,17 +1067,17 @@ static void test_validate_workers(void **state)
 static void test_validate_other(void **state)
 {
 	(void)state;
-	expect_validate(V("listen_port", "0"), "listen_port (0) must be between 1 and 65535");
-	expect_validate(V("listen_port", "65536"), "listen_port (65536) must be between 1 and 65535");
+	expect_validate(V("listen_port", "0"), "listen_port must be between 1 and 65535 (got 0)");
+	expect_validate(V("listen_port", "65536"), "listen_port must be between 1 and 65535 (got 65536)");
 	expect_validate(V("listen_port", "65535"), NULL);
-	expect_validate(V("pkt_buf", "511"), "pkt_buf (511) must be at least 512");
+	expect_validate(V("pkt_buf", "511"), "pkt_buf must be at least 512 (got 511)");
 	expect_validate(V("pkt_buf", "512"), NULL);
 	expect_validate(V("auth_dbname", "pgbouncer"),
 	                "auth_dbname cannot be \"pgbouncer\": that name is reserved for the admin console");
 	expect_validate(V("auth_dbname", "postgres"), NULL);
-	expect_validate(V("peer_id", "16384"), "peer_id (16384) must be between 0 and 16383");
+	expect_validate(V("peer_id", "16384"), "peer_id must be between 0 and 16383 (got 16384)");
 	expect_validate(V("peer_id", "16383"), NULL);
-	expect_validate(V("unix_socket_mode", "010000"), "unix_socket_mode (10000) is not a valid file mode");
+	expect_validate(V("unix_socket_mode", "010000"), "unix_socket_mode must be between 0 and 4095 (got 4096)");
 
 	/* through the loader the message carries the file name */
 	Config cf;
@@ -1070,6 +1085,123 @@ static void test_validate_other(void **state)
 	assert_false(load_text(&cf, "[pgbouncer]\nmin_workers = 4\nmax_workers = 2\n"));
 	snprintf(want, sizeof(want), "%s: min_workers must be between 1 and max_workers (2) (got 4)", last_path);
 	assert_string_equal(err, want);
+	config_free(&cf);
+}
+
+/* ---------------------------------------------------------------------- */
+/* the ranges of the parameter table */
+
+/* Every numeric row has a range that holds its default; the others have none. */
+static void test_range_table(void **state)
+{
+	(void)state;
+	Config cf;
+	char e[CF_ERRMSG_LEN];
+	config_init(&cf);
+	for (const CfParam *p = cf_params; p->name; p++) {
+		bool numeric = p->type == CF_INT || p->type == CF_UINT || p->type == CF_TIME || p->type == CF_REAL;
+		if (!numeric) {
+			if (p->min != 0 || p->max != 0 || p->min_excl)
+				fail_msg("%s: a range on a non-numeric parameter", p->name);
+			continue;
+		}
+		if (!(p->min < p->max))
+			fail_msg("%s: empty range [%g, %g]", p->name, p->min, p->max);
+		if (p->type == CF_TIME && (p->min < 0 || p->max > CF_TIME_MAX_SEC))
+			fail_msg("%s: time range beyond 0..CF_TIME_MAX_SEC", p->name);
+		if (!config_check_range(&cf, p, e, sizeof(e)))
+			fail_msg("default out of range: %s", e);
+	}
+	config_free(&cf);
+}
+
+/* Set name = value (parsing must accept it) and expect config_check_range()'s answer. */
+static void expect_range(const char *name, const char *value, const char *want)
+{
+	Config cf;
+	char e[CF_ERRMSG_LEN] = "";
+	const CfParam *p = config_find_param(name);
+	assert_non_null(p);
+	config_init(&cf);
+	set_ok(&cf, name, value);
+	bool ok = config_check_range(&cf, p, e, sizeof(e));
+	if (want) {
+		if (ok)
+			fail_msg("%s = %s in range, expected: %s", name, value, want);
+		assert_string_equal(e, want);
+		/* config_validate() says the same */
+		e[0] = '\0';
+		assert_false(config_validate(&cf, e, sizeof(e)));
+		assert_string_equal(e, want);
+	} else if (!ok) {
+		fail_msg("%s = %s refused: %s", name, value, e);
+	}
+	config_free(&cf);
+}
+
+static void test_range_check(void **state)
+{
+	(void)state;
+	/* ints: both bounds, and "at least" when the top is the type's */
+	expect_range("default_pool_size", "-1", "default_pool_size must be at least 0 (got -1)");
+	expect_range("default_pool_size", "0", NULL);
+	expect_range("default_pool_size", "2147483647", NULL);
+	expect_range("max_client_conn", "-5", "max_client_conn must be at least 0 (got -5)");
+	expect_range("listen_port", "0x10000", "listen_port must be between 1 and 65535 (got 65536)");
+	expect_range("scram_iterations", "0", "scram_iterations must be at least 1 (got 0)");
+	expect_range("stats_period", "0", "stats_period must be at least 1 (got 0)");
+	expect_range("min_workers", "65", "min_workers must be between 1 and 64 (got 65)");
+	/* times: seconds, as written, with fractions; the top keeps deadlines from overflowing */
+	expect_range("query_timeout", "2147483647", NULL);
+	expect_range("query_timeout", "2147483648",
+	             "query_timeout must be between 0 and 2147483647 seconds (got 2147483648)");
+	expect_range("server_lifetime", "99999999999.25",
+	             "server_lifetime must be between 0 and 2147483647 seconds (got 99999999999.25)");
+	expect_range("worker_scale_interval", "0",
+	             "worker_scale_interval must be above 0 and at most 2147483647 seconds (got 0)");
+	expect_range("worker_scale_interval", "0.000001", NULL);
+	/* reals: the bottom excluded */
+	expect_range("worker_scale_up_threshold", "0",
+	             "worker_scale_up_threshold must be above 0 and at most 1 (got 0)");
+	expect_range("worker_scale_up_threshold", "1", NULL);
+	/* enums, bools and strings have no range beyond their syntax */
+	expect_range("pool_mode", "statement", NULL);
+	expect_range("server_round_robin", "-7", NULL);
+	expect_range("admin_users", "", NULL);
+}
+
+/* What each type accepts, in words: the text SET and the loader put after "must be". */
+static void test_range_text(void **state)
+{
+	(void)state;
+	char buf[256];
+	static const struct {
+		const char *name, *text;
+	} cases[] = {
+	    {"listen_port", "between 1 and 65535"},
+	    {"default_pool_size", "at least 0"},
+	    {"max_packet_size", "at least 0"},
+	    {"query_timeout", "between 0 and 2147483647 seconds"},
+	    {"worker_scale_interval", "above 0 and at most 2147483647 seconds"},
+	    {"worker_scale_down_threshold", "above 0 and at most 1"},
+	    {"pool_mode", "one of session, transaction, statement"},
+	    {"log_connections", "an integer (0 = off, anything else = on)"},
+	    {"logfile", "any text"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		config_range_text(config_find_param(cases[i].name), buf, sizeof(buf));
+		assert_string_equal(buf, cases[i].text);
+	}
+	/* a value that does not parse gets the same words */
+	Config cf;
+	char e[CF_ERRMSG_LEN];
+	config_init(&cf);
+	assert_false(config_set(&cf, "pool_mode", "sessions", e, sizeof(e)));
+	assert_string_equal(e, "invalid value \"sessions\" for parameter pool_mode: must be one of session, "
+	                       "transaction, statement");
+	assert_false(config_set(&cf, "worker_scale_up_threshold", "high", e, sizeof(e)));
+	assert_string_equal(e, "invalid value \"high\" for parameter worker_scale_up_threshold: must be a decimal "
+	                       "number, above 0 and at most 1");
 	config_free(&cf);
 }
 
@@ -1261,6 +1393,9 @@ int main(void)
 	    cmocka_unit_test(test_peers),
 	    cmocka_unit_test(test_validate_workers),
 	    cmocka_unit_test(test_validate_other),
+	    cmocka_unit_test(test_range_table),
+	    cmocka_unit_test(test_range_check),
+	    cmocka_unit_test(test_range_text),
 	    cmocka_unit_test(test_keep_boot_values),
 	    cmocka_unit_test(test_copy),
 	    cmocka_unit_test(test_format),

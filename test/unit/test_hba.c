@@ -3,6 +3,8 @@
  * comments, lines that are skipped with a warning, first-match order,
  * address matching (CIDR, mask column, IPv6), @file includes and ident maps.
  */
+#include "autoconfig.h"
+
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -190,6 +192,23 @@ static void test_methods_and_options(void **state)
 	assert_false(hba_uses_cert(NULL));
 }
 
+/* pam is a method in a build with PAM, an unsupported word (the line is skipped) without */
+static void test_pam_method(void **state)
+{
+	HbaRules rules;
+	(void)state;
+#ifdef HAVE_PAM
+	parse_expect(&rules, "host all all all pam\n", NULL);
+	assert_int_equal(rules.n_rules, 1);
+	assert_int_equal(rules.rules[0].method, AUTH_PAM);
+#else
+	int bad[] = {1, 0};
+	parse_expect(&rules, "host all all all pam\n", bad);
+	assert_int_equal(rules.n_rules, 0);
+#endif
+	hba_free(&rules);
+}
+
 static void test_database_column(void **state)
 {
 	HbaRules rules;
@@ -297,7 +316,7 @@ static void test_bad_lines_are_skipped(void **state)
 	                   "host all all 10.0.0.0/ trust\n"                   /* 11 */
 	                   "host all all 10.0.0.0 trust\n"                    /* 12: trust is not a mask */
 	                   "host all all 10.0.0.0 ffff:: trust\n"             /* 13: mask of another family */
-	                   "local all all pam\n"                              /* 14 */
+	                   "local all all radius\n"                           /* 14 */
 	                   "local all all ident\n"                            /* 15 */
 	                   "local all all gss\n"                              /* 16 */
 	                   "local all all any\n"                              /* 17 */
@@ -339,9 +358,10 @@ static void test_warning_text(void **state)
 	HbaRules rules;
 	Warnings w = {.n = 0};
 	(void)state;
-	hba_parse(&rules, "local all all trust\n\nlocal all all pam\n", ".", collect, &w);
+	hba_parse(&rules, "local all all trust\n\nlocal all all radius\n", ".", collect, &w);
 	assert_int_equal(w.n, 1);
-	assert_string_equal(w.msgs[0], "could not parse hba config line 3: unsupported authentication method \"pam\"");
+	assert_string_equal(w.msgs[0],
+	                    "could not parse hba config line 3: unsupported authentication method \"radius\"");
 	hba_free(&rules);
 }
 
@@ -561,10 +581,11 @@ int main(void)
 	    cmocka_unit_test(test_connection_types),     cmocka_unit_test(test_methods_and_options),
 	    cmocka_unit_test(test_database_column),      cmocka_unit_test(test_user_column),
 	    cmocka_unit_test(test_quoting_and_comments), cmocka_unit_test(test_bad_lines_are_skipped),
-	    cmocka_unit_test(test_warning_text),         cmocka_unit_test(test_first_match_wins),
-	    cmocka_unit_test(test_addresses_v4),         cmocka_unit_test(test_addresses_v6),
-	    cmocka_unit_test(test_include_files),        cmocka_unit_test(test_load_missing),
-	    cmocka_unit_test(test_ident_maps),           cmocka_unit_test(test_ident_load),
+	    cmocka_unit_test(test_warning_text),         cmocka_unit_test(test_pam_method),
+	    cmocka_unit_test(test_first_match_wins),     cmocka_unit_test(test_addresses_v4),
+	    cmocka_unit_test(test_addresses_v6),         cmocka_unit_test(test_include_files),
+	    cmocka_unit_test(test_load_missing),         cmocka_unit_test(test_ident_maps),
+	    cmocka_unit_test(test_ident_load),
 	};
 	return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }

@@ -1,5 +1,7 @@
 /*
- * Unit tests for worker_bounds.c: every refused value with its message, the
+ * Unit tests for the worker settings' bounds (the ranges in config.c's
+ * table and the checks across settings in worker_bounds.c), through
+ * config_validate(): every refused value with its message, the
  * values at each bound that are accepted, and what resolving clamps (and
  * says it clamped) for a given core count.
  */
@@ -44,7 +46,7 @@ static void expect_refused(const char *name, const char *value, const char *want
 {
 	char e[256] = "";
 	set(name, value);
-	assert_false(worker_bounds_check(&cf.g, e, sizeof(e)));
+	assert_false(config_validate(&cf, e, sizeof(e)));
 	assert_string_equal(e, want);
 	config_free(&cf);
 	config_init(&cf);
@@ -54,7 +56,7 @@ static void expect_accepted(const char *name, const char *value)
 {
 	char e[256] = "";
 	set(name, value);
-	if (!worker_bounds_check(&cf.g, e, sizeof(e)))
+	if (!config_validate(&cf, e, sizeof(e)))
 		fail_msg("%s = %s refused: %s", name, value, e);
 	config_free(&cf);
 	config_init(&cf);
@@ -75,14 +77,13 @@ static void test_refused(void **state)
 	expect_refused("min_workers", "0", "min_workers must be between 1 and 64 (got 0)");
 	expect_refused("min_workers", "70", "min_workers must be between 1 and 64 (got 70)");
 	expect_refused("min_workers", "65", "min_workers must be between 1 and 64 (got 65)");
-	expect_refused("max_workers", "-1", "max_workers must be 0 (one per physical core) or more (got -1)");
+	expect_refused("max_workers", "-1", "max_workers must be at least 0 (got -1)");
 	expect_refused("worker_scale_up_threshold", "0",
 	               "worker_scale_up_threshold must be above 0 and at most 1 (got 0)");
 	expect_refused("worker_scale_up_threshold", "1.5",
 	               "worker_scale_up_threshold must be above 0 and at most 1 (got 1.5)");
-	expect_refused(
-	    "worker_scale_down_threshold", "0",
-	    "worker_scale_down_threshold must be above 0 and below worker_scale_up_threshold (0.75) (got 0)");
+	expect_refused("worker_scale_down_threshold", "0",
+	               "worker_scale_down_threshold must be above 0 and at most 1 (got 0)");
 	expect_refused(
 	    "worker_scale_down_threshold", "0.75",
 	    "worker_scale_down_threshold must be above 0 and below worker_scale_up_threshold (0.75) (got 0.75)");
@@ -92,7 +93,8 @@ static void test_refused(void **state)
 	               "worker_scale_down_samples must be between 1 and 128 (got 200)");
 	expect_refused("worker_scale_down_samples", "-3",
 	               "worker_scale_down_samples must be between 1 and 128 (got -3)");
-	expect_refused("worker_scale_interval", "0", "worker_scale_interval must be above 0 seconds (got 0)");
+	expect_refused("worker_scale_interval", "0",
+	               "worker_scale_interval must be above 0 and at most 2147483647 seconds (got 0)");
 
 	/* across settings: min_workers above an explicit max_workers */
 	char e[256];
@@ -103,8 +105,13 @@ static void test_refused(void **state)
 	/* NaN fails too; no buffer: still false, no crash */
 	cf.g.min_workers = 1;
 	cf.g.worker_scale_up_threshold = NAN;
-	assert_false(worker_bounds_check(&cf.g, e, sizeof(e)));
+	assert_false(config_validate(&cf, e, sizeof(e)));
 	assert_string_equal(e, "worker_scale_up_threshold must be above 0 and at most 1 (got nan)");
+	assert_false(config_validate(&cf, NULL, 0));
+	/* the check across thresholds alone */
+	cf.g.worker_scale_up_threshold = 0.5;
+	cf.g.worker_scale_down_threshold = NAN;
+	assert_false(worker_bounds_check(&cf.g, e, sizeof(e)));
 	assert_false(worker_bounds_check(&cf.g, NULL, 0));
 }
 

@@ -1,0 +1,24 @@
+/*
+ * The built-in Prometheus endpoint (metrics_listen, doc/monitoring.md): the
+ * master serves GET /metrics with libevent's evhttp. Pool, stats, database
+ * and list figures come from the merged admin console of one worker, asked
+ * over its private socket; worker and scaler figures from shared memory.
+ */
+#ifndef PGB_MASTER_METRICS_H
+#define PGB_MASTER_METRICS_H
+
+#include <event2/event.h>
+
+#include "common/config.h"
+#include "shm.h"
+
+/* Open metrics_listen if set (fatal when it cannot be bound). `cf` stays the running config. */
+void metrics_start(struct event_base *base, const Config *cf, ShmSegment *shm);
+
+/* Close the listener and abandon scrapes in progress (exit). */
+void metrics_stop(void);
+
+/* In a freshly forked worker: close the metrics socket and scrape connections, touching no event. */
+void metrics_forget_in_child(void);
+
+#endif

@@ -1,0 +1,69 @@
+/*
+ * Online restart (`pgbouncer -R`, doc/workers.md "Upgrading"): the running
+ * master listens on a control socket in its private directory; a new
+ * master started with -R on the same configuration connects to it, takes
+ * every listening socket (the same sockets, so nothing queued in the
+ * kernel is lost), starts its workers on them, and then tells the old
+ * master, which drains its workers and exits.
+ */
+#ifndef PGB_MASTER_UPGRADE_H
+#define PGB_MASTER_UPGRADE_H
+
+#include <event2/event.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "master/listen.h"
+
+/* What the new master received from the old one. */
+typedef struct Takeover {
+	int conn;           /* the control connection, -1 after upgrade_commit() */
+	InheritedSocket *s; /* every listening socket */
+	int n;
+	int workers; /* the old tree's worker count */
+	pid_t old_pid;
+	int shm_fd;           /* the old tree's shared memory (memfd), -1 = none */
+	uint8_t salt_key[32]; /* the old tree's SCRAM salt key (include/common/scram.h) */
+	bool have_salt_key;
+} Takeover;
+
+/*
+ * New master: connect to the running master of this configuration and take
+ * its listening sockets. False (nothing changed) when no old process
+ * answers; fatal when one answers but the hand-over fails.
+ */
+bool upgrade_connect(const char *private_dir, Takeover *t);
+
+/* New master, its workers started: tell the old one to stop accepting and drain. Fatal on failure. */
+void upgrade_commit(Takeover *t);
+
+/* Inherited sockets nobody took (their address is gone from listen_addr): closed, with a log line. */
+void upgrade_close_unused(Takeover *t);
+
+/* Running master: called with the new master's pid once it serves; the old tree then retires. */
+typedef void (*UpgradeRetireFn)(pid_t new_pid);
+/*
+ * Running master: called when a new master asks for the sockets; sends
+ * them with upgrade_send_listener() and returns the worker count (-1 on
+ * failure). Called again with conn = -1 if that new master gives up.
+ */
+typedef int (*UpgradeExportFn)(int conn);
+
+/*
+ * Running master: listen on <private_dir>/master (mode 0600, same uid
+ * only). False (logged) if it cannot: -R then cannot find this process.
+ */
+bool upgrade_listen(struct event_base *base, const char *private_dir, UpgradeExportFn export_fn,
+                    UpgradeRetireFn retire_fn);
+
+/* One listening socket for the new master (id = listener id, UINT32_MAX = the unix socket). */
+bool upgrade_send_listener(int conn, uint32_t id, int fd);
+
+/* The memfd of the shared memory, for the new master. */
+bool upgrade_send_segment(int conn, int fd);
+
+/* Stop listening (retiring, or exit); the socket file is removed only if it is still ours. */
+void upgrade_stop_listening(void);
+
+#endif

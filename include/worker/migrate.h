@@ -1,0 +1,66 @@
+/*
+ * Moving a logged-in client to another worker of the tree (rebalancing,
+ * doc/workers.md "Rebalancing long-lived clients"): a movable client is
+ * packed into bytes (database, users, tracked parameters, prepared
+ * statements, cancel key, timers, counters) and its socket travels beside
+ * them by SCM_RIGHTS over a SOCK_SEQPACKET socket; the other side rebuilds
+ * the client from both. The client notices nothing: not a byte is read or
+ * written on its socket during the move.
+ *
+ * Building blocks (pack / send / forget, recv / adopt) are separate from
+ * the batch handlers (CH_MIGRATE, CH_ADOPT) so that another hand-over,
+ * such as an online upgrade, can reuse them.
+ */
+#ifndef PGB_WORKER_MIGRATE_H
+#define PGB_WORKER_MIGRATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/pktbuf.h"
+#include "worker/objects.h"
+
+#define MIGRATE_MAX_STATE (128 * 1024) /* largest packed client; a bigger one stays where it is */
+
+/* Why c cannot move now, or NULL if it can. *lasting: the reason will not pass by itself (TLS, ...). */
+const char *migrate_unmovable_reason(const PgSocket *c, bool *lasting);
+
+/* Whether c counts at all (a logged-in client of a pool; consoles and internal connections do not). */
+bool migrate_counts(const PgSocket *c);
+
+/* Pack a movable client's state (not its socket) into out. False if it is larger than MIGRATE_MAX_STATE. */
+bool migrate_pack(const PgSocket *c, PktBuf *out);
+
+/* One packed client and its socket over a SOCK_SEQPACKET socket, without blocking. False (errno) = not sent. */
+bool migrate_send(int sock, const PktBuf *state, int fd);
+
+/*
+ * Receive one packed client into buf (cap bytes): 1 with *len and *fd set
+ * (*fd = -1 if none came), 0 at EOF, -1 on error or EAGAIN (errno).
+ */
+int migrate_recv(int sock, uint8_t *buf, size_t cap, size_t *len, int *fd);
+
+/* After a successful send: forget c here, keeping the connection open (only our descriptor closes). */
+void migrate_forget(PgSocket *c);
+
+/*
+ * Rebuild a client from its packed state and socket: found or made
+ * database, user and pool; counted in the client limits. NULL on failure,
+ * with the reason in err: the client then gets a FATAL and is closed.
+ */
+PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, char *err, size_t errlen);
+
+/* CH_MIGRATE: hand up to count movable clients to worker `to` over sock (closed at the end); one log line. */
+void migrate_give(int sock, int to, int64_t count);
+
+/* CH_ADOPT: read clients from worker `from` over sock until EOF, in the event loop. */
+void migrate_take(int sock, int from);
+
+/* Logged-in clients that could move now and that cannot (the gauges SHOW WORKERS shows). */
+void migrate_count(uint32_t *movable, uint32_t *unmovable);
+
+/* An adopted client closed: the master forgets where its cancel key lives. */
+void migrate_client_closed(const PgSocket *c);
+
+#endif

@@ -1,0 +1,860 @@
+/*
+ * GET /metrics in the Prometheus text format (doc/monitoring.md). The master
+ * serves it: it owns the shared memory with the per-worker and scaler
+ * figures, and it outlives any worker. For the pooler's objects it logs in
+ * to one live worker's private socket as the console user, as the workers'
+ * own fan-out does, and asks SHOW LISTS, POOLS, STATS and DATABASES; that
+ * worker merges every worker's answer, so the figures are the pooler's.
+ * The metric names are pgbouncer_exporter's, so its dashboards and alerts
+ * work unchanged; pgbouncer_worker_* and pgbouncer_scaler_* are ours.
+ */
+#include "autoconfig.h"
+
+#include "master/metrics.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/http.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+
+#include "common/log.h"
+#include "common/pktbuf.h"
+#include "common/util.h"
+
+#define SCRAPE_TIMEOUT_SEC 5 /* the worker's fan-out gives up on a peer after 2 */
+#define SCRAPE_MAX_MSG     (16 << 20)
+
+enum { Q_LISTS, Q_POOLS, Q_STATS, Q_DATABASES, N_QUERIES };
+static const char *const queries[N_QUERIES] = {"SHOW LISTS", "SHOW POOLS", "SHOW STATS", "SHOW DATABASES"};
+
+/* One SHOW's answer: column names and text values (NULL = SQL NULL). */
+typedef struct Table {
+	bool ok; /* complete and without error */
+	bool failed;
+	int ncols;
+	char **cols;
+	char ***rows;
+	int n_rows, cap_rows;
+} Table;
+
+typedef struct Scrape {
+	struct evhttp_request *req; /* NULL once the HTTP client went away */
+	struct bufferevent *bev;
+	int q; /* the SHOW in progress; -1 while logging in */
+	Table t[N_QUERIES];
+	char err[256];
+	struct Scrape *next;
+} Scrape;
+
+static struct {
+	struct evhttp *http;
+	struct evhttp_bound_socket *bound;
+	struct event_base *base;
+	const Config *cf;
+	ShmSegment *shm;
+	Scrape *scrapes; /* in progress */
+} m;
+
+/* ---- tables ---- */
+
+static void table_free(Table *t)
+{
+	for (int r = 0; r < t->n_rows; r++) {
+		for (int c = 0; c < t->ncols; c++)
+			free(t->rows[r][c]);
+		free(t->rows[r]);
+	}
+	free(t->rows);
+	for (int c = 0; c < t->ncols; c++)
+		free(t->cols[c]);
+	free(t->cols);
+	memset(t, 0, sizeof(*t));
+}
+
+static int table_col(const Table *t, const char *name)
+{
+	for (int c = 0; c < t->ncols; c++)
+		if (strcmp(t->cols[c], name) == 0)
+			return c;
+	return -1;
+}
+
+/* ---- the console conversation ---- */
+
+static void scrape_finish(Scrape *s);
+
+static void scrape_fail(Scrape *s, const char *why)
+{
+	if (!s->err[0])
+		snprintf(s->err, sizeof(s->err), "%s", why);
+	scrape_finish(s);
+}
+
+static void send_query(Scrape *s, const char *sql)
+{
+	PktBuf pb;
+	pktbuf_init(&pb, 64);
+	pktbuf_start_msg(&pb, 'Q');
+	pktbuf_put_string(&pb, sql);
+	pktbuf_finish_msg(&pb);
+	bufferevent_write(s->bev, pb.buf, pb.len);
+	pktbuf_free(&pb);
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static bool parse_rowdesc(Table *t, const uint8_t *p, uint32_t len)
+{
+	if (len < 2 || t->cols)
+		return false;
+	int n = p[0] << 8 | p[1];
+	uint32_t off = 2;
+	t->cols = xcalloc((size_t)n + 1, sizeof(char *));
+	for (int c = 0; c < n; c++) {
+		const uint8_t *nul = memchr(p + off, '\0', len - off);
+		if (!nul || (uint32_t)(nul - p) + 1 + 18 > len)
+			return false;
+		t->cols[c] = xstrdup((const char *)p + off);
+		t->ncols = c + 1;
+		off = (uint32_t)(nul - p) + 1 + 18;
+	}
+	return true;
+}
+
+static bool parse_datarow(Table *t, const uint8_t *p, uint32_t len)
+{
+	if (len < 2 || (p[0] << 8 | p[1]) != t->ncols)
+		return false;
+	char **row = xcalloc((size_t)t->ncols + 1, sizeof(char *));
+	if (t->n_rows == t->cap_rows) {
+		t->cap_rows = t->cap_rows ? t->cap_rows * 2 : 16;
+		t->rows = xrealloc(t->rows, sizeof(*t->rows) * (size_t)t->cap_rows);
+	}
+	t->rows[t->n_rows++] = row;
+	uint32_t off = 2;
+	for (int c = 0; c < t->ncols; c++) {
+		if (off + 4 > len)
+			return false;
+		uint32_t vlen = get_u32(p + off);
+		off += 4;
+		if (vlen == 0xffffffffu)
+			continue;
+		if (vlen > len - off)
+			return false;
+		row[c] = xmalloc(vlen + 1);
+		memcpy(row[c], p + off, vlen);
+		row[c][vlen] = '\0';
+		off += vlen;
+	}
+	return true;
+}
+
+/* One message from the console; false ends the scrape. */
+static bool on_message(Scrape *s, char type, const uint8_t *p, uint32_t len)
+{
+	Table *t = s->q >= 0 ? &s->t[s->q] : NULL;
+	switch (type) {
+	case 'R':
+		if (len < 4 || get_u32(p) != 0) {
+			scrape_fail(s, "the console asked for a password (the metrics login is the pooler's own user)");
+			return false;
+		}
+		return true;
+	case 'E':
+		if (!t) {
+			scrape_fail(s, "the console refused the login");
+			return false;
+		}
+		t->failed = true;
+		return true;
+	case 'T':
+		if (t && !parse_rowdesc(t, p, len))
+			t->failed = true;
+		return true;
+	case 'D':
+		if (t && !t->failed && !parse_datarow(t, p, len))
+			t->failed = true;
+		return true;
+	case 'Z':
+		if (t)
+			t->ok = !t->failed && t->cols;
+		s->q++;
+		if (s->q < N_QUERIES) {
+			send_query(s, queries[s->q]);
+			return true;
+		}
+		scrape_finish(s);
+		return false;
+	default: /* ParameterStatus, BackendKeyData, CommandComplete, notices */
+		return true;
+	}
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+	Scrape *s = arg;
+	struct evbuffer *in = bufferevent_get_input(bev);
+	for (;;) {
+		uint8_t hdr[5];
+		if (evbuffer_copyout(in, hdr, 5) < 5)
+			return;
+		uint32_t len = get_u32(hdr + 1);
+		if (len < 4 || len > SCRAPE_MAX_MSG) {
+			scrape_fail(s, "malformed message from the console");
+			return;
+		}
+		if (evbuffer_get_length(in) < (size_t)len + 1)
+			return;
+		const uint8_t *msg = evbuffer_pullup(in, (ev_ssize_t)len + 1);
+		bool go_on = on_message(s, (char)hdr[0], msg + 5, len - 4);
+		if (!go_on)
+			return; /* s is gone */
+		evbuffer_drain(in, (size_t)len + 1);
+	}
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+	Scrape *s = arg;
+	if (what & BEV_EVENT_CONNECTED)
+		return;
+	char why[200];
+	snprintf(why, sizeof(why), "the console connection %s",
+	         what & BEV_EVENT_TIMEOUT ? "timed out"
+	         : what & BEV_EVENT_EOF   ? "was closed"
+	                                  : "failed");
+	scrape_fail(s, why);
+}
+
+/*
+ * Connect to the private socket of an active worker, the lowest first (its
+ * console answers for all of them); the next one when a socket is gone.
+ * A unix socket connects at once or fails at once: connected here, the
+ * bufferevent never reports a failure from inside scrape_connect().
+ */
+static int connect_worker(Scrape *s)
+{
+	char dir[108];
+	if (!private_socket_dir(m.cf->g.unix_socket_dir, m.cf->g.listen_port, dir, sizeof(dir))) {
+		snprintf(s->err, sizeof(s->err), "the workers have no private socket");
+		return -1;
+	}
+	snprintf(s->err, sizeof(s->err), "no active worker");
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		WorkerSlot *w = &m.shm->slots[i];
+		if (atomic_load(&w->state) != SLOT_ACTIVE || atomic_load(&w->pid) <= 0)
+			continue;
+		struct sockaddr_un sa = {.sun_family = AF_UNIX};
+		int n =
+		    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/worker.%d/.s.PGSQL.%d", dir, i, m.cf->g.listen_port);
+		if (n < 0 || (size_t)n >= sizeof(sa.sun_path)) {
+			snprintf(s->err, sizeof(s->err), "private socket path too long");
+			return -1;
+		}
+		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			snprintf(s->err, sizeof(s->err), "socket() failed: %s", strerror(errno));
+			return -1;
+		}
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			s->err[0] = '\0';
+			return fd;
+		}
+		snprintf(s->err, sizeof(s->err), "connect(%s) failed: %s", sa.sun_path, strerror(errno));
+		close(fd);
+	}
+	return -1;
+}
+
+static bool scrape_connect(Scrape *s)
+{
+	int fd = connect_worker(s);
+	if (fd < 0)
+		return false;
+	s->bev = bufferevent_socket_new(m.base, fd, BEV_OPT_CLOSE_ON_FREE);
+	if (!s->bev) {
+		close(fd);
+		snprintf(s->err, sizeof(s->err), "bufferevent_socket_new() failed");
+		return false;
+	}
+	bufferevent_setcb(s->bev, on_read, NULL, on_event, s);
+	struct timeval tv = {SCRAPE_TIMEOUT_SEC, 0};
+	bufferevent_set_timeouts(s->bev, &tv, &tv);
+	bufferevent_enable(s->bev, EV_READ | EV_WRITE);
+	/* the same-user console login the workers' fan-out uses (doc/workers.md) */
+	PktBuf pb;
+	pktbuf_init(&pb, 128);
+	pktbuf_start_msg(&pb, 0);
+	pktbuf_put_u32(&pb, 196608);
+	pktbuf_put_string(&pb, "user");
+	pktbuf_put_string(&pb, "pgbouncer");
+	pktbuf_put_string(&pb, "database");
+	pktbuf_put_string(&pb, "pgbouncer");
+	pktbuf_put_string(&pb, "application_name");
+	pktbuf_put_string(&pb, "metrics");
+	pktbuf_put_u8(&pb, 0);
+	pktbuf_finish_msg(&pb);
+	bufferevent_write(s->bev, pb.buf, pb.len);
+	pktbuf_free(&pb);
+	return true;
+}
+
+/* ---- the text format ---- */
+
+static void put_escaped(struct evbuffer *o, const char *v)
+{
+	for (; *v; v++) {
+		if (*v == '\\')
+			evbuffer_add(o, "\\\\", 2);
+		else if (*v == '"')
+			evbuffer_add(o, "\\\"", 2);
+		else if (*v == '\n')
+			evbuffer_add(o, "\\n", 2);
+		else
+			evbuffer_add(o, v, 1);
+	}
+}
+
+static void put_head(struct evbuffer *o, const char *name, const char *type, const char *help)
+{
+	evbuffer_add_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void put_value(struct evbuffer *o, double v)
+{
+	evbuffer_add_printf(o, " %.17g\n", v);
+}
+
+/* One numeric column of a SHOW as a metric, one sample per row. */
+typedef struct ColMetric {
+	const char *col;  /* column name */
+	const char *name; /* metric name */
+	const char *type; /* "gauge" or "counter" */
+	double scale;     /* 1e-6 for microseconds to seconds */
+	const char *help;
+	const char *col_us; /* a microseconds column added to this one (maxwait_us) */
+} ColMetric;
+
+static void put_table(struct evbuffer *o, const Table *t, const char *const *labels, int n_labels, const ColMetric *cm,
+                      int n_cm)
+{
+	int lc[8];
+	for (int k = 0; k < n_labels && k < 8; k++)
+		lc[k] = table_col(t, labels[k]);
+	for (int i = 0; i < n_cm; i++) {
+		int c = table_col(t, cm[i].col);
+		int cu = cm[i].col_us ? table_col(t, cm[i].col_us) : -1;
+		if (c < 0)
+			continue;
+		put_head(o, cm[i].name, cm[i].type, cm[i].help);
+		for (int r = 0; r < t->n_rows; r++) {
+			char **row = t->rows[r];
+			if (!row[c])
+				continue;
+			evbuffer_add_printf(o, "%s{", cm[i].name);
+			for (int k = 0; k < n_labels; k++) {
+				evbuffer_add_printf(o, "%s%s=\"", k ? "," : "", labels[k]);
+				if (lc[k] >= 0 && row[lc[k]])
+					put_escaped(o, row[lc[k]]);
+				evbuffer_add(o, "\"", 1);
+			}
+			evbuffer_add(o, "}", 1);
+			double v = strtod(row[c], NULL) * cm[i].scale;
+			if (cu >= 0 && row[cu])
+				v += strtod(row[cu], NULL) * 1e-6;
+			put_value(o, v);
+		}
+	}
+}
+
+static const ColMetric pool_metrics[] = {
+    {"cl_active", "pgbouncer_pools_client_active_connections", "gauge", 1,
+     "Client connections linked to a server connection and able to process queries"},
+    {"cl_waiting", "pgbouncer_pools_client_waiting_connections", "gauge", 1,
+     "Client connections waiting on a server connection"},
+    {"cl_active_cancel_req", "pgbouncer_pools_client_active_cancel_connections", "gauge", 1,
+     "Client connections that have forwarded query cancellations to the server"},
+    {"cl_waiting_cancel_req", "pgbouncer_pools_client_waiting_cancel_connections", "gauge", 1,
+     "Client connections that have not forwarded query cancellations to the server yet"},
+    {"sv_active", "pgbouncer_pools_server_active_connections", "gauge", 1,
+     "Server connections linked to a client connection"},
+    {"sv_active_cancel", "pgbouncer_pools_server_active_cancel_connections", "gauge", 1,
+     "Server connections currently forwarding a cancel request"},
+    {"sv_being_canceled", "pgbouncer_pools_server_being_canceled_connections", "gauge", 1,
+     "Server connections whose queries are being cancelled"},
+    {"sv_idle", "pgbouncer_pools_server_idle_connections", "gauge", 1,
+     "Server connections idle and ready for a client query"},
+    {"sv_used", "pgbouncer_pools_server_used_connections", "gauge", 1,
+     "Server connections idle for longer than server_check_delay"},
+    {"sv_tested", "pgbouncer_pools_server_testing_connections", "gauge", 1,
+     "Server connections running server_reset_query or server_check_query"},
+    {"sv_login", "pgbouncer_pools_server_login_connections", "gauge", 1, "Server connections currently logging in"},
+    {"maxwait", "pgbouncer_pools_client_maxwait_seconds", "gauge", 1,
+     "Age of the oldest unserved client connection, in seconds", "maxwait_us"},
+};
+
+static const ColMetric stats_metrics[] = {
+    {"total_server_assignment_count", "pgbouncer_stats_server_assignments_total", "counter", 1,
+     "Total number of times a server was assigned to a client"},
+    {"total_xact_count", "pgbouncer_stats_sql_transactions_pooled_total", "counter", 1,
+     "Total number of SQL transactions pooled"},
+    {"total_query_count", "pgbouncer_stats_queries_pooled_total", "counter", 1, "Total number of SQL queries pooled"},
+    {"total_received", "pgbouncer_stats_received_bytes_total", "counter", 1,
+     "Total volume in bytes of network traffic received by pgbouncer"},
+    {"total_sent", "pgbouncer_stats_sent_bytes_total", "counter", 1,
+     "Total volume in bytes of network traffic sent by pgbouncer"},
+    {"total_xact_time", "pgbouncer_stats_server_in_transaction_seconds_total", "counter", 1e-6,
+     "Total seconds spent by pgbouncer connected to PostgreSQL in a transaction"},
+    {"total_query_time", "pgbouncer_stats_queries_duration_seconds_total", "counter", 1e-6,
+     "Total seconds spent by pgbouncer actively connected to PostgreSQL, executing queries"},
+    {"total_wait_time", "pgbouncer_stats_client_wait_seconds_total", "counter", 1e-6,
+     "Total seconds clients spent waiting for a server"},
+    {"total_client_parse_count", "pgbouncer_stats_client_parses_total", "counter", 1,
+     "Total number of prepared statements created by clients"},
+    {"total_server_parse_count", "pgbouncer_stats_server_parses_total", "counter", 1,
+     "Total number of prepared statements created on a server"},
+    {"total_bind_count", "pgbouncer_stats_binds_total", "counter", 1, "Total number of prepared statements readied"},
+};
+
+static const ColMetric database_metrics[] = {
+    {"pool_size", "pgbouncer_databases_pool_size", "gauge", 1, "Maximum number of server connections"},
+    {"min_pool_size", "pgbouncer_databases_min_pool_size", "gauge", 1, "Minimum number of server connections"},
+    {"reserve_pool_size", "pgbouncer_databases_reserve_pool_size", "gauge", 1,
+     "Maximum number of additional connections for this database"},
+    {"max_connections", "pgbouncer_databases_max_connections", "gauge", 1,
+     "Maximum number of allowed connections for this database"},
+    {"current_connections", "pgbouncer_databases_current_connections", "gauge", 1,
+     "Current number of connections for this database"},
+    {"max_client_connections", "pgbouncer_databases_max_client_connections", "gauge", 1,
+     "Maximum number of allowed client connections for this database"},
+    {"current_client_connections", "pgbouncer_databases_current_client_connections", "gauge", 1,
+     "Current number of client connections for this database"},
+    {"paused", "pgbouncer_databases_paused", "gauge", 1, "1 if this database is currently paused, else 0"},
+    {"disabled", "pgbouncer_databases_disabled", "gauge", 1, "1 if this database is currently disabled, else 0"},
+};
+
+/* SHOW LISTS rows: (list name, metric suffix, help). */
+static const char *const list_metrics[][3] = {
+    {"databases", "databases", "Count of databases"},
+    {"users", "users", "Count of users"},
+    {"pools", "pools", "Count of pools"},
+    {"free_clients", "free_clients", "Count of free clients"},
+    {"used_clients", "used_clients", "Count of used clients"},
+    {"login_clients", "login_clients", "Count of clients in login state"},
+    {"free_servers", "free_servers", "Count of free servers"},
+    {"used_servers", "used_servers", "Count of used servers"},
+    {"dns_names", "cached_dns_names", "Count of DNS names in the cache"},
+    {"dns_zones", "cached_dns_zones", "Count of DNS zones in the cache"},
+    {"dns_queries", "in_flight_dns_queries", "Count of in-flight DNS queries"},
+};
+
+static void put_lists(struct evbuffer *o, const Table *t)
+{
+	int cl = table_col(t, "list"), ci = table_col(t, "items");
+	if (cl < 0 || ci < 0)
+		return;
+	for (size_t i = 0; i < sizeof(list_metrics) / sizeof(list_metrics[0]); i++)
+		for (int r = 0; r < t->n_rows; r++) {
+			char **row = t->rows[r];
+			if (!row[cl] || !row[ci] || strcmp(row[cl], list_metrics[i][0]) != 0)
+				continue;
+			char name[96];
+			snprintf(name, sizeof(name), "pgbouncer_lists_%s", list_metrics[i][1]);
+			put_head(o, name, "gauge", list_metrics[i][2]);
+			evbuffer_add_printf(o, "%s", name);
+			put_value(o, strtod(row[ci], NULL));
+		}
+}
+
+static const char *state_name(uint32_t st)
+{
+	switch (st) {
+	case SLOT_STARTING:
+		return "starting";
+	case SLOT_ACTIVE:
+		return "active";
+	case SLOT_DRAINING:
+		return "draining";
+	case SLOT_EXITING:
+		return "exiting";
+	default:
+		return "free";
+	}
+}
+
+/* Per-worker figures, straight from shared memory. */
+static void put_workers(struct evbuffer *o)
+{
+	static const struct {
+		const char *name, *type, *help;
+	} wm[] = {
+	    {"pgbouncer_worker_busy_ratio", "gauge", "Share of the last sample the worker's loop was busy (0 to 1)"},
+	    {"pgbouncer_worker_busy_avg_ratio", "gauge", "Moving average of the busy ratio the scaler decides on"},
+	    {"pgbouncer_worker_client_active_connections", "gauge", "Active client connections of the worker"},
+	    {"pgbouncer_worker_client_waiting_connections", "gauge", "Waiting client connections of the worker"},
+	    {"pgbouncer_worker_server_active_connections", "gauge", "Active server connections of the worker"},
+	    {"pgbouncer_worker_server_idle_connections", "gauge", "Idle server connections of the worker"},
+	    {"pgbouncer_worker_accepted_connections_total", "counter", "Client connections the worker accepted"},
+	    {"pgbouncer_worker_tls_handshakes_total", "counter", "Client TLS handshakes the worker completed"},
+	    {"pgbouncer_worker_transactions_total", "counter", "Transactions the worker pooled"},
+	    {"pgbouncer_worker_queries_total", "counter", "Queries the worker pooled"},
+	    {"pgbouncer_worker_uptime_seconds", "gauge", "Seconds since the worker started"},
+	    {"pgbouncer_worker_wait_ratio", "gauge",
+	     "Share of the last sample the worker was runnable but waiting for a CPU"},
+	    {"pgbouncer_worker_wait_avg_ratio", "gauge", "Moving average of the worker's run-queue wait ratio"},
+	    {"pgbouncer_worker_clients_moved_in_total", "counter", "Clients taken over from other workers"},
+	    {"pgbouncer_worker_clients_moved_out_total", "counter", "Clients handed over to other workers"},
+	    {"pgbouncer_worker_clients_not_movable", "gauge",
+	     "Logged-in clients that cannot move to another worker now (in a transaction, TLS, ...)"},
+	    {"pgbouncer_worker_client_move_failures_total", "counter",
+	     "Clients picked for a move that stayed where they were"},
+	};
+	uint64_t now = (uint64_t)get_time_usec();
+	for (size_t k = 0; k < sizeof(wm) / sizeof(wm[0]); k++) {
+		put_head(o, wm[k].name, wm[k].type, wm[k].help);
+		for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+			WorkerSlot *w = &m.shm->slots[i];
+			if (atomic_load(&w->state) == SLOT_FREE)
+				continue;
+			double v = 0;
+			uint64_t started = atomic_load(&w->start_time_us);
+			switch (k) {
+			case 0:
+				v = atomic_load(&m.shm->scaler.busy_milli[i]) / 1000.0;
+				break;
+			case 1:
+				v = atomic_load(&m.shm->scaler.busy_avg_milli[i]) / 1000.0;
+				break;
+			case 2:
+				v = atomic_load(&w->cl_active);
+				break;
+			case 3:
+				v = atomic_load(&w->cl_waiting);
+				break;
+			case 4:
+				v = atomic_load(&w->sv_active);
+				break;
+			case 5:
+				v = atomic_load(&w->sv_idle);
+				break;
+			case 6:
+				v = (double)atomic_load(&w->accepted);
+				break;
+			case 7:
+				v = (double)atomic_load(&w->tls_handshakes);
+				break;
+			case 8:
+				v = (double)atomic_load(&w->xact_count);
+				break;
+			case 9:
+				v = (double)atomic_load(&w->query_count);
+				break;
+			case 10:
+				v = now > started ? (double)(now - started) / 1e6 : 0;
+				break;
+			case 11:
+				v = atomic_load(&m.shm->scaler.wait_milli[i]) / 1000.0;
+				break;
+			case 12:
+				v = atomic_load(&m.shm->scaler.wait_avg_milli[i]) / 1000.0;
+				break;
+			case 13:
+				v = (double)atomic_load(&w->moved_in);
+				break;
+			case 14:
+				v = (double)atomic_load(&w->moved_out);
+				break;
+			case 15:
+				v = atomic_load(&w->cl_unmovable);
+				break;
+			default:
+				v = (double)atomic_load(&w->move_failed);
+				break;
+			}
+			evbuffer_add_printf(o, "%s{worker=\"%d\"}", wm[k].name, i);
+			put_value(o, v);
+		}
+	}
+	put_head(o, "pgbouncer_worker_state", "gauge",
+	         "1 for the worker's state (starting, active, draining, exiting)");
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		uint32_t st = atomic_load(&m.shm->slots[i].state);
+		if (st == SLOT_FREE)
+			continue;
+		evbuffer_add_printf(o, "pgbouncer_worker_state{worker=\"%d\",state=\"%s\"}", i, state_name(st));
+		put_value(o, 1);
+	}
+}
+
+static void put_scaler(struct evbuffer *o)
+{
+	ScalerView *sc = &m.shm->scaler;
+	static const char *const gauges[][2] = {
+	    {"pgbouncer_scaler_current_workers", "Active workers"},
+	    {"pgbouncer_scaler_target_workers", "Worker count the scaler is heading for"},
+	    {"pgbouncer_scaler_min_workers", "min_workers in force"},
+	    {"pgbouncer_scaler_max_workers", "max_workers in force (resolved)"},
+	};
+	uint32_t vals[4] = {atomic_load(&sc->current), atomic_load(&sc->target), atomic_load(&sc->min_workers),
+	                    atomic_load(&sc->max_workers)};
+	for (int k = 0; k < 4; k++) {
+		put_head(o, gauges[k][0], "gauge", gauges[k][1]);
+		evbuffer_add_printf(o, "%s", gauges[k][0]);
+		put_value(o, vals[k]);
+	}
+	put_head(o, "pgbouncer_scaler_decisions_total", "counter", "Scaler decisions taken, by decision");
+	for (int d = SCALE_HOLD; d <= SCALE_DOWN; d++) {
+		evbuffer_add_printf(o, "pgbouncer_scaler_decisions_total{decision=\"%s\"}",
+		                    scaler_decision_name((ScaleDecision)d));
+		put_value(o, (double)atomic_load(&sc->decisions[d]));
+	}
+	char reason[sizeof(sc->last_reason)] = "";
+	for (int tries = 0; tries < 100; tries++) {
+		uint32_t seq = atomic_load(&sc->reason_seq);
+		if (seq & 1)
+			continue;
+		memcpy(reason, sc->last_reason, sizeof(reason));
+		reason[sizeof(reason) - 1] = '\0';
+		if (atomic_load(&sc->reason_seq) == seq)
+			break;
+	}
+	put_head(o, "pgbouncer_scaler_last_decision_info", "gauge", "The scaler's last decision and its reason");
+	evbuffer_add_printf(o, "pgbouncer_scaler_last_decision_info{decision=\"%s\",reason=\"",
+	                    scaler_decision_name((ScaleDecision)atomic_load(&sc->last_decision)));
+	put_escaped(o, reason);
+	evbuffer_add(o, "\"}", 2);
+	put_value(o, 1);
+	put_head(o, "pgbouncer_scaler_last_change_timestamp_seconds", "gauge",
+	         "Unix time of the last change of the worker count (0: none yet)");
+	evbuffer_add_printf(o, "pgbouncer_scaler_last_change_timestamp_seconds");
+	put_value(o, (double)atomic_load(&sc->last_change_us) / 1e6);
+}
+
+static void render(const Scrape *s, struct evbuffer *o)
+{
+	bool up = !s->err[0];
+	for (int i = 0; i < N_QUERIES; i++)
+		up = up && s->t[i].ok;
+	put_head(o, "pgbouncer_up", "gauge", "1 if the console answered every query of this scrape");
+	evbuffer_add_printf(o, "pgbouncer_up");
+	put_value(o, up ? 1 : 0);
+	put_head(o, "pgbouncer_version_info", "gauge", "The pooler's version");
+	evbuffer_add_printf(o, "pgbouncer_version_info{version=\"%s\"}", PACKAGE_VERSION);
+	put_value(o, 1);
+	put_head(o, "pgbouncer_config_max_client_connections", "gauge", "max_client_conn");
+	evbuffer_add_printf(o, "pgbouncer_config_max_client_connections");
+	put_value(o, m.cf->g.max_client_conn);
+	put_head(o, "pgbouncer_config_max_user_connections", "gauge", "max_user_connections");
+	evbuffer_add_printf(o, "pgbouncer_config_max_user_connections");
+	put_value(o, m.cf->g.max_user_connections);
+
+	static const char *const db_labels[] = {"database"};
+	static const char *const pool_labels[] = {"database", "user"};
+	static const char *const dbs_labels[] = {"name", "host", "port", "database", "force_user", "pool_mode"};
+	if (s->t[Q_LISTS].ok)
+		put_lists(o, &s->t[Q_LISTS]);
+	if (s->t[Q_POOLS].ok)
+		put_table(o, &s->t[Q_POOLS], pool_labels, 2, pool_metrics,
+		          sizeof(pool_metrics) / sizeof(pool_metrics[0]));
+	if (s->t[Q_STATS].ok)
+		put_table(o, &s->t[Q_STATS], db_labels, 1, stats_metrics,
+		          sizeof(stats_metrics) / sizeof(stats_metrics[0]));
+	if (s->t[Q_DATABASES].ok)
+		put_table(o, &s->t[Q_DATABASES], dbs_labels, 6, database_metrics,
+		          sizeof(database_metrics) / sizeof(database_metrics[0]));
+	put_workers(o);
+	put_scaler(o);
+}
+
+/* ---- HTTP ---- */
+
+static void scrape_free(Scrape *s)
+{
+	for (Scrape **pp = &m.scrapes; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	if (s->bev)
+		bufferevent_free(s->bev);
+	for (int i = 0; i < N_QUERIES; i++)
+		table_free(&s->t[i]);
+	free(s);
+}
+
+static void on_http_close(struct evhttp_connection *conn, void *arg)
+{
+	Scrape *s = arg;
+	s->req = NULL; /* libevent frees the request */
+}
+
+static void scrape_finish(Scrape *s)
+{
+	if (s->bev && bufferevent_getfd(s->bev) >= 0) {
+		/* Terminate: the console closes its side quietly */
+		static const char terminate[5] = {'X', 0, 0, 0, 4};
+		(void)!send(bufferevent_getfd(s->bev), terminate, sizeof(terminate), MSG_DONTWAIT | MSG_NOSIGNAL);
+	}
+	if (s->err[0])
+		log_warning("metrics: %s", s->err);
+	if (s->req) {
+		struct evbuffer *o = evbuffer_new();
+		render(s, o);
+		struct evhttp_connection *conn = evhttp_request_get_connection(s->req);
+		if (conn)
+			evhttp_connection_set_closecb(conn, NULL, NULL);
+		struct evkeyvalq *h = evhttp_request_get_output_headers(s->req);
+		evhttp_add_header(h, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+		/*
+		 * No keep-alive: a worker forked while a connection is open holds a
+		 * copy of it, and a kept-alive connection the master later closed
+		 * would then stay open, unanswered, for the scraper's next request.
+		 */
+		evhttp_add_header(h, "Connection", "close");
+		evhttp_send_reply(s->req, HTTP_OK, "OK", o);
+		evbuffer_free(o);
+	}
+	scrape_free(s);
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+	const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+	if (!path || strcmp(path, "/metrics") != 0) {
+		evhttp_send_error(req, HTTP_NOTFOUND, "only /metrics is served here");
+		return;
+	}
+	Scrape *s = xcalloc(1, sizeof(*s));
+	s->req = req;
+	s->q = -1;
+	s->next = m.scrapes;
+	m.scrapes = s;
+	struct evhttp_connection *conn = evhttp_request_get_connection(req);
+	if (conn)
+		evhttp_connection_set_closecb(conn, on_http_close, s);
+	if (!scrape_connect(s))
+		scrape_finish(s); /* pgbouncer_up 0, with the workers and the scaler */
+}
+
+/* "host:port", "[v6]:port" or "*:port"; false if it is none of those. */
+static bool split_listen(const char *spec, char *host, size_t hostlen, int *port)
+{
+	const char *colon = strrchr(spec, ':');
+	if (!colon || colon == spec)
+		return false;
+	char *end;
+	long p = strtol(colon + 1, &end, 10);
+	if (*end || end == colon + 1 || p < 1 || p > 65535)
+		return false;
+	*port = (int)p;
+	const char *h = spec;
+	size_t hl = (size_t)(colon - spec);
+	if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
+		h++;
+		hl -= 2;
+	}
+	if (hl == 1 && h[0] == '*') {
+		h = "0.0.0.0";
+		hl = 7;
+	}
+	if (hl == 0 || hl >= hostlen)
+		return false;
+	memcpy(host, h, hl);
+	host[hl] = '\0';
+	return true;
+}
+
+/*
+ * The listening socket, with SO_REUSEPORT: during an online restart (-R) the
+ * new master binds the port while the old one still serves it, and the old
+ * one's copy goes away when it exits (doc/workers.md, "Upgrading").
+ */
+static int metrics_socket(const char *host, int port)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+	struct addrinfo *res = NULL;
+	char portstr[16];
+	snprintf(portstr, sizeof(portstr), "%d", port);
+	int rc = getaddrinfo(host[0] ? host : NULL, portstr, &hints, &res);
+	if (rc != 0) {
+		errno = EADDRNOTAVAIL;
+		return -1;
+	}
+	int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int one = 1;
+	if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	                setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0 ||
+	                bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 128) < 0)) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	return fd;
+}
+
+void metrics_start(struct event_base *base, const Config *cf, ShmSegment *shm)
+{
+	const char *spec = cf->g.metrics_listen;
+	if (!spec || !spec[0])
+		return;
+	char host[256];
+	int port;
+	if (!split_listen(spec, host, sizeof(host), &port))
+		fatal("metrics_listen: '%s' is not host:port", spec);
+	m.base = base;
+	m.cf = cf;
+	m.shm = shm;
+	m.http = evhttp_new(base);
+	if (!m.http)
+		fatal("evhttp_new() failed");
+	evhttp_set_allowed_methods(m.http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
+	evhttp_set_timeout(m.http, 30);
+	evhttp_set_gencb(m.http, on_request, NULL);
+	int fd = metrics_socket(host, port);
+	m.bound = fd >= 0 ? evhttp_accept_socket_with_handle(m.http, fd) : NULL;
+	if (!m.bound)
+		fatal("metrics_listen: cannot listen on %s: %s", spec, strerror(errno));
+	log_info("metrics: serving /metrics on %s", spec);
+}
+
+void metrics_stop(void)
+{
+	while (m.scrapes) {
+		Scrape *s = m.scrapes;
+		s->req = NULL;
+		scrape_free(s);
+	}
+	if (m.http) {
+		evhttp_free(m.http);
+		m.http = NULL;
+		m.bound = NULL;
+	}
+}
+
+void metrics_forget_in_child(void)
+{
+	/* a worker must not hold the metrics port or a scrape's console connection */
+	if (m.bound)
+		close(evhttp_bound_socket_get_fd(m.bound));
+	for (Scrape *s = m.scrapes; s; s = s->next) {
+		if (s->bev)
+			close(bufferevent_getfd(s->bev));
+		struct evhttp_connection *conn = s->req ? evhttp_request_get_connection(s->req) : NULL;
+		struct bufferevent *hb = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
+		if (hb && bufferevent_getfd(hb) >= 0)
+			close(bufferevent_getfd(hb));
+	}
+}

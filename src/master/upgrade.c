@@ -1,0 +1,337 @@
+/*
+ * Online restart (-R): the control socket of a running master and the
+ * new master's side of the hand-over. The protocol is the CH_UP_* messages
+ * of include/common/channel.h on a SOCK_SEQPACKET unix socket in the
+ * private directory (mode 0700); both sides check that the peer runs as
+ * the same user. The user's view is doc/workers.md "Upgrading".
+ */
+#include "autoconfig.h"
+
+#include "master/upgrade.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/channel.h"
+#include "common/log.h"
+#include "common/scram.h"
+#include "common/util.h"
+
+#define UPGRADE_PROTOCOL  1
+#define UPGRADE_TIMEOUT_S 30 /* one step of the hand-over */
+
+static bool control_path(const char *private_dir, struct sockaddr_un *sa)
+{
+	memset(sa, 0, sizeof(*sa));
+	sa->sun_family = AF_UNIX;
+	int n = snprintf(sa->sun_path, sizeof(sa->sun_path), "%s/master", private_dir);
+	return private_dir[0] && n > 0 && (size_t)n < sizeof(sa->sun_path);
+}
+
+static bool peer_uid(int fd, uid_t *uid, pid_t *pid)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
+		return false;
+	*uid = cr.uid;
+	*pid = cr.pid;
+	return true;
+}
+
+static void set_timeouts(int fd)
+{
+	struct timeval tv = {UPGRADE_TIMEOUT_S, 0};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+/* ---- the new master ---- */
+
+bool upgrade_connect(const char *private_dir, Takeover *t)
+{
+	struct sockaddr_un sa;
+	struct stat st;
+	memset(t, 0, sizeof(*t));
+	t->conn = -1;
+	t->shm_fd = -1;
+	if (!private_dir || !control_path(private_dir, &sa))
+		return false;
+	/* only a directory of ours: someone else's could hand us sockets of their choosing */
+	if (lstat(private_dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+		return false;
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		fatal("socket() failed: %s", strerror(errno));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		log_debug("online restart: connect(%s): %s", sa.sun_path, strerror(errno));
+		close(fd);
+		return false;
+	}
+	uid_t uid;
+	if (!peer_uid(fd, &uid, &t->old_pid) || uid != geteuid())
+		fatal("online restart: %s is not served by this user's pgbouncer", sa.sun_path);
+	set_timeouts(fd);
+	log_info("online restart: taking over from the running process (pid %d)", (int)t->old_pid);
+	ChannelMsg hello = {.type = CH_UP_HELLO, .arg = UPGRADE_PROTOCOL};
+	if (!channel_send(fd, &hello, -1))
+		fatal("online restart: could not talk to pid %d: %s", (int)t->old_pid, strerror(errno));
+	for (;;) {
+		ChannelMsg m;
+		int rfd;
+		int r = channel_recv(fd, &m, &rfd);
+		if (r <= 0) {
+			if (r == 0)
+				fatal("online restart: pid %d refused the hand-over (its log says why)",
+				      (int)t->old_pid);
+			fatal("online restart: no answer from pid %d: %s", (int)t->old_pid, strerror(errno));
+		}
+		if (m.type == CH_UP_END) {
+			t->workers = (int)m.arg;
+			break;
+		}
+		if (m.type == CH_UP_SEGMENT && rfd >= 0 && t->shm_fd < 0) {
+			t->shm_fd = rfd;
+			continue;
+		}
+		if (m.type == CH_UP_SALT_KEY && rfd < 0 && m.id < SCRAM_SALT_KEY_LEN / 8) {
+			memcpy(t->salt_key + m.id * 8, &m.arg, 8);
+			t->have_salt_key = m.id == SCRAM_SALT_KEY_LEN / 8 - 1; /* the parts come in order */
+			continue;
+		}
+		if (m.type != CH_UP_LISTENER || rfd < 0) {
+			if (rfd >= 0)
+				close(rfd);
+			fatal("online restart: unexpected message %u from pid %d", m.type, (int)t->old_pid);
+		}
+		fcntl(rfd, F_SETFL, fcntl(rfd, F_GETFL) | O_NONBLOCK);
+		t->s = xrealloc(t->s, sizeof(*t->s) * (size_t)(t->n + 1));
+		InheritedSocket *s = &t->s[t->n++];
+		memset(s, 0, sizeof(*s));
+		s->fd = rfd;
+		s->slot = m.id == UINT32_MAX ? -1 : (int)(m.id / 16);
+		s->salen = sizeof(s->sa);
+		if (getsockname(rfd, (struct sockaddr *)&s->sa, &s->salen) < 0)
+			s->salen = 0;
+	}
+	t->conn = fd;
+	log_info("online restart: received %d listening sockets; the old process runs %d workers", t->n, t->workers);
+	return true;
+}
+
+void upgrade_commit(Takeover *t)
+{
+	if (t->conn < 0)
+		return;
+	ChannelMsg m = {.type = CH_UP_COMMIT, .arg = (int64_t)getpid()};
+	int rfd = -1;
+	if (!channel_send(t->conn, &m, -1) || channel_recv(t->conn, &m, &rfd) != 1 || m.type != CH_UP_DONE)
+		log_warning("online restart: pid %d did not confirm the hand-over (%s); it may still be accepting",
+		            (int)t->old_pid, errno ? strerror(errno) : "closed");
+	else
+		log_info("online restart: pid %d stopped accepting and finishes its clients", (int)t->old_pid);
+	if (rfd >= 0)
+		close(rfd);
+	close(t->conn);
+	t->conn = -1;
+}
+
+void upgrade_close_unused(Takeover *t)
+{
+	for (int i = 0; i < t->n; i++) {
+		if (t->s[i].fd < 0)
+			continue;
+		char host[64] = "?";
+		int port = 0;
+		sockaddr_host_port((struct sockaddr *)&t->s[i].sa, host, sizeof(host), &port);
+		log_warning("online restart: %s:%d (listener slot %d) is not in this configuration: closed", host, port,
+		            t->s[i].slot);
+		close(t->s[i].fd);
+		t->s[i].fd = -1;
+	}
+	free(t->s);
+	t->s = NULL;
+	t->n = 0;
+}
+
+/* ---- the running master ---- */
+
+static struct {
+	int lfd;
+	struct event *lev;
+	int conn;
+	struct event *cev;
+	pid_t peer;
+	bool exported;
+	char path[108];
+	dev_t dev;
+	ino_t ino;
+	UpgradeExportFn export_fn;
+	UpgradeRetireFn retire_fn;
+} up = {.lfd = -1, .conn = -1};
+
+static void close_conn(void)
+{
+	if (up.cev) {
+		event_free(up.cev);
+		up.cev = NULL;
+	}
+	if (up.conn >= 0)
+		close(up.conn);
+	up.conn = -1;
+	if (up.exported) {
+		log_info("online restart by pid %d abandoned; carrying on", (int)up.peer);
+		up.exported = false;
+		up.export_fn(-1);
+	}
+}
+
+static void on_conn(evutil_socket_t fd, short what, void *arg)
+{
+	ChannelMsg m;
+	int rfd;
+	int r = channel_recv(fd, &m, &rfd);
+	if (rfd >= 0)
+		close(rfd);
+	if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return;
+	if (r <= 0) {
+		close_conn();
+		return;
+	}
+	if (m.type == CH_UP_HELLO && !up.exported) {
+		if (m.arg != UPGRADE_PROTOCOL) {
+			log_warning("online restart: pid %d speaks hand-over protocol %lld, this process %d: refused",
+			            (int)up.peer, (long long)m.arg, UPGRADE_PROTOCOL);
+			close_conn();
+			return;
+		}
+		log_info("online restart: pid %d asks for the listening sockets", (int)up.peer);
+		up.exported = true;
+		int workers = up.export_fn(up.conn);
+		ChannelMsg end = {.type = CH_UP_END, .arg = workers};
+		/* the salts of SCRAM logins stay as they were (scram_salt_for()) */
+		uint8_t key[SCRAM_SALT_KEY_LEN];
+		scram_salt_key_get(key);
+		for (uint32_t i = 0; workers >= 0 && i < SCRAM_SALT_KEY_LEN / 8; i++) {
+			ChannelMsg part = {.type = CH_UP_SALT_KEY, .id = i};
+			memcpy(&part.arg, key + i * 8, 8);
+			if (!channel_send(up.conn, &part, -1))
+				workers = -1;
+		}
+		explicit_bzero(key, sizeof(key));
+		if (workers < 0 || !channel_send(up.conn, &end, -1))
+			close_conn();
+	} else if (m.type == CH_UP_COMMIT && up.exported) {
+		pid_t pid = (pid_t)m.arg;
+		ChannelMsg done = {.type = CH_UP_DONE, .arg = (int64_t)getpid()};
+		if (!channel_send(up.conn, &done, -1))
+			log_warning("online restart: could not confirm to pid %d: %s", (int)pid, strerror(errno));
+		up.exported = false;
+		close_conn();
+		upgrade_stop_listening();
+		up.retire_fn(pid);
+	} else {
+		log_warning("online restart: unexpected message %u from pid %d", m.type, (int)up.peer);
+		close_conn();
+	}
+}
+
+static void on_accept(evutil_socket_t fd, short what, void *arg)
+{
+	int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+	if (c < 0)
+		return;
+	uid_t uid = (uid_t)-1;
+	pid_t pid = 0;
+	if (!peer_uid(c, &uid, &pid) || uid != geteuid()) {
+		log_warning("online restart: refused a connection from uid %d", (int)uid);
+		close(c);
+		return;
+	}
+	if (up.conn >= 0) {
+		log_warning("online restart: pid %d asked while pid %d is taking over: refused", (int)pid,
+		            (int)up.peer);
+		close(c);
+		return;
+	}
+	set_timeouts(c); /* sends block at most this long; reads come from the event loop */
+	up.conn = c;
+	up.peer = pid;
+	up.cev = event_new(event_get_base(up.lev), c, EV_READ | EV_PERSIST, on_conn, NULL);
+	event_add(up.cev, NULL);
+}
+
+bool upgrade_listen(struct event_base *base, const char *private_dir, UpgradeExportFn export_fn,
+                    UpgradeRetireFn retire_fn)
+{
+	struct sockaddr_un sa;
+	struct stat st;
+	up.export_fn = export_fn;
+	up.retire_fn = retire_fn;
+	if (!private_dir || !control_path(private_dir, &sa)) {
+		log_warning("no private socket directory: online restart (-R) cannot find this process");
+		return false;
+	}
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		log_warning("socket() failed: %s", strerror(errno));
+		return false;
+	}
+	unlink(sa.sun_path); /* a predecessor's: it handed over, or died */
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 4) < 0 || chmod(sa.sun_path, 0600) < 0 ||
+	    lstat(sa.sun_path, &st) < 0) {
+		log_warning("online restart control socket %s: %s; -R cannot find this process", sa.sun_path,
+		            strerror(errno));
+		close(fd);
+		return false;
+	}
+	up.lfd = fd;
+	pgb_strlcpy(up.path, sa.sun_path, sizeof(up.path));
+	up.dev = st.st_dev;
+	up.ino = st.st_ino;
+	up.lev = event_new(base, fd, EV_READ | EV_PERSIST, on_accept, NULL);
+	event_add(up.lev, NULL);
+	return true;
+}
+
+bool upgrade_send_listener(int conn, uint32_t id, int fd)
+{
+	ChannelMsg m = {.type = CH_UP_LISTENER, .id = id};
+	if (channel_send(conn, &m, fd))
+		return true;
+	log_warning("online restart: could not send a listening socket: %s", strerror(errno));
+	return false;
+}
+
+bool upgrade_send_segment(int conn, int fd)
+{
+	ChannelMsg m = {.type = CH_UP_SEGMENT};
+	if (channel_send(conn, &m, fd))
+		return true;
+	log_warning("online restart: could not send the shared memory: %s", strerror(errno));
+	return false;
+}
+
+void upgrade_stop_listening(void)
+{
+	struct stat st;
+	if (up.lev) {
+		event_free(up.lev);
+		up.lev = NULL;
+	}
+	if (up.lfd < 0)
+		return;
+	close(up.lfd);
+	up.lfd = -1;
+	/* the new master has bound its own by now: leave that one alone */
+	if (lstat(up.path, &st) == 0 && st.st_dev == up.dev && st.st_ino == up.ino)
+		unlink(up.path);
+}

@@ -1,0 +1,525 @@
+/*
+ * Moving logged-in clients between workers (include/worker/migrate.h;
+ * doc/workers.md "Rebalancing long-lived clients"). The giver packs a
+ * movable client, sends the bytes with its socket attached, and forgets it
+ * without touching the connection; the receiver rebuilds it and reads the
+ * socket from where the giver stopped. A client is movable only when no
+ * byte of its stream sits in the pooler: no server linked, nothing
+ * buffered either way, no COPY, not logging in, plain (no TLS state).
+ */
+#include "autoconfig.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/channel.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "worker/client.h"
+#include "worker/migrate.h"
+#include "worker/pool.h"
+#include "worker/prepare.h"
+#include "worker/worker.h"
+
+#define MIGRATE_MAGIC   0x5047424du /* "PGBM" */
+#define MIGRATE_VERSION 1u
+
+bool migrate_counts(const PgSocket *c)
+{
+	return !c->is_server && !c->is_private && !c->is_internal && c->db && !c->db->admin && c->pool && c->login_user;
+}
+
+const char *migrate_unmovable_reason(const PgSocket *c, bool *lasting)
+{
+	const SBuf *sb = &c->sb;
+	*lasting = true;
+	if (c->replication != REPLICATION_NONE)
+		return "replication connection";
+	if (socket_is_tls(c))
+		return "TLS connection";
+	if (c->db->placeholder || c->own_placeholder)
+		return "unknown database";
+	*lasting = false;
+	if (c->state != CL_ACTIVE)
+		return "not logged in or waiting for a server";
+	if (c->link)
+		return "linked to a server";
+	if (c->copy_mode || c->query_start || c->xact_start)
+		return "in a query or transaction";
+	if (c->auth_query)
+		return "auth_query lookup running";
+	if (sb->fd < 0 || sb->pos != sb->end || sb->pkt_remain || sb->send_pos != sb->send_end ||
+	    sb->out_pos < sb->out.len || sb->writing || sb->connecting || sb->paused || sb->waiting_src ||
+	    sb->in_process || sb->resume_pending)
+		return "bytes in flight";
+	if (wk.pause_mode != P_NONE || c->db->paused || c->db->disabled)
+		return "paused"; /* a worker started meanwhile is not paused: the client would run there */
+	return NULL;
+}
+
+void migrate_count(uint32_t *movable, uint32_t *unmovable)
+{
+	*movable = *unmovable = 0;
+	List *i;
+	list_for_each(i, &wk.pools)
+	{
+		PgPool *p = container_of(i, PgPool, node);
+		if (p->db->admin)
+			continue;
+		List *lists[2] = {&p->active_clients, &p->waiting_clients};
+		for (int l = 0; l < 2; l++) {
+			List *j;
+			list_for_each(j, lists[l])
+			{
+				PgSocket *c = container_of(j, PgSocket, node);
+				bool lasting;
+				if (!migrate_counts(c))
+					continue;
+				if (migrate_unmovable_reason(c, &lasting))
+					(*unmovable)++;
+				else
+					(*movable)++;
+			}
+		}
+	}
+}
+
+/* ---- packing ---- */
+
+static void put_u64(PktBuf *pb, uint64_t v)
+{
+	pktbuf_put_u32(pb, (uint32_t)(v >> 32));
+	pktbuf_put_u32(pb, (uint32_t)v);
+}
+
+static bool get_u64(PktReader *r, uint64_t *v)
+{
+	uint32_t hi, lo;
+	if (!pktreader_get_u32(r, &hi) || !pktreader_get_u32(r, &lo))
+		return false;
+	*v = (uint64_t)hi << 32 | lo;
+	return true;
+}
+
+static void put_blob(PktBuf *pb, const void *p, size_t len)
+{
+	pktbuf_put_u32(pb, (uint32_t)len);
+	pktbuf_put_bytes(pb, p, len);
+}
+
+static bool get_blob(PktReader *r, const uint8_t **p, uint32_t *len)
+{
+	return pktreader_get_u32(r, len) && pktreader_get_bytes(r, *len, p);
+}
+
+bool migrate_pack(const PgSocket *c, PktBuf *pb)
+{
+	const PgUser *u = c->login_user;
+	pktbuf_put_u32(pb, MIGRATE_MAGIC);
+	pktbuf_put_u32(pb, MIGRATE_VERSION);
+	put_u64(pb, c->id);
+	pktbuf_put_string(pb, c->db->name);
+	pktbuf_put_string(pb, u->name);
+	pktbuf_put_u8(pb, c->is_unix);
+	put_blob(pb, &c->remote, sizeof(c->remote));
+	put_blob(pb, &c->local, sizeof(c->local));
+	pktbuf_put_u32(pb, (uint32_t)c->peer_pid);
+	pktbuf_put_u32(pb, (uint32_t)c->peer_uid);
+	put_u64(pb, (uint64_t)c->connect_time);
+	put_u64(pb, (uint64_t)c->request_time);
+	pktbuf_put_u32(pb, (uint32_t)c->auth_method);
+	put_blob(pb, c->cancel_key, c->cancel_key_len);
+	pktbuf_put_string(pb, c->app_name_raw ? c->app_name_raw : "");
+	put_u64(pb, c->sb.bytes_in);
+	put_u64(pb, c->sb.bytes_out);
+
+	/* tracked parameters by name: the receiver's table may list them in another order */
+	uint32_t nvars = 0;
+	for (int i = 0; i < var_count(); i++)
+		if (c->vars[i].value)
+			nvars++;
+	pktbuf_put_u32(pb, nvars);
+	for (int i = 0; i < var_count(); i++)
+		if (c->vars[i].value) {
+			pktbuf_put_string(pb, var_name(i));
+			pktbuf_put_string(pb, c->vars[i].value);
+		}
+
+	/* prepared statements: the client's name and the Parse body; the receiver prepares them lazily */
+	pktbuf_put_u32(pb, prepare_client_count(&c->stmts));
+	for (const ClientStmt *cs = prepare_client_first(&c->stmts); cs; cs = prepare_client_next(cs)) {
+		size_t keylen;
+		const uint8_t *key = prepare_stmt_key(prepare_client_stmt(cs), &keylen);
+		pktbuf_put_string(pb, prepare_client_name(cs));
+		put_blob(pb, key, keylen);
+	}
+
+	/* the login's secret, for a receiver that never saw this user (auth_query, SCRAM pass-through) */
+	pktbuf_put_u8(pb, u->secret != NULL);
+	pktbuf_put_u32(pb, (uint32_t)u->kind);
+	pktbuf_put_string(pb, u->secret ? u->secret : "");
+	pktbuf_put_u8(pb, u->from_auth_query);
+	pktbuf_put_u8(pb, u->from_pam);
+	pktbuf_put_u8(pb, u->has_scram_keys);
+	pktbuf_put_bytes(pb, u->scram_client_key, SCRAM_KEY_LEN);
+	pktbuf_put_bytes(pb, u->scram_server_key, SCRAM_KEY_LEN);
+	return pb->len <= MIGRATE_MAX_STATE;
+}
+
+/* ---- the socket pair ---- */
+
+bool migrate_send(int sock, const PktBuf *state, int fd)
+{
+	struct iovec iov = {.iov_base = state->buf, .iov_len = state->len};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (fd >= 0) {
+		memset(&u, 0, sizeof(u));
+		mh.msg_control = u.buf;
+		mh.msg_controllen = sizeof(u.buf);
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	}
+	ssize_t n;
+	do
+		n = sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	/* a SOCK_SEQPACKET message goes whole or not at all */
+	return n == (ssize_t)state->len;
+}
+
+int migrate_recv(int sock, uint8_t *buf, size_t cap, size_t *len, int *fd)
+{
+	struct iovec iov = {.iov_base = buf, .iov_len = cap};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+	*fd = -1;
+	ssize_t n;
+	do
+		n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -1;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+		    cm->cmsg_len >= CMSG_LEN(sizeof(int)))
+			memcpy(fd, CMSG_DATA(cm), sizeof(int));
+	if (n == 0 && *fd < 0)
+		return 0;
+	*len = (mh.msg_flags & MSG_TRUNC) ? 0 : (size_t)n; /* a truncated state cannot be used */
+	return 1;
+}
+
+/* ---- giving ---- */
+
+void migrate_forget(PgSocket *c)
+{
+	/* as disconnect_client() counts a logged-in client out, without a word to it */
+	c->db->client_count--;
+	c->login_user->client_count--;
+	budget_hold_release(&c->budget);
+	worker_clients_add(-1);
+	sbuf_close(&c->sb); /* plain socket: close() of our descriptor only; the connection lives on */
+	change_state(c, CL_JUSTFREE);
+}
+
+void migrate_give(int sock, int to, int64_t count)
+{
+	int moved = 0, failed = 0;
+	const char *why = NULL;
+	bool full = false;
+	PktBuf pb;
+	pktbuf_init(&pb, 1024);
+	List *i;
+	list_for_each(i, &wk.pools)
+	{
+		PgPool *p = container_of(i, PgPool, node);
+		if (p->db->admin)
+			continue;
+		List *j, *t;
+		list_for_each_safe(j, &p->active_clients, t)
+		{
+			if (moved >= count || full)
+				break;
+			PgSocket *c = container_of(j, PgSocket, node);
+			bool lasting;
+			if (!migrate_counts(c) || migrate_unmovable_reason(c, &lasting))
+				continue;
+			pktbuf_reset(&pb);
+			if (!migrate_pack(c, &pb)) {
+				failed++;
+				why = "state too large";
+				continue;
+			}
+			if (!migrate_send(sock, &pb, c->sb.fd)) {
+				/* nothing went: the client stays here, untouched */
+				failed++;
+				why = strerror(errno);
+				full = errno == EAGAIN || errno == EWOULDBLOCK || errno == EPIPE || errno == ECONNRESET;
+				continue;
+			}
+			migrate_forget(c);
+			moved++;
+		}
+	}
+	pktbuf_free(&pb);
+	close(sock);
+	wk.moved_out += (uint64_t)moved;
+	wk.move_failed += (uint64_t)failed;
+	uint32_t movable, unmovable;
+	migrate_count(&movable, &unmovable);
+	if (failed)
+		log_info("moved %d clients to worker %d (%lld asked; %d could not move: %s; %u not movable now)", moved,
+		         to, (long long)count, failed, why, unmovable);
+	else
+		log_info("moved %d clients to worker %d (%lld asked; %u not movable now)", moved, to, (long long)count,
+		         unmovable);
+	worker_publish();
+	worker_check_shutdown(); /* a draining worker may have nobody left */
+}
+
+/* ---- taking ---- */
+
+/* Tell the client why it cannot go on, then close it (it has no worker of its own any more). */
+static void refuse(int fd, const char *why)
+{
+	PktBuf pb;
+	pktbuf_init(&pb, 128);
+	pktbuf_write_error(&pb, "FATAL", "08P01", why);
+	(void)!write(fd, pb.buf, pb.len);
+	pktbuf_free(&pb);
+	close(fd);
+}
+
+PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, char *err, size_t errlen)
+{
+	PktReader r;
+	pktreader_init(&r, data, len);
+	uint32_t magic = 0, version = 0, nvars, nstmts, key_len, remote_len, local_len;
+	uint64_t id, connect_time, request_time, bytes_in, bytes_out;
+	const char *dbname, *uname, *app;
+	const uint8_t *key, *remote, *local;
+	uint8_t is_unix;
+	PgSocket *c = NULL;
+	if (!pktreader_get_u32(&r, &magic) || magic != MIGRATE_MAGIC || !pktreader_get_u32(&r, &version) ||
+	    version != MIGRATE_VERSION) {
+		snprintf(err, errlen, "unknown state format");
+		goto fail;
+	}
+	if (!get_u64(&r, &id) || !pktreader_get_string(&r, &dbname) || !pktreader_get_string(&r, &uname) ||
+	    !pktreader_get_u8(&r, &is_unix) || !get_blob(&r, &remote, &remote_len) ||
+	    !get_blob(&r, &local, &local_len) || remote_len != sizeof(struct sockaddr_storage) ||
+	    local_len != sizeof(struct sockaddr_storage)) {
+		snprintf(err, errlen, "malformed state");
+		goto fail;
+	}
+	if (strlen(dbname) >= CF_MAX_DBNAME || strlen(uname) > USERLIST_MAX_USER || !*uname) {
+		snprintf(err, errlen, "malformed names");
+		goto fail;
+	}
+	PgDatabase *db = db_find(dbname);
+	if (!db)
+		db = db_register_auto(dbname);
+	if (!db || db->admin || db->placeholder) {
+		snprintf(err, errlen, "no such database here: %s", dbname);
+		goto fail;
+	}
+
+	c = socket_new(false);
+	c->id = id;
+	c->is_unix = is_unix != 0;
+	memcpy(&c->remote, remote, sizeof(c->remote));
+	memcpy(&c->local, local, sizeof(c->local));
+	uint32_t pid, uid, auth_method;
+	if (!pktreader_get_u32(&r, &pid) || !pktreader_get_u32(&r, &uid) || !get_u64(&r, &connect_time) ||
+	    !get_u64(&r, &request_time) || !pktreader_get_u32(&r, &auth_method) || !get_blob(&r, &key, &key_len) ||
+	    key_len != CANCEL_KEY_LEN || !pktreader_get_string(&r, &app) || !get_u64(&r, &bytes_in) ||
+	    !get_u64(&r, &bytes_out) || !pktreader_get_u32(&r, &nvars)) {
+		snprintf(err, errlen, "malformed state");
+		goto fail;
+	}
+	c->peer_pid = (int)pid;
+	c->peer_uid = (uid_t)uid;
+	c->connect_time = (usec_t)connect_time;
+	c->request_time = (usec_t)request_time;
+	c->auth_method = (int)auth_method;
+	memcpy(c->cancel_key, key, CANCEL_KEY_LEN);
+	c->cancel_key_len = CANCEL_KEY_LEN;
+	c->app_name_raw = *app ? xstrdup(app) : NULL;
+	for (uint32_t k = 0; k < nvars; k++) {
+		const char *name, *value;
+		if (!pktreader_get_string(&r, &name) || !pktreader_get_string(&r, &value)) {
+			snprintf(err, errlen, "malformed parameters");
+			goto fail;
+		}
+		int idx = var_index(name);
+		if (idx >= 0)
+			var_set(&c->vars[idx], value);
+	}
+	if (!pktreader_get_u32(&r, &nstmts)) {
+		snprintf(err, errlen, "malformed state");
+		goto fail;
+	}
+	for (uint32_t k = 0; k < nstmts; k++) {
+		const char *name;
+		const uint8_t *body;
+		uint32_t body_len;
+		if (!pktreader_get_string(&r, &name) || !get_blob(&r, &body, &body_len)) {
+			snprintf(err, errlen, "malformed prepared statements");
+			goto fail;
+		}
+		if (prepare_client_find(&c->stmts, name))
+			continue;
+		PreparedStmt *ps = prepare_stmt_get(body, body_len);
+		prepare_client_add(&c->stmts, name, ps);
+		prepare_stmt_unref(ps); /* the mapping holds its own reference */
+	}
+	uint8_t has_secret, from_aq, from_pam, has_keys;
+	uint32_t kind;
+	const char *secret;
+	const uint8_t *ck, *sk;
+	if (!pktreader_get_u8(&r, &has_secret) || !pktreader_get_u32(&r, &kind) || !pktreader_get_string(&r, &secret) ||
+	    !pktreader_get_u8(&r, &from_aq) || !pktreader_get_u8(&r, &from_pam) || !pktreader_get_u8(&r, &has_keys) ||
+	    !pktreader_get_bytes(&r, SCRAM_KEY_LEN, &ck) || !pktreader_get_bytes(&r, SCRAM_KEY_LEN, &sk)) {
+		snprintf(err, errlen, "malformed user");
+		goto fail;
+	}
+	PgUser *u = user_find(uname);
+	if (!u) {
+		u = user_add(uname);
+		u->from_auth_query = from_aq != 0;
+		u->from_pam = from_pam != 0; /* its secret is the password PAM accepted */
+	}
+	if (!u->secret && has_secret)
+		user_set_secret(u, secret, (SecretKind)kind);
+	if (!u->has_scram_keys && has_keys) {
+		memcpy(u->scram_client_key, ck, SCRAM_KEY_LEN);
+		memcpy(u->scram_server_key, sk, SCRAM_KEY_LEN);
+		u->has_scram_keys = true;
+	}
+
+	/* counted as a login would count it; limits were checked where it logged in */
+	c->db = db;
+	c->login_user = u;
+	c->pool = pool_get(db, db->forced_user ? db->forced_user : u);
+	worker_clients_add(1);
+	(void)pool_take_client_budget(c, 0, 0); /* no limit: never refused, always counted */
+	db->client_count++;
+	u->client_count++;
+	c->adopted = true;
+	change_state(c, CL_ACTIVE);
+	sbuf_accept(&c->sb, wk.base, fd, (uint32_t)wk.cf.g.pkt_buf, wk.cf.g.max_packet_size, client_cb, c);
+	c->sb.startup = false;
+	c->sb.bytes_in = bytes_in;
+	c->sb.bytes_out = bytes_out;
+	return c;
+fail:
+	if (c) {
+		pgb_assert(c->state == CL_FREE);
+		change_state(c, CL_JUSTFREE); /* freed by the janitor with what it holds */
+	}
+	refuse(fd, "could not move the connection to another worker");
+	return NULL;
+}
+
+/* ---- the receiving end of one batch ---- */
+
+typedef struct Intake {
+	int sock;
+	int from;
+	int adopted;
+	int failed;
+	struct event *ev;
+} Intake;
+
+static uint8_t intake_buf[MIGRATE_MAX_STATE + 1];
+
+static void intake_done(Intake *in)
+{
+	event_free(in->ev);
+	close(in->sock);
+	if (in->failed)
+		log_warning("took %d clients from worker %d; %d could not be taken", in->adopted, in->from, in->failed);
+	else
+		log_debug("took %d clients from worker %d", in->adopted, in->from);
+	free(in);
+	wk.intakes--;
+	worker_publish();
+	worker_check_shutdown(); /* a draining worker waited for this batch; the master moves it on */
+}
+
+static void on_intake(evutil_socket_t fd, short what, void *arg)
+{
+	Intake *in = arg;
+	worker_clock_tick();
+	for (;;) {
+		size_t len = 0;
+		int cfd;
+		int r = migrate_recv(in->sock, intake_buf, sizeof(intake_buf), &len, &cfd);
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (r <= 0) {
+			intake_done(in);
+			return;
+		}
+		if (cfd < 0) {
+			in->failed++;
+			continue;
+		}
+		char err[128];
+		PgSocket *c = len > 0 && len <= MIGRATE_MAX_STATE
+		                  ? migrate_adopt(intake_buf, len, cfd, err, sizeof(err))
+		                  : (refuse(cfd, "could not move the connection"), NULL);
+		if (!c) {
+			in->failed++;
+			log_warning("could not take a client from worker %d: %s", in->from,
+			            len > 0 && len <= MIGRATE_MAX_STATE ? err : "state too large");
+			continue;
+		}
+		in->adopted++;
+		wk.moved_in++;
+		if (wk.master_fd >= 0) {
+			/* cancel requests carry the giver's number in the key: the master will route them here */
+			ChannelMsg m = {.type = CH_MOVED, .id = (uint32_t)wk.id};
+			memcpy(&m.arg, c->cancel_key, CANCEL_KEY_LEN);
+			if (!channel_send(wk.master_fd, &m, -1))
+				log_warning("could not tell the master about a moved client: %s", strerror(errno));
+		}
+		if (wk.cf.g.verbose > 0)
+			slog(LG_DEBUG, c, "moved here from worker %d", in->from);
+	}
+}
+
+void migrate_take(int sock, int from)
+{
+	Intake *in = xcalloc(1, sizeof(*in));
+	in->sock = sock;
+	in->from = from;
+	wk.intakes++;
+	fcntl(sock, F_SETFL, fcntl(sock, F_GETFL) | O_NONBLOCK);
+	in->ev = event_new(wk.base, sock, EV_READ | EV_PERSIST, on_intake, in);
+	event_add(in->ev, NULL);
+}
+
+void migrate_client_closed(const PgSocket *c)
+{
+	if (!c->adopted || wk.master_fd < 0 || c->cancel_key_len != CANCEL_KEY_LEN)
+		return;
+	ChannelMsg m = {.type = CH_MOVED_GONE, .id = (uint32_t)wk.id};
+	memcpy(&m.arg, c->cancel_key, CANCEL_KEY_LEN);
+	if (!channel_send(wk.master_fd, &m, -1))
+		log_debug("could not tell the master a moved client closed: %s", strerror(errno));
+}

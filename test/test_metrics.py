@@ -1,0 +1,234 @@
+"""The built-in Prometheus endpoint (metrics_listen, doc/monitoring.md):
+/metrics parsed with prometheus_client's text parser, its values compared
+with the console's SHOW POOLS/STATS/LISTS/DATABASES for a known load on a
+2-worker pooler, plus the per-worker and scaler figures."""
+
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import DEADLINE, free_port, wait_for
+
+parser = pytest.importorskip(
+    "prometheus_client.parser", reason="python3-prometheus-client is not installed (scripts/debian-packages)")
+
+
+def scrape(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=DEADLINE) as r:
+        assert r.status == 200
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        assert r.headers["Connection"] == "close"  # no kept-alive connection for a worker to inherit
+        text = r.read().decode()
+    samples = {}
+    types = {}
+    for family in parser.text_string_to_metric_families(text):
+        types[family.name] = family.type
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples, types, text
+
+
+def value(samples, metric, /, **labels):
+    key = (metric, tuple(sorted(labels.items())))
+    assert key in samples, f"{metric}{labels} not in /metrics: " + ", ".join(
+        sorted({f"{n}{dict(lb)}" for n, lb in samples if n == metric}))
+    return samples[key]
+
+
+def rows(admin, sql):
+    cur = admin.execute(sql)
+    cols = [d.name for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+@pytest.fixture
+def metered(bouncer):
+    mport = free_port()
+    b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2, "pool_mode": "transaction",
+                               "metrics_listen": f"127.0.0.1:{mport}"})
+    with b.admin() as admin:
+        wait_for(lambda: len([r for r in rows(admin, "SHOW WORKERS") if r["state"] == "active"]) == 2,
+                 "2 active workers")
+    return b, mport
+
+
+def test_metrics_off_by_default(bouncer):
+    b = bouncer()
+    with b.admin() as admin:
+        conf = {r["key"]: r for r in rows(admin, "SHOW CONFIG")}
+    assert conf["metrics_listen"]["value"] == ""
+    assert conf["metrics_listen"]["changeable"] == "no"
+    assert "metrics" not in b.log_text()
+
+
+def test_metrics_match_the_console(metered, pg):
+    b, mport = metered
+    pg.sql("CREATE TABLE IF NOT EXISTS metrics_t (i int)")
+    # a known load: 3 clients inside a transaction (each holds a server), 2 idle ones
+    busy = [b.connect(autocommit=True) for _ in range(3)]
+    for c in busy:
+        c.execute("BEGIN")
+        c.execute("SELECT 1")
+    idle = [b.connect(autocommit=True) for _ in range(2)]
+    for c in idle:
+        for _ in range(5):
+            c.execute("SELECT 1")
+
+    admin = b.admin()
+    samples, types, text = scrape(mport)
+    pools = {(r["database"], r["user"]): r for r in rows(admin, "SHOW POOLS")}
+    stats = {r["database"]: r for r in rows(admin, "SHOW STATS")}
+    lists = {r["list"]: r["items"] for r in rows(admin, "SHOW LISTS")}
+    dbs = {r["name"]: r for r in rows(admin, "SHOW DATABASES")}
+    again, _, _ = scrape(mport)
+
+    assert value(samples, "pgbouncer_up") == 1
+    assert value(samples, "pgbouncer_version_info", version=text.split('version="')[1].split('"')[0]) == 1
+
+    p = pools[("postgres", "postgres")]
+    assert p["cl_active"] == 5 and p["sv_active"] == 3  # the load is what we think it is
+    for col, metric in [("cl_active", "client_active_connections"), ("cl_waiting", "client_waiting_connections"),
+                        ("sv_active", "server_active_connections"), ("sv_idle", "server_idle_connections"),
+                        ("sv_used", "server_used_connections"), ("sv_login", "server_login_connections")]:
+        assert value(samples, f"pgbouncer_pools_{metric}", database="postgres", user="postgres") == p[col], col
+    assert types["pgbouncer_pools_client_active_connections"] == "gauge"
+
+    s = stats["postgres"]
+    assert s["total_xact_count"] >= 10  # the open transactions count when they end
+    for col, metric, scale in [("total_xact_count", "sql_transactions_pooled", 1),
+                               ("total_query_count", "queries_pooled", 1),
+                               ("total_received", "received_bytes", 1), ("total_sent", "sent_bytes", 1),
+                               ("total_query_time", "queries_duration_seconds", 1e-6),
+                               ("total_wait_time", "client_wait_seconds", 1e-6)]:
+        # the counter family is reported without its _total suffix by the parser
+        assert types[f"pgbouncer_stats_{metric}"] == "counter"
+        got = value(samples, f"pgbouncer_stats_{metric}_total", database="postgres")
+        got2 = value(again, f"pgbouncer_stats_{metric}_total", database="postgres")
+        want = float(s[col]) * scale
+        assert got - 1e-9 <= want <= got2 + 1e-9, (col, got, want, got2)
+
+    for name in ("databases", "users", "pools", "used_clients", "used_servers", "free_clients", "free_servers"):
+        assert value(samples, f"pgbouncer_lists_{name}") == lists[name], name
+    # SHOW LISTS counts each object once with 2 workers (one pooler, doc/monitoring.md)
+    assert value(samples, "pgbouncer_lists_databases") == len(dbs)
+
+    d = dbs["postgres"]
+    labels = dict(name="postgres", host=d["host"] or "", port=str(d["port"]), database=d["database"],
+                  force_user=d["force_user"] or "", pool_mode=d["pool_mode"] or "")
+    assert value(samples, "pgbouncer_databases_current_connections", **labels) == d["current_connections"]
+    assert value(samples, "pgbouncer_databases_pool_size", **labels) == d["pool_size"]
+
+    # the scrape's own console login is nobody's client
+    assert value(samples, "pgbouncer_pools_client_active_connections", database="pgbouncer",
+                 user="pgbouncer") == pools[("pgbouncer", "pgbouncer")]["cl_active"]
+    assert not any(r["application_name"] == "metrics" for r in rows(admin, "SHOW CLIENTS"))
+
+    # per worker: both active; the figures they publish (every 100 ms) catch up with the still load
+    def workers_agree():
+        now, _, _ = scrape(mport)
+        workers = {r["worker"]: r for r in rows(admin, "SHOW WORKERS")}
+        return len(workers) == 2 and all(
+            value(now, "pgbouncer_worker_state", worker=str(w), state="active") == 1
+            and 0 <= value(now, "pgbouncer_worker_busy_ratio", worker=str(w)) <= 1
+            and 0 <= value(now, "pgbouncer_worker_wait_avg_ratio", worker=str(w)) <= 1
+            and value(now, "pgbouncer_worker_client_active_connections", worker=str(w)) == r["cl_active"]
+            and value(now, "pgbouncer_worker_server_active_connections", worker=str(w)) == r["sv_active"]
+            and value(now, "pgbouncer_worker_clients_moved_in_total", worker=str(w)) == r["moved_in"]
+            and value(now, "pgbouncer_worker_clients_moved_out_total", worker=str(w)) == r["moved_out"]
+            and value(now, "pgbouncer_worker_clients_not_movable", worker=str(w)) == r["not_movable"]
+            and value(now, "pgbouncer_worker_client_move_failures_total", worker=str(w)) == r["move_failed"]
+            for w, r in workers.items()) and sum(
+            value(now, "pgbouncer_worker_server_active_connections", worker=str(w)) for w in workers) == 3
+    wait_for(workers_agree, "the per-worker metrics to match SHOW WORKERS")
+    assert value(samples, "pgbouncer_scaler_current_workers") == 2
+    assert value(samples, "pgbouncer_scaler_min_workers") == 2
+    assert value(samples, "pgbouncer_scaler_decisions_total", decision="hold") >= 1
+    assert types["pgbouncer_scaler_decisions"] == "counter"
+    info = [k for k in samples if k[0] == "pgbouncer_scaler_last_decision_info"]
+    assert len(info) == 1
+
+    for c in busy:
+        c.execute("COMMIT")
+
+
+def test_metrics_other_paths_and_methods(metered):
+    b, mport = metered
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"http://127.0.0.1:{mport}/", timeout=DEADLINE)
+    assert e.value.code == 404
+    req = urllib.request.Request(f"http://127.0.0.1:{mport}/metrics", data=b"x", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=DEADLINE)
+    assert e.value.code in (405, 501)
+    # many scrapes in a row leave no console connection behind
+    for _ in range(20):
+        samples, _, _ = scrape(mport)
+        assert value(samples, "pgbouncer_up") == 1
+    with b.admin() as admin:
+        assert rows(admin, "SHOW LISTS") and len(rows(admin, "SHOW CLIENTS")) == 1
+    # scrapes at the same time each get their own console connection
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(lambda _: value(scrape(mport)[0], "pgbouncer_up"), range(6)))
+    assert results == [1] * 6
+    # nor a login or closing line per scrape (the master's connection is unix(<its pid>))
+    assert f"unix({b.pid})" not in b.log_text()
+
+
+def test_metrics_follow_a_worker_restart(metered):
+    """Worker 0 killed: the next scrape asks a live one, and pgbouncer_up stays 1."""
+    import os
+    import signal
+    b, mport = metered
+    with b.admin() as admin:
+        w0 = [r for r in rows(admin, "SHOW WORKERS") if r["worker"] == 0][0]["pid"]
+    os.kill(w0, signal.SIGKILL)
+    deadline = time.monotonic() + DEADLINE
+    ok = False
+    while time.monotonic() < deadline and not ok:
+        samples, _, _ = scrape(mport)
+        ok = value(samples, "pgbouncer_up") == 1 and value(samples, "pgbouncer_scaler_current_workers") == 2
+        time.sleep(0.2)
+    assert ok
+
+
+def test_metrics_listen_refused_at_start(bouncer):
+    b = bouncer(ini_overrides={"metrics_listen": "no-port-here"}, start=False)
+    b.start(wait=False)
+    assert b.wait_exit() != 0
+    assert "metrics_listen: 'no-port-here' is not host:port" in b.log_text()
+
+
+def test_metrics_up_0_when_no_worker_answers(metered):
+    """Workers stopped: the scrape gives up on the console (pgbouncer_up 0) but
+    still reports the workers and the scaler from shared memory."""
+    import os
+    import signal
+    b, mport = metered
+    with b.admin() as admin:
+        pids = [r["pid"] for r in rows(admin, "SHOW WORKERS")]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        samples, _, _ = scrape(mport)
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert value(samples, "pgbouncer_up") == 0
+    assert not [k for k in samples if k[0].startswith("pgbouncer_pools_")]
+    assert value(samples, "pgbouncer_scaler_current_workers") == 2
+    assert len([k for k in samples if k[0] == "pgbouncer_worker_state"]) == 2
+    assert "metrics: the console connection timed out" in b.log_text()
+    wait_for(lambda: value(scrape(mport)[0], "pgbouncer_up") == 1, "pgbouncer_up 1 again")
+
+
+def test_metrics_use_the_next_worker_when_a_private_socket_is_gone(metered):
+    b, mport = metered
+    sock = b.dir / f"pgbouncer-workers.{b.port}" / "worker.0" / f".s.PGSQL.{b.port}"
+    assert sock.exists()
+    sock.unlink()
+    samples, _, _ = scrape(mport)
+    assert value(samples, "pgbouncer_up") == 1
+    assert value(samples, "pgbouncer_lists_databases") == 2

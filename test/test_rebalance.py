@@ -1,0 +1,297 @@
+"""Rebalancing long-lived clients between workers (doc/workers.md, "Rebalancing
+long-lived clients"): a scale-up splits persistent clients, a drain hands them
+over, and a moved client keeps its prepared statements, parameters and cancel key."""
+
+import os
+import socket
+import threading
+
+import psycopg
+import pytest
+
+from conftest import wait_for
+from helpers import rows, states, worker_of, workers
+from pgwire import CANCEL_REQUEST, PgWire, error_fields, query_message, request_packet
+from test_auth_query import apg, setup  # noqa: F401 (fixtures)
+
+# One worker to start with; the tests raise min_workers to add the second.
+BASE = {
+    "min_workers": 1,
+    "max_workers": 2,
+    "worker_scale_interval": 0.5,
+    "worker_scale_up_threshold": 0.99,
+    "worker_scale_up_samples": 100,
+    "worker_scale_down_threshold": 0.01,
+    "worker_scale_down_samples": 100,
+    "log_connections": 0,
+    "log_disconnections": 0,
+    "max_client_conn": 200,
+    "default_pool_size": 50,  # session mode: every client may hold a server
+}
+
+N = 40
+
+
+def private_console(b, worker, **kw):
+    """A console of one worker alone: its private socket is never fanned out."""
+    return psycopg.connect(host=str(b.dir / f"pgbouncer-workers.{b.port}" / f"worker.{worker}"), port=b.port,
+                           user="pgbouncer", dbname="pgbouncer", autocommit=True, connect_timeout=10, **kw)
+
+
+def local_port(conn):
+    s = socket.socket(fileno=os.dup(conn.pgconn.socket))
+    try:
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def ports_of(b, worker):
+    """The client ports (database postgres) that one worker holds."""
+    with private_console(b, worker) as con:
+        return {r["port"] for r in rows(con, "SHOW CLIENTS") if r["database"] == "postgres"}
+
+
+def clients_of(b, worker):
+    with private_console(b, worker) as con:
+        return len([r for r in rows(con, "SHOW CLIENTS") if r["database"] == "postgres"])
+
+
+def spread(b, n_workers):
+    return [clients_of(b, w) for w in range(n_workers)]
+
+
+def add_second_worker(b):
+    b.update(min_workers=2, max_workers=2)
+    b.write_ini()
+    b.reload()
+
+
+def even(b, total, tolerance=4):
+    try:
+        counts = spread(b, 2)
+    except psycopg.OperationalError:  # worker 1 not listening yet
+        return None
+    ok = sum(counts) == total and all(abs(c - total // 2) <= tolerance for c in counts)
+    return counts if ok else None
+
+
+def worker_row(b, n):
+    return next(w for w in workers(b) if w["worker"] == n)
+
+
+@pytest.mark.parametrize("mode", ["transaction", "session"])
+def test_scale_up_splits_persistent_clients(bouncer, mode):
+    """40 clients on one worker; a second worker is added: each ends with 20 +- 4, all still work."""
+    b = bouncer(ini_overrides={**BASE, "pool_mode": mode})
+    clients = [b.connect(autocommit=True) for _ in range(N)]
+    if mode == "transaction":
+        for c in clients:  # used, and between transactions
+            assert c.execute("SELECT 1").fetchone() == (1,)
+    # session mode: a client that has no server yet can move (one that holds a server cannot)
+    assert {worker_of(c) for c in clients} == {0}
+    assert spread(b, 1) == [N]
+    mark = b.log_mark()
+    add_second_worker(b)
+    counts = wait_for(lambda: even(b, N), "an even split of the persistent clients")
+    assert sum(counts) == N
+    b.wait_log(r"moved \d+ clients to worker 1", after=mark)
+    for i, c in enumerate(clients):
+        assert c.execute("SELECT %s::int", (i,)).fetchone() == (i,)
+    w0, w1 = worker_row(b, 0), worker_row(b, 1)
+    assert w0["moved_out"] == w1["moved_in"] == counts[1]
+    assert w0["moved_in"] == w1["moved_out"] == 0
+    assert w0["move_failed"] == w1["move_failed"] == 0
+    if mode == "session":
+        # every client holds its server now: none can move any more, and SHOW WORKERS says so
+        wait_for(lambda: sum(w["not_movable"] for w in workers(b)) == N, "all clients not movable")
+        assert even(b, N)
+
+
+def test_unix_socket_clients_move(bouncer):
+    """Clients of the Unix socket move like TCP ones; SHOW CLIENTS still shows them as unix."""
+    b = bouncer(ini_overrides={**BASE, "pool_mode": "statement"})
+    clients = [b.connect(host=str(b.dir), autocommit=True) for _ in range(N)]
+    add_second_worker(b)
+    wait_for(lambda: even(b, N), "an even split")
+    with private_console(b, 1) as con:
+        moved = [r for r in rows(con, "SHOW CLIENTS") if r["database"] == "postgres"]
+    assert moved and all(r["addr"] == "unix" for r in moved)
+    for i, c in enumerate(clients):
+        assert c.execute("SELECT %s::int", (i,)).fetchone() == (i,)
+
+
+def test_client_in_a_transaction_stays_and_carries_on(bouncer, pg):
+    """An open transaction pins its client to its worker; it commits normally after the others moved."""
+    b = bouncer(ini_overrides={**BASE, "pool_mode": "transaction"})
+    pg.sql("DROP TABLE IF EXISTS rebalance_t")
+    pg.sql("CREATE TABLE rebalance_t (x int)")
+    pinned = b.connect()
+    pinned.execute("INSERT INTO rebalance_t VALUES (1)")  # BEGIN implied: the transaction stays open
+    others = [b.connect(autocommit=True) for _ in range(N - 1)]
+    pinned_port = local_port(pinned)
+    add_second_worker(b)
+    wait_for(lambda: even(b, N), "an even split")
+    assert pinned_port in ports_of(b, 0)
+    pinned.execute("INSERT INTO rebalance_t VALUES (2)")
+    pinned.commit()
+    assert pg.sql("SELECT count(*) FROM rebalance_t")[0][0] == 2
+    for c in others:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_moved_client_keeps_prepared_statements_timezone_and_cancel(bouncer):
+    b = bouncer(ini_overrides={**BASE, "pool_mode": "transaction"})
+    clients = [b.connect(autocommit=True) for _ in range(N)]
+    for i, c in enumerate(clients):
+        c.execute("SET TimeZone = 'Asia/Tokyo'")
+        res = c.pgconn.prepare(b"rb_stmt", b"SELECT $1::int + %d" % i)
+        assert res.status == psycopg.pq.ExecStatus.COMMAND_OK
+        c.execute("SELECT %s::int * 2", (i,), prepare=True)  # psycopg's own named statement
+    add_second_worker(b)
+    wait_for(lambda: even(b, N), "an even split")
+    moved_ports = ports_of(b, 1)
+    moved = [(i, c) for i, c in enumerate(clients) if local_port(c) in moved_ports]
+    assert len(moved) >= N // 2 - 4
+    for i, c in moved:
+        res = c.pgconn.exec_prepared(b"rb_stmt", [b"100"])
+        assert res.status == psycopg.pq.ExecStatus.TUPLES_OK, res.error_message
+        assert res.get_value(0, 0) == str(100 + i).encode()
+        assert c.execute("SELECT %s::int * 2", (i,), prepare=True).fetchone() == (2 * i,)
+        assert c.execute("SHOW TimeZone").fetchone() == ("Asia/Tokyo",)
+    # a cancel request lands on either worker; it must reach the moved client's query
+    i, c = moved[0]
+    for attempt in range(4):
+        timer = threading.Timer(0.3, c.cancel)
+        timer.start()
+        with pytest.raises(psycopg.errors.QueryCanceled) as exc:
+            c.execute("SELECT pg_sleep(20)")
+        timer.join()
+        assert exc.value.sqlstate == "57014"
+    assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_tls_clients_stay(bouncer, tls_files):
+    """A TLS client's state lives in its worker: it stays, and SHOW WORKERS counts it as not movable."""
+    b = bouncer(ini_overrides={**BASE, "pool_mode": "transaction", "client_tls_sslmode": "allow",
+                               "client_tls_key_file": str(tls_files.server_key),
+                               "client_tls_cert_file": str(tls_files.server_cert)})
+    tls = [b.connect(autocommit=True, sslmode="require") for _ in range(10)]
+    plain = [b.connect(autocommit=True, sslmode="disable") for _ in range(30)]
+    assert all(c.pgconn.ssl_in_use for c in tls) and not any(c.pgconn.ssl_in_use for c in plain)
+    add_second_worker(b)
+    wait_for(lambda: even(b, N), "an even split")
+    on_0 = ports_of(b, 0)
+    assert {local_port(c) for c in tls} <= on_0
+    assert worker_row(b, 0)["not_movable"] == 10
+    assert worker_row(b, 1)["moved_in"] == 20
+    for c in tls + plain:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_cancel_reaches_moved_client_from_either_worker(bouncer, pg):
+    """A CancelRequest for a moved client's key, sent straight to each worker through its private
+    socket: to the worker that made the key (which no longer has the client) and to the one that
+    has it now. Both must cancel its query."""
+    b = bouncer(ini_overrides={**BASE, "pool_mode": "transaction"})
+    raw = []
+    for _ in range(N):
+        w = PgWire(b.port)
+        key = next(body for t, body in w.login() if t == b"K")
+        raw.append((w, key))
+    add_second_worker(b)
+    wait_for(lambda: even(b, N), "an even split")
+    moved_ports = ports_of(b, 1)
+    w, key = next((w, key) for w, key in raw if w.sock.getsockname()[1] in moved_ports)
+    assert key[3] == 0  # made by worker 0
+    for via in (0, 1):
+        w.send(query_message("SELECT pg_sleep(20)"))
+        wait_for(lambda: len(pg.sql("SELECT 1 FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(20)' "
+                                      "AND state = 'active'") or []) == 1, "the query to run")
+        c = PgWire(b.port, host=str(b.dir / f"pgbouncer-workers.{b.port}" / f"worker.{via}"))
+        c.send(request_packet(CANCEL_REQUEST, key))
+        c.expect_closed()
+        msgs = w.read_until(b"Z")
+        errs = [error_fields(body) for t, body in msgs if t == b"E"]
+        assert errs and errs[0]["C"] == "57014", (via, msgs)
+        c.close()
+    rows_, err = w.simple_query("SELECT 1")
+    assert rows_ == [["1"]] and err is None
+    for w, _ in raw:
+        w.close()
+
+
+@pytest.mark.parametrize("mode", ["transaction", "session"])
+def test_drain_hands_clients_over(bouncer, mode):
+    """Scaling down with persistent clients on the drained worker: they move, the drain ends, none fails."""
+    b = bouncer(ini_overrides={**BASE, "pool_mode": mode, "min_workers": 2, "max_workers": 2,
+                               "worker_drain_timeout": 0})
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    clients = [b.connect(autocommit=True) for _ in range(N)]
+    if mode == "transaction":
+        for c in clients:
+            assert c.execute("SELECT 1").fetchone() == (1,)
+    on_1 = [c for c in clients if worker_of(c) == 1]
+    assert on_1, "the kernel put no client on worker 1"
+    mark = b.log_mark()
+    b.update(min_workers=1, max_workers=1)
+    b.write_ini()
+    b.reload()
+    b.wait_log(r"draining worker 1", after=mark)
+    b.wait_log(r"worker 1 drained, exiting", after=mark)
+    wait_for(lambda: states(b) == ["active"], "one worker left")
+    assert "worker_drain_timeout reached" not in b.log_text()[mark:]
+    for i, c in enumerate(clients):
+        assert c.execute("SELECT %s::int", (i,)).fetchone() == (i,)
+    assert clients_of(b, 0) == N
+
+
+def test_auth_query_users_move(bouncer, apg, setup):
+    """Users known only through auth_query (MD5 and SCRAM secrets, SCRAM pass-through to the
+    server): the new worker never looked them up, yet their moved clients keep working."""
+    from test_auth_query import APPDB, MD5_PW, MD5_ROLE, SCRAM_PW, SCRAM_ROLE, start
+    b = start(bouncer, apg, setup, ini={**BASE, "pool_mode": "transaction"})
+    logins = [(MD5_ROLE, MD5_PW), (SCRAM_ROLE, SCRAM_PW)] * 10
+    clients = [b.connect(dbname=APPDB, user=u, password=p, autocommit=True) for u, p in logins]
+    for c in clients:
+        c.execute("SELECT 1")
+    add_second_worker(b)
+
+    def moved():
+        try:
+            with private_console(b, 1, password="pgbouncer") as con:
+                return len([r for r in rows(con, "SHOW CLIENTS") if r["database"] == APPDB]) >= 8
+        except psycopg.OperationalError:
+            return False
+
+    wait_for(moved, "clients moved to worker 1")
+    for (u, _), c in zip(logins, clients):
+        assert c.execute("SELECT current_user").fetchone() == (u,)
+
+
+def test_client_too_large_to_move_stays_untouched(bouncer):
+    """A client whose state does not fit in one hand-over message (prepared statements of more than
+    128 kB) is not moved: a drain leaves it working where it is and counts the failed attempt."""
+    from helpers import conn_on
+    b = bouncer(ini_overrides={**BASE, "pool_mode": "transaction", "min_workers": 2, "max_workers": 2,
+                               "worker_drain_timeout": 0})
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    heavy = conn_on(b, 1)
+    for k in range(30):  # 30 statements of 5 kB of query text each
+        res = heavy.pgconn.prepare(b"big%d" % k, b"SELECT '" + b"x" * 5000 + b"'::text || $1::int")
+        assert res.status == psycopg.pq.ExecStatus.COMMAND_OK
+    light = conn_on(b, 1)
+    mark = b.log_mark()
+    b.update(min_workers=1, max_workers=1)
+    b.write_ini()
+    b.reload()
+    b.wait_log(r"moved \d+ clients to worker 0 \(\d+ asked; 1 could not move: state too large", after=mark)
+    assert light.execute("SELECT 1").fetchone() == (1,)
+    assert states(b) == ["active", "draining"]
+    res = heavy.pgconn.exec_prepared(b"big7", [b"1"])
+    assert res.status == psycopg.pq.ExecStatus.TUPLES_OK, res.error_message
+    assert res.get_value(0, 0) == b"x" * 5000 + b"1"
+    assert clients_of(b, 1) == 1
+    assert worker_row(b, 1)["move_failed"] >= 1
+    heavy.close()
+    wait_for(lambda: states(b) == ["active"], "the drain to end once the client left")

@@ -1,0 +1,315 @@
+"""Online restart, `pgbouncer -R` (doc/workers.md "Upgrading"): the new
+master takes the running one's listening sockets over its control socket,
+starts its workers on them, and the old workers stop accepting and finish
+their clients before the old tree exits."""
+
+import os
+import signal
+import subprocess
+import threading
+
+import pytest
+
+from conftest import parent_pid, pg_bindir, pid_alive, wait_for
+from helpers import conn_on, pool_row, rows, two_workers, workers
+from pgwire import PgWire, message
+
+QUIET = {"log_connections": 0, "log_disconnections": 0}
+TWO = {**QUIET, "min_workers": 2, "max_workers": 2}
+
+
+@pytest.fixture
+def old_trees():
+    """Old masters (their process groups) that a test replaced: killed at teardown if still there."""
+    pgids = []
+    yield pgids
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def upgrade(b, old_trees, args=()):
+    """`pgbouncer -R [ARGS] INI` on b's ini, which becomes b's process; returns
+    the old master's pid and its workers' pids."""
+    old_pid = b.pid
+    old_workers = [w["pid"] for w in workers(b)]
+    old_trees.append(os.getpgid(old_pid))
+    mark = b.log_mark()
+    b.proc = None
+    if "-d" in args:
+        # the pidfile names the old master until the new one replaces it
+        b.start(["-R", *args], wait=False)
+        assert b.proc.wait(timeout=30) == 0, b.describe()
+        b._pid = wait_for(lambda: (p := b._read_pidfile()) != old_pid and p, "the new pid in the pidfile")
+        b._pgid = os.getpgid(b._pid)
+        b.wait_log(r"process up", after=mark)
+    else:
+        b.start(["-R", *args])  # waits for the new master's `process up`
+    assert b.pid != old_pid
+    b.wait_log(rf"online restart: pid {b.pid} took over; not accepting any more", after=mark)
+    return old_pid, old_workers
+
+
+def serving_tree(b):
+    """The pids of the workers that answer SHOW WORKERS: all children of b's master."""
+    pids = [w["pid"] for w in workers(b)]
+    assert pids and all(parent_pid(p) == b.pid for p in pids), (pids, b.pid)
+    return pids
+
+
+def pgbench(b, seconds, clients, connect_each=False):
+    script = b.dir / "select1.sql"
+    b.run_as.write(script, "SELECT 1;\n")
+    return subprocess.Popen(
+        [str(pg_bindir() / "pgbench"), "-h", "127.0.0.1", "-p", str(b.port), "-U", "postgres", "-n",
+         *(["-C"] if connect_each else []), "-c", str(clients), "-j", "2", "-T", str(seconds), "-f",
+         str(script), "postgres"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def assert_clean_run(load):
+    out, _ = load.communicate(timeout=90)
+    assert load.returncode == 0, out
+    assert "number of failed transactions: 0 " in out, out
+    assert "aborted" not in out and "error" not in out.lower(), out
+    return int(out.split("number of transactions actually processed: ")[1].split()[0])
+
+
+def xacts(b):
+    return sum(w["xact_count"] for w in workers(b))
+
+
+def test_reboot_with_nothing_running_starts_normally(bouncer):
+    b = bouncer(ini_overrides=QUIET, args=["-R"])
+    b.wait_log(r"old process not found, try to continue normally")
+    assert b.connect().execute("SELECT 1").fetchone() == (1,)
+
+
+def test_reboot_next_to_a_pooler_without_control_socket_fails_cleanly(bouncer, run_pgbouncer):
+    """A pooler that has no control socket (a build from before -R worked) cannot be taken over:
+    -R then starts as without it and stops at the live unix socket, leaving the running one alone."""
+    b = bouncer(ini_overrides=QUIET)
+    (b.dir / f"pgbouncer-workers.{b.port}" / "master").unlink()
+    mark = b.log_mark()
+    run = run_pgbouncer(["-R", b.ini_path])
+    assert run.rc == 1
+    log = b.log_text()[mark:]
+    assert "old process not found, try to continue normally" in log
+    assert "unix socket is in use, cannot continue" in log
+    assert b.alive() and int(b.pidfile.read_text()) == b.pid
+    with b.connect() as tcp, b.connect(host=str(b.dir)) as unix:
+        assert tcp.execute("SELECT 7").fetchone() == (7,)
+        assert unix.execute("SELECT 8").fetchone() == (8,)
+
+
+@pytest.mark.parametrize("mode", ["session", "transaction"])
+def test_upgrade_under_steady_load(bouncer, old_trees, mode):
+    b = bouncer(ini_overrides={**TWO, "pool_mode": mode})
+    two_workers(b)
+    load = pgbench(b, seconds=10, clients=4)
+    try:
+        wait_for(lambda: xacts(b) > 100, "the load to run on the old tree")
+        old_pid, old_workers = upgrade(b, old_trees)
+        # the new tree has taken every socket: a new client lands on it
+        assert not set(serving_tree(b)) & set(old_workers)
+        assert b.connect().execute("SELECT 2").fetchone() == (2,)
+    finally:
+        done = assert_clean_run(load)
+    assert done > 100
+    # pgbench's connections were the old tree's last clients
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit once its clients left")
+    assert not any(pid_alive(p) for p in old_workers)
+    assert int(b.pidfile.read_text()) == b.pid
+    assert len(serving_tree(b)) == 2
+
+
+def test_upgrade_under_connection_churn(bouncer, old_trees):
+    b = bouncer(ini_overrides=TWO)
+    two_workers(b)
+    load = pgbench(b, seconds=12, clients=6, connect_each=True)
+    try:
+        # twice in a row: the second new master takes over from the first
+        for _ in range(2):
+            wait_for(lambda: xacts(b) > 50, "the load to run on the current tree")
+            old_pid, old_workers = upgrade(b, old_trees)
+            # every new connection goes to the new tree, so the old one runs out of clients
+            wait_for(lambda: not pid_alive(old_pid), "the old master to exit", timeout=30)
+            assert not any(pid_alive(p) for p in old_workers)
+        wait_for(lambda: xacts(b) > 50, "the load to run on the new tree")
+    finally:
+        assert_clean_run(load)
+    serving_tree(b)
+    assert "could not accept" not in b.log_text()
+
+
+def test_persistent_client_finishes_on_old_tree(bouncer, old_trees):
+    b = bouncer(ini_overrides=TWO)
+    two_workers(b)
+    held = b.connect(autocommit=True)
+    held.execute("SET application_name = 'kept'")
+    old_pid, old_workers = upgrade(b, old_trees)
+    # the old tree stays for its client, which notices nothing
+    assert held.execute("SHOW application_name").fetchone() == ("kept",)
+    assert pid_alive(old_pid)
+    held.close()
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit after its last client")
+    # what the old tree left behind is the new one's: the unix socket, the pidfile, the
+    # workers' private sockets (the console reaches both new workers through them)
+    with b.connect(host=str(b.dir)) as unix_client:
+        assert unix_client.execute("SELECT 3").fetchone() == (3,)
+    assert int(b.pidfile.read_text()) == b.pid
+    conn_on(b, 0)
+    conn_on(b, 1)
+    with b.admin() as admin:
+        clients = [r for r in rows(admin, "SHOW CLIENTS") if r["database"] == "postgres"]
+    assert len(clients) == 2, clients
+
+
+def test_failed_new_master_leaves_old_tree_serving(bouncer, old_trees):
+    b = bouncer(ini_overrides=TWO)
+    old_proc = b.proc
+    old_trees.append(os.getpgid(b.pid))
+    # the new master fails after it has taken the sockets: its TLS files are missing
+    b.update(client_tls_sslmode="require", client_tls_key_file=str(b.dir / "missing.key"),
+             client_tls_cert_file=str(b.dir / "missing.crt"))
+    b.write_ini()
+    mark = b.log_mark()
+    b.proc = None
+    b.start(["-R"], wait=False)
+    assert b.proc.wait(timeout=30) == 1
+    b.wait_log(r"TLS setup failed", after=mark)
+    b.wait_log(r"online restart by pid \d+ abandoned; carrying on", after=mark)
+    b.proc = old_proc
+    # the old tree serves on as before, on TCP and on its unix socket (the failed one left it alone)
+    with b.connect() as tcp, b.connect(host=str(b.dir)) as unix:
+        assert tcp.execute("SELECT 5").fetchone() == (5,)
+        assert unix.execute("SELECT 6").fetchone() == (6,)
+    assert int(b.pidfile.read_text()) == b.pid
+    # and a good new master can still replace it
+    b.update(client_tls_sslmode=None, client_tls_key_file=None, client_tls_cert_file=None)
+    b.write_ini()
+    old_pid, _ = upgrade(b, old_trees)
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit")
+
+
+def test_pool_limits_count_the_old_tree(bouncer, old_trees):
+    """While the old tree finishes, its server connections count against the new tree's limits,
+    and it gives back those its remaining clients cannot use."""
+    b = bouncer(ini_overrides={**QUIET, "min_workers": 1, "max_workers": 1, "default_pool_size": 2,
+                               "pool_mode": "session"})
+    held = [b.connect(autocommit=True) for _ in range(2)]
+    for c in held:
+        c.execute("SELECT 1")  # each holds a server for its session
+    old_pid, _ = upgrade(b, old_trees)
+    answer = []
+    waiter = threading.Thread(
+        target=lambda: answer.append(b.connect(autocommit=True).execute("SELECT 42").fetchone()))
+    waiter.start()
+    try:
+        # the pool's 2 servers are the old tree's: the new tree's client waits instead of opening a third
+        wait_for(lambda: (pool_row(b) or {}).get("cl_waiting") == 1, "the new tree's client to wait for room")
+        p = pool_row(b)
+        assert p["sv_active"] + p["sv_idle"] + p["sv_login"] == 0, p
+        assert pid_alive(old_pid)
+        # one old client leaves: the old tree, which takes no new clients, closes the server it
+        # freed at once, and the new tree's client gets that room while the other old client stays
+        held[0].close()
+        waiter.join(timeout=60)
+        assert answer == [(42,)]
+        assert held[1].execute("SELECT 43").fetchone() == (43,)
+        assert pid_alive(old_pid)
+    finally:
+        for c in held:
+            c.close()
+        waiter.join(timeout=60)
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit with its last client")
+
+
+def backlogs(port):
+    """The backlog (ss's Send-Q) of every socket listening on TCP `port`."""
+    out = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True, check=True).stdout
+    return sorted(int(line.split()[2]) for line in out.splitlines())
+
+
+def test_new_settings_apply_to_taken_sockets(bouncer, old_trees):
+    """The file is read afresh: a changed listen_backlog applies to the sockets taken over."""
+    b = bouncer(ini_overrides={**TWO, "listen_backlog": 128})
+    two_workers(b)
+    assert backlogs(b.port) == [128, 128]
+    b.update(listen_backlog=77)
+    b.write_ini()
+    old_pid, _ = upgrade(b, old_trees)
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit")
+    assert backlogs(b.port) == [77, 77]
+
+
+def scram_salt(b, user):
+    """The salt of the SCRAM server-first message the pooler sends to `user`."""
+    w = PgWire(b.port)
+    w.startup(user=user)
+    kind, body = w.read_msg()
+    assert (kind, body[:4]) == (b"R", b"\0\0\0\x0a")
+    first = b"n,,n=,r=clientnonce0123456789"
+    w.send(message(b"p", b"SCRAM-SHA-256\0" + len(first).to_bytes(4, "big") + first))
+    kind, body = w.read_msg()
+    w.close()
+    assert (kind, body[:4]) == (b"R", b"\0\0\0\x0b"), (kind, body)
+    return dict(kv.split("=", 1) for kv in body[4:].decode().split(","))["s"]
+
+
+def test_scram_salts_stay_across_upgrade(bouncer, old_trees, monkeypatch):
+    """The salts of a plain-text password user and of an unknown user are derived from a key the
+    new tree gets from the old one: a client sees the same salts before and after."""
+    b = bouncer(ini_overrides={**QUIET, "auth_type": "scram-sha-256"},
+                users_txt='"postgres" "pw one"\n"pgbouncer" "pw one"\n')
+    monkeypatch.setenv("PGPASSWORD", "pw one")  # for the console upgrade() reads
+    before = {u: scram_salt(b, u) for u in ("postgres", "nobody_here")}
+    upgrade(b, old_trees)
+    assert {u: scram_salt(b, u) for u in ("postgres", "nobody_here")} == before
+
+
+def test_upgrade_daemon_twice(bouncer, old_trees):
+    b = bouncer(ini_overrides={**QUIET, "min_workers": 1, "max_workers": 2}, args=["-d"])
+    first = b.pid
+    old_pid, _ = upgrade(b, old_trees, args=["-d"])
+    assert old_pid == first
+    wait_for(lambda: not pid_alive(first), "the first master to exit (no clients)")
+    # the new master took the control socket over as well: it can be replaced in turn
+    second = b.pid
+    upgrade(b, old_trees, args=["-d"])
+    wait_for(lambda: not pid_alive(second), "the second master to exit")
+    with b.connect() as client:
+        assert client.execute("SELECT 4").fetchone() == (4,)
+    assert int(b.pidfile.read_text()) == b.pid
+    serving_tree(b)
+    # a normal stop of the last one still cleans up
+    b.stop(signal.SIGTERM)
+    assert not b.pidfile.exists()
+
+
+def test_upgrade_without_unix_socket(bouncer, old_trees):
+    """Without unix_socket_dir the control socket lives in /tmp/pgbouncer-workers.<port>."""
+    b = bouncer(ini_overrides={**QUIET, "unix_socket_dir": ""})
+    old_pid, _ = upgrade(b, old_trees)
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit")
+    with b.connect() as client:
+        assert client.execute("SELECT 9").fetchone() == (9,)
+    serving_tree(b)
+
+
+def test_upgrade_keeps_serving_metrics(bouncer, old_trees):
+    """metrics_listen: the new master binds the port while the old one still
+    holds it (SO_REUSEPORT), so -R does not stop at "cannot listen"; after
+    the old tree is gone /metrics comes from the new master."""
+    from conftest import free_port
+    from test_metrics import scrape, value
+    mport = free_port()
+    b = bouncer(ini_overrides={**QUIET, "metrics_listen": f"127.0.0.1:{mport}"})
+    assert value(scrape(mport)[0], "pgbouncer_up") == 1
+    old_pid, _ = upgrade(b, old_trees)
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit")
+    assert "cannot listen" not in b.log_text()
+    samples, _, _ = scrape(mport)
+    assert value(samples, "pgbouncer_up") == 1
