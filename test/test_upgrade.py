@@ -313,3 +313,52 @@ def test_upgrade_keeps_serving_metrics(bouncer, old_trees):
     assert "cannot listen" not in b.log_text()
     samples, _, _ = scrape(mport)
     assert value(samples, "pgbouncer_up") == 1
+
+
+@pytest.mark.parametrize("mode", ["transaction", "session"])
+def test_upgrade_hands_persistent_clients_over(bouncer, old_trees, mode):
+    """Persistent clients between transactions (session mode: not holding a server yet) move to the
+    new tree's workers with their state: the old tree exits while they are still connected, and
+    they carry on with prepared statements, TimeZone and cancel keys intact."""
+    import psycopg
+    n = 20
+    b = bouncer(ini_overrides={**TWO, "pool_mode": mode, "default_pool_size": 30})
+    two_workers(b)
+    clients = [b.connect(autocommit=True) for _ in range(n)]
+    if mode == "transaction":
+        for i, c in enumerate(clients):
+            c.execute("SET TimeZone = 'Asia/Tokyo'")
+            res = c.pgconn.prepare(b"up_stmt", b"SELECT $1::int + %d" % i)
+            assert res.status == psycopg.pq.ExecStatus.COMMAND_OK
+            c.execute("SELECT %s::int * 2", (i,), prepare=True)
+    mark = b.log_mark()
+    old_pid, old_workers = upgrade(b, old_trees)
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit while its clients stay connected")
+    log = b.log_text()[mark:]
+    assert "handed" in log and "clients to the new process" in log, log
+    assert "could not take a client" not in log and "could not move" not in log, log
+    new_workers = serving_tree(b)
+    assert not set(new_workers) & set(old_workers)
+    with b.admin() as admin:
+        held = [r for r in rows(admin, "SHOW CLIENTS") if r["database"] == "postgres"]
+    assert len(held) == n, held
+    for i, c in enumerate(clients):
+        assert c.execute("SELECT %s::int", (i,)).fetchone() == (i,)
+        if mode == "transaction":
+            res = c.pgconn.exec_prepared(b"up_stmt", [b"100"])
+            assert res.status == psycopg.pq.ExecStatus.TUPLES_OK, res.error_message
+            assert res.get_value(0, 0) == str(100 + i).encode()
+            assert c.execute("SELECT %s::int * 2", (i,), prepare=True).fetchone() == (2 * i,)
+            assert c.execute("SHOW TimeZone").fetchone() == ("Asia/Tokyo",)
+    # its cancel key was made by the old tree; the request lands on either new worker
+    c = clients[0]
+    for attempt in range(4):
+        timer = threading.Timer(0.3, c.cancel)
+        timer.start()
+        with pytest.raises(psycopg.errors.QueryCanceled) as exc:
+            c.execute("SELECT pg_sleep(20)")
+        timer.join()
+        assert exc.value.sqlstate == "57014"
+    assert c.execute("SELECT 1").fetchone() == (1,)
+    for c in clients:
+        c.close()

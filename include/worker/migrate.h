@@ -54,6 +54,13 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, char *err, size
 /* CH_MIGRATE: hand up to count movable clients to worker `to` over sock (closed at the end); one log line. */
 void migrate_give(int sock, int to, int64_t count);
 
+/*
+ * CH_HANDOFF (a retiring tree, -R): keep sock and hand every movable client
+ * over it now and at each migrate_handoff_tick() until this worker exits.
+ */
+void migrate_handoff_start(int sock);
+void migrate_handoff_tick(void);
+
 /* CH_ADOPT: read clients from worker `from` over sock until EOF, in the event loop. */
 void migrate_take(int sock, int from);
 

@@ -363,6 +363,7 @@ static void on_publish(evutil_socket_t fd, short what, void *arg)
 	wk.now = get_time_usec();
 	if (wk.pause_mode != P_SUSPEND)
 		pool_budget_tick();
+	migrate_handoff_tick(); /* retiring (-R): clients that became movable go to the new tree */
 	worker_publish();
 }
 
@@ -467,6 +468,10 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 			if (rfd >= 0)
 				migrate_give(rfd, (int)m.id, m.arg); /* it closes rfd */
 			break;
+		case CH_HANDOFF:
+			if (rfd >= 0)
+				migrate_handoff_start(rfd); /* kept until we exit */
+			break;
 		case CH_ADOPT:
 			if (rfd >= 0)
 				migrate_take(rfd, (int)m.id); /* read until the giver closes its end */
@@ -504,6 +509,7 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerSocket *socket
 	wk.cmdline_verbose = cmdline_verbose;
 	wk.listeners = xcalloc(WORKER_MAX_LISTENERS, sizeof(*wk.listeners));
 	wk.master_fd = master_fd;
+	wk.handoff_fd = -1;
 	wk.shm = shm;
 	wk.slot = shm && shm->magic == SHM_MAGIC && shm->slot_size == sizeof(WorkerSlot) ? &shm->slots[id] : NULL;
 	wk.schedstat_fd = wk.slot ? schedstat_open_self() : -1;
