@@ -362,3 +362,20 @@ def test_upgrade_hands_persistent_clients_over(bouncer, old_trees, mode):
     assert c.execute("SELECT 1").fetchone() == (1,)
     for c in clients:
         c.close()
+
+
+def test_second_upgrade_does_not_wait_for_the_first_tree(bouncer, old_trees):
+    """A client that cannot move (session mode, holding its server) keeps the first tree; the second
+    tree, whose workers were taking the first one's clients, still exits at the next -R."""
+    b = bouncer(ini_overrides={**TWO, "pool_mode": "session"})
+    two_workers(b)
+    held = b.connect(autocommit=True)
+    held.execute("SET application_name = 'kept'")
+    first, _ = upgrade(b, old_trees)
+    second, _ = upgrade(b, old_trees)
+    wait_for(lambda: not pid_alive(second), "the second tree to exit")
+    assert pid_alive(first)
+    assert held.execute("SHOW application_name").fetchone() == ("kept",)
+    held.close()
+    wait_for(lambda: not pid_alive(first), "the first tree to exit after its last client")
+    assert b.connect().execute("SELECT 5").fetchone() == (5,)

@@ -25,7 +25,9 @@ typedef enum ChannelMsgType {
 	 * master makes a SOCK_SEQPACKET socketpair and sends one end to each
 	 * side. CH_MIGRATE: hand up to `arg` movable clients to worker `id`
 	 * over the attached socket, then close it. CH_ADOPT: take the clients
-	 * worker `id` sends over the attached socket until EOF. Each client is
+	 * worker `id` sends over the attached socket until EOF (arg = 1: the
+	 * giver is the old tree's worker `id`, -R, which sends until it exits;
+	 * a drain of the taker shuts the socket for reading). Each client is
 	 * one packet of state with its socket attached (include/worker/migrate.h).
 	 */
 	CH_MIGRATE = 5,

@@ -930,7 +930,7 @@ bool supervisor_adopt_old(int k, int fd)
 	if (n == 0)
 		return false;
 	int to = act[k % n];
-	ChannelMsg m = {.type = CH_ADOPT, .id = (uint32_t)k};
+	ChannelMsg m = {.type = CH_ADOPT, .id = (uint32_t)k, .arg = 1}; /* arg 1: from the old tree */
 	if (channel_send(sv.w[to].ctl, &m, fd))
 		return true;
 	log_warning("could not tell worker %d to take the old process's clients: %s", to, strerror(errno));

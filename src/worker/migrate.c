@@ -483,17 +483,23 @@ fail:
 /* ---- the receiving end of one batch ---- */
 
 typedef struct Intake {
+	List node; /* in intakes */
 	int sock;
 	int from;
+	bool old_tree; /* from a retiring tree (-R): open until that worker exits */
+	bool stopping; /* shut down for reading: what is queued is still taken */
 	int adopted;
 	int failed;
 	struct event *ev;
 } Intake;
 
+static List intakes = {&intakes, &intakes};
+
 static uint8_t intake_buf[MIGRATE_MAX_STATE + 1];
 
 static void intake_done(Intake *in)
 {
+	list_del(&in->node);
 	event_free(in->ev);
 	close(in->sock);
 	if (in->failed)
@@ -548,15 +554,36 @@ static void on_intake(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-void migrate_take(int sock, int from)
+void migrate_take(int sock, int from, bool old_tree)
 {
 	Intake *in = xcalloc(1, sizeof(*in));
+	list_init(&in->node);
+	list_append(&intakes, &in->node);
 	in->sock = sock;
 	in->from = from;
+	in->old_tree = old_tree;
 	wk.intakes++;
 	fcntl(sock, F_SETFL, fcntl(sock, F_GETFL) | O_NONBLOCK);
 	in->ev = event_new(wk.base, sock, EV_READ | EV_PERSIST, on_intake, in);
 	event_add(in->ev, NULL);
+}
+
+void migrate_stop_old_tree_intakes(void)
+{
+	List *i;
+	list_for_each(i, &intakes)
+	{
+		Intake *in = container_of(i, Intake, node);
+		if (!in->old_tree || in->stopping)
+			continue;
+		/*
+		 * The giver's next send fails (EPIPE) and its clients finish there;
+		 * what it sent before is still queued here and taken before EOF.
+		 */
+		in->stopping = true;
+		if (shutdown(in->sock, SHUT_RD) < 0)
+			log_debug("shutdown() of a hand-over socket: %s", strerror(errno));
+	}
 }
 
 void migrate_client_closed(const PgSocket *c)

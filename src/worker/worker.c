@@ -425,6 +425,7 @@ static void start_drain(int64_t timeout_ms)
 		l->fd = -1;
 	}
 	wk.run_state = RUN_DRAINING;
+	migrate_stop_old_tree_intakes();
 	if (timeout_ms > 0) {
 		struct timeval tv = {(time_t)(timeout_ms / 1000), (suseconds_t)((timeout_ms % 1000) * 1000)};
 		wk.drain_timeout_ev = evtimer_new(wk.base, on_drain_timeout, NULL);
@@ -474,7 +475,7 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 			break;
 		case CH_ADOPT:
 			if (rfd >= 0)
-				migrate_take(rfd, (int)m.id); /* read until the giver closes its end */
+				migrate_take(rfd, (int)m.id, m.arg == 1); /* read until the giver closes its end */
 			break;
 		case CH_CANCEL: {
 			uint8_t key[CANCEL_KEY_LEN];
