@@ -379,3 +379,27 @@ def test_second_upgrade_does_not_wait_for_the_first_tree(bouncer, old_trees):
     held.close()
     wait_for(lambda: not pid_alive(first), "the first tree to exit after its last client")
     assert b.connect().execute("SELECT 5").fetchone() == (5,)
+
+
+def test_client_in_a_transaction_moves_once_it_ends(bouncer, old_trees):
+    """A client inside a transaction at the hand-over stays on the old tree until it commits, then
+    moves to the new tree (the old worker offers its clients again at each tick) and the old tree exits."""
+    b = bouncer(ini_overrides={**TWO, "pool_mode": "transaction"})
+    two_workers(b)
+    busy = b.connect()  # not autocommit: the first query opens a transaction
+    busy.execute("CREATE TEMP TABLE up_t (v int)")
+    busy.execute("INSERT INTO up_t VALUES (41)")
+    old_pid, _ = upgrade(b, old_trees)
+    mark = b.log_mark()
+    busy.execute("UPDATE up_t SET v = v + 1")
+    assert pid_alive(old_pid)  # the transaction holds the client (and its server) there
+    assert busy.execute("SELECT v FROM up_t").fetchone() == (42,)
+    busy.commit()
+    wait_for(lambda: not pid_alive(old_pid), "the old tree to exit once the client has moved")
+    assert "handed 1 clients to the new process" in b.log_text()[mark:]
+    assert busy.execute("SELECT 9").fetchone() == (9,)
+    busy.commit()
+    with b.admin() as admin:
+        held = [r for r in rows(admin, "SHOW CLIENTS") if r["database"] == "postgres"]
+    assert len(held) == 1, held
+    busy.close()
