@@ -141,6 +141,28 @@ def test_large_single_value_both_ways(bouncer):
         assert conn.execute("SELECT 'small after big'").fetchone() == ("small after big",)
 
 
+@pytest.mark.parametrize("mode", ["session", "transaction"])
+def test_connections_work_after_giving_their_buffers_back(bouncer, mode):
+    """Idle connections give their buffers back (doc/benchmarks.md, "Memory per
+    idle client"): a client that never ran a query, and a client and server idle
+    for more than a second (the janitor's trim), take new ones and pass packets
+    larger than pkt_buf, pipelines and results intact, in either direction."""
+    b = bouncer(ini_overrides={"pool_mode": mode, "pkt_buf": "512"})
+    payload = "0123456789abcdef" * 4096  # 64 KB: a buffer grown for one packet
+    with b.connect() as fresh, b.connect() as used:
+        assert used.execute("SELECT 1").fetchone() == (1,)
+        time.sleep(1.5)  # no assertion on time: lets the janitor (every 1/3 s) see both idle a second
+        for conn in (fresh, used):
+            assert conn.execute("SELECT length(%s), md5(%s)", [payload, payload]).fetchone() == (
+                len(payload), hashlib.md5(payload.encode()).hexdigest())
+            assert conn.execute("SELECT repeat('xy', 50000)").fetchone()[0] == "xy" * 50000
+            with conn.pipeline():
+                curs = [conn.execute("SELECT %s::int", [i]) for i in range(30)]
+            assert [c.fetchone()[0] for c in curs] == list(range(30))
+        time.sleep(1.5)
+        assert used.execute("SELECT 'small after idle'").fetchone() == ("small after idle",)
+
+
 def test_copy_in_and_out(bouncer):
     b = bouncer()
     with b.connect(autocommit=True) as conn:

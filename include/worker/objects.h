@@ -186,8 +186,7 @@ struct PgSocket {
 	PgDatabase *own_placeholder; /* clients: stand-in for an unknown database, freed with the socket */
 	uint64_t id;                 /* SHOW CLIENTS/SERVERS id (shared counter) */
 
-	struct sockaddr_storage remote; /* peer address */
-	struct sockaddr_storage local;  /* our address */
+	struct sockaddr_storage remote; /* peer address (ours is asked of the socket when shown: socket_local_addr) */
 	bool is_unix;                   /* came in over the unix socket */
 	bool is_private;                /* came in over this worker's private socket: never fanned out */
 	bool adopted;                   /* clients: moved here from another worker (the master maps its key) */
@@ -209,8 +208,16 @@ struct PgSocket {
 	VarValue vars[MAX_TRACKED];
 	char *app_name_raw; /* application_name as given (before add_host) */
 
-	uint8_t cancel_key[MAX_SERVER_KEY]; /* clients: our key; servers: PostgreSQL's */
+	uint8_t cancel_key[CANCEL_KEY_LEN]; /* clients: our key */
 	uint32_t cancel_key_len;
+	/*
+	 * servers: PostgreSQL's key (BackendKeyData); cancel connections: the
+	 * key they send. Allocated, since it may be up to MAX_SERVER_KEY bytes
+	 * long, so that a client does not carry the room (doc/benchmarks.md,
+	 * "Memory per idle client").
+	 */
+	uint8_t *server_key;
+	uint32_t server_key_len;
 	uint32_t backend_pid; /* servers: PostgreSQL pid from BackendKeyData */
 	BudgetHold budget;    /* units of the global budget, given back when freed: servers' pool, database and
 	                         user server counts; clients' database and user client counts */
@@ -226,22 +233,20 @@ struct PgSocket {
 	bool stats_user;        /* console: read-only */
 
 	/* protocol state */
-	bool setting_vars;     /* server: running SET for tracked parameters */
-	bool resetting;        /* server: running reset/check query */
-	bool lent;             /* server: given out since its login or its last check (server_check_delay = 0) */
-	bool checking;         /* server: running server_check_query for a waiting client */
-	bool close_needed;     /* server: close when released */
-	bool ready;            /* server: saw ReadyForQuery, no query running */
-	char txn_status;       /* last ReadyForQuery status: I, T, E */
-	bool copy_mode;        /* COPY in progress */
-	bool wait_notice_sent; /* query_wait_notify NOTICE sent */
-	uint8_t cancel_server_key[MAX_SERVER_KEY];
-	uint32_t cancel_server_key_len;
-	uint32_t cancel_server_pid;
-	PgSocket *cancel_target; /* cancel connections: the server whose query they cancel (NULL once it is gone) */
-	int cancels_pending;     /* servers: cancel connections still on their way to PostgreSQL */
-	int cancel_peer;         /* cancel connections to a [peers] entry: its peer_id (0 otherwise) */
-	int cancel_hold_fd;      /* cancel connections: the requester's socket, closed when done (-1: none) */
+	bool setting_vars;          /* server: running SET for tracked parameters */
+	bool resetting;             /* server: running reset/check query */
+	bool lent;                  /* server: given out since its login or its last check (server_check_delay = 0) */
+	bool checking;              /* server: running server_check_query for a waiting client */
+	bool close_needed;          /* server: close when released */
+	bool ready;                 /* server: saw ReadyForQuery, no query running */
+	char txn_status;            /* last ReadyForQuery status: I, T, E */
+	bool copy_mode;             /* COPY in progress */
+	bool wait_notice_sent;      /* query_wait_notify NOTICE sent */
+	uint32_t cancel_server_pid; /* cancel connections: the backend pid they send with server_key */
+	PgSocket *cancel_target;    /* cancel connections: the server whose query they cancel (NULL once it is gone) */
+	int cancels_pending;        /* servers: cancel connections still on their way to PostgreSQL */
+	int cancel_peer;            /* cancel connections to a [peers] entry: its peer_id (0 otherwise) */
+	int cancel_hold_fd;         /* cancel connections: the requester's socket, closed when done (-1: none) */
 
 	/* transaction and statement mode (doc/transaction.md) */
 	ReqQueue rq;        /* servers: requests still to be answered while linked */
@@ -251,7 +256,7 @@ struct PgSocket {
 	/* replication (doc/pgbouncer.1.md, "REPLICATION CONNECTIONS") */
 	ReplicationMode replication; /* clients: what the startup asked for; servers: dedicated to such a client */
 	char *repl_options;          /* replication clients: the `options` startup parameter, verbatim */
-	PktBuf repl_params;          /* replication servers: ParameterStatus of their login, their client's welcome */
+	PktBuf *repl_params;         /* replication servers: ParameterStatus of their login, their client's welcome */
 
 	/* TLS */
 	bool tls_direct;  /* clients: TLS started without SSLRequest (ALPN must say postgresql) */
@@ -333,5 +338,9 @@ void var_learn_name(int idx, const char *name); /* a server reported it: use its
 int var_count(void);
 void var_set(VarValue *v, const char *value); /* interns a copy (NULL clears): equal texts, equal pointers */
 void tune_tcp_socket(int fd);
+/* Our address of a connected socket (SHOW CLIENTS/SERVERS, logs); zeroed when it has none. */
+void socket_local_addr(const PgSocket *s, struct sockaddr_storage *ss);
+/* Set s->server_key to a copy of key (replacing an earlier one). */
+void socket_set_server_key(PgSocket *s, const uint8_t *key, uint32_t len);
 
 #endif

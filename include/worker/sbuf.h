@@ -61,7 +61,7 @@ typedef SBufAction (*sbuf_cb_t)(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const
 struct SBuf {
 	int fd;                    /* -1 when closed */
 	struct event ev_read;      /* EV_READ|EV_PERSIST, armed while reading */
-	struct event ev_write;     /* armed while output is blocked or connecting */
+	struct event *ev_write;    /* armed while output is blocked or connecting; allocated when first needed */
 	bool reading;              /* ev_read is armed (left so after SB_WAIT until input comes) */
 	bool writing;              /* ev_write is armed */
 	bool connecting;           /* waiting for connect() to finish */
@@ -75,9 +75,10 @@ struct SBuf {
 	bool tls_handshake;        /* the TLS handshake is in progress */
 	bool tls_read_wants_write; /* SSL_read needs the socket writable */
 	bool tls_failed;           /* a fatal TLS error: no close_notify at close */
+	bool give_back;            /* accepted (a client): give the input buffer back when idle and unlinked */
 
-	uint8_t *buf;        /* input buffer */
-	uint32_t size;       /* its size (grows for a packet that must be held whole) */
+	uint8_t *buf;        /* input buffer, NULL while idle (nothing buffered) */
+	uint32_t size;       /* its size (grows for a packet that must be held whole); 0 without one */
 	uint32_t pos;        /* first unprocessed byte */
 	uint32_t end;        /* end of received data */
 	uint32_t pkt_remain; /* bytes of the current packet not yet passed on/skipped */
@@ -197,6 +198,15 @@ const char *sbuf_tls_error(void);
 
 /* Close the socket and free buffers. Clears waiting links with the peer. */
 void sbuf_close(SBuf *sb);
+
+/*
+ * Give back the memory of an idle socket's buffers (nothing buffered,
+ * nothing queued); the next read or send takes it again. The janitor calls
+ * it for clients and servers once a tick. Accepted sockets not linked to
+ * a peer give their input buffer back by themselves at the end of each
+ * event.
+ */
+void sbuf_trim(SBuf *sb);
 
 /* Local/remote socket addresses (for SHOW CLIENTS and logs). */
 bool sbuf_local_addr(const SBuf *sb, struct sockaddr_storage *ss, socklen_t *len);

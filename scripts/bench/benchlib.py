@@ -598,6 +598,103 @@ def perf_syscalls(pids, out_path, run):
     return xacts, counts
 
 
+# --- where the kernel time goes ---
+
+
+# (label, syscalls or kernel paths; each given as the names it may appear
+# under in a call chain, as the entry point can be a tail call) whose samples
+# with their callees make up the share. The shares overlap: the peer's receive
+# path and its wakeup run inside our send.
+KERNEL_SPLIT = (
+    ("send", (("__x64_sys_sendto", "__sys_sendto"), ("__x64_sys_sendmsg", "__sys_sendmsg", "___sys_sendmsg"),
+              ("__x64_sys_write", "ksys_write"), ("__x64_sys_writev", "do_writev"))),
+    ("  peer's receive path", (("net_rx_action",),)),
+    ("  peer's wakeup", (("sock_def_readable",),)),
+    ("recv", (("__x64_sys_recvfrom", "__sys_recvfrom"), ("__x64_sys_recvmsg", "__sys_recvmsg", "___sys_recvmsg"),
+              ("__x64_sys_read", "ksys_read"))),
+    ("epoll_wait", (("__x64_sys_epoll_wait", "do_epoll_wait"), ("__x64_sys_epoll_pwait",))),
+    ("epoll_ctl", (("__x64_sys_epoll_ctl", "do_epoll_ctl"),)),
+    ("preempted", (("exit_to_user_mode_loop",),)),
+)
+
+
+def context_switches(pids):
+    """(voluntary, involuntary) context switches of the live processes among pids."""
+    vol = invol = 0
+    for pid in pids:
+        try:
+            text = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        vol += int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", text, re.M).group(1))
+        invol += int(re.search(r"^nonvoluntary_ctxt_switches:\s+(\d+)", text, re.M).group(1))
+    return vol, invol
+
+
+def user_system_seconds(pids):
+    """(utime, stime) of the live processes among pids, in seconds."""
+    user = system = 0
+    for pid in pids:
+        try:
+            data = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = data[data.rindex(")") + 2:].split()
+        user += int(fields[11])
+        system += int(fields[12])
+    return user / CLK_TCK, system / CLK_TCK
+
+
+def perf_kernel_split(pids, out_path, run):
+    """Where the processes `pids` spend their CPU while run() runs (run returns
+    its number of transactions): `perf record -e cpu-clock -g` (a software
+    clock, so it works in a VM without a PMU), reduced to the shares of
+    KERNEL_SPLIT and of user space, plus utime/stime and context switches per
+    transaction from /proc. Returns (transactions, {label: value})."""
+    perf = shutil.which("perf")
+    if not perf:
+        raise BenchError("the kernel split needs perf (Debian package linux-perf)")
+    perf_proc = subprocess.Popen([perf, "record", "-q", "-e", "cpu-clock", "-F", "2000", "-g", "-o",
+                                  str(out_path), "-p", ",".join(str(p) for p in pids)],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 start_new_session=True)
+    try:
+        time.sleep(1)  # let perf attach
+        if perf_proc.poll() is not None:
+            raise BenchError(f"perf record failed: {perf_proc.stderr.read().decode(errors='replace')}")
+        cs0, t0 = context_switches(pids), user_system_seconds(pids)
+        xacts = run()
+        cs1, t1 = context_switches(pids), user_system_seconds(pids)
+    finally:
+        if perf_proc.poll() is None:
+            perf_proc.send_signal(signal.SIGINT)
+        try:
+            perf_proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            perf_proc.kill()
+            perf_proc.wait()
+    report = subprocess.run([perf, "report", "-i", str(out_path), "--children", "--sort", "sym", "--stdio",
+                             "-g", "none"], capture_output=True, text=True, timeout=300).stdout
+    children, user = {}, 0.0
+    for line in report.splitlines():
+        m = re.match(r"\s*([\d.]+)%\s+([\d.]+)%\s+\[([.k])\]\s+(\S+)", line)
+        if m:
+            children[m.group(4)] = float(m.group(1))
+            if m.group(3) == ".":
+                user += float(m.group(2))
+    if not children:
+        raise BenchError(f"perf recorded no samples (see {out_path})")
+    x = max(xacts, 1)
+    out = {label: sum(max(children.get(f, 0.0) for f in names) for names in paths)
+           for label, paths in KERNEL_SPLIT}
+    out["user space"] = user
+    out["utime us/xact"] = (t1[0] - t0[0]) / x * 1e6
+    out["stime us/xact"] = (t1[1] - t0[1]) / x * 1e6
+    out["voluntary cs/xact"] = (cs1[0] - cs0[0]) / x
+    out["involuntary cs/xact"] = (cs1[1] - cs0[1]) / x
+    return xacts, out
+
+
 # --- a minimal PostgreSQL wire-protocol client ---
 
 

@@ -323,7 +323,9 @@ static void socket_row(Reply *r, PgSocket *s, bool sockets)
 	char addr[80], laddr[80];
 	int port, lport;
 	format_addr(&s->remote, addr, sizeof(addr), &port);
-	format_addr(&s->local, laddr, sizeof(laddr), &lport);
+	struct sockaddr_storage local;
+	socket_local_addr(s, &local);
+	format_addr(&local, laddr, sizeof(laddr), &lport);
 	usec_t wait = 0;
 	if (!s->is_server && (s->state == CL_WAITING || s->state == CL_WAITING_LOGIN) && s->wait_start)
 		wait = wk.now - s->wait_start;
@@ -374,7 +376,8 @@ static void socket_row(Reply *r, PgSocket *s, bool sockets)
 		v[24] = fmt_int(s->sb.send_pos);
 		v[25] = fmt_int(s->sb.send_end - s->sb.send_pos);
 		v[26] = fmt_int(s->sb.end - s->sb.pos);
-		v[27] = fmt_int(s->sb.size - s->sb.end);
+		/* an idle socket holds no buffer: a read would take one of the base size */
+		v[27] = fmt_int(s->sb.buf ? s->sb.size - s->sb.end : s->sb.base_size);
 	}
 	reply_row(r, v);
 }
@@ -953,8 +956,11 @@ static void fds_row(Reply *r, int fd, const char *task, const PgSocket *s, const
 	int link = 0;
 	if (s) {
 		uint64_t key = 0;
-		for (uint32_t k = 0; k < 8 && k < s->cancel_key_len; k++)
-			key = key << 8 | s->cancel_key[k];
+		/* servers show PostgreSQL's key, clients ours */
+		const uint8_t *kb = s->is_server ? s->server_key : s->cancel_key;
+		uint32_t kl = s->is_server ? s->server_key_len : s->cancel_key_len;
+		for (uint32_t k = 0; k < 8 && k < kl; k++)
+			key = key << 8 | kb[k];
 		snprintf(cancel, sizeof(cancel), "%llu", (unsigned long long)key);
 		user = s->login_user ? s->login_user->name : NULL;
 		db = s->pool ? s->pool->db->name : NULL;

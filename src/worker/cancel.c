@@ -123,7 +123,7 @@ static SBufAction cancel_conn_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, cons
 	switch (ev) {
 	case SBEV_CONNECTED: {
 		uint8_t pkt[16 + MAX_SERVER_KEY];
-		uint32_t len = 12 + s->cancel_server_key_len;
+		uint32_t len = 12 + s->server_key_len;
 		pkt[0] = (uint8_t)(len >> 24);
 		pkt[1] = (uint8_t)(len >> 16);
 		pkt[2] = (uint8_t)(len >> 8);
@@ -138,7 +138,7 @@ static SBufAction cancel_conn_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, cons
 		pkt[9] = (uint8_t)(pid >> 16);
 		pkt[10] = (uint8_t)(pid >> 8);
 		pkt[11] = (uint8_t)pid;
-		memcpy(pkt + 12, s->cancel_server_key, s->cancel_server_key_len);
+		memcpy(pkt + 12, s->server_key, s->server_key_len);
 		if (!sbuf_send(sb, pkt, len)) {
 			cancel_conn_done(s);
 			return SB_CLOSED;
@@ -205,8 +205,7 @@ static const char *cancel_by_key(const uint8_t *key, int hold_fd)
 	cs->db = server->db;
 	cs->login_user = server->login_user;
 	cs->cancel_server_pid = server->backend_pid;
-	memcpy(cs->cancel_server_key, server->cancel_key, server->cancel_key_len);
-	cs->cancel_server_key_len = server->cancel_key_len;
+	socket_set_server_key(cs, server->server_key, server->server_key_len);
 	socklen_t len = server->remote.ss_family == AF_INET    ? sizeof(struct sockaddr_in)
 	                : server->remote.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
 	                                                       : sizeof(struct sockaddr_un);
@@ -281,8 +280,7 @@ static bool peer_connect(PeerQueue *q, const CfPeer *p, const uint8_t *key, int 
 	/* the packet is the key itself: its first half where a backend pid goes, the rest as the secret */
 	cs->cancel_server_pid =
 	    ((uint32_t)key[0] << 24) | ((uint32_t)key[1] << 16) | ((uint32_t)key[2] << 8) | (uint32_t)key[3];
-	memcpy(cs->cancel_server_key, key + 4, CANCEL_KEY_LEN - 4);
-	cs->cancel_server_key_len = CANCEL_KEY_LEN - 4;
+	socket_set_server_key(cs, key + 4, CANCEL_KEY_LEN - 4);
 	q->active++;
 	if (!sbuf_connect(&cs->sb, wk.base, (struct sockaddr *)&ss, len, 512, 1 << 20, NULL, cancel_conn_cb, cs)) {
 		log_warning("cancel forwarding to peer %d failed: %s", p->id, strerror(cs->sb.last_errno));

@@ -35,8 +35,6 @@ void client_accept(int fd, bool is_unix, bool is_private)
 	PgSocket *c = socket_new(false);
 	socklen_t len = sizeof(c->remote);
 	getpeername(fd, (struct sockaddr *)&c->remote, &len);
-	len = sizeof(c->local);
-	getsockname(fd, (struct sockaddr *)&c->local, &len);
 	c->is_unix = is_unix;
 	c->is_private = is_private;
 	if (is_unix) {
@@ -68,7 +66,11 @@ void client_accept(int fd, bool is_unix, bool is_private)
 	if (log_enabled(LG_DEBUG)) {
 		char lhost[INET6_ADDRSTRLEN + 8];
 		int lport;
-		format_addr(&c->local, lhost, sizeof(lhost), &lport);
+		struct sockaddr_storage local = {0};
+		socklen_t llen = sizeof(local);
+		(void)getsockname(fd, (struct sockaddr *)&local,
+		                  &llen); /* not kept: doc/benchmarks.md, "Memory per idle client" */
+		format_addr(&local, lhost, sizeof(lhost), &lport);
 		slog(LG_DEBUG, c, "got connection: %s:%d%s", lhost, lport, is_private ? " (private socket)" : "");
 	}
 	sbuf_accept(&c->sb, wk.base, fd, (uint32_t)wk.cf.g.pkt_buf, wk.cf.g.max_packet_size, client_cb, c);
@@ -133,8 +135,9 @@ bool client_send_welcome(PgSocket *c)
 				pktbuf_write_param_status(&pb, var_name(i), c->vars[i].value);
 	} else if (c->replication != REPLICATION_NONE && c->link) {
 		/* what its dedicated server said at login; tracked values came through to c->vars */
-		const PktBuf *params = &c->link->repl_params;
-		pktbuf_put_bytes(&pb, params->buf, params->len);
+		const PktBuf *params = c->link->repl_params;
+		if (params)
+			pktbuf_put_bytes(&pb, params->buf, params->len);
 		for (int i = 0; i < var_count(); i++)
 			if (c->vars[i].value)
 				pktbuf_write_param_status(&pb, var_name(i), c->vars[i].value);

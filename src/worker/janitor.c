@@ -60,8 +60,18 @@ static void check_client_timeouts(PgPool *pool)
 	list_for_each_safe(i, &pool->active_clients, tmp)
 	{
 		PgSocket *c = container_of(i, PgSocket, node);
-		if (c->link)
+		/*
+		 * Connections idle for a second give their buffers back
+		 * (doc/benchmarks.md, "Memory per idle client"); busy ones keep
+		 * them, not to take them again at once.
+		 */
+		if (now - c->request_time >= USEC_PER_SEC)
+			sbuf_trim(&c->sb);
+		if (c->link) {
+			if (now - c->link->request_time >= USEC_PER_SEC)
+				sbuf_trim(&c->link->sb);
 			continue;
+		}
 		idle_to = user_client_idle_timeout(c->login_user);
 		if (idle_to > 0 && now - c->request_time > idle_to)
 			disconnect_client(c, true, "client_idle_timeout");
@@ -157,6 +167,10 @@ static void check_server_states(PgPool *pool)
 			change_state(s, SV_USED);
 			break;
 		case IDLE_KEEP:
+			if (in.idle_for >= USEC_PER_SEC) {
+				/* idle for a second: no buffers (doc/benchmarks.md, "Memory per idle client") */
+				sbuf_trim(&s->sb);
+			}
 			break;
 		}
 	}

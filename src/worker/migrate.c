@@ -126,7 +126,10 @@ bool migrate_pack(const PgSocket *c, PktBuf *pb)
 	pktbuf_put_string(pb, u->name);
 	pktbuf_put_u8(pb, c->is_unix);
 	put_blob(pb, &c->remote, sizeof(c->remote));
-	put_blob(pb, &c->local, sizeof(c->local));
+	/* our address: the receiver asks the socket itself, but the format keeps the field */
+	struct sockaddr_storage local;
+	socket_local_addr(c, &local);
+	put_blob(pb, &local, sizeof(local));
 	pktbuf_put_u32(pb, (uint32_t)c->peer_pid);
 	pktbuf_put_u32(pb, (uint32_t)c->peer_uid);
 	put_u64(pb, (uint64_t)c->connect_time);
@@ -387,7 +390,6 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, char *err, size
 	c->id = id;
 	c->is_unix = is_unix != 0;
 	memcpy(&c->remote, remote, sizeof(c->remote));
-	memcpy(&c->local, local, sizeof(c->local));
 	uint32_t pid, uid, auth_method;
 	if (!pktreader_get_u32(&r, &pid) || !pktreader_get_u32(&r, &uid) || !get_u64(&r, &connect_time) ||
 	    !get_u64(&r, &request_time) || !pktreader_get_u32(&r, &auth_method) || !get_blob(&r, &key, &key_len) ||

@@ -672,8 +672,12 @@ static void free_socket(PgSocket *s)
 		var_set(&s->vars[i], NULL);
 	free(s->app_name_raw);
 	free(s->repl_options);
-	pktbuf_free(&s->repl_params);
+	if (s->repl_params) {
+		pktbuf_free(s->repl_params);
+		free(s->repl_params);
+	}
 	free(s->own_placeholder);
+	free(s->server_key);
 	free(s->scram_srv);
 	free(s->scram_cli);
 	SSL_free(s->tls_pending);
@@ -681,6 +685,21 @@ static void free_socket(PgSocket *s)
 	prepare_client_clear(&s->stmts);
 	prepare_server_clear(&s->sstmts);
 	free(s);
+}
+
+void socket_local_addr(const PgSocket *s, struct sockaddr_storage *ss)
+{
+	socklen_t len;
+	if (s->sb.fd < 0 || s->sb.connecting || !sbuf_local_addr(&s->sb, ss, &len))
+		memset(ss, 0, sizeof(*ss));
+}
+
+void socket_set_server_key(PgSocket *s, const uint8_t *key, uint32_t len)
+{
+	free(s->server_key);
+	s->server_key = xmalloc(len ? len : 1);
+	memcpy(s->server_key, key, len);
+	s->server_key_len = len;
 }
 
 void socket_free_justfree(void)

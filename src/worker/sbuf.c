@@ -131,20 +131,72 @@ static ssize_t io_send(SBuf *sb, const void *buf, size_t len)
 	return -1;
 }
 
+/*
+ * Input buffers of the base size that idle sockets gave back, reused last
+ * in, first out (one event loop per process): an idle connection holds no
+ * input buffer, and the few sockets busy at a time share a hot few. See
+ * doc/benchmarks.md, "Memory per idle client".
+ */
+#define BUF_CACHE_MAX 64
+static uint8_t *buf_cache[BUF_CACHE_MAX];
+static int buf_cache_n;
+static uint32_t buf_cache_size; /* the size of the cached buffers (pkt_buf may change on reload) */
+
+static uint8_t *buf_get(uint32_t size)
+{
+	if (buf_cache_n > 0 && buf_cache_size == size)
+		return buf_cache[--buf_cache_n];
+	return xmalloc(size);
+}
+
+static void buf_put(uint8_t *buf, uint32_t size)
+{
+	if (buf_cache_n > 0 && buf_cache_size != size) {
+		/* pkt_buf changed: the old size goes */
+		while (buf_cache_n > 0)
+			free(buf_cache[--buf_cache_n]);
+	}
+	if (buf_cache_n < BUF_CACHE_MAX) {
+		buf_cache_size = size;
+		buf_cache[buf_cache_n++] = buf;
+		return;
+	}
+	free(buf);
+}
+
+/* Give the input buffer back when nothing is buffered or due to the peer; the next read takes one. */
+static inline void release_input(SBuf *sb)
+{
+	if (!sb->buf || sb->pos != sb->end || sb->send_pos != sb->send_end)
+		return;
+	if (sb->size == sb->base_size)
+		buf_put(sb->buf, sb->size);
+	else
+		free(sb->buf); /* grown for one large packet */
+	sb->buf = NULL;
+	sb->size = sb->pos = sb->end = 0;
+}
+
+/* Free the output queue's memory once it is all written. */
+static void release_output(SBuf *sb)
+{
+	if (sb->out.buf && sb->out_pos >= sb->out.len && !sb->out.in_msg) {
+		pktbuf_free(&sb->out);
+		sb->out_pos = 0;
+	}
+}
+
 static void sbuf_setup(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_buf, uint32_t max_len, sbuf_cb_t cb,
                        void *owner)
 {
+	/* no input buffer (the first read takes one) and no output memory until needed */
 	memset(sb, 0, sizeof(*sb));
 	sb->fd = fd;
 	sb->base_size = pkt_buf < 512 ? 512 : pkt_buf;
-	sb->size = sb->base_size;
-	sb->buf = xmalloc(sb->size);
 	sb->max_len = max_len;
 	sb->cb = cb;
 	sb->owner = owner;
-	pktbuf_init(&sb->out, 0);
 	event_assign(&sb->ev_read, base, fd, EV_READ | EV_PERSIST, on_read, sb);
-	event_assign(&sb->ev_write, base, fd, EV_WRITE | EV_PERSIST, on_write, sb);
 }
 
 static void enable_read(SBuf *sb)
@@ -166,7 +218,13 @@ static void disable_read(SBuf *sb)
 static void enable_write(SBuf *sb)
 {
 	if (!sb->writing && sb->fd >= 0) {
-		event_add(&sb->ev_write, NULL);
+		if (!sb->ev_write) {
+			/* most clients never wait to write: they carry no write event until then */
+			sb->ev_write = xmalloc(event_get_struct_event_size());
+			event_assign(sb->ev_write, event_get_base(&sb->ev_read), sb->fd, EV_WRITE | EV_PERSIST,
+			             on_write, sb);
+		}
+		event_add(sb->ev_write, NULL);
 		sb->writing = true;
 	}
 }
@@ -174,7 +232,7 @@ static void enable_write(SBuf *sb)
 static void disable_write(SBuf *sb)
 {
 	if (sb->writing) {
-		event_del(&sb->ev_write);
+		event_del(sb->ev_write);
 		sb->writing = false;
 	}
 }
@@ -185,6 +243,7 @@ void sbuf_accept(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_buf, ui
 	set_nonblocking(fd);
 	sbuf_setup(sb, base, fd, pkt_buf, max_len, cb, owner);
 	sb->startup = true;
+	sb->give_back = true;
 	enable_read(sb);
 }
 
@@ -480,7 +539,11 @@ static Step read_some(SBuf *sb, bool *filled)
 	*filled = false;
 	if (sb->pos == sb->end && sb->send_pos == sb->send_end) {
 		sb->pos = sb->end = 0;
-		if (sb->size > sb->base_size && sb->pkt_remain == 0) {
+		/* one compare in the common case: no buffer (size 0) and a grown one both differ from base_size */
+		if (sb->size != sb->base_size && !sb->buf) {
+			sb->buf = buf_get(sb->base_size);
+			sb->size = sb->base_size;
+		} else if (sb->size > sb->base_size && sb->pkt_remain == 0) {
 			/* give back a buffer that grew for one large packet */
 			free(sb->buf);
 			sb->buf = xmalloc(sb->base_size);
@@ -622,6 +685,16 @@ static void sbuf_process(SBuf *sb, bool do_read)
 		do_read = filled && ++loops < 5;
 	}
 	sb->in_process = false;
+	if (sb->give_back && !sb->dst) {
+		/*
+		 * A client not linked to a server keeps no input buffer while it
+		 * is idle. Linked clients and servers keep theirs, so that the
+		 * hot path does not pay for it (a transaction-mode server would
+		 * give its buffer back at every release); the janitor trims them
+		 * (sbuf_trim) once they are idle.
+		 */
+		release_input(sb);
+	}
 	/*
 	 * OpenSSL may hold decrypted bytes the socket no longer signals: come
 	 * back for them from the event loop (not now, to let others run).
@@ -776,6 +849,29 @@ bool sbuf_send(SBuf *sb, const void *data, size_t len)
 	/* nothing can be said to a peer whose TLS handshake has not finished (or failed) */
 	if (sb->fd < 0 || sb->tls_handshake || sb->tls_failed)
 		return false;
+	if (sb->out_pos >= sb->out.len && !sb->connecting && !sb->waiting_src) {
+		/* nothing queued before it: write from the caller's memory, queue only what the socket does not take */
+		while (len > 0) {
+			ssize_t n = io_send(sb, data, len);
+			if (n < 0) {
+				if (errno == EINTR)
+					continue;
+				if (errno == EAGAIN || errno == EWOULDBLOCK)
+					break;
+				sb->last_errno = errno;
+				return false;
+			}
+			data = (const uint8_t *)data + n;
+			len -= (size_t)n;
+		}
+		if (len == 0)
+			return true;
+		pktbuf_reset(&sb->out);
+		sb->out_pos = 0;
+		pktbuf_put_bytes(&sb->out, data, len);
+		enable_write(sb);
+		return true;
+	}
 	pktbuf_put_bytes(&sb->out, data, len);
 	if (sb->connecting || sb->waiting_src)
 		return true; /* written once connected / after the forwarded bytes */
@@ -848,7 +944,7 @@ void sbuf_forward_queue(SBuf *src, const void *data, size_t len, bool flush_now)
 	SBuf *dst = src->dst;
 	if (!dst || dst->fd < 0)
 		return;
-	if (flush_now && len && (const uint8_t *)data == src->buf + src->pos && len <= src->end - src->pos &&
+	if (flush_now && len && len <= src->end - src->pos && (const uint8_t *)data == src->buf + src->pos &&
 	    (src->send_pos == src->send_end || src->send_end == src->pos) && !dst->connecting && !dst->waiting_src &&
 	    !dst->writing) {
 		/*
@@ -912,6 +1008,8 @@ void sbuf_close(SBuf *sb)
 		close(sb->fd);
 		sb->fd = -1;
 	}
+	free(sb->ev_write);
+	sb->ev_write = NULL;
 	if (sb->waiting_src) {
 		/* a peer was blocked on us: its pending bytes have nowhere to go */
 		sb->waiting_src->send_pos = sb->waiting_src->send_end = 0;
@@ -920,11 +1018,19 @@ void sbuf_close(SBuf *sb)
 	if (sb->dst && sb->dst->waiting_src == sb)
 		sb->dst->waiting_src = NULL;
 	sb->dst = NULL;
-	free(sb->buf);
-	sb->buf = NULL;
-	sb->size = sb->pos = sb->end = 0;
+	sb->pos = sb->end = sb->send_pos = sb->send_end = 0;
+	release_input(sb);
 	pktbuf_free(&sb->out);
 	sb->out_pos = 0;
+}
+
+void sbuf_trim(SBuf *sb)
+{
+	if (sb->fd < 0 || sb->in_process)
+		return;
+	release_input(sb);
+	if (!sb->writing)
+		release_output(sb);
 }
 
 bool sbuf_local_addr(const SBuf *sb, struct sockaddr_storage *ss, socklen_t *len)

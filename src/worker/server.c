@@ -377,7 +377,11 @@ static bool handle_param_status(PgSocket *s, const uint8_t *body, uint32_t len, 
 		if (login && !repl && !s->pool->welcome_ready)
 			var_set(&s->pool->defaults[idx], value);
 	} else if (login && repl) {
-		pktbuf_write_param_status(&s->repl_params, name, value);
+		if (!s->repl_params) {
+			s->repl_params = xmalloc(sizeof(*s->repl_params));
+			pktbuf_init(s->repl_params, 256);
+		}
+		pktbuf_write_param_status(s->repl_params, name, value);
 	} else if (login && !s->pool->welcome_ready) {
 		pktbuf_write_param_status(&s->pool->welcome_params, name, value);
 	}
@@ -430,8 +434,7 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 			return login_fail(s, "bad BackendKeyData from server");
 		s->backend_pid =
 		    ((uint32_t)body[0] << 24) | ((uint32_t)body[1] << 16) | ((uint32_t)body[2] << 8) | body[3];
-		memcpy(s->cancel_key, body + 4, blen - 4);
-		s->cancel_key_len = blen - 4;
+		socket_set_server_key(s, body + 4, blen - 4);
 		return SB_CONSUMED;
 	case 'N':
 	case 'v':
@@ -468,7 +471,9 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 			} else {
 				char laddr[80];
 				int lport;
-				format_addr(&s->local, laddr, sizeof(laddr), &lport);
+				struct sockaddr_storage local;
+				socket_local_addr(s, &local);
+				format_addr(&local, laddr, sizeof(laddr), &lport);
 				slog(LG_LOG, s, "new connection to server (from %s:%d)", laddr, lport);
 			}
 		}
@@ -612,10 +617,6 @@ static __attribute__((noinline)) SBufAction server_event(SBuf *sb, SBufEvent ev,
 	PgSocket *s = sb->owner;
 	switch (ev) {
 	case SBEV_CONNECTED: {
-		struct sockaddr_storage ss;
-		socklen_t len;
-		if (sbuf_local_addr(sb, &ss, &len))
-			s->local = ss;
 		if (s->tls_pending) {
 			/* SSLRequest; the answer is one byte */
 			static const uint8_t ssl_request[8] = {0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f};
