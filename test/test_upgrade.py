@@ -313,3 +313,93 @@ def test_upgrade_keeps_serving_metrics(bouncer, old_trees):
     assert "cannot listen" not in b.log_text()
     samples, _, _ = scrape(mport)
     assert value(samples, "pgbouncer_up") == 1
+
+
+@pytest.mark.parametrize("mode", ["transaction", "session"])
+def test_upgrade_hands_persistent_clients_over(bouncer, old_trees, mode):
+    """Persistent clients between transactions (session mode: not holding a server yet) move to the
+    new tree's workers with their state: the old tree exits while they are still connected, and
+    they carry on with prepared statements, TimeZone and cancel keys intact."""
+    import psycopg
+    n = 20
+    b = bouncer(ini_overrides={**TWO, "pool_mode": mode, "default_pool_size": 30})
+    two_workers(b)
+    clients = [b.connect(autocommit=True) for _ in range(n)]
+    if mode == "transaction":
+        for i, c in enumerate(clients):
+            c.execute("SET TimeZone = 'Asia/Tokyo'")
+            res = c.pgconn.prepare(b"up_stmt", b"SELECT $1::int + %d" % i)
+            assert res.status == psycopg.pq.ExecStatus.COMMAND_OK
+            c.execute("SELECT %s::int * 2", (i,), prepare=True)
+    mark = b.log_mark()
+    old_pid, old_workers = upgrade(b, old_trees)
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit while its clients stay connected")
+    log = b.log_text()[mark:]
+    assert "handed" in log and "clients to the new process" in log, log
+    assert "could not take a client" not in log and "could not move" not in log, log
+    new_workers = serving_tree(b)
+    assert not set(new_workers) & set(old_workers)
+    with b.admin() as admin:
+        held = [r for r in rows(admin, "SHOW CLIENTS") if r["database"] == "postgres"]
+    assert len(held) == n, held
+    for i, c in enumerate(clients):
+        assert c.execute("SELECT %s::int", (i,)).fetchone() == (i,)
+        if mode == "transaction":
+            res = c.pgconn.exec_prepared(b"up_stmt", [b"100"])
+            assert res.status == psycopg.pq.ExecStatus.TUPLES_OK, res.error_message
+            assert res.get_value(0, 0) == str(100 + i).encode()
+            assert c.execute("SELECT %s::int * 2", (i,), prepare=True).fetchone() == (2 * i,)
+            assert c.execute("SHOW TimeZone").fetchone() == ("Asia/Tokyo",)
+    # its cancel key was made by the old tree; the request lands on either new worker
+    c = clients[0]
+    for attempt in range(4):
+        timer = threading.Timer(0.3, c.cancel)
+        timer.start()
+        with pytest.raises(psycopg.errors.QueryCanceled) as exc:
+            c.execute("SELECT pg_sleep(20)")
+        timer.join()
+        assert exc.value.sqlstate == "57014"
+    assert c.execute("SELECT 1").fetchone() == (1,)
+    for c in clients:
+        c.close()
+
+
+def test_second_upgrade_does_not_wait_for_the_first_tree(bouncer, old_trees):
+    """A client that cannot move (session mode, holding its server) keeps the first tree; the second
+    tree, whose workers were taking the first one's clients, still exits at the next -R."""
+    b = bouncer(ini_overrides={**TWO, "pool_mode": "session"})
+    two_workers(b)
+    held = b.connect(autocommit=True)
+    held.execute("SET application_name = 'kept'")
+    first, _ = upgrade(b, old_trees)
+    second, _ = upgrade(b, old_trees)
+    wait_for(lambda: not pid_alive(second), "the second tree to exit")
+    assert pid_alive(first)
+    assert held.execute("SHOW application_name").fetchone() == ("kept",)
+    held.close()
+    wait_for(lambda: not pid_alive(first), "the first tree to exit after its last client")
+    assert b.connect().execute("SELECT 5").fetchone() == (5,)
+
+
+def test_client_in_a_transaction_moves_once_it_ends(bouncer, old_trees):
+    """A client inside a transaction at the hand-over stays on the old tree until it commits, then
+    moves to the new tree (the old worker offers its clients again at each tick) and the old tree exits."""
+    b = bouncer(ini_overrides={**TWO, "pool_mode": "transaction"})
+    two_workers(b)
+    busy = b.connect()  # not autocommit: the first query opens a transaction
+    busy.execute("CREATE TEMP TABLE up_t (v int)")
+    busy.execute("INSERT INTO up_t VALUES (41)")
+    old_pid, _ = upgrade(b, old_trees)
+    mark = b.log_mark()
+    busy.execute("UPDATE up_t SET v = v + 1")
+    assert pid_alive(old_pid)  # the transaction holds the client (and its server) there
+    assert busy.execute("SELECT v FROM up_t").fetchone() == (42,)
+    busy.commit()
+    wait_for(lambda: not pid_alive(old_pid), "the old tree to exit once the client has moved")
+    assert "handed 1 clients to the new process" in b.log_text()[mark:]
+    assert busy.execute("SELECT 9").fetchone() == (9,)
+    busy.commit()
+    with b.admin() as admin:
+        held = [r for r in rows(admin, "SHOW CLIENTS") if r["database"] == "postgres"]
+    assert len(held) == 1, held
+    busy.close()

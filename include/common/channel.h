@@ -25,7 +25,9 @@ typedef enum ChannelMsgType {
 	 * master makes a SOCK_SEQPACKET socketpair and sends one end to each
 	 * side. CH_MIGRATE: hand up to `arg` movable clients to worker `id`
 	 * over the attached socket, then close it. CH_ADOPT: take the clients
-	 * worker `id` sends over the attached socket until EOF. Each client is
+	 * worker `id` sends over the attached socket until EOF (arg = 1: the
+	 * giver is the old tree's worker `id`, -R, which sends until it exits;
+	 * a drain of the taker shuts the socket for reading). Each client is
 	 * one packet of state with its socket attached (include/worker/migrate.h).
 	 */
 	CH_MIGRATE = 5,
@@ -35,6 +37,13 @@ typedef enum ChannelMsgType {
 	/* worker->master: that moved client (cancel key `arg`) has closed */
 	CH_MOVED_GONE = 8,
 	/*
+	 * master->worker of a retiring tree (-R, doc/workers.md "Upgrading"):
+	 * keep the attached socket (its other end is a worker of the new tree,
+	 * told CH_ADOPT) and hand every movable client over it, now and
+	 * whenever more become movable, until this worker exits.
+	 */
+	CH_HANDOFF = 9,
+	/*
 	 * Online restart (-R) between a new master and the running one, on the
 	 * old master's control socket (doc/workers.md "Upgrading"):
 	 * new->old CH_UP_HELLO (arg = protocol version); old->new one
@@ -42,8 +51,12 @@ typedef enum ChannelMsgType {
 	 * UINT32_MAX for the unix socket), CH_UP_SEGMENT with the memfd of its
 	 * shared memory (if it has one), CH_UP_SALT_KEY four times (id = part,
 	 * arg = 8 bytes of the SCRAM salt key), then CH_UP_END (arg = its worker
-	 * count); new->old CH_UP_COMMIT (arg = the new master's pid) once its
-	 * workers accept; old->new CH_UP_DONE (arg = the old master's pid).
+	 * count, id = its CLIENT_STATE_VERSION, 0 from a binary that cannot
+	 * hand clients over); new->old, only if that version is its own, one
+	 * CH_UP_HANDOFF per old worker (id = index, arg = CLIENT_STATE_VERSION,
+	 * one end of a socket pair attached: the other end went to a new worker
+	 * as CH_ADOPT); new->old CH_UP_COMMIT (arg = the new master's pid) once
+	 * its workers accept; old->new CH_UP_DONE (arg = the old master's pid).
 	 */
 	CH_UP_HELLO = 16,
 	CH_UP_LISTENER = 17,
@@ -52,6 +65,7 @@ typedef enum ChannelMsgType {
 	CH_UP_DONE = 20,
 	CH_UP_SALT_KEY = 21,
 	CH_UP_SEGMENT = 22,
+	CH_UP_HANDOFF = 23,
 } ChannelMsgType;
 
 /*
@@ -60,6 +74,12 @@ typedef enum ChannelMsgType {
  * (it may have been moved: the master looks it up among moved clients).
  */
 #define CANCEL_NOT_HERE 1
+
+/*
+ * The format of a moved client's packed state (src/worker/migrate.c). Two
+ * binaries hand clients to one another (-R) only if theirs are equal.
+ */
+#define CLIENT_STATE_VERSION 1u
 
 typedef struct ChannelMsg {
 	uint32_t type; /* ChannelMsgType */

@@ -45,6 +45,9 @@ void supervisor_wait_active(int timeout_ms);
 /* Online restart, old side: the new tree serves; drain every worker, close our TCP sockets, never respawn. */
 void supervisor_retire(void);
 
+/* New master (-R): worker k of the old tree hands its clients over fd; one of ours takes them (CH_ADOPT). */
+bool supervisor_adopt_old(int k, int fd);
+
 /* The running config changed (reload): new scaler settings. */
 void supervisor_config_changed(Config *cf);
 

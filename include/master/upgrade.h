@@ -26,6 +26,7 @@ typedef struct Takeover {
 	int shm_fd;           /* the old tree's shared memory (memfd), -1 = none */
 	uint8_t salt_key[32]; /* the old tree's SCRAM salt key (include/common/scram.h) */
 	bool have_salt_key;
+	uint32_t client_state_version; /* the old binary's CLIENT_STATE_VERSION, 0 = it cannot hand clients over */
 } Takeover;
 
 /*
@@ -35,8 +36,15 @@ typedef struct Takeover {
  */
 bool upgrade_connect(const char *private_dir, Takeover *t);
 
-/* New master, its workers started: tell the old one to stop accepting and drain. Fatal on failure. */
-void upgrade_commit(Takeover *t);
+/* New master: give one of our workers (the k-th old worker's partner) socket fd as CH_ADOPT. */
+typedef bool (*UpgradeAdoptFn)(int k, int fd);
+
+/*
+ * New master, its workers started: offer the old workers a socket each to
+ * hand their clients to ours (adopt_fn; NULL = none), then tell the old
+ * master to stop accepting and drain.
+ */
+void upgrade_commit(Takeover *t, UpgradeAdoptFn adopt_fn);
 
 /* Inherited sockets nobody took (their address is gone from listen_addr): closed, with a log line. */
 void upgrade_close_unused(Takeover *t);
@@ -62,6 +70,9 @@ bool upgrade_send_listener(int conn, uint32_t id, int fd);
 
 /* The memfd of the shared memory, for the new master. */
 bool upgrade_send_segment(int conn, int fd);
+
+/* Running master, retiring: the next socket a new worker takes clients on (CH_HANDOFF), -1 = none left. */
+int upgrade_next_handoff(void);
 
 /* Stop listening (retiring, or exit); the socket file is removed only if it is still ours. */
 void upgrade_stop_listening(void);

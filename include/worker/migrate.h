@@ -54,8 +54,26 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, char *err, size
 /* CH_MIGRATE: hand up to count movable clients to worker `to` over sock (closed at the end); one log line. */
 void migrate_give(int sock, int to, int64_t count);
 
-/* CH_ADOPT: read clients from worker `from` over sock until EOF, in the event loop. */
-void migrate_take(int sock, int from);
+/*
+ * CH_HANDOFF (a retiring tree, -R): keep sock and hand every movable client
+ * over it now and at each migrate_handoff_tick() until this worker exits.
+ */
+void migrate_handoff_start(int sock);
+void migrate_handoff_tick(void);
+
+/*
+ * CH_ADOPT: read clients from worker `from` over sock until EOF, in the
+ * event loop. old_tree: the giver is a retiring tree's worker (-R), which
+ * keeps sending until it exits.
+ */
+void migrate_take(int sock, int from, bool old_tree);
+
+/*
+ * This worker drains: refuse further clients from old-tree givers (they
+ * finish theirs themselves), taking what is already on its way, so that
+ * our exit does not wait for theirs.
+ */
+void migrate_stop_old_tree_intakes(void);
 
 /* Logged-in clients that could move now and that cannot (the gauges SHOW WORKERS shows). */
 void migrate_count(uint32_t *movable, uint32_t *unmovable);

@@ -95,6 +95,7 @@ typedef struct Worker {
 	int schedstat_fd;               /* /proc/self/schedstat, for the run-queue wait (-1 = none) */
 	struct event *drain_timeout_ev; /* worker_drain_timeout */
 	bool retiring;                  /* draining because a new tree took over (-R): idle servers go early */
+	int handoff_fd;                 /* retiring: socket to a new tree's worker for our clients (-1 = none) */
 } Worker;
 
 extern Worker wk;

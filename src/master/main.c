@@ -565,7 +565,7 @@ int main(int argc, char **argv)
 		 * for them here keeps that short.
 		 */
 		supervisor_wait_active(5000);
-		upgrade_commit(&tk);
+		upgrade_commit(&tk, supervisor_adopt_old);
 		master.listeners.unix_borrowed = false;
 		master.private_dir_made = master.private_dir[0] != '\0';
 		pidfile_replace(master.cf.g.pidfile);

@@ -921,6 +921,22 @@ void supervisor_wait_active(int timeout_ms)
 	}
 }
 
+bool supervisor_adopt_old(int k, int fd)
+{
+	int act[SHM_MAX_WORKERS], n = 0;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		if (is_active(i) && sv.w[i].ctl >= 0)
+			act[n++] = i;
+	if (n == 0)
+		return false;
+	int to = act[k % n];
+	ChannelMsg m = {.type = CH_ADOPT, .id = (uint32_t)k, .arg = 1}; /* arg 1: from the old tree */
+	if (channel_send(sv.w[to].ctl, &m, fd))
+		return true;
+	log_warning("could not tell worker %d to take the old process's clients: %s", to, strerror(errno));
+	return false;
+}
+
 void supervisor_retire(void)
 {
 	sv.retiring = true;
@@ -938,6 +954,13 @@ void supervisor_retire(void)
 		ChannelMsg m = {.type = CH_DRAIN, .id = 1, .arg = timeout_ms};
 		if (!channel_send(w->ctl, &m, -1))
 			log_warning("could not tell worker %d to drain: %s", i, strerror(errno));
+		/* a socket to a new worker: our clients go there as they become movable */
+		int hfd = upgrade_next_handoff();
+		ChannelMsg h = {.type = CH_HANDOFF};
+		if (hfd >= 0 && !channel_send(w->ctl, &h, hfd))
+			log_warning("could not give worker %d its hand-over socket: %s", i, strerror(errno));
+		if (hfd >= 0)
+			close(hfd);
 	}
 	/* the new tree holds the same sockets: closing ours loses nothing queued */
 	supervisor_close_tcp();

@@ -95,6 +95,7 @@ bool upgrade_connect(const char *private_dir, Takeover *t)
 		}
 		if (m.type == CH_UP_END) {
 			t->workers = (int)m.arg;
+			t->client_state_version = m.id;
 			break;
 		}
 		if (m.type == CH_UP_SEGMENT && rfd >= 0 && t->shm_fd < 0) {
@@ -126,10 +127,47 @@ bool upgrade_connect(const char *private_dir, Takeover *t)
 	return true;
 }
 
-void upgrade_commit(Takeover *t)
+/*
+ * One socket pair per old worker: one end to the old master (for its
+ * worker, CH_HANDOFF), the other to one of ours (CH_ADOPT), so the old
+ * tree's movable clients come over with their state (doc/workers.md
+ * "Upgrading"). Only between binaries whose client state formats agree.
+ */
+static void offer_handoffs(Takeover *t, UpgradeAdoptFn adopt_fn)
+{
+	if (t->client_state_version != CLIENT_STATE_VERSION) {
+		log_info("online restart: pid %d cannot hand its clients over (client state format %u, this binary's "
+		         "%u): they finish there",
+		         (int)t->old_pid, t->client_state_version, CLIENT_STATE_VERSION);
+		return;
+	}
+	int sent = 0;
+	for (int k = 0; k < t->workers && k < 64; k++) {
+		int sp[2];
+		if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
+			log_warning("online restart: socketpair() failed: %s", strerror(errno));
+			break;
+		}
+		int big = 1 << 20; /* room for many clients' state; the kernel caps it at wmem_max */
+		(void)setsockopt(sp[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+		ChannelMsg m = {.type = CH_UP_HANDOFF, .id = (uint32_t)k, .arg = CLIENT_STATE_VERSION};
+		bool ok = adopt_fn(k, sp[1]) && channel_send(t->conn, &m, sp[0]);
+		close(sp[0]);
+		close(sp[1]);
+		if (!ok)
+			break;
+		sent++;
+	}
+	log_info("online restart: %d of pid %d's %d workers will hand their clients to this process", sent,
+	         (int)t->old_pid, t->workers);
+}
+
+void upgrade_commit(Takeover *t, UpgradeAdoptFn adopt_fn)
 {
 	if (t->conn < 0)
 		return;
+	if (adopt_fn)
+		offer_handoffs(t, adopt_fn);
 	ChannelMsg m = {.type = CH_UP_COMMIT, .arg = (int64_t)getpid()};
 	int rfd = -1;
 	if (!channel_send(t->conn, &m, -1) || channel_recv(t->conn, &m, &rfd) != 1 || m.type != CH_UP_DONE)
@@ -175,7 +213,22 @@ static struct {
 	ino_t ino;
 	UpgradeExportFn export_fn;
 	UpgradeRetireFn retire_fn;
+	int handoff[64]; /* CH_UP_HANDOFF sockets, for our workers once we retire */
+	int n_handoff;
+	int next_handoff;
 } up = {.lfd = -1, .conn = -1};
+
+static void close_handoffs(void)
+{
+	for (int i = up.next_handoff; i < up.n_handoff; i++)
+		close(up.handoff[i]);
+	up.n_handoff = up.next_handoff = 0;
+}
+
+int upgrade_next_handoff(void)
+{
+	return up.next_handoff < up.n_handoff ? up.handoff[up.next_handoff++] : -1;
+}
 
 static void close_conn(void)
 {
@@ -187,6 +240,7 @@ static void close_conn(void)
 		close(up.conn);
 	up.conn = -1;
 	if (up.exported) {
+		close_handoffs(); /* given up: no worker of ours will use them */
 		log_info("online restart by pid %d abandoned; carrying on", (int)up.peer);
 		up.exported = false;
 		up.export_fn(-1);
@@ -198,6 +252,17 @@ static void on_conn(evutil_socket_t fd, short what, void *arg)
 	ChannelMsg m;
 	int rfd;
 	int r = channel_recv(fd, &m, &rfd);
+	if (r == 1 && m.type == CH_UP_HANDOFF && up.exported && rfd >= 0) {
+		if (m.arg != CLIENT_STATE_VERSION ||
+		    up.n_handoff >= (int)(sizeof(up.handoff) / sizeof(up.handoff[0]))) {
+			log_warning("online restart: pid %d offers clients a state format %lld, this process's is %u: "
+			            "they finish here",
+			            (int)up.peer, (long long)m.arg, CLIENT_STATE_VERSION);
+			close(rfd);
+		} else
+			up.handoff[up.n_handoff++] = rfd;
+		return;
+	}
 	if (rfd >= 0)
 		close(rfd);
 	if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
@@ -216,7 +281,7 @@ static void on_conn(evutil_socket_t fd, short what, void *arg)
 		log_info("online restart: pid %d asks for the listening sockets", (int)up.peer);
 		up.exported = true;
 		int workers = up.export_fn(up.conn);
-		ChannelMsg end = {.type = CH_UP_END, .arg = workers};
+		ChannelMsg end = {.type = CH_UP_END, .id = CLIENT_STATE_VERSION, .arg = workers};
 		/* the salts of SCRAM logins stay as they were (scram_salt_for()) */
 		uint8_t key[SCRAM_SALT_KEY_LEN];
 		scram_salt_key_get(key);
@@ -234,10 +299,11 @@ static void on_conn(evutil_socket_t fd, short what, void *arg)
 		ChannelMsg done = {.type = CH_UP_DONE, .arg = (int64_t)getpid()};
 		if (!channel_send(up.conn, &done, -1))
 			log_warning("online restart: could not confirm to pid %d: %s", (int)pid, strerror(errno));
-		up.exported = false;
+		up.exported = false; /* so close_conn() keeps the hand-over sockets */
 		close_conn();
 		upgrade_stop_listening();
-		up.retire_fn(pid);
+		up.retire_fn(pid); /* its workers take the sockets with upgrade_next_handoff() */
+		close_handoffs();
 	} else {
 		log_warning("online restart: unexpected message %u from pid %d", m.type, (int)up.peer);
 		close_conn();

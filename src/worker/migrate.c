@@ -26,7 +26,7 @@
 #include "worker/worker.h"
 
 #define MIGRATE_MAGIC   0x5047424du /* "PGBM" */
-#define MIGRATE_VERSION 1u
+#define MIGRATE_VERSION CLIENT_STATE_VERSION
 
 bool migrate_counts(const PgSocket *c)
 {
@@ -239,14 +239,15 @@ void migrate_forget(PgSocket *c)
 	change_state(c, CL_JUSTFREE);
 }
 
-void migrate_give(int sock, int to, int64_t count)
+/* Send up to count movable clients over sock (left open). *gone: the other end is closed or full. */
+static int give_batch(int sock, int64_t count, int *failed, const char **why, bool *gone)
 {
-	int moved = 0, failed = 0;
-	const char *why = NULL;
+	int moved = 0;
 	bool full = false;
 	PktBuf pb;
 	pktbuf_init(&pb, 1024);
 	List *i;
+	*gone = false;
 	list_for_each(i, &wk.pools)
 	{
 		PgPool *p = container_of(i, PgPool, node);
@@ -263,15 +264,16 @@ void migrate_give(int sock, int to, int64_t count)
 				continue;
 			pktbuf_reset(&pb);
 			if (!migrate_pack(c, &pb)) {
-				failed++;
-				why = "state too large";
+				(*failed)++;
+				*why = "state too large";
 				continue;
 			}
 			if (!migrate_send(sock, &pb, c->sb.fd)) {
 				/* nothing went: the client stays here, untouched */
-				failed++;
-				why = strerror(errno);
+				(*failed)++;
+				*why = strerror(errno);
 				full = errno == EAGAIN || errno == EWOULDBLOCK || errno == EPIPE || errno == ECONNRESET;
+				*gone = errno == EPIPE || errno == ECONNRESET;
 				continue;
 			}
 			migrate_forget(c);
@@ -279,6 +281,15 @@ void migrate_give(int sock, int to, int64_t count)
 		}
 	}
 	pktbuf_free(&pb);
+	return moved;
+}
+
+void migrate_give(int sock, int to, int64_t count)
+{
+	int failed = 0;
+	const char *why = NULL;
+	bool gone;
+	int moved = give_batch(sock, count, &failed, &why, &gone);
 	close(sock);
 	wk.moved_out += (uint64_t)moved;
 	wk.move_failed += (uint64_t)failed;
@@ -292,6 +303,40 @@ void migrate_give(int sock, int to, int64_t count)
 		         unmovable);
 	worker_publish();
 	worker_check_shutdown(); /* a draining worker may have nobody left */
+}
+
+void migrate_handoff_start(int sock)
+{
+	if (wk.handoff_fd >= 0)
+		close(wk.handoff_fd);
+	wk.handoff_fd = sock;
+	log_info("handing clients to the new process as they become movable");
+	migrate_handoff_tick();
+}
+
+void migrate_handoff_tick(void)
+{
+	if (wk.handoff_fd < 0)
+		return;
+	int failed = 0;
+	const char *why = NULL;
+	bool gone;
+	/* a send that finds the buffer full leaves the rest for the next tick */
+	int moved = give_batch(wk.handoff_fd, INT64_MAX, &failed, &why, &gone);
+	if (gone) {
+		log_warning("the new process's worker no longer takes clients (%s): the rest finish here", why);
+		close(wk.handoff_fd);
+		wk.handoff_fd = -1;
+		wk.move_failed += (uint64_t)failed;
+	}
+	if (moved == 0)
+		return;
+	wk.moved_out += (uint64_t)moved;
+	uint32_t movable, unmovable;
+	migrate_count(&movable, &unmovable);
+	log_info("handed %d clients to the new process (%u not movable now)", moved, unmovable);
+	worker_publish();
+	worker_check_shutdown(); /* nobody left: exit, which closes our end (the new worker reads to EOF) */
 }
 
 /* ---- taking ---- */
@@ -440,17 +485,23 @@ fail:
 /* ---- the receiving end of one batch ---- */
 
 typedef struct Intake {
+	List node; /* in intakes */
 	int sock;
 	int from;
+	bool old_tree; /* from a retiring tree (-R): open until that worker exits */
+	bool stopping; /* shut down for reading: what is queued is still taken */
 	int adopted;
 	int failed;
 	struct event *ev;
 } Intake;
 
+static List intakes = {&intakes, &intakes};
+
 static uint8_t intake_buf[MIGRATE_MAX_STATE + 1];
 
 static void intake_done(Intake *in)
 {
+	list_del(&in->node);
 	event_free(in->ev);
 	close(in->sock);
 	if (in->failed)
@@ -505,15 +556,36 @@ static void on_intake(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-void migrate_take(int sock, int from)
+void migrate_take(int sock, int from, bool old_tree)
 {
 	Intake *in = xcalloc(1, sizeof(*in));
+	list_init(&in->node);
+	list_append(&intakes, &in->node);
 	in->sock = sock;
 	in->from = from;
+	in->old_tree = old_tree;
 	wk.intakes++;
 	fcntl(sock, F_SETFL, fcntl(sock, F_GETFL) | O_NONBLOCK);
 	in->ev = event_new(wk.base, sock, EV_READ | EV_PERSIST, on_intake, in);
 	event_add(in->ev, NULL);
+}
+
+void migrate_stop_old_tree_intakes(void)
+{
+	List *i;
+	list_for_each(i, &intakes)
+	{
+		Intake *in = container_of(i, Intake, node);
+		if (!in->old_tree || in->stopping)
+			continue;
+		/*
+		 * The giver's next send fails (EPIPE) and its clients finish there;
+		 * what it sent before is still queued here and taken before EOF.
+		 */
+		in->stopping = true;
+		if (shutdown(in->sock, SHUT_RD) < 0)
+			log_debug("shutdown() of a hand-over socket: %s", strerror(errno));
+	}
 }
 
 void migrate_client_closed(const PgSocket *c)

@@ -363,6 +363,7 @@ static void on_publish(evutil_socket_t fd, short what, void *arg)
 	wk.now = get_time_usec();
 	if (wk.pause_mode != P_SUSPEND)
 		pool_budget_tick();
+	migrate_handoff_tick(); /* retiring (-R): clients that became movable go to the new tree */
 	worker_publish();
 }
 
@@ -424,6 +425,7 @@ static void start_drain(int64_t timeout_ms)
 		l->fd = -1;
 	}
 	wk.run_state = RUN_DRAINING;
+	migrate_stop_old_tree_intakes();
 	if (timeout_ms > 0) {
 		struct timeval tv = {(time_t)(timeout_ms / 1000), (suseconds_t)((timeout_ms % 1000) * 1000)};
 		wk.drain_timeout_ev = evtimer_new(wk.base, on_drain_timeout, NULL);
@@ -467,9 +469,13 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 			if (rfd >= 0)
 				migrate_give(rfd, (int)m.id, m.arg); /* it closes rfd */
 			break;
+		case CH_HANDOFF:
+			if (rfd >= 0)
+				migrate_handoff_start(rfd); /* kept until we exit */
+			break;
 		case CH_ADOPT:
 			if (rfd >= 0)
-				migrate_take(rfd, (int)m.id); /* read until the giver closes its end */
+				migrate_take(rfd, (int)m.id, m.arg == 1); /* read until the giver closes its end */
 			break;
 		case CH_CANCEL: {
 			uint8_t key[CANCEL_KEY_LEN];
@@ -504,6 +510,7 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerSocket *socket
 	wk.cmdline_verbose = cmdline_verbose;
 	wk.listeners = xcalloc(WORKER_MAX_LISTENERS, sizeof(*wk.listeners));
 	wk.master_fd = master_fd;
+	wk.handoff_fd = -1;
 	wk.shm = shm;
 	wk.slot = shm && shm->magic == SHM_MAGIC && shm->slot_size == sizeof(WorkerSlot) ? &shm->slots[id] : NULL;
 	wk.schedstat_fd = wk.slot ? schedstat_open_self() : -1;
