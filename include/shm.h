@@ -92,6 +92,23 @@ typedef struct WorkerSlot {
 	    move_failed; /* clients picked for a move that stayed (state too large, send failed) [worker] */
 } WorkerSlot;
 
+/* "starting", "active", "draining", "exiting" ("free" for anything else): SHOW WORKERS and /metrics */
+static inline const char *slot_state_name(uint32_t st)
+{
+	switch (st) {
+	case SLOT_STARTING:
+		return "starting";
+	case SLOT_ACTIVE:
+		return "active";
+	case SLOT_DRAINING:
+		return "draining";
+	case SLOT_EXITING:
+		return "exiting";
+	default:
+		return "free";
+	}
+}
+
 /* The scaler's decisions: made by the master (master/scaler.h), shown by the workers' SHOW SCALER. */
 typedef enum ScaleDecision {
 	SCALE_HOLD = 0, /* keep the current count */

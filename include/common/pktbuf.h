@@ -27,6 +27,13 @@ void pktbuf_start_msg(PktBuf *pb, char type);
 /* Patch the length field of the message started last. */
 void pktbuf_finish_msg(PktBuf *pb);
 
+/*
+ * A whole StartupMessage (protocol 3.0) for the same-uid "pgbouncer" login
+ * to a worker's admin console over its private socket (the console fan-out
+ * and /metrics, doc/workers.md), with this application_name.
+ */
+void pktbuf_put_console_login(PktBuf *pb, const char *application_name);
+
 /* n more bytes at the end, for the caller to fill (a message written in one piece). */
 uint8_t *pktbuf_append(PktBuf *pb, size_t n);
 void pktbuf_put_u8(PktBuf *pb, uint8_t v);

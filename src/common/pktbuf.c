@@ -118,6 +118,20 @@ uint8_t *pktbuf_append(PktBuf *pb, size_t n)
 	return p;
 }
 
+void pktbuf_put_console_login(PktBuf *pb, const char *application_name)
+{
+	pktbuf_start_msg(pb, 0);
+	pktbuf_put_u32(pb, 196608);
+	pktbuf_put_string(pb, "user");
+	pktbuf_put_string(pb, "pgbouncer");
+	pktbuf_put_string(pb, "database");
+	pktbuf_put_string(pb, "pgbouncer");
+	pktbuf_put_string(pb, "application_name");
+	pktbuf_put_string(pb, application_name);
+	pktbuf_put_u8(pb, 0);
+	pktbuf_finish_msg(pb);
+}
+
 void pktbuf_put_u8(PktBuf *pb, uint8_t v)
 {
 	pktbuf_reserve(pb, 1);

@@ -249,6 +249,18 @@ static int take_inherited(InheritedSocket *inh, int n_inh, const struct sockaddr
 	return -1;
 }
 
+/* Address `a` served by listening socket `fd`: one more entry of ls->addrs and ls->tcp (slot 0's socket). */
+static void add_tcp(ListenSet *ls, const ListenAddr *a, int fd)
+{
+	ls->addrs = xrealloc(ls->addrs, sizeof(*ls->addrs) * (ls->n_addrs + 1));
+	ls->tcp = xrealloc(ls->tcp, sizeof(*ls->tcp) * (ls->n_tcp + 1));
+	ls->addrs[ls->n_addrs] = *a;
+	Listener *l = &ls->tcp[ls->n_tcp++];
+	l->fd = fd;
+	l->addr_index = ls->n_addrs++;
+	snprintf(l->desc, sizeof(l->desc), "%s", a->desc);
+}
+
 /* Resolve one listen_addr item and open a socket for every address it gives. */
 static void setup_tcp_item(ListenSet *ls, const char *item, const CfGlobals *g, char *lasterr, size_t errlen,
                            InheritedSocket *inh, int n_inh)
@@ -283,13 +295,7 @@ static void setup_tcp_item(ListenSet *ls, const char *item, const CfGlobals *g, 
 			log_warning("cannot listen on %s: %s", a.desc, err);
 			continue;
 		}
-		ls->addrs = xrealloc(ls->addrs, sizeof(*ls->addrs) * (ls->n_addrs + 1));
-		ls->tcp = xrealloc(ls->tcp, sizeof(*ls->tcp) * (ls->n_tcp + 1));
-		ls->addrs[ls->n_addrs] = a;
-		Listener *l = &ls->tcp[ls->n_tcp++];
-		l->fd = fd;
-		l->addr_index = ls->n_addrs++;
-		snprintf(l->desc, sizeof(l->desc), "%s", a.desc);
+		add_tcp(ls, &a, fd);
 		log_info("listening on %s%s", a.desc, taken ? " (taken over from the old process)" : "");
 	}
 	freeaddrinfo(res);
@@ -404,13 +410,7 @@ static void adopt_inherited(ListenSet *ls, int fd, const char *name)
 	memcpy(&a.sa, &ss, sslen);
 	a.salen = sslen;
 	format_listen_addr((struct sockaddr *)&ss, a.desc, sizeof(a.desc));
-	ls->addrs = xrealloc(ls->addrs, sizeof(*ls->addrs) * (ls->n_addrs + 1));
-	ls->tcp = xrealloc(ls->tcp, sizeof(*ls->tcp) * (ls->n_tcp + 1));
-	ls->addrs[ls->n_addrs] = a;
-	Listener *l = &ls->tcp[ls->n_tcp++];
-	l->fd = fd;
-	l->addr_index = ls->n_addrs++;
-	snprintf(l->desc, sizeof(l->desc), "%s", a.desc);
+	add_tcp(ls, &a, fd);
 	log_info("listening on %s (passed by systemd)", a.desc);
 }
 

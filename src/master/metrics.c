@@ -295,16 +295,7 @@ static bool scrape_connect(Scrape *s)
 	/* the same-user console login the workers' fan-out uses (doc/workers.md) */
 	PktBuf pb;
 	pktbuf_init(&pb, 128);
-	pktbuf_start_msg(&pb, 0);
-	pktbuf_put_u32(&pb, 196608);
-	pktbuf_put_string(&pb, "user");
-	pktbuf_put_string(&pb, "pgbouncer");
-	pktbuf_put_string(&pb, "database");
-	pktbuf_put_string(&pb, "pgbouncer");
-	pktbuf_put_string(&pb, "application_name");
-	pktbuf_put_string(&pb, "metrics");
-	pktbuf_put_u8(&pb, 0);
-	pktbuf_finish_msg(&pb);
+	pktbuf_put_console_login(&pb, "metrics");
 	bufferevent_write(s->bev, pb.buf, pb.len);
 	pktbuf_free(&pb);
 	return true;
@@ -477,22 +468,6 @@ static void put_lists(struct evbuffer *o, const Table *t)
 		}
 }
 
-static const char *state_name(uint32_t st)
-{
-	switch (st) {
-	case SLOT_STARTING:
-		return "starting";
-	case SLOT_ACTIVE:
-		return "active";
-	case SLOT_DRAINING:
-		return "draining";
-	case SLOT_EXITING:
-		return "exiting";
-	default:
-		return "free";
-	}
-}
-
 /* Per-worker figures, straight from shared memory. */
 static void put_workers(struct evbuffer *o)
 {
@@ -592,7 +567,7 @@ static void put_workers(struct evbuffer *o)
 		uint32_t st = atomic_load(&m.shm->slots[i].state);
 		if (st == SLOT_FREE)
 			continue;
-		evbuffer_add_printf(o, "pgbouncer_worker_state{worker=\"%d\",state=\"%s\"}", i, state_name(st));
+		evbuffer_add_printf(o, "pgbouncer_worker_state{worker=\"%d\",state=\"%s\"}", i, slot_state_name(st));
 		put_value(o, 1);
 	}
 }

@@ -819,16 +819,7 @@ static bool peer_connect(Peer *p, int32_t pid)
 	snprintf(app, sizeof(app), "console of worker %d", wk.id);
 	PktBuf pb;
 	pktbuf_init(&pb, 128);
-	pktbuf_start_msg(&pb, 0);
-	pktbuf_put_u32(&pb, 196608);
-	pktbuf_put_string(&pb, "user");
-	pktbuf_put_string(&pb, "pgbouncer");
-	pktbuf_put_string(&pb, "database");
-	pktbuf_put_string(&pb, "pgbouncer");
-	pktbuf_put_string(&pb, "application_name");
-	pktbuf_put_string(&pb, app);
-	pktbuf_put_u8(&pb, 0);
-	pktbuf_finish_msg(&pb);
+	pktbuf_put_console_login(&pb, app);
 	bufferevent_write(p->bev, pb.buf, pb.len);
 	pktbuf_free(&pb);
 	return true;

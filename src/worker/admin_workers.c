@@ -14,22 +14,6 @@
 #include "worker/admin_workers.h"
 #include "worker/worker.h"
 
-static const char *slot_state_name(uint32_t st)
-{
-	switch (st) {
-	case SLOT_STARTING:
-		return "starting";
-	case SLOT_ACTIVE:
-		return "active";
-	case SLOT_DRAINING:
-		return "draining";
-	case SLOT_EXITING:
-		return "exiting";
-	default:
-		return "free";
-	}
-}
-
 static void format_ts(uint64_t us, char *buf, size_t len)
 {
 	time_t s = (time_t)(us / USEC_PER_SEC);
