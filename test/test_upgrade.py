@@ -403,3 +403,49 @@ def test_client_in_a_transaction_moves_once_it_ends(bouncer, old_trees):
         held = [r for r in rows(admin, "SHOW CLIENTS") if r["database"] == "postgres"]
     assert len(held) == 1, held
     busy.close()
+
+
+@pytest.mark.parametrize("mode", ["transaction", "session"])
+def test_cancel_reaches_a_client_left_on_the_old_tree(bouncer, old_trees, mode):
+    """A client that stays on the old tree (inside a transaction, or holding its server in session
+    mode) sends its cancel request on a new connection, which a new worker accepts: the new master
+    passes it to the old one, whose worker cancels the query (doc/workers.md "Upgrading")."""
+    import psycopg
+    b = bouncer(ini_overrides={**TWO, "pool_mode": mode})
+    two_workers(b)
+    busy = b.connect(autocommit=mode == "session")
+    busy.execute("SELECT 1")  # transaction mode: opens the transaction; session: takes a server
+    other = b.connect(autocommit=True)
+    old_pid, _ = upgrade(b, old_trees)
+    outcome = {}
+
+    def run():
+        try:
+            busy.execute("SELECT pg_sleep(30)")
+            outcome["result"] = "finished"
+        except psycopg.Error as e:
+            outcome["result"] = e
+
+    sleeper = threading.Thread(target=run)
+    sleeper.start()
+    try:
+        with b.connect(autocommit=True) as watcher:
+            wait_for(lambda: watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(30)' AND state = 'active'"
+            ).fetchone() == (1,), "the query to run on the old tree's server")
+        assert pid_alive(old_pid)
+        busy.cancel()
+        sleeper.join(timeout=20)
+        assert not sleeper.is_alive(), "the cancel request did not reach the old tree's client"
+    finally:
+        sleeper.join()
+    assert isinstance(outcome["result"], psycopg.errors.QueryCanceled), outcome
+    assert outcome["result"].sqlstate == "57014"
+    # nothing else was disturbed: the client carries on, so does one moved to the new tree
+    if mode == "transaction":
+        busy.rollback()
+    assert busy.execute("SELECT 7").fetchone() == (7,)
+    assert other.execute("SELECT 8").fetchone() == (8,)
+    busy.close()
+    other.close()
+    wait_for(lambda: not pid_alive(old_pid), "the old tree to exit after its last client")

@@ -57,6 +57,9 @@ typedef enum ChannelMsgType {
 	 * one end of a socket pair attached: the other end went to a new worker
 	 * as CH_ADOPT); new->old CH_UP_COMMIT (arg = the new master's pid) once
 	 * its workers accept; old->new CH_UP_DONE (arg = the old master's pid).
+	 * The connection then stays open while the old master runs: new->old
+	 * CH_CANCEL (id 0, requester's socket attached) for a key no client of
+	 * the new tree has; the old master routes it in its tree.
 	 */
 	CH_UP_HELLO = 16,
 	CH_UP_LISTENER = 17,
@@ -71,7 +74,9 @@ typedef enum ChannelMsgType {
 /*
  * CH_CANCEL's id from a worker: 0 = the key names another worker (byte 3);
  * CANCEL_NOT_HERE = the key names this worker but no client of it has it
- * (it may have been moved: the master looks it up among moved clients).
+ * (it may have been moved: the master looks it up among moved clients), or
+ * a cancel the master sent to this worker found no client (the master
+ * passes it to the tree it replaced, if that one still runs, or drops it).
  */
 #define CANCEL_NOT_HERE 1
 

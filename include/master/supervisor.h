@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "common/channel.h"
 #include "common/config.h"
 #include "master/listen.h"
 #include "common/tls.h"
@@ -47,6 +48,13 @@ void supervisor_retire(void);
 
 /* New master (-R): worker k of the old tree hands its clients over fd; one of ours takes them (CH_ADOPT). */
 bool supervisor_adopt_old(int k, int fd);
+
+/*
+ * After -R, in the old master: a cancel request the new master could not
+ * place (CH_CANCEL, requester's socket fd, which stays the caller's) goes to
+ * the worker of ours that has the key (doc/workers.md "Upgrading").
+ */
+void supervisor_cancel_from_successor(ChannelMsg *m, int fd);
 
 /* The running config changed (reload): new scaler settings. */
 void supervisor_config_changed(Config *cf);

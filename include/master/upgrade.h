@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/channel.h"
 #include "master/listen.h"
 
 /* What the new master received from the old one. */
@@ -42,9 +43,19 @@ typedef bool (*UpgradeAdoptFn)(int k, int fd);
 /*
  * New master, its workers started: offer the old workers a socket each to
  * hand their clients to ours (adopt_fn; NULL = none), then tell the old
- * master to stop accepting and drain.
+ * master to stop accepting and drain. Once it confirmed, the connection
+ * stays open (watched from `base`) while that master lives, for
+ * upgrade_forward_cancel().
  */
-void upgrade_commit(Takeover *t, UpgradeAdoptFn adopt_fn);
+void upgrade_commit(Takeover *t, UpgradeAdoptFn adopt_fn, struct event_base *base);
+
+/*
+ * New master: pass a cancel request that no client of this tree has (key
+ * in m->arg, requester's socket fd) to the master we took over from, which
+ * routes it in its tree (doc/workers.md "Upgrading"). False if that master
+ * is gone or cannot be reached: the caller drops the request.
+ */
+bool upgrade_forward_cancel(const ChannelMsg *m, int fd);
 
 /* Inherited sockets nobody took (their address is gone from listen_addr): closed, with a log line. */
 void upgrade_close_unused(Takeover *t);
@@ -59,11 +70,17 @@ typedef void (*UpgradeRetireFn)(pid_t new_pid);
 typedef int (*UpgradeExportFn)(int conn);
 
 /*
+ * Running master, once it retired: a CH_CANCEL the new master passed on
+ * (the requester's socket fd stays the caller's: send a copy).
+ */
+typedef void (*UpgradeCancelFn)(ChannelMsg *m, int fd);
+
+/*
  * Running master: listen on <private_dir>/master (mode 0600, same uid
  * only). False (logged) if it cannot: -R then cannot find this process.
  */
 bool upgrade_listen(struct event_base *base, const char *private_dir, UpgradeExportFn export_fn,
-                    UpgradeRetireFn retire_fn);
+                    UpgradeRetireFn retire_fn, UpgradeCancelFn cancel_fn);
 
 /* One listening socket for the new master (id = listener id, UINT32_MAX = the unix socket). */
 bool upgrade_send_listener(int conn, uint32_t id, int fd);

@@ -565,12 +565,12 @@ int main(int argc, char **argv)
 		 * for them here keeps that short.
 		 */
 		supervisor_wait_active(5000);
-		upgrade_commit(&tk, supervisor_adopt_old);
+		upgrade_commit(&tk, supervisor_adopt_old, master.base);
 		master.listeners.unix_borrowed = false;
 		master.private_dir_made = master.private_dir[0] != '\0';
 		pidfile_replace(master.cf.g.pidfile);
 	}
-	upgrade_listen(master.base, master.private_dir, export_listeners, retire);
+	upgrade_listen(master.base, master.private_dir, export_listeners, retire, supervisor_cancel_from_successor);
 	log_info("process up: PgBouncer %s, libevent %s (%s), adns: c-ares %s, tls: %s", PACKAGE_VERSION,
 	         event_get_version(), event_base_get_method(master.base), ares_version(NULL),
 	         OpenSSL_version(OPENSSL_VERSION));

@@ -454,15 +454,26 @@ static void route_cancel(int from, ChannelMsg *m, int rfd)
 	int owner = moved_find(k);
 	if (owner < 0)
 		owner = key[3];
-	if (m->id == CANCEL_NOT_HERE && owner == from) {
-		log_debug("cancel request for an unknown client of worker %d", from);
+	bool unknown = m->id == CANCEL_NOT_HERE && owner == from;
+	if (unknown || owner >= SHM_MAX_WORKERS || sv.w[owner].pid <= 0 || sv.w[owner].ctl < 0) {
+		/* no client of this tree has the key: after -R it may be one the old tree still serves */
+		if (upgrade_forward_cancel(m, rfd))
+			log_debug("cancel request passed to the old process");
+		else if (unknown)
+			log_debug("cancel request for an unknown client of worker %d", from);
+		else
+			log_debug("cancel request for worker %d, which is not running", owner);
 		return;
 	}
 	m->id = 0;
-	if (owner >= SHM_MAX_WORKERS || sv.w[owner].pid <= 0 || sv.w[owner].ctl < 0)
-		log_debug("cancel request for worker %d, which is not running", owner);
-	else if (!channel_send(sv.w[owner].ctl, m, rfd))
+	if (!channel_send(sv.w[owner].ctl, m, rfd))
 		log_warning("could not forward a cancel request to worker %d: %s", owner, strerror(errno));
+}
+
+void supervisor_cancel_from_successor(ChannelMsg *m, int fd)
+{
+	m->id = 0;
+	route_cancel(-1, m, fd);
 }
 
 /* Messages from a worker: cancels for other workers' clients, news of moved clients. */

@@ -55,6 +55,55 @@ static void set_timeouts(int fd)
 
 /* ---- the new master ---- */
 
+/*
+ * The control connection to the master we took over from, kept after the
+ * hand-over while its tree runs: cancel requests for its clients go there
+ * (doc/workers.md "Upgrading"). EOF: that master has exited.
+ */
+static struct {
+	int fd;
+	struct event *ev;
+	pid_t pid;
+} pred = {.fd = -1};
+
+static void pred_close(void)
+{
+	if (pred.ev) {
+		event_free(pred.ev);
+		pred.ev = NULL;
+	}
+	if (pred.fd >= 0)
+		close(pred.fd);
+	pred.fd = -1;
+}
+
+static void on_pred(evutil_socket_t fd, short what, void *arg)
+{
+	ChannelMsg m;
+	int rfd;
+	int r = channel_recv(fd, &m, &rfd);
+	if (rfd >= 0)
+		close(rfd);
+	if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+		log_debug("online restart: the control connection to pid %d is closed", (int)pred.pid);
+		pred_close();
+	}
+}
+
+bool upgrade_forward_cancel(const ChannelMsg *m, int fd)
+{
+	if (pred.fd < 0)
+		return false;
+	ChannelMsg c = *m;
+	c.id = 0;
+	if (channel_send(pred.fd, &c, fd))
+		return true;
+	log_warning("could not pass a cancel request to the old process (pid %d): %s", (int)pred.pid, strerror(errno));
+	if (errno != EAGAIN && errno != EWOULDBLOCK)
+		pred_close();
+	return false;
+}
+
 bool upgrade_connect(const char *private_dir, Takeover *t)
 {
 	struct sockaddr_un sa;
@@ -162,7 +211,7 @@ static void offer_handoffs(Takeover *t, UpgradeAdoptFn adopt_fn)
 	         (int)t->old_pid, t->workers);
 }
 
-void upgrade_commit(Takeover *t, UpgradeAdoptFn adopt_fn)
+void upgrade_commit(Takeover *t, UpgradeAdoptFn adopt_fn, struct event_base *base)
 {
 	if (t->conn < 0)
 		return;
@@ -170,14 +219,25 @@ void upgrade_commit(Takeover *t, UpgradeAdoptFn adopt_fn)
 		offer_handoffs(t, adopt_fn);
 	ChannelMsg m = {.type = CH_UP_COMMIT, .arg = (int64_t)getpid()};
 	int rfd = -1;
+	bool done = false;
 	if (!channel_send(t->conn, &m, -1) || channel_recv(t->conn, &m, &rfd) != 1 || m.type != CH_UP_DONE)
 		log_warning("online restart: pid %d did not confirm the hand-over (%s); it may still be accepting",
 		            (int)t->old_pid, errno ? strerror(errno) : "closed");
-	else
+	else {
 		log_info("online restart: pid %d stopped accepting and finishes its clients", (int)t->old_pid);
+		done = true;
+	}
 	if (rfd >= 0)
 		close(rfd);
-	close(t->conn);
+	if (done && base) {
+		/* kept: cancels for the clients still there pass through it (upgrade_forward_cancel()) */
+		pred.fd = t->conn;
+		pred.pid = t->old_pid;
+		fcntl(pred.fd, F_SETFL, fcntl(pred.fd, F_GETFL) | O_NONBLOCK);
+		pred.ev = event_new(base, pred.fd, EV_READ | EV_PERSIST, on_pred, NULL);
+		event_add(pred.ev, NULL);
+	} else
+		close(t->conn);
 	t->conn = -1;
 }
 
@@ -213,10 +273,13 @@ static struct {
 	ino_t ino;
 	UpgradeExportFn export_fn;
 	UpgradeRetireFn retire_fn;
+	UpgradeCancelFn cancel_fn;
+	int succ; /* the new master's connection, kept once we retired: its cancels for our clients */
+	struct event *succ_ev;
 	int handoff[64]; /* CH_UP_HANDOFF sockets, for our workers once we retire */
 	int n_handoff;
 	int next_handoff;
-} up = {.lfd = -1, .conn = -1};
+} up = {.lfd = -1, .conn = -1, .succ = -1};
 
 static void close_handoffs(void)
 {
@@ -244,6 +307,24 @@ static void close_conn(void)
 		log_info("online restart by pid %d abandoned; carrying on", (int)up.peer);
 		up.exported = false;
 		up.export_fn(-1);
+	}
+}
+
+/* From the master that took over: cancel requests it could not place in its tree. */
+static void on_succ(evutil_socket_t fd, short what, void *arg)
+{
+	ChannelMsg m;
+	int rfd;
+	int r = channel_recv(fd, &m, &rfd);
+	if (r == 1 && m.type == CH_CANCEL && rfd >= 0)
+		up.cancel_fn(&m, rfd); /* the owner gets its own copy of the requester's socket */
+	if (rfd >= 0)
+		close(rfd);
+	if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+		event_free(up.succ_ev);
+		up.succ_ev = NULL;
+		close(up.succ);
+		up.succ = -1;
 	}
 }
 
@@ -300,6 +381,13 @@ static void on_conn(evutil_socket_t fd, short what, void *arg)
 		if (!channel_send(up.conn, &done, -1))
 			log_warning("online restart: could not confirm to pid %d: %s", (int)pid, strerror(errno));
 		up.exported = false; /* so close_conn() keeps the hand-over sockets */
+		if (up.cancel_fn && up.succ < 0) {
+			/* kept open: the new tree sends the cancel requests for our clients here */
+			up.succ = up.conn;
+			up.conn = -1;
+			up.succ_ev = event_new(event_get_base(up.cev), up.succ, EV_READ | EV_PERSIST, on_succ, NULL);
+			event_add(up.succ_ev, NULL);
+		}
 		close_conn();
 		upgrade_stop_listening();
 		up.retire_fn(pid); /* its workers take the sockets with upgrade_next_handoff() */
@@ -336,12 +424,13 @@ static void on_accept(evutil_socket_t fd, short what, void *arg)
 }
 
 bool upgrade_listen(struct event_base *base, const char *private_dir, UpgradeExportFn export_fn,
-                    UpgradeRetireFn retire_fn)
+                    UpgradeRetireFn retire_fn, UpgradeCancelFn cancel_fn)
 {
 	struct sockaddr_un sa;
 	struct stat st;
 	up.export_fn = export_fn;
 	up.retire_fn = retire_fn;
+	up.cancel_fn = cancel_fn;
 	if (!private_dir || !control_path(private_dir, &sa)) {
 		log_warning("no private socket directory: online restart (-R) cannot find this process");
 		return false;

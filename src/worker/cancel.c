@@ -391,6 +391,20 @@ void cancel_handle_request(PgSocket *req, const uint8_t *key_in)
 
 void cancel_forwarded(const uint8_t *key, int hold_fd)
 {
+	if (wk.master_fd >= 0 && hold_fd >= 0 && !find_client_by_key(key)) {
+		/*
+		 * the master sent it here and no client has it: back to the master,
+		 * which passes it to the tree we replaced if that one still runs
+		 * (doc/workers.md "Upgrading"), or drops it
+		 */
+		ChannelMsg m = {.type = CH_CANCEL, .id = CANCEL_NOT_HERE};
+		memcpy(&m.arg, key, CANCEL_KEY_LEN);
+		if (!channel_send(wk.master_fd, &m, hold_fd))
+			log_warning("could not return a cancel request to the master: %s", strerror(errno));
+		hold_release(hold_fd);
+		log_debug("forwarded cancel request for unknown client: returned to the master");
+		return;
+	}
 	const char *what = cancel_by_key(key, hold_fd);
 	log_debug("forwarded %s", what);
 }
