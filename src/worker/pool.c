@@ -517,21 +517,19 @@ void pool_wake_waiters(PgPool *pool)
 		return;
 	/* auth_query lookups first: they are short, and their clients are still logging in */
 	auth_query_wake(pool);
-	int unserved = 0;
 	list_for_each_safe(i, &pool->waiting_clients, tmp)
 	{
 		PgSocket *c = container_of(i, PgSocket, node);
 		if (c->state != CL_WAITING)
 			continue;
 		PgSocket *s = take_idle_server(pool);
-		if (!s) {
-			unserved++;
-			continue;
-		}
+		if (!s)
+			break; /* the rest wait on: never walk thousands of waiters per released server */
 		link_client_server(c, s);
 		if (!s->setting_vars)
 			client_server_assigned(c);
 	}
+	int unserved = pool->n_state[CL_WAITING];
 	/* used servers are checked for the clients still waiting; each answer wakes the pool again */
 	List *n;
 	while (unserved-- > 0 && (n = list_first(&pool->used_servers)) != NULL) {
