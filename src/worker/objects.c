@@ -798,7 +798,7 @@ static bool closing(PgSocket *s, bool needed, char *reason, size_t len, const ch
 	reason[0] = '\0';
 	if (s->state == CL_JUSTFREE || s->state == CL_FREE || s->state == SV_JUSTFREE || s->state == SV_FREE)
 		return false;
-	if (fmt && (needed || wk.cf.g.log_disconnections))
+	if (fmt && (needed || wk.cf.g.log_disconnections || log_enabled(LG_DEBUG)))
 		vsnprintf(reason, len, fmt, ap);
 	if (wk.cf.g.log_disconnections && !s->is_internal)
 		slog(LG_LOG, s, "closing because: %s (age=%.0fs)", reason, age_seconds(s));

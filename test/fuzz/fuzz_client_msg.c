@@ -19,7 +19,7 @@
 #define FUZZ_MAX_STMTS  4 /* max_prepared_statements: small, so evictions happen */
 
 typedef struct Conn {
-	ClientStmt *cmap; /* the client's names */
+	ClientStmtMap cmap; /* the client's names */
 	ServerStmt *sset; /* what the server has prepared */
 	ReqQueue q;
 } Conn;
