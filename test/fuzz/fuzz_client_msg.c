@@ -20,7 +20,7 @@
 
 typedef struct Conn {
 	ClientStmtMap cmap; /* the client's names */
-	ServerStmt *sset; /* what the server has prepared */
+	ServerStmt *sset;   /* what the server has prepared */
 	ReqQueue q;
 } Conn;
 
