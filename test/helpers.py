@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from conftest import wait_for
-from pgwire import error_fields, PgWire
+from pgwire import error_fields, message, PgWire
 
 def check_unharmed(b, bystander):
     """The pooler is up, the bystander keeps working, and a new client can log in."""
@@ -191,3 +191,29 @@ def build_has_pam(binary):
     """Whether this pgbouncer was built with PAM (configure found libpam)."""
     out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
     return "libpam.so" in out
+
+
+def scram_salt(b, user):
+    """The salt of the SCRAM server-first message the pooler sends to `user`."""
+    w = PgWire(b.port)
+    w.startup(user=user)
+    kind, body = w.read_msg()
+    assert (kind, body[:4]) == (b"R", b"\0\0\0\x0a")
+    first = b"n,,n=,r=clientnonce0123456789"
+    w.send(message(b"p", b"SCRAM-SHA-256\0" + len(first).to_bytes(4, "big") + first))
+    kind, body = w.read_msg()
+    w.close()
+    assert (kind, body[:4]) == (b"R", b"\0\0\0\x0b"), (kind, body)
+    return dict(kv.split("=", 1) for kv in body[4:].decode().split(","))["s"]
+
+
+def assert_cancels(c, times=4):
+    """A pg_sleep on psycopg connection c is cancelled `times` times in a row (57014), and c still works."""
+    for _ in range(times):
+        timer = threading.Timer(0.3, c.cancel)
+        timer.start()
+        with pytest.raises(psycopg.errors.QueryCanceled) as exc:
+            c.execute("SELECT pg_sleep(20)")
+        timer.join()
+        assert exc.value.sqlstate == "57014"
+    assert c.execute("SELECT 1").fetchone() == (1,)

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from conftest import Postgres, wait_for
-from helpers import raw_login_error, scram_secret_of
+from helpers import raw_login_error, scram_salt, scram_secret_of
 from pgwire import md5_secret, message, PgWire
 
 PASSWORD = "s3cret pw"
@@ -177,26 +177,12 @@ def test_scram_garbage_client_first(bouncer):
     w.expect_fatal("SASL authentication failed")
 
 
-def _server_first_salt(b, user):
-    """The salt of the SCRAM server-first message the pooler sends to `user`."""
-    w = PgWire(b.port)
-    w.startup(user=user)
-    kind, body = w.read_msg()
-    assert (kind, body[:4]) == (b"R", b"\0\0\0\x0a")
-    first = b"n,,n=,r=clientnonce0123456789"
-    w.send(message(b"p", b"SCRAM-SHA-256\0" + len(first).to_bytes(4, "big") + first))
-    kind, body = w.read_msg()
-    w.close()
-    assert (kind, body[:4]) == (b"R", b"\0\0\0\x0b"), (kind, body)
-    return dict(kv.split("=", 1) for kv in body[4:].decode().split(","))["s"]
-
-
 def test_scram_salts_do_not_tell_unknown_users_apart(bouncer):
     """Connecting twice (to any worker) shows a known plain-password user and an unknown user each one
     stable salt of the same size, so the salt does not reveal which names exist."""
     b = bouncer(ini_overrides={"auth_type": "scram-sha-256", "min_workers": 2, "max_workers": 2},
                 users_txt=userlist(("postgres", PASSWORD)))
-    salts = {user: {_server_first_salt(b, user) for _ in range(12)} for user in ("postgres", "nobody_here")}
+    salts = {user: {scram_salt(b, user) for _ in range(12)} for user in ("postgres", "nobody_here")}
     assert len(salts["postgres"]) == 1 and len(salts["nobody_here"]) == 1, salts
     known, unknown = salts["postgres"].pop(), salts["nobody_here"].pop()
     assert known != unknown and len(known) == len(unknown)

@@ -11,8 +11,7 @@ import threading
 import pytest
 
 from conftest import parent_pid, pg_bindir, pid_alive, wait_for
-from helpers import conn_on, pool_row, rows, two_workers, workers
-from pgwire import PgWire, message
+from helpers import assert_cancels, conn_on, pool_row, rows, scram_salt, two_workers, workers
 
 QUIET = {"log_connections": 0, "log_disconnections": 0}
 TWO = {**QUIET, "min_workers": 2, "max_workers": 2}
@@ -245,20 +244,6 @@ def test_new_settings_apply_to_taken_sockets(bouncer, old_trees):
     assert backlogs(b.port) == [77, 77]
 
 
-def scram_salt(b, user):
-    """The salt of the SCRAM server-first message the pooler sends to `user`."""
-    w = PgWire(b.port)
-    w.startup(user=user)
-    kind, body = w.read_msg()
-    assert (kind, body[:4]) == (b"R", b"\0\0\0\x0a")
-    first = b"n,,n=,r=clientnonce0123456789"
-    w.send(message(b"p", b"SCRAM-SHA-256\0" + len(first).to_bytes(4, "big") + first))
-    kind, body = w.read_msg()
-    w.close()
-    assert (kind, body[:4]) == (b"R", b"\0\0\0\x0b"), (kind, body)
-    return dict(kv.split("=", 1) for kv in body[4:].decode().split(","))["s"]
-
-
 def test_scram_salts_stay_across_upgrade(bouncer, old_trees, monkeypatch):
     """The salts of a plain-text password user and of an unknown user are derived from a key the
     new tree gets from the old one: a client sees the same salts before and after."""
@@ -352,14 +337,7 @@ def test_upgrade_hands_persistent_clients_over(bouncer, old_trees, mode):
             assert c.execute("SHOW TimeZone").fetchone() == ("Asia/Tokyo",)
     # its cancel key was made by the old tree; the request lands on either new worker
     c = clients[0]
-    for attempt in range(4):
-        timer = threading.Timer(0.3, c.cancel)
-        timer.start()
-        with pytest.raises(psycopg.errors.QueryCanceled) as exc:
-            c.execute("SELECT pg_sleep(20)")
-        timer.join()
-        assert exc.value.sqlstate == "57014"
-    assert c.execute("SELECT 1").fetchone() == (1,)
+    assert_cancels(c)
     for c in clients:
         c.close()
 
