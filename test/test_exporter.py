@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DEADLINE, free_port, wait_for
+from helpers import two_workers
 
 parser = pytest.importorskip(
     "prometheus_client.parser", reason="python3-prometheus-client is not installed (scripts/debian-packages)")
@@ -65,9 +66,7 @@ def test_exporter_scrapes_two_workers(bouncer, tmp_path):
     b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2, "pool_mode": "transaction",
                                "stats_users": "stats", "ignore_startup_parameters": "extra_float_digits"},
                 users_txt='"postgres" "postgres"\n"pgbouncer" "pgbouncer"\n"stats" "stats"\n')
-    with b.admin() as admin:
-        wait_for(lambda: len([r for r in rows(admin, "SHOW WORKERS") if r["state"] == "active"]) == 2,
-                 "2 active workers")
+    two_workers(b)
     # a known load: 3 clients inside a transaction, 2 idle ones
     busy = [b.connect(autocommit=True) for _ in range(3)]
     for c in busy:

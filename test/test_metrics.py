@@ -10,6 +10,7 @@ import urllib.request
 import pytest
 
 from conftest import DEADLINE, free_port, wait_for
+from helpers import two_workers
 
 parser = pytest.importorskip(
     "prometheus_client.parser", reason="python3-prometheus-client is not installed (scripts/debian-packages)")
@@ -48,9 +49,7 @@ def metered(bouncer):
     mport = free_port()
     b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2, "pool_mode": "transaction",
                                "metrics_listen": f"127.0.0.1:{mport}"})
-    with b.admin() as admin:
-        wait_for(lambda: len([r for r in rows(admin, "SHOW WORKERS") if r["state"] == "active"]) == 2,
-                 "2 active workers")
+    two_workers(b)
     return b, mport
 
 

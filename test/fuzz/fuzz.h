@@ -11,8 +11,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/scram.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+/* The SCRAM secret of password "pencil" (RFC 7677's example salt, 4096 rounds) that the SCRAM targets log in against. */
+static inline void fuzz_scram_secret(ScramSecret *secret)
+{
+	static const uint8_t salt[] = "W22ZaJ0SNY7soEsUEjb6gQ==";
+	if (!scram_build_secret_salt("pencil", salt, sizeof(salt) - 1, 4096, secret))
+		abort();
+}
 
 /* A copy of data in a buffer of exactly size bytes (at least one, so never NULL). */
 static inline uint8_t *fuzz_copy(const uint8_t *data, size_t size)

@@ -16,9 +16,7 @@ static ScramSecret secret;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	static const uint8_t salt[] = "W22ZaJ0SNY7soEsUEjb6gQ==";
-	if (!scram_build_secret_salt("pencil", salt, sizeof(salt) - 1, 4096, &secret))
-		abort();
+	fuzz_scram_secret(&secret);
 	return 0;
 }
 
