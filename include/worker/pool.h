@@ -5,12 +5,29 @@
 #include "worker/objects.h"
 #include "worker/worker.h"
 
-/* The pool's pool_mode (user, database, global); asked several times per transaction, so inline. */
+/*
+ * The pool's pool_mode, pool_size and reserve_pool_size (user, database,
+ * global: include/worker/pool_settings.h), asked several times per
+ * transaction, so inline and cached until the config changes.
+ */
+static inline const PgPool *pool_settings(const PgPool *pool)
+{
+	if (__builtin_expect(pool->settings_gen != wk.cf_gen + 1, 0))
+		pool_settings_refresh((PgPool *)pool);
+	return pool;
+}
 static inline int pool_effective_mode(const PgPool *pool)
 {
-	if (__builtin_expect(pool->mode_gen == wk.cf_gen + 1, 1))
-		return pool->mode;
-	return pool_mode_refresh((PgPool *)pool);
+	return pool_settings(pool)->mode;
+}
+/* 0 = unlimited */
+static inline int pool_effective_size(const PgPool *pool)
+{
+	return pool_settings(pool)->size;
+}
+static inline int pool_reserve_size(const PgPool *pool)
+{
+	return pool_settings(pool)->reserve;
 }
 
 /* Link a server to the client (true), or queue it and maybe launch one (false). */

@@ -10,11 +10,15 @@
 #include "common/config.h"
 #include "worker/objects.h"
 
+/*
+ * Uncached; the pool code asks the cached pool_effective_size(),
+ * pool_reserve_size() and pool_effective_mode() of worker/pool.h.
+ */
 /* pool_size: user entry, else database entry, else default_pool_size; 0 = unlimited */
-int pool_effective_size(const PgPool *pool);
+int pool_configured_size(const PgPool *pool);
 /* reserve_pool_size: user entry, else database entry, else global */
-int pool_reserve_size(const PgPool *pool);
-/* pool_mode: POOL_STATEMENT for the admin db, else user entry, else database entry, else global (uncached; see pool_effective_mode()) */
+int pool_configured_reserve(const PgPool *pool);
+/* pool_mode: POOL_STATEMENT for the admin db, else user entry, else database entry, else global */
 int pool_configured_mode(const PgPool *pool);
 /* server_lifetime of the pool's database; 0 = no limit */
 usec_t pool_server_lifetime(const PgPool *pool);

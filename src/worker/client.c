@@ -554,33 +554,24 @@ static SBufAction handle_admin_packet(PgSocket *c, const PktHdr *hdr, const uint
 	}
 }
 
-static bool known_client_type(char t)
-{
-	switch (t) {
-	case 'Q':
-	case 'P':
-	case 'B':
-	case 'E':
-	case 'D':
-	case 'C':
-	case 'S':
-	case 'H':
-	case 'F':
-	case 'd':
-	case 'c':
-	case 'f':
-	case 'X':
-		return true;
-	default:
-		return false;
-	}
-}
-
-/* Flush and the COPY messages: with no server linked, nothing they could mean. */
-static bool needs_no_server(char t)
-{
-	return t == 'H' || t == 'd' || t == 'c' || t == 'f';
-}
+/* What a message type a client may send after login means to the pooler (handle_client_packet()). */
+enum { MSG_UNKNOWN = 0, MSG_PLAIN, MSG_QUERY, MSG_NO_SERVER, MSG_TERMINATE };
+static const uint8_t client_msg_class[256] = {
+    ['P'] = MSG_PLAIN,
+    ['B'] = MSG_PLAIN,
+    ['E'] = MSG_PLAIN,
+    ['D'] = MSG_PLAIN,
+    ['C'] = MSG_PLAIN,
+    ['S'] = MSG_PLAIN,
+    ['F'] = MSG_PLAIN,
+    ['Q'] = MSG_QUERY,
+    /* Flush and the COPY messages: with no server linked, nothing they could mean */
+    ['H'] = MSG_NO_SERVER,
+    ['d'] = MSG_NO_SERVER,
+    ['c'] = MSG_NO_SERVER,
+    ['f'] = MSG_NO_SERVER,
+    ['X'] = MSG_TERMINATE,
+};
 
 static __attribute__((noinline)) SBufAction handle_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data,
                                                                  uint32_t avail)
@@ -611,24 +602,28 @@ static __attribute__((noinline)) SBufAction handle_client_packet(PgSocket *c, co
 	}
 	if (c->db->admin)
 		return handle_admin_packet(c, hdr, data, avail);
-	if (!known_client_type(hdr->type)) {
+	switch (client_msg_class[(uint8_t)hdr->type]) {
+	case MSG_UNKNOWN:
 		disconnect_client(c, true, "unknown pkt");
 		return SB_CLOSED;
-	}
-	if (hdr->type == 'X') {
+	case MSG_TERMINATE:
 		disconnect_client(c, false, "client close request");
 		return SB_CLOSED;
-	}
-	if (hdr->type == 'Q' && wk.cf.g.disable_pqexec) {
-		disconnect_client(c, true, "PQexec disallowed");
-		return SB_CLOSED;
+	case MSG_QUERY:
+		if (wk.cf.g.disable_pqexec) {
+			disconnect_client(c, true, "PQexec disallowed");
+			return SB_CLOSED;
+		}
+		break;
+	case MSG_NO_SERVER:
+		/* nothing outstanding to flush; COPY messages after a failed COPY let go of: no server needed */
+		if (!c->link && pool_effective_mode(c->pool) != POOL_SESSION && c->replication == REPLICATION_NONE) {
+			c->request_time = wk.now;
+			return SB_SKIP;
+		}
+		break;
 	}
 	c->request_time = wk.now;
-	if (!c->link && needs_no_server(hdr->type) && pool_effective_mode(c->pool) != POOL_SESSION &&
-	    c->replication == REPLICATION_NONE) {
-		/* nothing outstanding to flush; COPY messages after a failed COPY let go of: no server needed */
-		return SB_SKIP;
-	}
 	if (!c->link) {
 		if (c->state == CL_WAITING)
 			return SB_WAIT;

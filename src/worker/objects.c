@@ -595,11 +595,12 @@ void pool_free(PgPool *pool)
 	free(pool);
 }
 
-int pool_mode_refresh(PgPool *pool)
+void pool_settings_refresh(PgPool *pool)
 {
 	pool->mode = pool_configured_mode(pool);
-	pool->mode_gen = wk.cf_gen + 1;
-	return pool->mode;
+	pool->size = pool_configured_size(pool);
+	pool->reserve = pool_configured_reserve(pool);
+	pool->settings_gen = wk.cf_gen + 1;
 }
 
 int pool_server_count(const PgPool *pool)

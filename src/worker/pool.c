@@ -186,13 +186,30 @@ static bool pool_needs_server(const PgPool *pool)
 	return !list_empty(&pool->waiting_clients) || auth_query_waiting(pool);
 }
 
+/* Whether another worker may wait for room in the entry behind ref (not looked up yet: maybe). */
+static inline bool others_may_want(GlobalBudget *gb, const BudgetRef *ref)
+{
+	return ref->idx == 0 || (ref->idx > 0 && budget_others_want(gb, wk.id, ref->idx - 1));
+}
+
+static bool pool_should_yield_slow(PgPool *pool);
+
 /* Whether a free server of the pool should go to another worker whose clients wait for room. */
-static bool pool_should_yield(PgPool *pool)
+static inline bool pool_should_yield(PgPool *pool)
 {
 	GlobalBudget *gb = gbudget();
-	if (!gb || pool->db->admin)
-		return false;
 	/* the common case, at every release: nobody else waits for room here */
+	return gb &&
+	       (others_may_want(gb, &pool->budget) || others_may_want(gb, &pool->db->budget) ||
+	        others_may_want(gb, &pool->user->budget)) &&
+	       pool_should_yield_slow(pool);
+}
+
+static __attribute__((noinline)) bool pool_should_yield_slow(PgPool *pool)
+{
+	GlobalBudget *gb = gbudget();
+	if (pool->db->admin)
+		return false;
 	int ep = pool_entry(pool), ed = db_entry(pool->db), eu = user_entry(pool->user);
 	if (!(ep >= 0 && budget_others_want(gb, wk.id, ep)) && !(ed >= 0 && budget_others_want(gb, wk.id, ed)) &&
 	    !(eu >= 0 && budget_others_want(gb, wk.id, eu)))
@@ -765,10 +782,25 @@ void pool_maybe_launch(PgPool *pool)
 	PgSocket *first = first_needing_server(pool);
 	if (!first && !auth_query_waiting(pool))
 		return;
-	/* a server that passes its check is theirs: no new connection for them meanwhile */
-	if (first && first->replication == REPLICATION_NONE && !auth_query_waiting(pool) && checks_serve_waiters(pool))
-		return;
 	bool repl = first && first->replication != REPLICATION_NONE;
+	/*
+	 * Under load this is asked at every release, and the pool is full: the
+	 * answer of can_launch() would be "full" again, and the other workers
+	 * know already that we wait for room (budget.want stays set until the
+	 * wait ends or a launch is decided). Without a reserve pool nothing in
+	 * that answer depends on time; a config change (size) is seen here too.
+	 */
+	if (pool->budget.want && !repl && pool_reserve_size(pool) <= 0) {
+		int size = pool_effective_size(pool), servers;
+		if (size > 0 && (servers = pool_global_servers(pool)) >= size) {
+			log_noise("pool %s/%s: no launch: pool full (%d >= %d)", pool->db->name, pool->user->name,
+			          servers, size);
+			return;
+		}
+	}
+	/* a server that passes its check is theirs: no new connection for them meanwhile */
+	if (first && !repl && !auth_query_waiting(pool) && checks_serve_waiters(pool))
+		return;
 	BudgetHold hold;
 	if (!can_launch(pool, repl, &hold))
 		return;

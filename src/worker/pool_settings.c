@@ -22,14 +22,14 @@ static const char *nonempty(const char *s)
 /* A user entry's value of a setting where 0 and below mean "inherit" (NULL entry: none). */
 #define USER_OVERRIDE(u, field) ((u) && (u)->cf && (u)->cf->field > 0 ? (u)->cf->field : 0)
 
-int pool_effective_size(const PgPool *pool)
+int pool_configured_size(const PgPool *pool)
 {
 	if (pool->user->cf && pool->user->cf->pool_size != CF_UNSET)
 		return pool->user->cf->pool_size;
 	return db_pool_size(pool->db);
 }
 
-int pool_reserve_size(const PgPool *pool)
+int pool_configured_reserve(const PgPool *pool)
 {
 	if (pool->user->cf && pool->user->cf->reserve_pool_size != CF_UNSET)
 		return pool->user->cf->reserve_pool_size;
