@@ -25,7 +25,7 @@
 
 /* One lookup: queued for a server of its pool, then running on one. */
 struct AuthQuery {
-	List node;                         /* in `queued` while it waits for a server */
+	List node;                         /* in auth_query_queue while it waits for a server */
 	PgSocket *client;                  /* who waits; NULL once gone (a running query still finishes) */
 	PgSocket *server;                  /* the server running it; NULL while queued */
 	PgDatabase *db;                    /* auth database */
@@ -39,7 +39,7 @@ struct AuthQuery {
 };
 
 /* Lookups waiting for a server, oldest first (across pools). */
-static List queued = {&queued, &queued};
+List auth_query_queue = {&auth_query_queue, &auth_query_queue};
 
 static const char *nonempty(const char *s)
 {
@@ -81,7 +81,7 @@ static void fail_lookup(AuthQuery *q)
 static AuthQuery *first_queued(const PgPool *pool)
 {
 	List *i;
-	list_for_each(i, &queued)
+	list_for_each(i, &auth_query_queue)
 	{
 		AuthQuery *q = container_of(i, AuthQuery, node);
 		if (q->db == pool->db && q->user == pool->user)
@@ -90,7 +90,7 @@ static AuthQuery *first_queued(const PgPool *pool)
 	return NULL;
 }
 
-bool auth_query_waiting(const PgPool *pool)
+bool auth_query_waiting_slow(const PgPool *pool)
 {
 	return first_queued(pool) != NULL;
 }
@@ -154,7 +154,7 @@ SBufAction auth_query_start(PgSocket *c)
 	q->query = xstrdup(query);
 	pgb_strlcpy(q->login, c->app_name_raw, sizeof(q->login));
 	c->auth_query = q;
-	list_append(&queued, &q->node);
+	list_append(&auth_query_queue, &q->node);
 	/* nothing is read from the client until its secret is known */
 	sbuf_pause(&c->sb);
 	pool_wake_waiters(pool);
@@ -180,7 +180,7 @@ static void run_lookup(AuthQuery *q, PgSocket *s)
 		disconnect_server(s, false, "server conn crashed?"); /* fails the lookup (auth_query_server_gone) */
 }
 
-void auth_query_wake(PgPool *pool)
+void auth_query_wake_slow(PgPool *pool)
 {
 	/* from the head each time: a failure may take other lookups with it */
 	for (;;) {
