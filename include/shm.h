@@ -42,7 +42,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC       0x50474257u /* "PGBW" */
-#define SHM_VERSION     6u
+#define SHM_VERSION     7u
 #define SHM_MAX_WORKERS 64
 #define SHM_CACHELINE   64
 
@@ -174,6 +174,8 @@ typedef struct BudgetEntry {
 	_Atomic int32_t count;                         /* servers, all workers [CAS by workers; master] */
 	_Atomic uint64_t want_mask;             /* bit w: worker w has clients waiting for room here [fetch_or/and] */
 	_Atomic uint16_t held[SHM_MAX_WORKERS]; /* servers of worker w [worker w; master zeroes after reaping] */
+	/* logged-in clients of worker w in the pool (pool entries only; weighs the fair share) [worker w; master zeroes] */
+	_Atomic uint16_t demand[SHM_MAX_WORKERS];
 } BudgetEntry;
 
 /* Limits that span the process tree (doc/workers.md, "Limits span all workers"). */

@@ -56,17 +56,29 @@ static inline bool budget_others_want(GlobalBudget *gb, int self, int idx)
 /* Workers that hold servers of the entry or wait for room in it (at least 1). */
 int budget_participants(GlobalBudget *gb, int idx);
 
+/* Worker self serves `clients` logged-in clients that use the entry (published at its budget tick). */
+void budget_set_demand(GlobalBudget *gb, int self, int idx, int clients);
+
+/*
+ * Worker self's fair share of the entry's limit: divided among the
+ * participants in proportion to the clients each serves when they said
+ * (budget_set_demand(); a participant with clients gets at least 1),
+ * else evenly; rounded up so that an odd limit does not bounce a server
+ * between two workers.
+ */
+int budget_fair_share(GlobalBudget *gb, int self, int idx, int limit);
+
 /*
  * Whether worker self should give one of its servers of the entry to a
  * waiting worker: someone else waits, the entry is at limit, and self holds
- * more than its fair share (limit / participants), or needs none itself.
+ * more than its fair share (budget_fair_share()), or needs none itself.
  */
 bool budget_should_yield(GlobalBudget *gb, int self, int idx, int limit, bool self_needs);
 
 /*
  * Whether worker self should leave free room of the entry to others: another
- * worker waits and self already holds its fair share (limit / participants,
- * rounded up). Keeps a worker from taking back at once what it gave back.
+ * worker waits and self already holds its fair share (budget_fair_share()).
+ * Keeps a worker from taking back at once what it gave back.
  */
 bool budget_over_share(GlobalBudget *gb, int self, int idx, int limit);
 

@@ -130,35 +130,64 @@ void budget_want(GlobalBudget *gb, int self, int idx, bool on)
 		atomic_fetch_and(&gb->entries[idx].want_mask, ~bit);
 }
 
-int budget_participants(GlobalBudget *gb, int idx)
+/* Bit w: worker w holds servers of the entry or waits for room in it. */
+static uint64_t participant_mask(const BudgetEntry *e)
 {
-	BudgetEntry *e = &gb->entries[idx];
 	uint64_t mask = atomic_load(&e->want_mask);
 	for (int w = 0; w < SHM_MAX_WORKERS; w++)
 		if (atomic_load(&e->held[w]) > 0)
 			mask |= 1ull << w;
-	int n = __builtin_popcountll(mask);
+	return mask;
+}
+
+int budget_participants(GlobalBudget *gb, int idx)
+{
+	int n = __builtin_popcountll(participant_mask(&gb->entries[idx]));
 	return n > 0 ? n : 1;
 }
 
-/* limit / participants, rounded up so that an odd limit does not bounce a server between two workers */
-static int fair_share(GlobalBudget *gb, int idx, int limit)
+void budget_set_demand(GlobalBudget *gb, int self, int idx, int clients)
 {
-	int n = budget_participants(gb, idx);
-	return (limit + n - 1) / n;
+	uint16_t d = clients < 0 ? 0 : clients > UINT16_MAX ? UINT16_MAX : (uint16_t)clients;
+	if (atomic_load(&gb->entries[idx].demand[self]) != d)
+		atomic_store(&gb->entries[idx].demand[self], d);
+}
+
+int budget_fair_share(GlobalBudget *gb, int self, int idx, int limit)
+{
+	const BudgetEntry *e = &gb->entries[idx];
+	uint64_t mask = participant_mask(e) | (1ull << self);
+	uint64_t total = 0;
+	for (int w = 0; w < SHM_MAX_WORKERS; w++)
+		if (mask & (1ull << w))
+			total += atomic_load(&e->demand[w]);
+	if (total == 0) {
+		int n = __builtin_popcountll(mask);
+		return (limit + n - 1) / n;
+	}
+	/*
+	 * In proportion to the clients: a worker the scaler just added, to
+	 * which rebalancing moved a few of 2,000 clients, should not take half
+	 * of the pool from the worker that still serves the rest.
+	 */
+	uint64_t mine = atomic_load(&e->demand[self]);
+	if (mine == 0)
+		return 0;
+	int share = (int)(((uint64_t)limit * mine + total - 1) / total);
+	return share > 0 ? share : 1;
 }
 
 bool budget_should_yield(GlobalBudget *gb, int self, int idx, int limit, bool self_needs)
 {
 	if (limit <= 0 || !budget_others_want(gb, self, idx) || budget_count(gb, idx) < limit)
 		return false;
-	return !self_needs || budget_held(gb, self, idx) > fair_share(gb, idx, limit);
+	return !self_needs || budget_held(gb, self, idx) > budget_fair_share(gb, self, idx, limit);
 }
 
 bool budget_over_share(GlobalBudget *gb, int self, int idx, int limit)
 {
 	return limit > 0 && budget_others_want(gb, self, idx) &&
-	       budget_held(gb, self, idx) >= fair_share(gb, idx, limit);
+	       budget_held(gb, self, idx) >= budget_fair_share(gb, self, idx, limit);
 }
 
 void budget_clients_add(GlobalBudget *gb, int self, int delta)
@@ -184,6 +213,7 @@ void budget_reset_worker(GlobalBudget *gb, int w)
 		}
 		if ((st & STATE_MASK) != BUDGET_READY)
 			continue;
+		atomic_store(&e->demand[w], 0);
 		uint16_t held = atomic_exchange(&e->held[w], 0);
 		if (held)
 			atomic_fetch_sub(&e->count, held);

@@ -194,6 +194,18 @@ static inline bool others_may_want(GlobalBudget *gb, const BudgetRef *ref)
 
 static bool pool_should_yield_slow(PgPool *pool);
 
+/*
+ * Our logged-in clients of the pool (and one for auth_query lookups that
+ * wait for it): they weigh our fair share of it (budget_fair_share()).
+ */
+static void publish_demand(PgPool *pool)
+{
+	int e = pool_entry(pool);
+	if (e >= 0)
+		budget_set_demand(gbudget(), wk.id, e,
+		                  pool->n_state[CL_ACTIVE] + pool->n_state[CL_WAITING] + auth_query_waiting(pool));
+}
+
 /* Whether a free server of the pool should go to another worker whose clients wait for room. */
 static inline bool pool_should_yield(PgPool *pool)
 {
@@ -210,6 +222,7 @@ static __attribute__((noinline)) bool pool_should_yield_slow(PgPool *pool)
 	GlobalBudget *gb = gbudget();
 	if (pool->db->admin)
 		return false;
+	publish_demand(pool);
 	int ep = pool_entry(pool), ed = db_entry(pool->db), eu = user_entry(pool->user);
 	if (!(ep >= 0 && budget_others_want(gb, wk.id, ep)) && !(ed >= 0 && budget_others_want(gb, wk.id, ed)) &&
 	    !(eu >= 0 && budget_others_want(gb, wk.id, eu)))
@@ -265,6 +278,8 @@ void pool_budget_tick(void)
 	list_for_each(i, &wk.pools)
 	{
 		PgPool *pool = container_of(i, PgPool, node);
+		if (!pool->db->admin)
+			publish_demand(pool);
 		/* a paused pool, or one whose logins fail, waits for other reasons: it asks nobody to give back */
 		bool can_use = !pool_paused(pool) && !pool_retry_wait(pool);
 		if (pool_needs_server(pool) && can_use)
@@ -682,6 +697,7 @@ static bool can_launch(PgPool *pool, bool for_replication, BudgetHold *hold)
 	}
 	/* room another worker waits for goes to it when we have our share (no ping-pong after a give-back) */
 	GlobalBudget *gb = gbudget();
+	publish_demand(pool);
 	BudgetRef *refs[3] = {&pool->budget, &pool->db->budget, &pool->user->budget};
 	int idx[3] = {pool_entry(pool), db_entry(pool->db), user_entry(pool->user)};
 	int limits[3] = {limit, max_db, max_user};

@@ -186,12 +186,59 @@ static void test_yield_fair_share(void **state)
 	free_budget(gb);
 }
 
+/* A worker with few of the clients does not take half of the pool from the one with the rest. */
+static void test_fair_share_follows_clients(void **state)
+{
+	GlobalBudget *gb = new_budget();
+	int e = budget_lookup(gb, 0, BUDGET_POOL, "db", "u");
+	for (int i = 0; i < 20; i++)
+		assert_true(budget_take(gb, 0, e, 20));
+	budget_want(gb, 1, e, true);
+	/* nobody said how many clients: even shares, as before */
+	assert_int_equal(budget_fair_share(gb, 0, e, 20), 10);
+	assert_int_equal(budget_fair_share(gb, 1, e, 20), 10);
+	/* 1,900 clients on worker 0, 100 moved to worker 1 */
+	budget_set_demand(gb, 0, e, 1900);
+	budget_set_demand(gb, 1, e, 100);
+	assert_int_equal(budget_fair_share(gb, 0, e, 20), 19);
+	assert_int_equal(budget_fair_share(gb, 1, e, 20), 1);
+	/* worker 0 gives back one server, and only one */
+	assert_true(budget_should_yield(gb, 0, e, 20, true));
+	budget_give(gb, 0, e);
+	assert_false(budget_should_yield(gb, 0, e, 20, true));
+	assert_true(budget_take(gb, 1, e, 20));
+	assert_false(budget_should_yield(gb, 0, e, 20, true));
+	/* both at their shares (19 and 1): neither takes room the other waits for */
+	budget_want(gb, 0, e, true);
+	assert_true(budget_over_share(gb, 0, e, 20));
+	assert_true(budget_over_share(gb, 1, e, 20));
+	/* worker 1's clients go (they disconnect): its one server goes back when it is free */
+	budget_set_demand(gb, 1, e, 0);
+	assert_int_equal(budget_fair_share(gb, 1, e, 20), 0);
+	assert_true(budget_should_yield(gb, 1, e, 20, true));
+	budget_set_demand(gb, 1, e, 100);
+	/* even clients: even shares; a few clients still get at least one server */
+	budget_set_demand(gb, 1, e, 1900);
+	assert_int_equal(budget_fair_share(gb, 1, e, 20), 10);
+	budget_set_demand(gb, 1, e, 1);
+	assert_int_equal(budget_fair_share(gb, 1, e, 20), 1);
+	/* more than 65,535 clients count as 65,535 */
+	budget_set_demand(gb, 0, e, 100000);
+	assert_int_equal(budget_fair_share(gb, 0, e, 20), 20);
+	/* a dead worker's clients no longer weigh */
+	budget_reset_worker(gb, 1);
+	budget_set_demand(gb, 0, e, 10);
+	assert_int_equal(budget_fair_share(gb, 0, e, 20), 20);
+	free_budget(gb);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_lookup_same_key_same_entry), cmocka_unit_test(test_table_full),
 	    cmocka_unit_test(test_take_below_limit),           cmocka_unit_test(test_take_races_across_processes),
 	    cmocka_unit_test(test_reset_dead_worker),          cmocka_unit_test(test_yield_fair_share),
+	    cmocka_unit_test(test_fair_share_follows_clients),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
