@@ -180,6 +180,42 @@ def test_idle_servers_are_given_back_to_another_worker(bouncer, pg):
     c.execute("COMMIT")
 
 
+def test_busy_worker_leaves_a_server_to_the_other_workers_logins(bouncer, pg):
+    """Clients that stay logged in on worker 0 and keep the whole pool busy do not starve
+    the logins of worker 1: its share of the pool follows its clients, and a client
+    waiting for its welcome counts (node-postgres with 10 connections on a pool of 2
+    timed out 6 logins when it did not)."""
+    app = "glimit_busy"
+    b = bouncer(ini_overrides=dict(TWO, default_pool_size=2, client_login_timeout=10, query_wait_timeout=20),
+                databases={"postgres": pg.connstr("postgres", application_name=app)})
+    two_workers(b)
+    busy = [conn_on(b, 0) for _ in range(4)]
+    stop = threading.Event()
+    errors = []
+
+    def loop(c):
+        try:
+            while not stop.is_set():
+                c.execute("SELECT pg_sleep(0.005)")
+        except Exception as e:  # noqa: BLE001 - collected for the assertion
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=loop, args=(c,)) for c in busy]
+    for t in threads:
+        t.start()
+    try:
+        wait_for(lambda: backends(pg, app) == 2, "the pool of 2 busy on worker 0")
+        late = [conn_on(b, 1) for _ in range(2)]
+        for i, c in enumerate(late):
+            assert c.execute("SELECT %s::int", [i]).fetchone() == (i,)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    assert backends(pg, app) <= 2
+
+
 def test_crashed_worker_budget_returns(bouncer, pg):
     app = "glimit_crash"
     b = bouncer(ini_overrides=dict(TWO, default_pool_size=2, query_wait_timeout=10),

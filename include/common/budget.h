@@ -62,9 +62,8 @@ void budget_set_demand(GlobalBudget *gb, int self, int idx, int clients);
 /*
  * Worker self's fair share of the entry's limit: divided among the
  * participants in proportion to the clients each serves when they said
- * (budget_set_demand(); a participant with clients gets at least 1),
- * else evenly; rounded up so that an odd limit does not bounce a server
- * between two workers.
+ * (budget_set_demand(); a participant with clients gets at least 1 while
+ * the limit allows), else evenly; the shares add up to the limit exactly.
  */
 int budget_fair_share(GlobalBudget *gb, int self, int idx, int limit);
 

@@ -153,28 +153,75 @@ void budget_set_demand(GlobalBudget *gb, int self, int idx, int clients)
 		atomic_store(&gb->entries[idx].demand[self], d);
 }
 
+/*
+ * The limit split among the participants so that the shares add up to the
+ * limit exactly: a sum above it would let a worker that holds "its share"
+ * keep room that another worker's share counts on, and that one would
+ * starve (a pool of 2, shares rounded up to 2 and 1). Each participant gets
+ * limit * weight / total rounded down, the rest goes one by one to the
+ * largest remainders (ties: the lower worker number), and a participant
+ * with weight gets at least 1 while others have more. Every worker
+ * computes the same split from the same counters.
+ */
+static int split_share(int limit, const uint64_t weight[SHM_MAX_WORKERS], uint64_t mask, int self)
+{
+	int share[SHM_MAX_WORKERS] = {0};
+	uint64_t total = 0;
+	for (int w = 0; w < SHM_MAX_WORKERS; w++)
+		if (mask & (1ull << w))
+			total += weight[w];
+	if (total == 0 || limit <= 0)
+		return 0;
+	int given = 0;
+	uint64_t rem[SHM_MAX_WORKERS] = {0};
+	for (int w = 0; w < SHM_MAX_WORKERS; w++)
+		if (mask & (1ull << w)) {
+			share[w] = (int)((uint64_t)limit * weight[w] / total);
+			rem[w] = (uint64_t)limit * weight[w] % total;
+			given += share[w];
+		}
+	while (given < limit) {
+		int best = -1;
+		for (int w = 0; w < SHM_MAX_WORKERS; w++)
+			if ((mask & (1ull << w)) && weight[w] > 0 && (best < 0 || rem[w] > rem[best]))
+				best = w;
+		share[best]++;
+		rem[best] = 0;
+		given++;
+	}
+	for (int w = 0; w < SHM_MAX_WORKERS; w++) {
+		if (!(mask & (1ull << w)) || weight[w] == 0 || share[w] > 0)
+			continue;
+		int richest = -1;
+		for (int v = 0; v < SHM_MAX_WORKERS; v++)
+			if (share[v] > 1 && (richest < 0 || share[v] > share[richest]))
+				richest = v;
+		if (richest < 0)
+			break; /* fewer servers than workers with clients: some get none */
+		share[richest]--;
+		share[w]++;
+	}
+	return share[self];
+}
+
 int budget_fair_share(GlobalBudget *gb, int self, int idx, int limit)
 {
 	const BudgetEntry *e = &gb->entries[idx];
 	uint64_t mask = participant_mask(e) | (1ull << self);
-	uint64_t total = 0;
+	uint64_t weight[SHM_MAX_WORKERS] = {0}, total = 0;
 	for (int w = 0; w < SHM_MAX_WORKERS; w++)
 		if (mask & (1ull << w))
-			total += atomic_load(&e->demand[w]);
-	if (total == 0) {
-		int n = __builtin_popcountll(mask);
-		return (limit + n - 1) / n;
-	}
+			total += weight[w] = atomic_load(&e->demand[w]);
 	/*
 	 * In proportion to the clients: a worker the scaler just added, to
 	 * which rebalancing moved a few of 2,000 clients, should not take half
-	 * of the pool from the worker that still serves the rest.
+	 * of the pool from the worker that still serves the rest. Nobody said
+	 * how many: evenly.
 	 */
-	uint64_t mine = atomic_load(&e->demand[self]);
-	if (mine == 0)
-		return 0;
-	int share = (int)(((uint64_t)limit * mine + total - 1) / total);
-	return share > 0 ? share : 1;
+	if (total == 0)
+		for (int w = 0; w < SHM_MAX_WORKERS; w++)
+			weight[w] = (mask >> w) & 1;
+	return split_share(limit, weight, mask, self);
 }
 
 bool budget_should_yield(GlobalBudget *gb, int self, int idx, int limit, bool self_needs)

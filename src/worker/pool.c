@@ -195,15 +195,18 @@ static inline bool others_may_want(GlobalBudget *gb, const BudgetRef *ref)
 static bool pool_should_yield_slow(PgPool *pool);
 
 /*
- * Our logged-in clients of the pool (and one for auth_query lookups that
- * wait for it): they weigh our fair share of it (budget_fair_share()).
+ * Our clients of the pool: logged in, waiting for a server, or waiting for
+ * the welcome that the pool's first login provides (and one for auth_query
+ * lookups that wait for it). They weigh our fair share of the pool
+ * (budget_fair_share()).
  */
 static void publish_demand(PgPool *pool)
 {
 	int e = pool_entry(pool);
+	const int *n = pool->n_state;
 	if (e >= 0)
 		budget_set_demand(gbudget(), wk.id, e,
-		                  pool->n_state[CL_ACTIVE] + pool->n_state[CL_WAITING] + auth_query_waiting(pool));
+		                  n[CL_ACTIVE] + n[CL_WAITING] + n[CL_WAITING_LOGIN] + auth_query_waiting(pool));
 }
 
 /* Whether a free server of the pool should go to another worker whose clients wait for room. */
@@ -278,7 +281,7 @@ void pool_budget_tick(void)
 	list_for_each(i, &wk.pools)
 	{
 		PgPool *pool = container_of(i, PgPool, node);
-		if (!pool->db->admin)
+		if (pool->budget.idx > 0) /* a pool that never launched has no entry yet: its first launch publishes */
 			publish_demand(pool);
 		/* a paused pool, or one whose logins fail, waits for other reasons: it asks nobody to give back */
 		bool can_use = !pool_paused(pool) && !pool_retry_wait(pool);

@@ -222,13 +222,53 @@ static void test_fair_share_follows_clients(void **state)
 	assert_int_equal(budget_fair_share(gb, 1, e, 20), 10);
 	budget_set_demand(gb, 1, e, 1);
 	assert_int_equal(budget_fair_share(gb, 1, e, 20), 1);
-	/* more than 65,535 clients count as 65,535 */
+	/* more than 65,535 clients count as 65,535; worker 1's one client still has a server */
 	budget_set_demand(gb, 0, e, 100000);
-	assert_int_equal(budget_fair_share(gb, 0, e, 20), 20);
+	assert_int_equal(budget_fair_share(gb, 0, e, 20), 19);
+	assert_int_equal(budget_fair_share(gb, 1, e, 20), 1);
 	/* a dead worker's clients no longer weigh */
 	budget_reset_worker(gb, 1);
 	budget_set_demand(gb, 0, e, 10);
 	assert_int_equal(budget_fair_share(gb, 0, e, 20), 20);
+	free_budget(gb);
+}
+
+/* The shares add up to the limit: rounding up would let one worker starve another. */
+static void test_fair_shares_add_up_to_the_limit(void **state)
+{
+	GlobalBudget *gb = new_budget();
+	int e = budget_lookup(gb, 0, BUDGET_POOL, "db", "u");
+	assert_true(budget_take(gb, 0, e, 2));
+	assert_true(budget_take(gb, 0, e, 2));
+	budget_want(gb, 1, e, true);
+	/* 4 busy clients on worker 0, 2 on worker 1 (one waiting for its welcome): 1 and 1, not 2 and 1 */
+	budget_set_demand(gb, 0, e, 4);
+	budget_set_demand(gb, 1, e, 2);
+	assert_int_equal(budget_fair_share(gb, 0, e, 2), 1);
+	assert_int_equal(budget_fair_share(gb, 1, e, 2), 1);
+	assert_true(budget_should_yield(gb, 0, e, 2, true));
+	/* three workers with the same clients: 7 + 7 + 6 of 20 */
+	budget_want(gb, 2, e, true);
+	budget_set_demand(gb, 1, e, 4);
+	budget_set_demand(gb, 2, e, 4);
+	int sum = 0;
+	for (int w = 0; w < 3; w++) {
+		int share = budget_fair_share(gb, w, e, 20);
+		assert_true(share == 6 || share == 7);
+		sum += share;
+	}
+	assert_int_equal(sum, 20);
+	/* nobody said: even, still adding up (3 = 1 + 1 + 1 of 3, 2 + 1 of 3 between two) */
+	for (int w = 0; w < 3; w++)
+		budget_set_demand(gb, w, e, 0);
+	for (int w = 0; w < 3; w++)
+		assert_int_equal(budget_fair_share(gb, w, e, 3), 1);
+	budget_want(gb, 2, e, false);
+	assert_int_equal(budget_fair_share(gb, 0, e, 3) + budget_fair_share(gb, 1, e, 3), 3);
+	/* a pool of 1 between two workers with clients: one of them has it */
+	budget_set_demand(gb, 0, e, 5);
+	budget_set_demand(gb, 1, e, 5);
+	assert_int_equal(budget_fair_share(gb, 0, e, 1) + budget_fair_share(gb, 1, e, 1), 1);
 	free_budget(gb);
 }
 
@@ -238,7 +278,7 @@ int main(void)
 	    cmocka_unit_test(test_lookup_same_key_same_entry), cmocka_unit_test(test_table_full),
 	    cmocka_unit_test(test_take_below_limit),           cmocka_unit_test(test_take_races_across_processes),
 	    cmocka_unit_test(test_reset_dead_worker),          cmocka_unit_test(test_yield_fair_share),
-	    cmocka_unit_test(test_fair_share_follows_clients),
+	    cmocka_unit_test(test_fair_share_follows_clients), cmocka_unit_test(test_fair_shares_add_up_to_the_limit),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
