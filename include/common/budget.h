@@ -53,9 +53,6 @@ static inline bool budget_others_want(GlobalBudget *gb, int self, int idx)
 	return (atomic_load(&gb->entries[idx].want_mask) & ~(1ull << self)) != 0;
 }
 
-/* Workers that hold servers of the entry or wait for room in it (at least 1). */
-int budget_participants(GlobalBudget *gb, int idx);
-
 /* Worker self serves `clients` logged-in clients that use the entry (published at its budget tick). */
 void budget_set_demand(GlobalBudget *gb, int self, int idx, int clients);
 

@@ -140,12 +140,6 @@ static uint64_t participant_mask(const BudgetEntry *e)
 	return mask;
 }
 
-int budget_participants(GlobalBudget *gb, int idx)
-{
-	int n = __builtin_popcountll(participant_mask(&gb->entries[idx]));
-	return n > 0 ? n : 1;
-}
-
 void budget_set_demand(GlobalBudget *gb, int self, int idx, int clients)
 {
 	uint16_t d = clients < 0 ? 0 : clients > UINT16_MAX ? UINT16_MAX : (uint16_t)clients;
