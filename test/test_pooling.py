@@ -439,6 +439,24 @@ def test_query_wait_timeout(bouncer):
     assert holder.execute("SELECT 'holder fine'").fetchone() == ("holder fine",)
 
 
+def test_console_set_pool_size_serves_a_client_already_waiting(bouncer):
+    """A full pool with a waiting client: the pooler keeps its size cached and skips the
+    launch check while full, so a larger default_pool_size set on the console must still
+    reach the pool and give the waiting client a second server."""
+    b = bouncer(ini_overrides={"default_pool_size": 1, "query_wait_timeout": 60})
+    holder = b.connect()  # session mode: holds the pool's one server
+    holder.execute("SELECT 1")
+    waiter = b.connect(autocommit=True)
+    bg = Background(lambda: waiter.execute("SELECT 'served'").fetchone())
+    wait_for(lambda: int(pool_row(b)["cl_waiting"]) == 1, "a waiting client")
+    with b.admin() as admin:
+        assert admin.execute("SET default_pool_size = 2").statusmessage == "SET default_pool_size=2"
+    assert bg.result() == ("served",)
+    row = pool_row(b)
+    assert (int(row["sv_active"]), int(row["cl_waiting"])) == (2, 0)
+    assert holder.execute("SELECT 'holder fine'").fetchone() == ("holder fine",)
+
+
 def test_query_wait_timeout_raw_sqlstate(bouncer):
     b = bouncer(ini_overrides={"default_pool_size": 1, "query_wait_timeout": 1})
     holder = b.connect(autocommit=True)
