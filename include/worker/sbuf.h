@@ -108,7 +108,12 @@ struct SBuf {
  */
 void sbuf_set_wake_hook(void (*hook)(void));
 
-/* Attach an accepted socket (non-blocking is set here) and start reading. */
+/*
+ * Attach an accepted socket and start reading. The socket must be
+ * non-blocking already (accept4() with SOCK_NONBLOCK makes it so without
+ * two fcntl() calls per login; sbuf_set_nonblocking() for other sources).
+ */
+void sbuf_set_nonblocking(int fd);
 void sbuf_accept(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_buf, uint32_t max_len, sbuf_cb_t cb,
                  void *owner);
 

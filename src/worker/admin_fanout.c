@@ -92,7 +92,7 @@ static void on_private_accept(evutil_socket_t fd, short what, void *arg)
 			return;
 		}
 		wk.now = get_time_usec();
-		client_accept(cfd, true, true);
+		client_accept(cfd, true, true, NULL, 0);
 	}
 }
 

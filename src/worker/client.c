@@ -30,11 +30,15 @@
 #include "worker/txn.h"
 #include "worker/worker.h"
 
-void client_accept(int fd, bool is_unix, bool is_private)
+void client_accept(int fd, bool is_unix, bool is_private, const struct sockaddr_storage *peer, socklen_t peer_len)
 {
 	PgSocket *c = socket_new(false);
-	socklen_t len = sizeof(c->remote);
-	getpeername(fd, (struct sockaddr *)&c->remote, &len);
+	if (peer) {
+		memcpy(&c->remote, peer, peer_len < sizeof(c->remote) ? peer_len : sizeof(c->remote));
+	} else {
+		socklen_t len = sizeof(c->remote);
+		getpeername(fd, (struct sockaddr *)&c->remote, &len);
+	}
 	c->is_unix = is_unix;
 	c->is_private = is_private;
 	if (is_unix) {

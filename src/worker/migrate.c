@@ -468,6 +468,7 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, char *err, size
 	u->client_count++;
 	c->adopted = true;
 	change_state(c, CL_ACTIVE);
+	sbuf_set_nonblocking(fd); /* passed over a unix socket: from whatever made it */
 	sbuf_accept(&c->sb, wk.base, fd, (uint32_t)wk.cf.g.pkt_buf, wk.cf.g.max_packet_size, client_cb, c);
 	c->sb.startup = false;
 	c->sb.bytes_in = bytes_in;

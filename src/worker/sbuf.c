@@ -47,7 +47,7 @@ void sbuf_set_wake_hook(void (*hook)(void))
 	wake_hook = hook;
 }
 
-static void set_nonblocking(int fd)
+void sbuf_set_nonblocking(int fd)
 {
 	int fl = fcntl(fd, F_GETFL);
 	if (fl >= 0)
@@ -240,7 +240,6 @@ static void disable_write(SBuf *sb)
 void sbuf_accept(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_buf, uint32_t max_len, sbuf_cb_t cb,
                  void *owner)
 {
-	set_nonblocking(fd);
 	sbuf_setup(sb, base, fd, pkt_buf, max_len, cb, owner);
 	sb->startup = true;
 	sb->give_back = true;

@@ -40,14 +40,17 @@ static void on_accept(evutil_socket_t fd, short what, void *arg)
 	WorkerListener *l = arg;
 	/* take what the kernel has queued, a bounded number per wakeup for fairness */
 	for (int n = 0; n < 32; n++) {
-		int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		/* the peer's address comes with it: no getpeername() per login */
+		struct sockaddr_storage peer;
+		socklen_t peer_len = sizeof(peer);
+		int cfd = accept4(fd, (struct sockaddr *)&peer, &peer_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (cfd < 0) {
 			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
 				log_warning("accept() failed: %s", strerror(errno));
 			return;
 		}
 		wk.now = get_time_usec();
-		client_accept(cfd, l->is_unix, false);
+		client_accept(cfd, l->is_unix, false, &peer, peer_len);
 	}
 }
 
