@@ -16,7 +16,7 @@ import time
 import psycopg
 import pytest
 
-from helpers import check_unharmed
+from helpers import check_unharmed, wait_server_idle
 from pgwire import PgWire
 
 
@@ -426,4 +426,49 @@ def test_server_closes_mid_message_after_login(hostile):
     mark = b.log_mark()
     run_query_against(b)
     b.wait_log(r"server closed the connection in the middle of a message", after=mark)
+    check_unharmed(b, bystander)
+
+
+def test_failed_application_name_set_sent_ahead_of_the_query(hostile):
+    """PostgreSQL takes any printable application_name, so the pooler sends
+    that SET ahead of the client's first query without waiting for it. A
+    server that fails it anyway has already received the query: the client
+    gets the query's answer, the log says the SET failed, and the server
+    stays in the pool."""
+    queries = []
+
+    def script(w):
+        w.read_startup()
+        w.auth(0)
+        for name, value in (("client_encoding", "UTF8"), ("server_version", "15.0"),
+                            ("standard_conforming_strings", "on"), ("DateStyle", "ISO, MDY")):
+            w.send(b"S", name.encode() + b"\0" + value.encode() + b"\0")
+        w.send(b"K", struct.pack("!II", 4242, 99))
+        w.send(b"Z", b"I")
+        while True:
+            kind, body = w.read_msg()
+            if kind == b"X":
+                return
+            assert kind == b"Q", kind
+            queries.append(body.rstrip(b"\0").decode())
+            if body.startswith(b"SET "):
+                w.send(b"E", b"SERROR\0C22023\0Mno such name today\0\0")
+            else:
+                w.send(b"T", struct.pack("!H", 1) + b"x\0" + struct.pack("!IHIhih", 0, 0, 25, -1, -1, 0))
+                w.send(b"D", struct.pack("!HI", 1, 2) + b"ok")
+                w.send(b"C", b"SELECT 1\0")
+            w.send(b"Z", b"I")
+
+    b, bystander, server = hostile(script)
+    mark = b.log_mark()
+    for _ in range(2):
+        w = PgWire(b.port)
+        w.login(database="hostile", password="postgres", application_name="hostile-app")
+        assert w.simple_query("SELECT 'ok'") == ([["ok"]], None)
+        w.close()
+        b.wait_log(r"parameter SET failed, the server keeps its value: no such name today", after=mark)
+        mark = b.log_mark()
+        wait_server_idle(b, database="hostile")
+    assert server.connections == 1, (server.errors, queries)  # the server stayed in the pool
+    assert [q for q in queries if q.startswith("SET ")] == ["SET \"application_name\"='hostile-app';"] * 2
     check_unharmed(b, bystander)

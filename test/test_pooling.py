@@ -318,6 +318,54 @@ def test_invalid_tracked_parameter_value(bouncer):
         assert conn.execute("SELECT 'pool fine'").fetchone() == ("pool fine",)
 
 
+def test_application_name_goes_out_with_the_first_message(bouncer, pg):
+    """In session mode the SET of a printable application_name is not waited
+    for: it reaches the server in the same write as the client's first
+    message, simple or extended, and that message already runs under it."""
+    b = bouncer(ini_overrides={"default_pool_size": 1})
+    mark = b.log_mark()
+    pid = None
+    names = ["first-app", "it's a \\path\\; DROP TABLE nothing; --", "third app"]
+    for i, name in enumerate(names):
+        if i % 2 == 0:
+            w = PgWire(b.port)
+            w.login(application_name=name)
+            rows, err = w.simple_query("SELECT pg_backend_pid(), current_setting('application_name')")
+            w.close()
+            assert err is None, err
+            row = (int(rows[0][0]), rows[0][1])
+        else:
+            with b.connect(autocommit=True, application_name=name) as conn:
+                row = conn.execute("SELECT pg_backend_pid(), current_setting('application_name')",
+                                   prepare=True).fetchone()
+        pid = pid or row[0]
+        assert row == (pid, name)  # one server throughout: nothing failed
+        wait_reset(b, pg, pid)
+    # a name PostgreSQL would rewrite is waited for, as every other tracked parameter is
+    with pg.connect(application_name="caf\u00e9") as direct:
+        rewritten = direct.execute("SELECT current_setting('application_name')").fetchone()[0]
+    with b.connect(autocommit=True, application_name="caf\u00e9") as conn:
+        assert conn.execute("SELECT pg_backend_pid(), current_setting('application_name')").fetchone() == \
+            (pid, rewritten)
+    assert "SET failed" not in b.log_text()[mark:]
+
+
+def test_cancel_reaches_a_first_query_sent_behind_its_set(bouncer, pg):
+    b = bouncer(ini_overrides={"default_pool_size": 1})
+    with b.connect(autocommit=True, application_name="one") as conn:
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    wait_reset(b, pg, pid)
+    with b.connect(autocommit=True, application_name="two") as conn:
+        timer = threading.Timer(0.5, conn.cancel)
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(errors.QueryCanceled):
+            conn.execute("SELECT pg_sleep(30)")
+        timer.join()
+        assert time.monotonic() - started < 20
+        assert conn.execute("SELECT current_setting('application_name')").fetchone() == ("two",)
+
+
 def test_options_forms(bouncer):
     b = bouncer()
     opts = r"-c DateStyle=SQL,\ DMY --TimeZone=UTC -capplication_name=opt-app"

@@ -194,7 +194,8 @@ static const char *cancel_by_key(const uint8_t *key, int hold_fd)
 		/* a cancel aimed at a console session aborts its pending PAUSE/WAIT_CLOSE */
 		admin_console_cancel(c);
 		why = "cancel request for console client";
-	} else if (!server || server->setting_vars) {
+	} else if (!server || (server->setting_vars && !server->vars_pipelined)) {
+		/* a pipelined SET has the client's query right behind it: that one is cancelled */
 		why = "cancel request for idle client";
 	}
 	if (why) {

@@ -635,7 +635,7 @@ static __attribute__((noinline)) SBufAction handle_client_packet(PgSocket *c, co
 			return c->state == CL_JUSTFREE ? SB_CLOSED : SB_WAIT;
 	}
 	PgSocket *s = c->link;
-	if (s->setting_vars)
+	if (s->setting_vars && !s->vars_pipelined)
 		return SB_WAIT;
 	if (c->replication != REPLICATION_NONE || pool_effective_mode(c->pool) == POOL_SESSION) {
 		count_request(c, hdr);

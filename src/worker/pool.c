@@ -340,35 +340,74 @@ static void append_set(PktBuf *q, int idx, const char *value)
 }
 
 /*
+ * Whether `SET <idx> = '<value>'` cannot fail on an idle server: an
+ * application_name of printable ASCII, which PostgreSQL takes whatever it
+ * says (it only replaces other characters) and which is valid in every
+ * server encoding. Such a SET may go out ahead of the client's messages.
+ */
+static bool set_cannot_fail(int idx, const char *value)
+{
+	if (strcasecmp(var_name(idx), "application_name") != 0)
+		return false;
+	for (const unsigned char *p = (const unsigned char *)value; *p; p++)
+		if (*p < 0x20 || *p > 0x7e)
+			return false;
+	return true;
+}
+
+/*
  * Replay the client's tracked parameters on its new server. Returns true if
- * a SET query was sent (the client waits for its answer).
+ * a SET query was sent that the client waits for.
+ *
+ * In session mode a SET that cannot fail is not waited for: it is queued
+ * for the server and goes out in the same write as the client's message
+ * that asked for the server, and its answer is swallowed when it comes
+ * (doc/transaction.md, "Tracked parameters"). A login then costs one round
+ * trip to PostgreSQL less. Any other SET is answered before the client's
+ * message leaves, so that its failure can still refuse the client.
  */
 static bool replay_vars(PgSocket *c, PgSocket *s)
 {
-	PktBuf msg = {0};
 	int n = var_count();
+	int first = -1;
+	bool pipeline = pool_effective_mode(c->pool) == POOL_SESSION && c->sb.dst == &s->sb;
 	for (int i = 0; i < n; i++) {
 		const char *want = c->vars[i].value, *have = s->vars[i].value;
 		/* values are interned: the same value is the same pointer, the common case at every link */
 		if (want == have || !want || (have && strcasecmp(want, have) == 0))
 			continue;
-		if (!msg.buf) {
-			pktbuf_init(&msg, 128);
-			pktbuf_start_msg(&msg, 'Q');
-		}
-		append_set(&msg, i, want);
+		if (first < 0)
+			first = i;
+		pipeline = pipeline && set_cannot_fail(i, want);
 	}
-	if (!msg.buf)
+	if (first < 0)
 		return false;
-	pktbuf_put_u8(&msg, 0);
-	pktbuf_finish_msg(&msg);
-	bool ok = sbuf_send(&s->sb, msg.buf, msg.len);
-	pktbuf_free(&msg);
-	if (!ok)
-		return false;
+	PktBuf own = {0};
+	PktBuf *q = pipeline ? sbuf_own_queue(&c->sb) : NULL;
+	if (!q) {
+		pipeline = false;
+		pktbuf_init(&own, 128);
+		q = &own;
+	}
+	pktbuf_start_msg(q, 'Q');
+	for (int i = first; i < n; i++) {
+		const char *want = c->vars[i].value, *have = s->vars[i].value;
+		if (want == have || !want || (have && strcasecmp(want, have) == 0))
+			continue;
+		append_set(q, i, want);
+	}
+	pktbuf_put_u8(q, 0);
+	pktbuf_finish_msg(q);
+	if (!pipeline) {
+		bool ok = sbuf_send(&s->sb, own.buf, own.len);
+		pktbuf_free(&own);
+		if (!ok)
+			return false;
+	}
 	s->setting_vars = true;
+	s->vars_pipelined = pipeline;
 	s->ready = false;
-	return true;
+	return !pipeline; /* a pipelined SET goes out with the client's message (sbuf's batch) */
 }
 
 static void link_client_server(PgSocket *c, PgSocket *s)
@@ -465,7 +504,7 @@ bool pool_find_server(PgSocket *c)
 		PgSocket *s = pool_take_idle(pool);
 		if (s) {
 			link_client_server(c, s);
-			return !s->setting_vars;
+			return !s->setting_vars || s->vars_pipelined;
 		}
 	}
 	/* the safe shutdown hands out no more servers: queueing would be for ever */
@@ -561,7 +600,7 @@ void pool_wake_waiters(PgPool *pool)
 		if (!s)
 			break; /* the rest wait on: never walk thousands of waiters per released server */
 		link_client_server(c, s);
-		if (!s->setting_vars)
+		if (!s->setting_vars || s->vars_pipelined)
 			client_server_assigned(c);
 	}
 	int unserved = pool->n_state[CL_WAITING];

@@ -530,6 +530,15 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 			const char *sev, *code, *msg;
 			if (!proto_parse_error(data + 5, hdr->len - 5, &sev, &code, &msg))
 				return server_protocol_violation(s, "malformed ErrorResponse");
+			if (s->setting_vars && s->vars_pipelined) {
+				/*
+				 * The client's messages are on their way behind it: the
+				 * server keeps its old value, which it reported, and the
+				 * next link tries again.
+				 */
+				slog(LG_WARNING, s, "parameter SET failed, the server keeps its value: %s", msg);
+				return SB_CONSUMED;
+			}
 			if (s->setting_vars) {
 				slog(LG_WARNING, s, "parameter SET failed: %s", msg);
 				disconnect_server(s, true, "invalid server parameter");
@@ -553,6 +562,11 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 	s->txn_status = hdr->len > 5 ? (char)data[5] : 'I';
 	if (s->setting_vars) {
 		s->setting_vars = false;
+		if (s->vars_pipelined) {
+			/* what follows answers the client's messages, sent right behind the SET */
+			s->vars_pipelined = false;
+			return SB_CONSUMED;
+		}
 		s->ready = true;
 		if (s->link)
 			client_server_assigned(s->link);
@@ -753,6 +767,7 @@ void server_release(PgSocket *s)
 	s->link = NULL;
 	s->sb.dst = NULL;
 	s->setting_vars = false;
+	s->vars_pipelined = false;
 	s->rq.skipping = false;
 	if (s->replication != REPLICATION_NONE) {
 		/* never pooled, never reused */
