@@ -114,6 +114,8 @@ void sbuf_set_wake_hook(void (*hook)(void));
  * two fcntl() calls per login; sbuf_set_nonblocking() for other sources).
  */
 void sbuf_set_nonblocking(int fd);
+/* Read what an accepted socket already holds (TCP_DEFER_ACCEPT) without waiting for the event loop. */
+void sbuf_read_now(SBuf *sb);
 void sbuf_accept(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_buf, uint32_t max_len, sbuf_cb_t cb,
                  void *owner);
 

@@ -80,6 +80,14 @@ void client_accept(int fd, bool is_unix, bool is_private, const struct sockaddr_
 	sbuf_accept(&c->sb, wk.base, fd, (uint32_t)wk.cf.g.pkt_buf, wk.cf.g.max_packet_size, client_cb, c);
 	if (!is_unix && wk.tls.client_ctx)
 		sbuf_detect_tls(&c->sb);
+	/*
+	 * With tcp_defer_accept the kernel hands over a connection only once
+	 * its first bytes are in: read them now, not after another turn of
+	 * the event loop (one epoll_wait() per login less). c may be gone
+	 * afterwards.
+	 */
+	if (!is_unix && !is_private && wk.cf.g.tcp_defer_accept)
+		sbuf_read_now(&c->sb);
 }
 
 /* ---- TLS ---- */

@@ -246,6 +246,12 @@ void sbuf_accept(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_buf, ui
 	enable_read(sb);
 }
 
+void sbuf_read_now(SBuf *sb)
+{
+	if (sb->fd >= 0 && !sb->tls_handshake)
+		sbuf_process(sb, true);
+}
+
 bool sbuf_connect(SBuf *sb, struct event_base *base, const struct sockaddr *sa, socklen_t salen, uint32_t pkt_buf,
                   uint32_t max_len, void (*tune)(int fd), sbuf_cb_t cb, void *owner)
 {
