@@ -4,13 +4,14 @@ over, and a moved client keeps its prepared statements, parameters and cancel ke
 
 import os
 import socket
+import struct
 
 import psycopg
 import pytest
 
 from conftest import wait_for
-from helpers import assert_cancels, rows, states, worker_of, workers
-from pgwire import CANCEL_REQUEST, PgWire, error_fields, query_message, request_packet
+from helpers import assert_cancels, pool_row, rows, states, worker_of, workers
+from pgwire import CANCEL_REQUEST, PgWire, data_row, error_fields, message, query_message, request_packet
 from test_auth_query import apg, setup  # noqa: F401 (fixtures)
 
 # One worker to start with; the tests raise min_workers to add the second.
@@ -137,6 +138,50 @@ def test_client_in_a_transaction_stays_and_carries_on(bouncer, pg):
     assert pg.sql("SELECT count(*) FROM rebalance_t")[0][0] == 2
     for c in others:
         assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_clients_waiting_for_a_server_move_with_their_request(bouncer):
+    """Clients queued for a server (transaction mode, the pool held by open
+    transactions) are movable: each goes with the request it is waiting to
+    have run, simple or extended, and gets its answer on the new worker."""
+    b = bouncer(ini_overrides={**BASE, "pool_mode": "transaction", "default_pool_size": 2})
+    holders = [b.connect() for _ in range(2)]
+    for h in holders:
+        h.execute("SELECT 1")  # a transaction stays open: both servers are taken
+    waiting = []
+    for i in range(N):
+        w = PgWire(b.port)
+        w.login()
+        if i % 4 == 0:
+            # a batch of the extended protocol, a named statement among it
+            w.send(message(b"P", b"s%d\0SELECT $1::int + 1000\0\0\0" % i)
+                   + message(b"B", b"\0s%d\0\0\0\0\1" % i + struct.pack("!i", len(str(i))) + str(i).encode()
+                             + b"\0\0") + message(b"E", b"\0\0\0\0\0") + message(b"S"))
+        else:
+            w.send(query_message(f"SELECT {i} + 1000"))
+        waiting.append(w)
+    wait_for(lambda: pool_row(b, "postgres", "postgres")["cl_waiting"] == N, f"{N} clients waiting")
+    mark = b.log_mark()
+    add_second_worker(b)
+    counts = wait_for(lambda: even(b, N + 2), "an even split, waiting clients included")
+    b.wait_log(r"moved \d+ clients to worker 1", after=mark)
+    assert counts[1] >= N // 2 - 4
+    with private_console(b, 1) as con:
+        assert sum(r["cl_waiting"] for r in rows(con, "SHOW POOLS") if r["database"] == "postgres") > 0
+    for h in holders:
+        h.commit()
+    for i, w in enumerate(waiting):
+        msgs = w.read_until(b"Z", b"E")
+        kinds = [m[0] for m in msgs]
+        assert b"E" not in kinds, [error_fields(m[1]) for m in msgs if m[0] == b"E"]
+        (row,) = [data_row(m[1]) for m in msgs if m[0] == b"D"]
+        assert row == [str(i + 1000)], (i, row)
+        if i % 4 == 0:
+            assert kinds[:2] == [b"1", b"2"]
+        w.send(query_message("SELECT 7"))
+        assert w.read_until(b"Z")[-1][0] == b"Z"
+        w.close()
+    assert worker_row(b, 1)["moved_in"] == counts[1]
 
 
 def test_moved_client_keeps_prepared_statements_timezone_and_cancel(bouncer):

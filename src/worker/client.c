@@ -199,6 +199,7 @@ bool client_send_welcome(PgSocket *c)
 		pktbuf_write_notice(&pb, wk.cf.g.login_notify_message);
 	pktbuf_write_ready(&pb, 'I');
 	/* active before sending, so that a failed send is accounted as a logged-in client */
+	c->wait_start = 0; /* a wait for the first server login is over; pool_find_server() starts the next */
 	change_state(c, CL_ACTIVE);
 	if (!c->is_internal)
 		c->pool->stats.client_login_count++;

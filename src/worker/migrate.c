@@ -6,6 +6,9 @@
  * socket from where the giver stopped. A client is movable only when no
  * byte of its stream sits in the pooler: no server linked, nothing
  * buffered either way, no COPY, not logging in, plain (no TLS state).
+ * One exception: a client waiting for a server has its request buffered
+ * and nothing else; those bytes travel with it, and the receiver takes
+ * them up as if they had just been read.
  */
 #include "autoconfig.h"
 
@@ -44,17 +47,20 @@ const char *migrate_unmovable_reason(const PgSocket *c, bool *lasting)
 	if (c->db->placeholder || c->own_placeholder)
 		return "unknown database";
 	*lasting = false;
-	if (c->state != CL_ACTIVE)
-		return "not logged in or waiting for a server";
+	/* waiting for a server: its buffered request goes along (migrate_pack) */
+	bool waiting = c->state == CL_WAITING;
+	if (c->state != CL_ACTIVE && !waiting)
+		return "not logged in";
 	if (c->link)
 		return "linked to a server";
 	if (c->copy_mode || c->query_start || c->xact_start)
 		return "in a query or transaction";
 	if (c->auth_query)
 		return "auth_query lookup running";
-	if (sb->fd < 0 || sb->pos != sb->end || sb->pkt_remain || sb->send_pos != sb->send_end ||
-	    sb->out_pos < sb->out.len || sb->writing || sb->connecting || sb->paused || sb->waiting_src ||
-	    sb->in_process || sb->resume_pending)
+	if (sb->fd < 0 || sb->pkt_remain || sb->send_pos != sb->send_end || sb->out_pos < sb->out.len || sb->writing ||
+	    sb->connecting || sb->waiting_src || sb->in_process || sb->resume_pending)
+		return "bytes in flight";
+	if (waiting ? sb->end - sb->pos > MIGRATE_MAX_REQUEST : sb->pos != sb->end || sb->paused)
 		return "bytes in flight";
 	if (wk.pause_mode != P_NONE || c->db->paused || c->db->disabled)
 		return "paused"; /* a worker started meanwhile is not paused: the client would run there */
@@ -170,6 +176,15 @@ bool migrate_pack(const PgSocket *c, PktBuf *pb)
 	pktbuf_put_u8(pb, u->has_scram_keys);
 	pktbuf_put_bytes(pb, u->scram_client_key, SCRAM_KEY_LEN);
 	pktbuf_put_bytes(pb, u->scram_server_key, SCRAM_KEY_LEN);
+
+	/*
+	 * Last, so that a receiver that reads no further (none yet: -R hands
+	 * over to the newer binary) still takes the rest: a waiting client's
+	 * buffered request and since when it waits.
+	 */
+	uint32_t pending = c->state == CL_WAITING ? c->sb.end - c->sb.pos : 0;
+	put_blob(pb, pending ? c->sb.buf + c->sb.pos : NULL, pending);
+	put_u64(pb, pending ? (uint64_t)c->wait_start : 0);
 	return pb->len <= MIGRATE_MAX_STATE;
 }
 
@@ -253,31 +268,36 @@ static int give_batch(int sock, int64_t count, int *failed, const char **why, bo
 		PgPool *p = container_of(i, PgPool, node);
 		if (p->db->admin)
 			continue;
-		List *j, *t;
-		list_for_each_safe(j, &p->active_clients, t)
-		{
-			if (moved >= count || full)
-				break;
-			PgSocket *c = container_of(j, PgSocket, node);
-			bool lasting;
-			if (!migrate_counts(c) || migrate_unmovable_reason(c, &lasting))
-				continue;
-			pktbuf_reset(&pb);
-			if (!migrate_pack(c, &pb)) {
-				(*failed)++;
-				*why = "state too large";
-				continue;
+		/* idle clients first; then those waiting for a server, the queue's tail first (the latest to be served) */
+		List *lists[2] = {&p->active_clients, &p->waiting_clients};
+		for (int l = 0; l < 2; l++) {
+			List *j, *t;
+			for (j = l ? lists[l]->prev : lists[l]->next, t = l ? j->prev : j->next; j != lists[l];
+			     j = t, t = l ? j->prev : j->next) {
+				if (moved >= count || full)
+					break;
+				PgSocket *c = container_of(j, PgSocket, node);
+				bool lasting;
+				if (!migrate_counts(c) || migrate_unmovable_reason(c, &lasting))
+					continue;
+				pktbuf_reset(&pb);
+				if (!migrate_pack(c, &pb)) {
+					(*failed)++;
+					*why = "state too large";
+					continue;
+				}
+				if (!migrate_send(sock, &pb, c->sb.fd)) {
+					/* nothing went: the client stays here, untouched */
+					(*failed)++;
+					*why = strerror(errno);
+					full = errno == EAGAIN || errno == EWOULDBLOCK || errno == EPIPE ||
+					       errno == ECONNRESET;
+					*gone = errno == EPIPE || errno == ECONNRESET;
+					continue;
+				}
+				migrate_forget(c);
+				moved++;
 			}
-			if (!migrate_send(sock, &pb, c->sb.fd)) {
-				/* nothing went: the client stays here, untouched */
-				(*failed)++;
-				*why = strerror(errno);
-				full = errno == EAGAIN || errno == EWOULDBLOCK || errno == EPIPE || errno == ECONNRESET;
-				*gone = errno == EPIPE || errno == ECONNRESET;
-				continue;
-			}
-			migrate_forget(c);
-			moved++;
 		}
 	}
 	pktbuf_free(&pb);
@@ -444,6 +464,15 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, char *err, size
 		snprintf(err, errlen, "malformed user");
 		goto fail;
 	}
+	/* a waiting client's request (absent from a giver that moved no waiting clients) */
+	const uint8_t *pending = NULL;
+	uint32_t pending_len = 0;
+	uint64_t wait_start = 0;
+	if (pktreader_remaining(&r) > 0 &&
+	    (!get_blob(&r, &pending, &pending_len) || !get_u64(&r, &wait_start) || pending_len > MIGRATE_MAX_REQUEST)) {
+		snprintf(err, errlen, "malformed waiting request");
+		goto fail;
+	}
 	PgUser *u = user_find(uname);
 	if (!u) {
 		u = user_add(uname);
@@ -473,6 +502,11 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, char *err, size
 	c->sb.startup = false;
 	c->sb.bytes_in = bytes_in;
 	c->sb.bytes_out = bytes_out;
+	if (pending_len > 0) {
+		/* taken up from the event loop, as if just read: it asks this worker's pool for a server */
+		c->wait_start = (usec_t)wait_start;
+		sbuf_preload(&c->sb, pending, pending_len);
+	}
 	return c;
 fail:
 	if (c) {

@@ -514,7 +514,8 @@ bool pool_find_server(PgSocket *c)
 	}
 	if (pool_fast_fail(c, pool))
 		return false;
-	c->wait_start = wk.now;
+	if (!c->wait_start) /* a client moved here while waiting keeps its place in time */
+		c->wait_start = wk.now;
 	c->wait_notice_sent = false;
 	change_state(c, CL_WAITING);
 	pool_maybe_launch(pool);

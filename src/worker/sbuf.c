@@ -246,6 +246,18 @@ void sbuf_accept(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_buf, ui
 	enable_read(sb);
 }
 
+void sbuf_preload(SBuf *sb, const void *data, uint32_t len)
+{
+	pgb_assert(!sb->buf && sb->fd >= 0);
+	uint32_t size = len > sb->base_size ? len : sb->base_size;
+	sb->buf = size == sb->base_size ? buf_get(size) : xmalloc(size);
+	sb->size = size;
+	memcpy(sb->buf, data, len);
+	sb->pos = 0;
+	sb->end = len;
+	event_active(&sb->ev_read, EV_READ, 0);
+}
+
 void sbuf_read_now(SBuf *sb)
 {
 	if (sb->fd >= 0 && !sb->tls_handshake)
