@@ -113,17 +113,19 @@ void sbuf_set_wake_hook(void (*hook)(void));
  * non-blocking already (accept4() with SOCK_NONBLOCK makes it so without
  * two fcntl() calls per login; sbuf_set_nonblocking() for other sources).
  */
+void sbuf_accept(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_buf, uint32_t max_len, sbuf_cb_t cb,
+                 void *owner);
 void sbuf_set_nonblocking(int fd);
+
+/* Read what an accepted socket already holds (TCP_DEFER_ACCEPT) without waiting for the event loop. */
+void sbuf_read_now(SBuf *sb);
+
 /*
  * Input that arrived before this buffer owned the socket (a client moved
  * here while waiting for a server): processed from the event loop as if
  * just read, ahead of what the socket brings next.
  */
 void sbuf_preload(SBuf *sb, const void *data, uint32_t len);
-/* Read what an accepted socket already holds (TCP_DEFER_ACCEPT) without waiting for the event loop. */
-void sbuf_read_now(SBuf *sb);
-void sbuf_accept(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_buf, uint32_t max_len, sbuf_cb_t cb,
-                 void *owner);
 
 /*
  * Start a non-blocking connect; SBEV_CONNECTED or SBEV_CONNECT_FAILED
