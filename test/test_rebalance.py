@@ -5,6 +5,7 @@ over, and a moved client keeps its prepared statements, parameters and cancel ke
 import os
 import socket
 import struct
+import time
 
 import psycopg
 import pytest
@@ -182,6 +183,40 @@ def test_clients_waiting_for_a_server_move_with_their_request(bouncer):
         assert w.read_until(b"Z")[-1][0] == b"Z"
         w.close()
     assert worker_row(b, 1)["moved_in"] == counts[1]
+
+
+def test_moved_waiting_clients_keep_their_query_wait_timeout(bouncer):
+    """Clients moved while waiting go on waiting from when they started:
+    query_wait_timeout does not start again on the new worker."""
+    b = bouncer(ini_overrides={**BASE, "pool_mode": "transaction", "default_pool_size": 1,
+                               "query_wait_timeout": 6})
+    holder = b.connect()
+    holder.execute("SELECT 1")  # the one server stays in this transaction
+    waiting = []
+    for _ in range(10):  # 11 clients: 6 and 5 is the split, so 5 of them move
+        w = PgWire(b.port)
+        w.login()
+        w.send(query_message("SELECT 1"))
+        waiting.append((w, time.monotonic()))
+    wait_for(lambda: pool_row(b, "postgres", "postgres")["cl_waiting"] == 10, "ten clients waiting")
+    time.sleep(max(0.0, 2 - (time.monotonic() - waiting[0][1])))
+    add_second_worker(b)
+
+    def waiting_on_worker_1():
+        try:
+            with private_console(b, 1) as con:
+                return sum(r["cl_waiting"] for r in rows(con, "SHOW POOLS") if r["database"] == "postgres")
+        except psycopg.OperationalError:  # worker 1 not listening yet
+            return 0
+
+    assert wait_for(waiting_on_worker_1, "waiting clients on worker 1", timeout=3) == 5
+    for w, started in waiting:
+        w.expect_fatal("query_wait_timeout")
+        waited = time.monotonic() - started
+        # 6 s from the first wait (plus the janitor's period), not 6 s from the move, 2 s or more later
+        assert 5.5 < waited < 7.8, waited
+    holder.rollback()
+    assert holder.execute("SELECT 1").fetchone() == (1,)
 
 
 def test_moved_client_keeps_prepared_statements_timezone_and_cancel(bouncer):
