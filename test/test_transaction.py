@@ -1018,6 +1018,32 @@ def settings_of(conn):
     return row[0], list(row[1:])
 
 
+def test_application_names_take_turns_on_one_server(bouncer, pg):
+    """Clients that differ only in application_name take turns on one
+    server: the SET goes out with the first message of each transaction
+    instead of being waited for (doc/transaction.md, "Tracked parameters"),
+    and every transaction runs under its own client's name, whether the
+    first message is a Query, a Parse for the server or a Parse the pooler
+    answers itself (the statement is on the server already)."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1, max_prepared_statements=10))
+    mark = b.log_mark()
+    names = ["app-one", "app two", "it's app three"]
+    conns = {name: client(b, application_name=name) for name in names}
+    pids = set()
+    for rnd in range(3):
+        for name, conn in conns.items():
+            pid, got = conn.execute("SELECT pg_backend_pid(), current_setting('application_name')").fetchone()
+            pids.add(pid)
+            assert got == name
+            row = conn.execute("SELECT %s::int, current_setting('application_name')", (rnd,), prepare=True).fetchone()
+            assert row == (rnd, name)
+            with conn.transaction():
+                assert conn.execute("SELECT current_setting('application_name')").fetchone() == (name,)
+                assert pg.sql("SELECT application_name FROM pg_stat_activity WHERE pid = %s", [pid])[0][0] == name
+    assert len(pids) == 1, f"a pool of one server gave backends {pids}"
+    assert "SET failed" not in b.log_text()[mark:]
+
+
 def test_tracked_parameters_follow_each_client(bouncer, pg):
     """Clients with different TimeZone, DateStyle, IntervalStyle,
     application_name, client_encoding and standard_conforming_strings take

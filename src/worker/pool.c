@@ -359,18 +359,22 @@ static bool set_cannot_fail(int idx, const char *value)
  * Replay the client's tracked parameters on its new server. Returns true if
  * a SET query was sent that the client waits for.
  *
- * In session mode a SET that cannot fail is not waited for: it is queued
- * for the server and goes out in the same write as the client's message
- * that asked for the server, and its answer is swallowed when it comes
- * (doc/transaction.md, "Tracked parameters"). A login then costs one round
- * trip to PostgreSQL less. Any other SET is answered before the client's
- * message leaves, so that its failure can still refuse the client.
+ * A SET that cannot fail is not waited for: it is queued for the server
+ * and goes out in the same write as the client's message that asked for
+ * the server, and its answer is swallowed when it comes (doc/transaction.md,
+ * "Tracked parameters"). A login, or in transaction mode a transaction on
+ * a server another application used last, then costs one round trip to
+ * PostgreSQL less. The server stays not ready until the answers to what
+ * followed the SET: in transaction mode the pooler's own answers (a Parse
+ * the server has already) go out at once, as nothing precedes them in the
+ * request queue. Any other SET is answered before the client's message
+ * leaves, so that its failure can still refuse the client.
  */
 static bool replay_vars(PgSocket *c, PgSocket *s)
 {
 	int n = var_count();
 	int first = -1;
-	bool pipeline = pool_effective_mode(c->pool) == POOL_SESSION && c->sb.dst == &s->sb;
+	bool pipeline = c->sb.dst == &s->sb;
 	for (int i = 0; i < n; i++) {
 		const char *want = c->vars[i].value, *have = s->vars[i].value;
 		/* values are interned: the same value is the same pointer, the common case at every link */
