@@ -332,17 +332,22 @@ def test_client_gone_while_waiting_stops_the_attempts(hostile):
 # malformed messages: a precise error for the client and a log line
 
 
+def trust_welcome(w):
+    """The pooler's startup, a trust login and a minimal welcome up to ReadyForQuery."""
+    w.read_startup()
+    w.auth(0)
+    for name, value in (("client_encoding", "UTF8"), ("server_version", "15.0"),
+                        ("standard_conforming_strings", "on"), ("DateStyle", "ISO, MDY")):
+        w.send(b"S", name.encode() + b"\0" + value.encode() + b"\0")
+    w.send(b"K", struct.pack("!II", 4242, 99))
+    w.send(b"Z", b"I")
+
+
 def login_then(step):
     """A script: trust login with a minimal welcome, then `step(w)` for the pooler's queries."""
 
     def script(w):
-        w.read_startup()
-        w.auth(0)
-        for name, value in (("client_encoding", "UTF8"), ("server_version", "15.0"),
-                            ("standard_conforming_strings", "on"), ("DateStyle", "ISO, MDY")):
-            w.send(b"S", name.encode() + b"\0" + value.encode() + b"\0")
-        w.send(b"K", struct.pack("!II", 4242, 99))
-        w.send(b"Z", b"I")
+        trust_welcome(w)
         while True:
             kind, body = w.read_msg()
             if kind == b"X":
@@ -438,13 +443,7 @@ def test_failed_application_name_set_sent_ahead_of_the_query(hostile):
     queries = []
 
     def script(w):
-        w.read_startup()
-        w.auth(0)
-        for name, value in (("client_encoding", "UTF8"), ("server_version", "15.0"),
-                            ("standard_conforming_strings", "on"), ("DateStyle", "ISO, MDY")):
-            w.send(b"S", name.encode() + b"\0" + value.encode() + b"\0")
-        w.send(b"K", struct.pack("!II", 4242, 99))
-        w.send(b"Z", b"I")
+        trust_welcome(w)
         while True:
             kind, body = w.read_msg()
             if kind == b"X":
