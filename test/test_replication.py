@@ -219,12 +219,24 @@ def test_physical_base_backup(repl_bouncer, pg, tmp_path):
     assert b.log_text().count("replication=yes") >= 2
 
 
+def reachable_endpos(pg):
+    """The WAL insert position, made sure to be flushed: the walsender streams
+    only flushed WAL, and with the test cluster's synchronous_commit = off a
+    record written after the last commit (a standby snapshot, say) could stay
+    unflushed for as long as nothing else writes, so that pg_receivewal
+    waited for it until the test's timeout. A synchronous commit after it
+    flushes everything up to there."""
+    endpos = pg.sql("SELECT pg_current_wal_insert_lsn()::text")[0][0]
+    pg.sql("SET synchronous_commit = on; SELECT txid_current()")
+    return endpos
+
+
 def test_pg_receivewal_streams(repl_bouncer, pg, tmp_path):
     b = repl_bouncer
     target = tmp_path / "wal"
     target.mkdir()
     pg.sql("SELECT txid_current()")  # some WAL to receive
-    endpos = pg.sql("SELECT pg_current_wal_insert_lsn()::text")[0][0]
+    endpos = reachable_endpos(pg)
     out = run([tool("pg_receivewal"), "-d", conninfo(b), "-D", target, "--no-loop", "--no-sync",
                f"--endpos={endpos}"])
     assert out.returncode == 0, out.stdout + out.stderr
@@ -385,7 +397,7 @@ def test_pg_receivewal_stops_at_endpos_with_small_socket_buffers(small_buffers, 
     target.mkdir()
     pg.sql("CREATE TABLE IF NOT EXISTS repl_fill (v text)")
     pg.sql("INSERT INTO repl_fill SELECT repeat('x', 1000) FROM generate_series(1, 5000)")
-    endpos = pg.sql("SELECT pg_current_wal_insert_lsn()::text")[0][0]
+    endpos = reachable_endpos(pg)
     out = run([tool("pg_receivewal"), "-d", conninfo(b), "-D", target, "--no-loop", "--no-sync",
                f"--endpos={endpos}"])
     assert out.returncode == 0, out.stdout + out.stderr
