@@ -343,8 +343,14 @@ def trust_welcome(w):
     w.send(b"Z", b"I")
 
 
-def login_then(step):
-    """A script: trust login with a minimal welcome, then `step(w)` for the pooler's queries."""
+def answer_set(w, body):
+    w.send(b"C", b"SET\0")
+    w.send(b"Z", b"I")
+
+
+def login_then(step, on_set=answer_set):
+    """A script: trust login with a minimal welcome, then `step(w)` for the
+    pooler's queries; its SETs of tracked parameters go to `on_set(w, body)`."""
 
     def script(w):
         trust_welcome(w)
@@ -353,8 +359,7 @@ def login_then(step):
             if kind == b"X":
                 return
             if kind == b"Q" and (body.startswith(b"SET ") or b"set_config" in body):
-                w.send(b"C", b"SET\0")
-                w.send(b"Z", b"I")
+                on_set(w, body)
                 continue
             if not step(w, kind, body):
                 w.wait_close()
@@ -440,25 +445,23 @@ def test_failed_application_name_set_sent_ahead_of_the_query(hostile):
     server that fails it anyway has already received the query: the client
     gets the query's answer, the log says the SET failed, and the server
     stays in the pool."""
-    queries = []
+    sets, queries = [], []
 
-    def script(w):
-        trust_welcome(w)
-        while True:
-            kind, body = w.read_msg()
-            if kind == b"X":
-                return
-            assert kind == b"Q", kind
-            queries.append(body.rstrip(b"\0").decode())
-            if body.startswith(b"SET "):
-                w.send(b"E", b"SERROR\0C22023\0Mno such name today\0\0")
-            else:
-                w.send(b"T", struct.pack("!H", 1) + b"x\0" + struct.pack("!IHIhih", 0, 0, 25, -1, -1, 0))
-                w.send(b"D", struct.pack("!HI", 1, 2) + b"ok")
-                w.send(b"C", b"SELECT 1\0")
-            w.send(b"Z", b"I")
+    def fail_set(w, body):
+        sets.append(body.rstrip(b"\0").decode())
+        w.send(b"E", b"SERROR\0C22023\0Mno such name today\0\0")
+        w.send(b"Z", b"I")
 
-    b, bystander, server = hostile(script)
+    def answer_query(w, kind, body):
+        assert kind == b"Q", kind
+        queries.append(body.rstrip(b"\0").decode())
+        w.send(b"T", struct.pack("!H", 1) + b"x\0" + struct.pack("!IHIhih", 0, 0, 25, -1, -1, 0))
+        w.send(b"D", struct.pack("!HI", 1, 2) + b"ok")
+        w.send(b"C", b"SELECT 1\0")
+        w.send(b"Z", b"I")
+        return True
+
+    b, bystander, server = hostile(login_then(answer_query, on_set=fail_set))
     mark = b.log_mark()
     for _ in range(2):
         w = PgWire(b.port)
@@ -469,5 +472,6 @@ def test_failed_application_name_set_sent_ahead_of_the_query(hostile):
         mark = b.log_mark()
         wait_server_idle(b, database="hostile")
     assert server.connections == 1, (server.errors, queries)  # the server stayed in the pool
-    assert [q for q in queries if q.startswith("SET ")] == ["SET \"application_name\"='hostile-app';"] * 2
+    assert sets == ["SET \"application_name\"='hostile-app';"] * 2
+    assert queries == ["SELECT 'ok'", "DISCARD ALL"] * 2  # the query ran after the failed SET
     check_unharmed(b, bystander)
