@@ -90,6 +90,9 @@ typedef struct WorkerSlot {
 	_Atomic uint64_t moved_out;    /* clients handed over to other workers [worker] */
 	_Atomic uint64_t
 	    move_failed; /* clients picked for a move that stayed (state too large, send failed) [worker] */
+	/* ScalerView.config_gen of the configuration this worker runs; a console's RELOAD waits until every
+	   worker has caught up [worker] */
+	_Atomic uint64_t config_gen;
 } WorkerSlot;
 
 /* "starting", "active", "draining", "exiting" ("free" for anything else): SHOW WORKERS and /metrics */
@@ -147,6 +150,8 @@ typedef struct ScalerView {
 	_Atomic uint32_t busy_avg_milli[SHM_MAX_WORKERS]; /* moving average x1000 per slot */
 	_Atomic uint32_t wait_milli[SHM_MAX_WORKERS];     /* last run-queue wait ratio x1000 per slot */
 	_Atomic uint32_t wait_avg_milli[SHM_MAX_WORKERS]; /* moving average x1000 per slot */
+	_Atomic uint64_t config_gen; /* configurations the master has loaded: bumped by each successful reload,
+	                                before the workers are signalled [master] */
 } ScalerView;
 
 typedef enum BudgetKind {
@@ -198,6 +203,11 @@ typedef struct ShmSegment {
 } ShmSegment;
 
 _Static_assert(sizeof(WorkerSlot) % SHM_CACHELINE == 0, "worker slots must fill whole cache lines");
+/*
+ * The config_gen fields took padding: the sizes, and so every offset a
+ * successor reads from a version 7 segment (-R), are those of version 7.
+ */
+_Static_assert(sizeof(WorkerSlot) == 256 && sizeof(ScalerView) == 1280, "version 7 layout changed: bump SHM_VERSION");
 _Static_assert(alignof(WorkerSlot) == SHM_CACHELINE, "worker slots must be cache-line aligned");
 
 _Static_assert(sizeof(BudgetEntry) % SHM_CACHELINE == 0, "budget entries must fill whole cache lines");

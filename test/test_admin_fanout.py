@@ -299,6 +299,37 @@ def test_reload_once_per_worker(bouncer):
     assert b.log_text()[mark:].count("RELOAD command issued") == 1
 
 
+def test_reload_answers_after_the_slow_worker_reloaded(bouncer):
+    """RELOAD's reply means every worker runs the new file: the next SHOW on
+    any worker sees it, even when one worker takes its SIGHUP late."""
+    b = two_workers()(bouncer)
+    with b.admin() as conn:
+        pids = {r["worker"]: r["pid"] for r in rows(conn, "SHOW WORKERS")}
+    b.update(default_pool_size=7)
+    b.write_ini()
+    console = on_worker(b, 0, admin=True)
+    done = {}
+
+    def reload():
+        console.execute("RELOAD")
+        done["at"] = time.monotonic()
+
+    os.kill(pids[1], signal.SIGSTOP)
+    try:
+        t = threading.Thread(target=reload)
+        t.start()
+        time.sleep(1.5)
+        assert "at" not in done, "RELOAD answered while worker 1 had not reloaded"
+    finally:
+        resumed = time.monotonic()
+        os.kill(pids[1], signal.SIGCONT)
+    t.join(10)
+    assert done["at"] >= resumed
+    with private_console(b, 1) as pc:
+        assert kv(pc, "SHOW CONFIG")["default_pool_size"] == "7"
+    console.close()
+
+
 def test_stopped_worker_is_named_in_a_notice(bouncer):
     b = two_workers()(bouncer)
     pids = {}

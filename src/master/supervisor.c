@@ -833,6 +833,9 @@ void supervisor_config_changed(Config *cf)
 	sv.cf = cf;
 	resolve_scaler_config();
 	arm_tick();
+	/* before the workers' SIGHUP: each notes the generation it reloaded to */
+	if (sv.shm)
+		atomic_fetch_add(&sv.shm->scaler.config_gen, 1);
 }
 
 void supervisor_signal_all(int sig)

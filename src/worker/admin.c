@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+
 #include "common/log.h"
 #include "common/pktbuf.h"
 #include "common/util.h"
@@ -1139,6 +1141,7 @@ typedef struct ConsoleWait {
 	WaitKind kind;
 	char db[CF_MAX_DBNAME]; /* the database, "" = all */
 	uint64_t reloads;       /* WAIT_RELOAD: wk.reloads when RELOAD was given */
+	usec_t since;           /* when the command was given */
 } ConsoleWait;
 
 static ConsoleWait *waits;
@@ -1175,6 +1178,7 @@ static void add_wait(PgSocket *c, WaitKind kind, const PgDatabase *db)
 	w->client_id = c->id;
 	w->kind = kind;
 	w->reloads = wk.reloads;
+	w->since = wk.now;
 	pgb_strlcpy(w->db, db ? db->name : "", sizeof(w->db));
 }
 
@@ -1188,6 +1192,24 @@ static void send_ready(PgSocket *c)
 }
 
 static bool suspend_flushed(void);
+
+#define RELOAD_WAIT_MAX (5 * USEC_PER_SEC) /* a stopped or hung worker does not hold a console's RELOAD longer */
+
+/* Every running worker has reloaded to this worker's configuration generation (or the wait is over). */
+static bool workers_reloaded(const ConsoleWait *w)
+{
+	if (!wk.slot || wk.now - w->since > RELOAD_WAIT_MAX)
+		return true;
+	uint64_t gen = atomic_load(&wk.slot->config_gen);
+	for (int k = 0; k < SHM_MAX_WORKERS; k++) {
+		const WorkerSlot *sl = &wk.shm->slots[k];
+		uint32_t st = atomic_load(&sl->state);
+		if ((st == SLOT_STARTING || st == SLOT_ACTIVE || st == SLOT_DRAINING) && atomic_load(&sl->pid) > 0 &&
+		    atomic_load(&sl->config_gen) < gen)
+			return false;
+	}
+	return true;
+}
 
 /* Tag to answer w with now; NULL = keep waiting; "" = aborted. */
 static const char *wait_outcome(const ConsoleWait *w)
@@ -1213,19 +1235,31 @@ static const char *wait_outcome(const ConsoleWait *w)
 			return "";
 		return suspend_flushed() ? "SUSPEND" : NULL;
 	case WAIT_RELOAD:
-		return wk.reloads > w->reloads ? "RELOAD" : NULL;
+		return wk.reloads > w->reloads && workers_reloaded(w) ? "RELOAD" : NULL;
 	}
 	return "";
+}
+
+static void check_waits(void);
+
+static void on_reload_poll(evutil_socket_t fd, short what, void *arg)
+{
+	wk.now = get_time_usec();
+	check_waits();
 }
 
 /* Answer the waits that are done; forget those of departed consoles. */
 static void check_waits(void)
 {
+	static struct event *reload_poll;
+	bool reload_pending = false;
 	for (int k = 0; k < n_waits;) {
 		ConsoleWait w = waits[k];
 		PgSocket *c = console_by_id(w.client_id);
 		const char *tag = c ? wait_outcome(&w) : "";
 		if (!tag) {
+			/* the other workers' reloads leave no event here: look again soon, not at the next janitor run */
+			reload_pending |= w.kind == WAIT_RELOAD && wk.reloads > w.reloads;
 			k++;
 			continue;
 		}
@@ -1236,6 +1270,13 @@ static void check_waits(void)
 			(void)send_simple(c, tag);
 		else
 			send_ready(c);
+	}
+	if (reload_pending) {
+		struct timeval tv = {0, 10000};
+		if (!reload_poll)
+			reload_poll = evtimer_new(wk.base, on_reload_poll, NULL);
+		if (reload_poll && !evtimer_pending(reload_poll, NULL))
+			evtimer_add(reload_poll, &tv);
 	}
 }
 

@@ -247,6 +247,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	case SIGHUP:
 		worker_reload();
 		wk.reloads++;
+		if (wk.slot)
+			atomic_store(&wk.slot->config_gen, atomic_load(&wk.shm->scaler.config_gen));
 		admin_wait_close_check(); /* a console's RELOAD waits for this */
 		break;
 	case SIGTERM:
@@ -517,6 +519,8 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerSocket *socket
 	wk.shm = shm;
 	wk.slot = shm && shm->magic == SHM_MAGIC && shm->slot_size == sizeof(WorkerSlot) ? &shm->slots[id] : NULL;
 	wk.schedstat_fd = wk.slot ? schedstat_open_self() : -1;
+	if (wk.slot) /* the master forked this worker with its current configuration */
+		atomic_store(&wk.slot->config_gen, atomic_load(&shm->scaler.config_gen));
 	wk.start_time = wk.now = get_time_usec();
 	wk.base = event_base_new();
 	if (!wk.base)
