@@ -76,6 +76,7 @@ struct SBuf {
 	bool tls_read_wants_write; /* SSL_read needs the socket writable */
 	bool tls_failed;           /* a fatal TLS error: no close_notify at close */
 	bool give_back;            /* accepted (a client): give the input buffer back when idle and unlinked */
+	bool queued;               /* a send to this socket waits in the pass's send queue (worker/sendq.h) */
 
 	uint8_t *buf;        /* input buffer, NULL while idle (nothing buffered) */
 	uint32_t size;       /* its size (grows for a packet that must be held whole); 0 without one */
@@ -88,10 +89,11 @@ struct SBuf {
 	uint32_t base_size; /* pkt_buf: size to shrink back to */
 	uint32_t max_len;   /* largest packet accepted (max_packet_size) */
 
-	SBuf *dst;         /* peer that forwarded packets go to */
-	SBuf *waiting_src; /* a peer whose forwarding is blocked on this socket's output */
-	PktBuf out;        /* pooler-generated output, written before forwarded bytes */
-	size_t out_pos;    /* bytes of `out` already written */
+	SBuf *dst;               /* peer that forwarded packets go to */
+	SBuf *waiting_src;       /* a peer whose forwarding is blocked on this socket's output */
+	PktBuf out;              /* pooler-generated output, written before forwarded bytes */
+	size_t out_pos;          /* bytes of `out` already written */
+	struct SBufSpill *spill; /* what a queued send could not write: goes out before anything else */
 
 	sbuf_cb_t cb;       /* owner's callback */
 	void *owner;        /* the PgSocket */
@@ -182,6 +184,15 @@ void sbuf_notify_flush(SBuf *sb);
 
 /* True when nothing is queued for this socket and nothing of its input awaits the peer. */
 bool sbuf_is_flushed(const SBuf *sb);
+
+/* Bytes sent to this socket wait in the send queue or its spill (not yet in the kernel). */
+bool sbuf_unsent(const SBuf *sb);
+
+/*
+ * Batch this process's plain-socket sends per event-loop pass
+ * (worker/sendq.h); the loop must call sendq_flush() after each pass.
+ */
+void sbuf_init_sends(void);
 
 /* Bytes buffered but not processed yet (a Terminate may be among them). */
 static inline uint32_t sbuf_unprocessed(const SBuf *sb)

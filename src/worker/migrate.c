@@ -58,7 +58,7 @@ const char *migrate_unmovable_reason(const PgSocket *c, bool *lasting)
 	if (c->auth_query)
 		return "auth_query lookup running";
 	if (sb->fd < 0 || sb->pkt_remain || sb->send_pos != sb->send_end || sb->out_pos < sb->out.len || sb->writing ||
-	    sb->connecting || sb->waiting_src || sb->in_process || sb->resume_pending)
+	    sb->connecting || sb->waiting_src || sb->in_process || sb->resume_pending || sbuf_unsent(sb))
 		return "bytes in flight";
 	if (waiting ? sb->end - sb->pos > MIGRATE_MAX_REQUEST : sb->pos != sb->end || sb->paused)
 		return "bytes in flight";

@@ -21,6 +21,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "worker/sendq.h"
 
 /* Result of one step of the processing loop. */
 typedef enum Step {
@@ -41,6 +42,7 @@ static char tls_err[256];
 static void on_read(evutil_socket_t fd, short what, void *arg);
 static void on_write(evutil_socket_t fd, short what, void *arg);
 static void sbuf_process(SBuf *sb, bool do_read);
+static void enable_write(SBuf *sb);
 
 void sbuf_set_wake_hook(void (*hook)(void))
 {
@@ -112,10 +114,89 @@ static ssize_t io_recv(SBuf *sb, void *buf, size_t len)
 	}
 }
 
+static bool batching; /* sbuf_init_sends() set up the send queue */
+
+/* The unsent tail of a queued send (SBuf.spill). */
+struct SBufSpill {
+	uint32_t len, pos;
+	uint8_t data[];
+};
+
+/* sendq_flush()'s report for each queued send: keep what the kernel did not take, and ask for a write event. */
+static void on_send_result(void *owner, const void *data, size_t unsent, int err)
+{
+	SBuf *sb = owner;
+	sb->queued = false;
+	if (!unsent)
+		return;
+	/* a socket with a spill queues nothing, so there is at most one (see plain_send()) */
+	pgb_assert(!sb->spill);
+	struct SBufSpill *sp = xmalloc(sizeof(*sp) + unsent);
+	sp->len = (uint32_t)unsent;
+	sp->pos = 0;
+	memcpy(sp->data, data, unsent);
+	sb->spill = sp;
+	/* the write event sends it again, and reports a failure to the owner */
+	if (err && err != EAGAIN)
+		log_debug("sbuf: queued send failed: %s", strerror(err));
+	enable_write(sb);
+}
+
+/* Write the spill; false with errno when it cannot all go now. */
+static bool drain_spill(SBuf *sb)
+{
+	struct SBufSpill *sp = sb->spill;
+	while (sp->pos < sp->len) {
+		ssize_t n = send(sb->fd, sp->data + sp->pos, sp->len - sp->pos, MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return false;
+		}
+		sp->pos += (uint32_t)n;
+	}
+	free(sp);
+	sb->spill = NULL;
+	return true;
+}
+
+/*
+ * The order of the bytes on one plain socket: a queued send is submitted
+ * before the socket is written again, and its spill is written first.
+ * false with errno when the socket cannot be written now.
+ */
+static bool plain_ready(SBuf *sb)
+{
+	if (sb->queued)
+		sendq_flush();
+	return !sb->spill || drain_spill(sb);
+}
+
+/* a, then b, to a plain socket: queued for the end of the loop pass, or sent now. */
+static ssize_t plain_send(SBuf *sb, const void *a, size_t alen, const void *b, size_t blen)
+{
+	if (!plain_ready(sb))
+		return -1;
+	if (batching && sendq_add(sb, sb->fd, a, alen, b, blen)) {
+		sb->queued = true;
+		return (ssize_t)(alen + blen);
+	}
+	if (!blen)
+		return send(sb->fd, a, alen, MSG_NOSIGNAL);
+	struct iovec iov[2] = {{(void *)a, alen}, {(void *)b, blen}};
+	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+	return sendmsg(sb->fd, &mh, MSG_NOSIGNAL);
+}
+
+void sbuf_init_sends(void)
+{
+	batching = sendq_init(on_send_result);
+}
+
 static ssize_t io_send(SBuf *sb, const void *buf, size_t len)
 {
 	if (!sb->ssl)
-		return send(sb->fd, buf, len, MSG_NOSIGNAL);
+		return plain_send(sb, buf, len, NULL, 0);
 	ERR_clear_error();
 	int n = SSL_write(sb->ssl, buf, len > INT_MAX ? INT_MAX : (int)len);
 	if (n > 0)
@@ -307,6 +388,14 @@ void sbuf_continue(SBuf *sb)
 /* Write the pooler-generated queue. Returns STEP_OK when empty, STEP_BLOCKED, or STEP_CLOSED on error. */
 static Step flush_out(SBuf *sb)
 {
+	if (sb->spill && !drain_spill(sb)) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			enable_write(sb);
+			return STEP_BLOCKED;
+		}
+		sb->last_errno = errno;
+		return STEP_CLOSED;
+	}
 	while (sb->out_pos < sb->out.len) {
 		ssize_t n = io_send(sb, sb->out.buf + sb->out_pos, sb->out.len - sb->out_pos);
 		if (n < 0) {
@@ -337,12 +426,10 @@ static Step send_both(SBuf *sb, SBuf *dst)
 	if (dst->out_pos >= dst->out.len)
 		return STEP_OK;
 	size_t out_left = dst->out.len - dst->out_pos;
-	struct iovec iov[2] = {{dst->out.buf + dst->out_pos, out_left},
-	                       {sb->buf + sb->send_pos, sb->send_end - sb->send_pos}};
-	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
 	ssize_t n;
 	do
-		n = sendmsg(dst->fd, &mh, MSG_NOSIGNAL);
+		n = plain_send(dst, dst->out.buf + dst->out_pos, out_left, sb->buf + sb->send_pos,
+		               sb->send_end - sb->send_pos);
 	while (n < 0 && errno == EINTR);
 	if (n < 0) {
 		if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -778,8 +865,13 @@ void sbuf_detect_tls(SBuf *sb)
 
 bool sbuf_tls_start(SBuf *sb, SSL *ssl, bool accept)
 {
-	/* the plain answer ('S') goes out before any TLS byte */
-	if (flush_out(sb) != STEP_OK) {
+	/* the plain answer ('S') goes out before any TLS byte: not left in the send queue */
+	Step st = flush_out(sb);
+	if (st == STEP_OK && sb->queued) {
+		sendq_flush();
+		st = flush_out(sb); /* a spill, if the queued send came back short */
+	}
+	if (st != STEP_OK) {
 		snprintf(tls_err, sizeof(tls_err), "could not send the SSL answer");
 		SSL_free(ssl);
 		return false;
@@ -994,7 +1086,14 @@ bool sbuf_send_pktbuf(SBuf *sb, PktBuf *pb)
 
 bool sbuf_is_flushed(const SBuf *sb)
 {
-	return sb->out_pos >= sb->out.len && !sb->waiting_src && sb->send_pos == sb->send_end;
+	if (sb->queued)
+		sendq_flush(); /* flushed means in the kernel's hands */
+	return sb->out_pos >= sb->out.len && !sb->waiting_src && sb->send_pos == sb->send_end && !sb->spill;
+}
+
+bool sbuf_unsent(const SBuf *sb)
+{
+	return sb->queued || sb->spill;
 }
 
 void sbuf_notify_flush(SBuf *sb)
@@ -1009,6 +1108,10 @@ void sbuf_notify_flush(SBuf *sb)
 
 void sbuf_close(SBuf *sb)
 {
+	if (sb->queued)
+		sendq_flush(); /* what was sent before the close goes out before it */
+	free(sb->spill);
+	sb->spill = NULL;
 	if (sb->ssl) {
 		/* one non-blocking close_notify, unless the TLS session is broken */
 		if (!sb->tls_failed && !sb->tls_handshake && sb->fd >= 0) {

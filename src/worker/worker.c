@@ -31,6 +31,7 @@
 #include "worker/migrate.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
+#include "worker/sendq.h"
 #include "worker/worker.h"
 
 Worker wk;
@@ -559,6 +560,9 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerSocket *socket
 	admin_fanout_listen();
 	if (wk.slot)
 		atomic_store(&wk.slot->state, SLOT_ACTIVE);
-	event_base_dispatch(wk.base);
+	/* one pass at a time: the sends a pass queued are submitted together at its end (worker/sendq.h) */
+	sbuf_init_sends();
+	while (event_base_loop(wk.base, EVLOOP_ONCE) == 0)
+		sendq_flush();
 	return 0;
 }

@@ -1,0 +1,48 @@
+/*
+ * Batched sends: the plain-socket sends of one event-loop pass are copied
+ * into an io_uring submission queue and submitted together when the pass
+ * ends, one io_uring_enter() for all of them, instead of one send() each.
+ * Why, and the figures: doc/benchmarks.md, "Sends batched per loop pass".
+ *
+ * Without liburing (configure --without-liburing), or where the kernel
+ * refuses io_uring (seccomp, io_uring_disabled), sendq_add() takes nothing
+ * and every send stays a direct send().
+ *
+ * Only sbuf.c queues sends; it keeps the byte order of each socket: one
+ * queued send per socket at a time (a second one flushes the queue first),
+ * and what a queued send could not write comes back through the result
+ * callback and goes out before anything else on that socket.
+ */
+#ifndef PGB_WORKER_SENDQ_H
+#define PGB_WORKER_SENDQ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define SENDQ_MAX_SEND (16 * 1024) /* larger sends go out directly: copying them would cost more than a syscall */
+
+/*
+ * Called by sendq_flush() for every queued send: `unsent` bytes at data
+ * were not taken (0 when all were; they stay valid only during the call);
+ * err is 0 unless the send failed (EAGAIN: no room), with all of it unsent.
+ * It may not queue sends itself.
+ */
+typedef void (*sendq_result_cb)(void *owner, const void *data, size_t unsent, int err);
+
+/* Set up this process's queue (a worker, after the fork); false = sends stay direct. */
+bool sendq_init(sendq_result_cb cb);
+
+/* Whether sends are being batched. */
+bool sendq_enabled(void);
+
+/*
+ * Queue a copy of a then b (b may be empty) for fd, on behalf of owner.
+ * false = not queued (disabled, too large, or the queue is full even after
+ * a flush): the caller sends directly.
+ */
+bool sendq_add(void *owner, int fd, const void *a, size_t alen, const void *b, size_t blen);
+
+/* Submit everything queued and report the sends that were not taken whole; cheap when nothing is queued. */
+void sendq_flush(void);
+
+#endif
