@@ -42,6 +42,9 @@ bool sendq_enabled(void);
  */
 bool sendq_add(void *owner, int fd, const void *a, size_t alen, const void *b, size_t blen);
 
+/* Sends wait in the queue. */
+bool sendq_queued(void);
+
 /* Submit everything queued and report the sends that were not taken whole; cheap when nothing is queued. */
 void sendq_flush(void);
 

@@ -177,7 +177,13 @@ static ssize_t plain_send(SBuf *sb, const void *a, size_t alen, const void *b, s
 {
 	if (!plain_ready(sb))
 		return -1;
-	if (batching && sendq_add(sb, sb->fd, a, alen, b, blen)) {
+	/*
+	 * A pass's only send goes out directly: one io_uring_enter() for one
+	 * send costs more than the send() itself (a login, a light load).
+	 */
+	if (batching &&
+	    (sendq_queued() || event_base_get_num_events(event_get_base(&sb->ev_read), EVENT_BASE_COUNT_ACTIVE) > 0) &&
+	    sendq_add(sb, sb->fd, a, alen, b, blen)) {
 		sb->queued = true;
 		return (ssize_t)(alen + blen);
 	}

@@ -93,6 +93,11 @@ bool sendq_enabled(void)
 	return enabled;
 }
 
+bool sendq_queued(void)
+{
+	return n_queued > 0;
+}
+
 bool sendq_add(void *owner, int fd, const void *a, size_t alen, const void *b, size_t blen)
 {
 	size_t len = alen + blen;
@@ -118,6 +123,19 @@ bool sendq_add(void *owner, int fd, const void *a, size_t alen, const void *b, s
 	return true;
 }
 
+static void report(unsigned k, int res)
+{
+	Queued *q = &queued[k];
+	if (!q->owner)
+		return; /* reported already */
+	void *owner = q->owner;
+	q->owner = NULL;
+	if (res >= 0)
+		result_cb(owner, arena + q->off + (uint32_t)res, q->len - (uint32_t)res, 0);
+	else
+		result_cb(owner, arena + q->off, q->len, -res);
+}
+
 void sendq_flush(void)
 {
 	if (!n_queued)
@@ -129,33 +147,37 @@ void sendq_flush(void)
 	do
 		r = io_uring_submit_and_wait(&ring, n);
 	while (r == -EINTR);
-	if (r < 0)
-		log_warning("io_uring submission failed: %s", strerror(-r));
-	int res[SENDQ_ENTRIES];
-	bool seen[SENDQ_ENTRIES] = {false};
-	unsigned got = 0;
-	while (got < n) {
-		struct io_uring_cqe *cqe;
-		int w = io_uring_peek_cqe(&ring, &cqe);
-		if (w == -EAGAIN && r >= 0)
-			w = io_uring_wait_cqe(&ring, &cqe); /* MSG_DONTWAIT: it never waits on a socket */
-		if (w < 0)
-			break;
-		uint64_t k = io_uring_cqe_get_data64(cqe);
-		if (k < n && !seen[k]) {
-			seen[k] = true;
-			res[k] = cqe->res;
-			got++;
-		}
-		io_uring_cqe_seen(&ring, cqe);
+	unsigned submitted = r < 0 ? 0 : (unsigned)r < n ? (unsigned)r : n;
+	if (submitted < n) {
+		/* what the kernel did not take stays in the ring: nothing may be submitted after it */
+		log_warning("io_uring took %u of %u sends (%s): sending directly from now on", submitted, n,
+		            r < 0 ? strerror(-r) : "short submission");
+		enabled = false;
 	}
+	unsigned got = 0;
+	while (got < submitted) {
+		struct io_uring_cqe *cqe;
+		unsigned head, seen = 0;
+		io_uring_for_each_cqe(&ring, head, cqe)
+		{
+			uint64_t k = io_uring_cqe_get_data64(cqe);
+			if (k < n)
+				report((unsigned)k, cqe->res);
+			seen++;
+		}
+		io_uring_cq_advance(&ring, seen);
+		got += seen;
+		/* MSG_DONTWAIT: the wait is never for a socket, only for the kernel to post the rest */
+		if (got < submitted && io_uring_wait_cqe(&ring, &cqe) < 0)
+			break;
+	}
+	if (got < submitted)
+		log_warning("io_uring: %u completions missing", submitted - got);
 	for (unsigned k = 0; k < n; k++) {
-		const Queued *q = &queued[k];
-		int v = seen[k] ? res[k] : (r < 0 ? r : -EIO);
-		if (v >= 0)
-			result_cb(q->owner, arena + q->off + (uint32_t)v, q->len - (uint32_t)v, 0);
+		if (k >= submitted)
+			report(k, -EAGAIN); /* never submitted: all of it goes out from the socket's spill */
 		else
-			result_cb(q->owner, arena + q->off, q->len, -v);
+			report(k, (int)queued[k].len); /* submitted, result lost: the kernel took it */
 	}
 	n_queued = 0;
 	arena_used = 0;
@@ -171,6 +193,11 @@ bool sendq_init(sendq_result_cb cb)
 }
 
 bool sendq_enabled(void)
+{
+	return false;
+}
+
+bool sendq_queued(void)
 {
 	return false;
 }
