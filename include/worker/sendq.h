@@ -32,9 +32,6 @@ typedef void (*sendq_result_cb)(void *owner, const void *data, size_t unsent, in
 /* Set up this process's queue (a worker, after the fork); false = sends stay direct. */
 bool sendq_init(sendq_result_cb cb);
 
-/* Whether sends are being batched. */
-bool sendq_enabled(void);
-
 /*
  * Queue a copy of a then b (b may be empty) for fd, on behalf of owner.
  * false = not queued (disabled, too large, or the queue is full even after

@@ -88,11 +88,6 @@ bool sendq_init(sendq_result_cb cb)
 	return true;
 }
 
-bool sendq_enabled(void)
-{
-	return enabled;
-}
-
 bool sendq_queued(void)
 {
 	return n_queued > 0;
@@ -104,8 +99,11 @@ bool sendq_add(void *owner, int fd, const void *a, size_t alen, const void *b, s
 	if (!enabled || len == 0 || len > SENDQ_MAX_SEND)
 		return false;
 	pgb_assert(!flushing);
-	if (n_queued == SENDQ_ENTRIES || arena_used + len > SENDQ_ARENA)
+	if (n_queued == SENDQ_ENTRIES || arena_used + len > SENDQ_ARENA) {
 		sendq_flush();
+		if (!enabled)
+			return false; /* that submission failed */
+	}
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
 	if (!sqe)
 		return false;
@@ -189,11 +187,6 @@ void sendq_flush(void)
 bool sendq_init(sendq_result_cb cb)
 {
 	(void)cb;
-	return false;
-}
-
-bool sendq_enabled(void)
-{
 	return false;
 }
 
