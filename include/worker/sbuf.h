@@ -76,7 +76,6 @@ struct SBuf {
 	bool tls_read_wants_write; /* SSL_read needs the socket writable */
 	bool tls_failed;           /* a fatal TLS error: no close_notify at close */
 	bool give_back;            /* accepted (a client): give the input buffer back when idle and unlinked */
-	bool queued;               /* a send to this socket waits in the pass's send queue (worker/sendq.h) */
 
 	uint8_t *buf;        /* input buffer, NULL while idle (nothing buffered) */
 	uint32_t size;       /* its size (grows for a packet that must be held whole); 0 without one */
@@ -88,6 +87,7 @@ struct SBuf {
 	uint32_t send_end;
 	uint32_t base_size; /* pkt_buf: size to shrink back to */
 	uint32_t max_len;   /* largest packet accepted (max_packet_size) */
+	uint32_t queued_in; /* the send-queue batch holding a send to this socket (worker/sendq.h), 0 for none */
 
 	SBuf *dst;               /* peer that forwarded packets go to */
 	SBuf *waiting_src;       /* a peer whose forwarding is blocked on this socket's output */

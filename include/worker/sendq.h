@@ -18,14 +18,16 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define SENDQ_MAX_SEND (16 * 1024) /* larger sends go out directly: copying them would cost more than a syscall */
 
 /*
- * Called by sendq_flush() for every queued send: `unsent` bytes at data
- * were not taken (0 when all were; they stay valid only during the call);
- * err is 0 unless the send failed (EAGAIN: no room), with all of it unsent.
- * It may not queue sends itself.
+ * Called by sendq_flush() for a queued send the kernel did not take whole:
+ * `unsent` bytes at data were not taken (they stay valid only during the
+ * call); err is 0 for a short send, else the error (EAGAIN: no room), with
+ * all of it unsent. A send taken whole is not reported: its batch id stops
+ * being pending (sendq_pending()). The callback may not queue sends itself.
  */
 typedef void (*sendq_result_cb)(void *owner, const void *data, size_t unsent, int err);
 
@@ -33,14 +35,32 @@ typedef void (*sendq_result_cb)(void *owner, const void *data, size_t unsent, in
 bool sendq_init(sendq_result_cb cb);
 
 /*
- * Queue a copy of a then b (b may be empty) for fd, on behalf of owner.
- * false = not queued (disabled, too large, or the queue is full even after
- * a flush): the caller sends directly.
+ * Queue a copy of a then b (b may be empty) for fd, on behalf of owner, and
+ * return the id of the batch it joined (never 0). 0 = not queued (disabled,
+ * too large, or the queue is full even after a flush): the caller sends
+ * directly.
  */
-bool sendq_add(void *owner, int fd, const void *a, size_t alen, const void *b, size_t blen);
+uint32_t sendq_add(void *owner, int fd, const void *a, size_t alen, const void *b, size_t blen);
+
+/* The batch being filled, and how many sends wait in it; read through the functions below. */
+extern uint32_t sendq_batch;
+extern unsigned sendq_count;
 
 /* Sends wait in the queue. */
-bool sendq_queued(void);
+static inline bool sendq_queued(void)
+{
+	return sendq_count > 0;
+}
+
+/*
+ * The send sendq_add() queued as batch `id` waits for the flush. The id
+ * wraps after 2^32 flushes, so an id kept that long may read as pending
+ * again for one batch; that only makes its owner flush early.
+ */
+static inline bool sendq_pending(uint32_t id)
+{
+	return id == sendq_batch;
+}
 
 /* Submit everything queued and report the sends that were not taken whole; cheap when nothing is queued. */
 void sendq_flush(void);

@@ -122,13 +122,16 @@ struct SBufSpill {
 	uint8_t data[];
 };
 
-/* sendq_flush()'s report for each queued send: keep what the kernel did not take, and ask for a write event. */
+/* A send to this socket waits in the pass's send queue. */
+static inline bool is_queued(const SBuf *sb)
+{
+	return sendq_pending(sb->queued_in);
+}
+
+/* sendq_flush()'s report of a queued send not taken whole: keep the rest, and ask for a write event. */
 static void on_send_result(void *owner, const void *data, size_t unsent, int err)
 {
 	SBuf *sb = owner;
-	sb->queued = false;
-	if (!unsent)
-		return;
 	/* a socket with a spill queues nothing, so there is at most one (see plain_send()) */
 	pgb_assert(!sb->spill);
 	struct SBufSpill *sp = xmalloc(sizeof(*sp) + unsent);
@@ -167,7 +170,7 @@ static bool drain_spill(SBuf *sb)
  */
 static bool plain_ready(SBuf *sb)
 {
-	if (sb->queued)
+	if (is_queued(sb))
 		sendq_flush();
 	return !sb->spill || drain_spill(sb);
 }
@@ -182,10 +185,12 @@ static ssize_t plain_send(SBuf *sb, const void *a, size_t alen, const void *b, s
 	 * send costs more than the send() itself (a login, a light load).
 	 */
 	if (batching &&
-	    (sendq_queued() || event_base_get_num_events(event_get_base(&sb->ev_read), EVENT_BASE_COUNT_ACTIVE) > 0) &&
-	    sendq_add(sb, sb->fd, a, alen, b, blen)) {
-		sb->queued = true;
-		return (ssize_t)(alen + blen);
+	    (sendq_queued() || event_base_get_num_events(event_get_base(&sb->ev_read), EVENT_BASE_COUNT_ACTIVE) > 0)) {
+		uint32_t batch = sendq_add(sb, sb->fd, a, alen, b, blen);
+		if (batch) {
+			sb->queued_in = batch;
+			return (ssize_t)(alen + blen);
+		}
 	}
 	if (!blen)
 		return send(sb->fd, a, alen, MSG_NOSIGNAL);
@@ -873,7 +878,7 @@ bool sbuf_tls_start(SBuf *sb, SSL *ssl, bool accept)
 {
 	/* the plain answer ('S') goes out before any TLS byte: not left in the send queue */
 	Step st = flush_out(sb);
-	if (st == STEP_OK && sb->queued) {
+	if (st == STEP_OK && is_queued(sb)) {
 		sendq_flush();
 		st = flush_out(sb); /* a spill, if the queued send came back short */
 	}
@@ -1092,14 +1097,14 @@ bool sbuf_send_pktbuf(SBuf *sb, PktBuf *pb)
 
 bool sbuf_is_flushed(const SBuf *sb)
 {
-	if (sb->queued)
+	if (is_queued(sb))
 		sendq_flush(); /* flushed means in the kernel's hands */
 	return sb->out_pos >= sb->out.len && !sb->waiting_src && sb->send_pos == sb->send_end && !sb->spill;
 }
 
 bool sbuf_unsent(const SBuf *sb)
 {
-	return sb->queued || sb->spill;
+	return is_queued(sb) || sb->spill;
 }
 
 void sbuf_notify_flush(SBuf *sb)
@@ -1114,7 +1119,7 @@ void sbuf_notify_flush(SBuf *sb)
 
 void sbuf_close(SBuf *sb)
 {
-	if (sb->queued)
+	if (is_queued(sb))
 		sendq_flush(); /* what was sent before the close goes out before it */
 	free(sb->spill);
 	sb->spill = NULL;

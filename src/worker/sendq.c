@@ -29,15 +29,17 @@
 
 typedef struct Queued {
 	void *owner;
-	uint32_t off; /* the copy: arena + off */
+	uint8_t *data; /* the copy, in the arena */
 	uint32_t len;
 } Queued;
+
+uint32_t sendq_batch = 1;
+unsigned sendq_count;
 
 static struct io_uring ring;
 static bool enabled;
 static sendq_result_cb result_cb;
 static Queued queued[SENDQ_ENTRIES];
-static unsigned n_queued;
 static uint8_t *arena;
 static size_t arena_used;
 static bool flushing; /* the result callbacks run: they may not queue */
@@ -70,8 +72,8 @@ static bool ring_setup(void)
 /* exit() from inside a pass (a shutdown): what the pass queued still goes out */
 static void submit_at_exit(void)
 {
-	if (n_queued && !flushing)
-		(void)io_uring_submit_and_wait(&ring, n_queued);
+	if (sendq_count && !flushing)
+		(void)io_uring_submit_and_wait(&ring, sendq_count);
 }
 
 bool sendq_init(sendq_result_cb cb)
@@ -88,59 +90,54 @@ bool sendq_init(sendq_result_cb cb)
 	return true;
 }
 
-bool sendq_queued(void)
+/* sendq_add() when the queue has no room: flush, then queue if batching still works */
+static uint32_t add_after_flush(void *owner, int fd, const void *a, size_t alen, const void *b, size_t blen)
 {
-	return n_queued > 0;
+	sendq_flush();
+	if (!enabled)
+		return 0; /* that submission failed */
+	return sendq_add(owner, fd, a, alen, b, blen);
 }
 
-bool sendq_add(void *owner, int fd, const void *a, size_t alen, const void *b, size_t blen)
+uint32_t sendq_add(void *owner, int fd, const void *a, size_t alen, const void *b, size_t blen)
 {
 	size_t len = alen + blen;
-	if (!enabled || len == 0 || len > SENDQ_MAX_SEND)
-		return false;
+	if (!enabled || len - 1 >= SENDQ_MAX_SEND) /* len - 1: an empty send wraps around */
+		return 0;
 	pgb_assert(!flushing);
-	if (n_queued == SENDQ_ENTRIES || arena_used + len > SENDQ_ARENA) {
-		sendq_flush();
-		if (!enabled)
-			return false; /* that submission failed */
-	}
+	if (sendq_count == SENDQ_ENTRIES || arena_used + len > SENDQ_ARENA)
+		return add_after_flush(owner, fd, a, alen, b, blen);
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
 	if (!sqe)
-		return false;
-	Queued *q = &queued[n_queued];
-	q->owner = owner;
-	q->off = (uint32_t)arena_used;
-	q->len = (uint32_t)len;
-	memcpy(arena + arena_used, a, alen);
+		return 0;
+	uint8_t *copy = arena + arena_used;
+	memcpy(copy, a, alen);
 	if (blen)
-		memcpy(arena + arena_used + alen, b, blen);
+		memcpy(copy + alen, b, blen);
 	arena_used += len;
-	io_uring_prep_send(sqe, fd, arena + q->off, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-	io_uring_sqe_set_data64(sqe, n_queued);
-	n_queued++;
-	return true;
+	queued[sendq_count] = (Queued){.owner = owner, .data = copy, .len = (uint32_t)len};
+	io_uring_prep_send(sqe, fd, copy, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	io_uring_sqe_set_data64(sqe, sendq_count);
+	sendq_count++;
+	return sendq_batch;
 }
 
-static void report(unsigned k, int res)
+/* A send not taken whole: its owner keeps what is left. res: bytes taken, or -errno. */
+static void report(const Queued *q, int res)
 {
-	Queued *q = &queued[k];
-	if (!q->owner)
-		return; /* reported already */
-	void *owner = q->owner;
-	q->owner = NULL;
 	if (res >= 0)
-		result_cb(owner, arena + q->off + (uint32_t)res, q->len - (uint32_t)res, 0);
+		result_cb(q->owner, q->data + res, q->len - (uint32_t)res, 0);
 	else
-		result_cb(owner, arena + q->off, q->len, -res);
+		result_cb(q->owner, q->data, q->len, -res);
 }
 
 void sendq_flush(void)
 {
-	if (!n_queued)
+	if (!sendq_count)
 		return;
 	pgb_assert(!flushing);
 	flushing = true;
-	unsigned n = n_queued;
+	unsigned n = sendq_count;
 	int r;
 	do
 		r = io_uring_submit_and_wait(&ring, n);
@@ -159,9 +156,11 @@ void sendq_flush(void)
 		io_uring_for_each_cqe(&ring, head, cqe)
 		{
 			uint64_t k = io_uring_cqe_get_data64(cqe);
-			if (k < n)
-				report((unsigned)k, cqe->res);
 			seen++;
+			if (k >= n)
+				continue;
+			if (cqe->res != (int)queued[k].len)
+				report(&queued[k], cqe->res);
 		}
 		io_uring_cq_advance(&ring, seen);
 		got += seen;
@@ -169,16 +168,17 @@ void sendq_flush(void)
 		if (got < submitted && io_uring_wait_cqe(&ring, &cqe) < 0)
 			break;
 	}
-	if (got < submitted)
-		log_warning("io_uring: %u completions missing", submitted - got);
-	for (unsigned k = 0; k < n; k++) {
-		if (k >= submitted)
-			report(k, -EAGAIN); /* never submitted: all of it goes out from the socket's spill */
-		else
-			report(k, (int)queued[k].len); /* submitted, result lost: the kernel took it */
+	if (got < n) {
+		if (got < submitted)
+			log_warning("io_uring: %u completions missing", submitted - got);
+		/* never submitted: all of it goes out from the socket's spill (submitted, result lost: the kernel took it) */
+		for (unsigned k = submitted; k < n; k++)
+			report(&queued[k], -EAGAIN);
 	}
-	n_queued = 0;
+	sendq_count = 0;
 	arena_used = 0;
+	if (++sendq_batch == 0)
+		sendq_batch = 1; /* 0 is no batch */
 	flushing = false;
 }
 
@@ -190,15 +190,13 @@ bool sendq_init(sendq_result_cb cb)
 	return false;
 }
 
-bool sendq_queued(void)
-{
-	return false;
-}
+uint32_t sendq_batch = 1;
+unsigned sendq_count;
 
-bool sendq_add(void *owner, int fd, const void *a, size_t alen, const void *b, size_t blen)
+uint32_t sendq_add(void *owner, int fd, const void *a, size_t alen, const void *b, size_t blen)
 {
 	(void)owner, (void)fd, (void)a, (void)alen, (void)b, (void)blen;
-	return false;
+	return 0;
 }
 
 void sendq_flush(void)
