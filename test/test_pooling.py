@@ -1006,6 +1006,66 @@ def test_tcp_keepalive_options_applied(bouncer):
     assert "timer:(keepalive,1min" in out, out
 
 
+def pooler_end_option(b, client, level, option):
+    """getsockopt() on the pooler's end of a client's TCP connection: each
+    worker's sockets are copied into this process (pidfd_getfd(), allowed to
+    the user that started pgbouncer or to root) until one has the client's
+    address as its peer."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd_getfd = 438  # x86_64 and aarch64 share the new syscall numbers
+    want = client.getsockname()
+    masters = {b.proc.pid}
+    pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and parent_pid(int(p)) in masters]
+    for pid in pids:
+        pidfd = os.pidfd_open(pid)
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    if not os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
+                        continue
+                except OSError:
+                    continue
+                copy = libc.syscall(pidfd_getfd, pidfd, int(fd), 0)
+                assert copy >= 0, f"pidfd_getfd: {os.strerror(ctypes.get_errno())}"
+                with socket.socket(fileno=copy) as s:
+                    try:
+                        if s.family == socket.AF_INET and s.getpeername() == want:
+                            return s.getsockopt(level, option)
+                    except OSError:
+                        pass  # a listener or an unconnected socket
+        finally:
+            os.close(pidfd)
+    raise AssertionError(f"no worker holds the pooler's end of {want}")
+
+
+def test_client_sockets_follow_tcp_keepalive_and_nodelay_across_reloads(bouncer):
+    """Accepted client sockets have TCP_NODELAY, and SO_KEEPALIVE as
+    tcp_keepalive says: the pooler sets both on its listening sockets, where
+    accepted sockets take them from (no setsockopt() per login), so a reload
+    must reach the listeners of every worker."""
+    b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2})
+
+    def check(keepalive):
+        # several logins, so that both workers' listeners are seen
+        for _ in range(6):
+            w = PgWire(b.port)
+            try:
+                w.login()
+                assert pooler_end_option(b, w.sock, socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+                assert pooler_end_option(b, w.sock, socket.SOL_SOCKET, socket.SO_KEEPALIVE) == keepalive
+            finally:
+                w.close()
+
+    check(keepalive=1)
+    for value in (0, 1):
+        b.update(tcp_keepalive=value)
+        b.write_ini()
+        with b.admin() as conn:
+            conn.execute("RELOAD")
+        check(keepalive=value)
+
+
 # ---------------------------------------------------------------------------
 # the welcome
 

@@ -353,7 +353,9 @@ uint32_t var_names_gen(void);   /* changes when a tracked name's spelling change
 const char *var_ident(int idx); /* var_name() as pktbuf_put_sql_ident() quotes it, made once per spelling */
 void var_set(VarValue *v, const char *value);      /* interns a copy (NULL clears): equal texts, equal pointers */
 void var_copy(VarValue *dst, const VarValue *src); /* dst takes src's interned text (or NULL) */
-void tune_tcp_socket(int fd);
+void tune_tcp_socket(int fd);                      /* a server socket: every TCP option of the config */
+void tune_tcp_listener(int fd);                    /* a client listener: the options accepted sockets inherit */
+void tune_accepted_socket(int fd);                 /* a client socket: the options it did not inherit */
 /* Our address of a connected socket (SHOW CLIENTS/SERVERS, logs); zeroed when it has none. */
 void socket_local_addr(const PgSocket *s, struct sockaddr_storage *ss);
 /* Set s->server_key to a copy of key (replacing an earlier one). */

@@ -51,7 +51,7 @@ void client_accept(int fd, bool is_unix, bool is_private, const struct sockaddr_
 			c->peer_uid = (uid_t)-1;
 		}
 	} else {
-		tune_tcp_socket(fd);
+		tune_accepted_socket(fd); /* the rest it has from the listener (tune_tcp_listener()) */
 	}
 	/* the peer connection of another worker's console, not an operator on the private socket */
 	c->is_internal = is_private && admin_fanout_from_worker(c->peer_pid);

@@ -888,14 +888,28 @@ void disconnect_server(PgSocket *s, bool notify, const char *fmt, ...)
 	worker_check_shutdown();
 }
 
-/* TCP options of doc/pgbouncer.5.md, "Low-level network" (tcp_keepalive, tcp_keep*, tcp_user_timeout, tcp_socket_buffer). */
-void tune_tcp_socket(int fd)
+/*
+ * TCP_NODELAY, and SO_KEEPALIVE as tcp_keepalive says. Sockets accepted
+ * from a listener inherit both (Linux copies them at accept), so they are
+ * set on the listeners, at start and at every reload, instead of with two
+ * setsockopt() per login (doc/benchmarks.md, "Options set on the listener").
+ */
+void tune_tcp_listener(int fd)
+{
+	int on = 1, keepalive = wk.cf.g.tcp_keepalive ? 1 : 0;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &keepalive, sizeof(keepalive));
+}
+
+/*
+ * The options a socket does not inherit from its listener: the keepalive
+ * timings and tcp_user_timeout (a listener could not be given "system
+ * default" back after a reload), and the buffer sizes again.
+ */
+void tune_accepted_socket(int fd)
 {
 	const CfGlobals *g = &wk.cf.g;
-	int on = 1;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
 	if (g->tcp_keepalive) {
-		setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
 		if (g->tcp_keepcnt > 0)
 			setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &g->tcp_keepcnt, sizeof(int));
 		if (g->tcp_keepidle > 0)
@@ -909,4 +923,15 @@ void tune_tcp_socket(int fd)
 		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &g->tcp_socket_buffer, sizeof(int));
 		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &g->tcp_socket_buffer, sizeof(int));
 	}
+}
+
+/*
+ * TCP options of doc/pgbouncer.5.md, "Low-level network" (tcp_keepalive,
+ * tcp_keep*, tcp_user_timeout, tcp_socket_buffer) on a server socket: what
+ * a client socket has from its listener, and the rest.
+ */
+void tune_tcp_socket(int fd)
+{
+	tune_tcp_listener(fd);
+	tune_accepted_socket(fd);
 }

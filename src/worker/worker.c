@@ -196,6 +196,9 @@ void worker_reload(void)
 	auth_load_hba();
 	objects_load_databases();
 	wk.cf_gen++; /* again: closes during the loading above may have cached values of the half-loaded state */
+	for (int i = 0; i < wk.n_listeners; i++)
+		if (wk.listeners[i].fd >= 0 && !wk.listeners[i].is_unix)
+			tune_tcp_listener(wk.listeners[i].fd); /* tcp_keepalive reaches the next logins */
 	char terr[TLS_ERR_LEN];
 	if (!worker_tls_reload(terr, sizeof(terr)))
 		log_error("TLS configuration not changed: %s", terr);
@@ -382,6 +385,8 @@ static WorkerListener *add_listener(int fd, uint32_t id, bool is_unix)
 	}
 	WorkerListener *l = &wk.listeners[wk.n_listeners++];
 	*l = (WorkerListener){.fd = fd, .id = id, .is_unix = is_unix};
+	if (!is_unix)
+		tune_tcp_listener(fd);
 	event_assign(&l->ev, wk.base, fd, EV_READ | EV_PERSIST, on_accept, l);
 	if (wk.run_state == RUN_ACTIVE && wk.pause_mode != P_SUSPEND) {
 		event_add(&l->ev, NULL);
