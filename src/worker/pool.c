@@ -373,11 +373,13 @@ static bool set_cannot_fail(int idx, const char *value)
 static bool replay_vars(PgSocket *c, PgSocket *s)
 {
 	int n = var_count();
+	/* values are interned: the same values are the same pointers, the common case at every link */
+	if (memcmp(c->vars, s->vars, (size_t)n * sizeof(VarValue)) == 0)
+		return false;
 	int first = -1;
 	bool pipeline = c->sb.dst == &s->sb;
 	for (int i = 0; i < n; i++) {
 		const char *want = c->vars[i].value, *have = s->vars[i].value;
-		/* values are interned: the same value is the same pointer, the common case at every link */
 		if (want == have || !want || (have && strcasecmp(want, have) == 0))
 			continue;
 		if (first < 0)
