@@ -11,7 +11,7 @@ import time
 import psycopg
 import pytest
 
-from conftest import wait_for
+from conftest import DEADLINE, wait_for
 from helpers import kv, rows, states, worker_of, workers
 
 TWO = {"min_workers": 2, "max_workers": 2, "log_connections": 0, "log_disconnections": 0}
@@ -327,6 +327,44 @@ def test_reload_answers_after_the_slow_worker_reloaded(bouncer):
     assert done["at"] >= resumed
     with private_console(b, 1) as pc:
         assert kv(pc, "SHOW CONFIG")["default_pool_size"] == "7"
+    console.close()
+
+
+def test_reload_the_master_never_runs_fails_instead_of_hanging(bouncer):
+    """A console's RELOAD waits for the master to reload every worker. When
+    the master does not (stopped here; or its own load of the file failed
+    after the console's check passed), the console gets an error after the
+    wait's cap, not a hang, and the worker keeps serving."""
+    b = two_workers()(bouncer)
+    b.update(default_pool_size=9)
+    b.write_ini()
+    console = on_worker(b, 0, admin=True)
+    outcome = {}
+
+    def reload():
+        try:
+            console.execute("RELOAD")
+            outcome["answer"] = "RELOAD"
+        except psycopg.Error as e:
+            outcome["answer"] = e
+
+    os.kill(b.proc.pid, signal.SIGSTOP)
+    try:
+        t = threading.Thread(target=reload, daemon=True)
+        t.start()
+        t.join(DEADLINE)
+        assert not t.is_alive(), "RELOAD still waits for a master that never reloads"
+        e = outcome["answer"]
+        assert isinstance(e, psycopg.Error), e
+        assert e.sqlstate == "F0000"
+        assert "RELOAD failed" in str(e)
+        # the console and the pool still answer
+        assert kv(console, "SHOW CONFIG")["default_pool_size"] != "9"
+        with on_worker(b, 0) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        os.kill(b.proc.pid, signal.SIGCONT)
+    b.wait_log(r"the master did not reload within 5 s")
     console.close()
 
 

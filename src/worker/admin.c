@@ -1193,7 +1193,8 @@ static void send_ready(PgSocket *c)
 
 static bool suspend_flushed(void);
 
-#define RELOAD_WAIT_MAX (5 * USEC_PER_SEC) /* a stopped or hung worker does not hold a console's RELOAD longer */
+#define RELOAD_WAIT_MAX (5 * USEC_PER_SEC)       /* a stopped or hung process does not hold a console's RELOAD longer */
+static const char RELOAD_NOT_DONE[] = "!RELOAD"; /* wait_outcome(): answer with an error */
 
 /* Every running worker has reloaded to this worker's configuration generation (or the wait is over). */
 static bool workers_reloaded(const ConsoleWait *w)
@@ -1235,7 +1236,10 @@ static const char *wait_outcome(const ConsoleWait *w)
 			return "";
 		return suspend_flushed() ? "SUSPEND" : NULL;
 	case WAIT_RELOAD:
-		return wk.reloads > w->reloads && workers_reloaded(w) ? "RELOAD" : NULL;
+		if (wk.reloads > w->reloads)
+			return workers_reloaded(w) ? "RELOAD" : NULL;
+		/* the master has not reloaded us: stopped, or its own load of the file failed after our check */
+		return wk.now - w->since > RELOAD_WAIT_MAX ? RELOAD_NOT_DONE : NULL;
 	}
 	return "";
 }
@@ -1258,15 +1262,19 @@ static void check_waits(void)
 		PgSocket *c = console_by_id(w.client_id);
 		const char *tag = c ? wait_outcome(&w) : "";
 		if (!tag) {
-			/* the other workers' reloads leave no event here: look again soon, not at the next janitor run */
-			reload_pending |= w.kind == WAIT_RELOAD && wk.reloads > w.reloads;
+			/* the master's and the other workers' reloads leave no event here: look again soon */
+			reload_pending |= w.kind == WAIT_RELOAD;
 			k++;
 			continue;
 		}
 		waits[k] = waits[--n_waits];
 		if (!c)
 			continue;
-		if (*tag)
+		if (tag == RELOAD_NOT_DONE) {
+			log_warning("RELOAD: the master did not reload within %d s",
+			            (int)(RELOAD_WAIT_MAX / USEC_PER_SEC));
+			(void)admin_error(c, "F0000", "RELOAD failed, see logs for additional details");
+		} else if (*tag)
 			(void)send_simple(c, tag);
 		else
 			send_ready(c);
