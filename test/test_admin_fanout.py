@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from conftest import DEADLINE, wait_for
-from helpers import kv, rows, states, worker_of, workers
+from helpers import Background, kv, rows, states, worker_of, workers
 
 TWO = {"min_workers": 2, "max_workers": 2, "log_connections": 0, "log_disconnections": 0}
 
@@ -339,25 +339,13 @@ def test_reload_the_master_never_runs_fails_instead_of_hanging(bouncer):
     b.update(default_pool_size=9)
     b.write_ini()
     console = on_worker(b, 0, admin=True)
-    outcome = {}
-
-    def reload():
-        try:
-            console.execute("RELOAD")
-            outcome["answer"] = "RELOAD"
-        except psycopg.Error as e:
-            outcome["answer"] = e
-
     os.kill(b.proc.pid, signal.SIGSTOP)
     try:
-        t = threading.Thread(target=reload, daemon=True)
-        t.start()
-        t.join(DEADLINE)
-        assert not t.is_alive(), "RELOAD still waits for a master that never reloads"
-        e = outcome["answer"]
-        assert isinstance(e, psycopg.Error), e
-        assert e.sqlstate == "F0000"
-        assert "RELOAD failed" in str(e)
+        reload = Background(lambda: console.execute("RELOAD"))
+        with pytest.raises(psycopg.Error) as e:
+            reload.result(DEADLINE)  # a RELOAD still waiting fails here: "background query did not finish"
+        assert e.value.sqlstate == "F0000"
+        assert "RELOAD failed" in str(e.value)
         # the console and the pool still answer
         assert kv(console, "SHOW CONFIG")["default_pool_size"] != "9"
         with on_worker(b, 0) as conn:
