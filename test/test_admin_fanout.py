@@ -356,6 +356,40 @@ def test_reload_the_master_never_runs_fails_instead_of_hanging(bouncer):
     console.close()
 
 
+def rows_of(b, command):
+    with b.admin() as conn:
+        return rows(conn, command)
+
+
+def test_console_set_reaches_workers_started_later(bouncer):
+    """A console SET is the running configuration of the whole pooler: a
+    worker the master starts afterwards (a respawn here; a scale-up alike)
+    has it too, not the file's value, and the scaler takes worker_* values."""
+    b = two_workers()(bouncer)
+    with b.admin() as conn:
+        conn.execute("SET default_pool_size = 33")
+        conn.execute("SET worker_scale_up_samples = 7")
+        pids = {r["worker"]: r["pid"] for r in rows(conn, "SHOW WORKERS")}
+    os.kill(pids[1], signal.SIGKILL)
+
+    def respawned():
+        with b.admin() as conn:
+            ws = {w["worker"]: w for w in rows(conn, "SHOW WORKERS")}
+        return 1 in ws and ws[1]["pid"] != pids[1] and ws[1]["state"] == "active"
+
+    wait_for(respawned, "worker 1 to be started again")
+    with private_console(b, 1) as pc:
+        config = kv(pc, "SHOW CONFIG")
+        assert config["default_pool_size"] == "33"
+        assert config["worker_scale_up_samples"] == "7"
+    # the scaler reads the master's copy: one worker fewer without a RELOAD
+    with b.admin() as conn:
+        conn.execute("SET min_workers = 1")
+        conn.execute("SET max_workers = 1")
+    wait_for(lambda: rows_of(b, "SHOW SCALER")[0]["max_workers"] == 1, "SHOW SCALER to show max_workers 1")
+    wait_for(lambda: [w["state"] for w in rows_of(b, "SHOW WORKERS")] == ["active"], "one worker left")
+
+
 def test_stopped_worker_is_named_in_a_notice(bouncer):
     b = two_workers()(bouncer)
     pids = {}

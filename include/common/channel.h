@@ -44,6 +44,12 @@ typedef enum ChannelMsgType {
 	 */
 	CH_HANDOFF = 9,
 	/*
+	 * worker->master: a console SET the workers applied; the attached memfd
+	 * holds "name\0value\0". The master applies it to its own configuration,
+	 * the one the workers it starts from now on get (doc/workers.md).
+	 */
+	CH_SET = 10,
+	/*
 	 * Online restart (-R) between a new master and the running one, on the
 	 * old master's control socket (doc/workers.md "Upgrading"):
 	 * new->old CH_UP_HELLO (arg = protocol version); old->new one

@@ -59,6 +59,12 @@ void supervisor_cancel_from_successor(ChannelMsg *m, int fd);
 /* The running config changed (reload): new scaler settings. */
 void supervisor_config_changed(Config *cf);
 
+/* main.c's handler of a console SET a worker reports (CH_SET). */
+void supervisor_on_console_set(void (*fn)(const char *name, const char *value));
+
+/* The running config changed without a reload (a console SET): the scaler takes it up. */
+void supervisor_settings_changed(void);
+
 /* Pass a signal on to every live worker. */
 void supervisor_signal_all(int sig);
 

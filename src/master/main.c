@@ -348,6 +348,33 @@ static bool reload_config(void)
 	return true;
 }
 
+/*
+ * A console SET the workers applied (CH_SET): the master's configuration is
+ * what the workers it starts from now on get, and what the scaler reads;
+ * a RELOAD replaces it with the file's, as it does the workers'.
+ */
+static void on_console_set(const char *name, const char *value)
+{
+	char err[CF_ERRMSG_LEN];
+	const CfParam *param = config_find_param(name);
+	if (!param || !param->reloadable)
+		return;
+	if (!config_set_checked(&master.cf, name, value, err, sizeof(err))) {
+		log_warning("console SET %s: not taken by the master: %s", name, err);
+		return;
+	}
+	if (strcmp(param->name, "verbose") == 0 || strcmp(param->name, "logfile") == 0 ||
+	    strncmp(param->name, "syslog", 6) == 0)
+		apply_log_settings(&master.cf);
+	if (strstr(param->name, "_tls") || strcmp(param->name, "auth_type") == 0) {
+		char terr[TLS_ERR_LEN];
+		if (!tls_contexts_reload(&master.tls, &master.cf.g, hba_config_uses_cert(&master.cf.g), terr,
+		                         sizeof(terr)))
+			log_warning("TLS configuration not changed: %s", terr);
+	}
+	supervisor_settings_changed();
+}
+
 static void on_child(evutil_socket_t sig, short what, void *arg)
 {
 	/* during a shutdown, or after an online restart, the tree exits with its last worker */
@@ -551,6 +578,7 @@ int main(int argc, char **argv)
 		scram_salt_key_init();
 	explicit_bzero(tk.salt_key, sizeof(tk.salt_key));
 	supervisor_init(master.base, &master.cf, &master.tls, &master.listeners, master.cmdline_verbose);
+	supervisor_on_console_set(on_console_set);
 	metrics_start(master.base, &master.cf, supervisor_shm());
 	if (takeover) {
 		supervisor_predecessor(tk.shm_fd, tk.old_pid);

@@ -476,7 +476,28 @@ void supervisor_cancel_from_successor(ChannelMsg *m, int fd)
 	route_cancel(-1, m, fd);
 }
 
-/* Messages from a worker: cancels for other workers' clients, news of moved clients. */
+static void (*console_set_handler)(const char *name, const char *value);
+
+void supervisor_on_console_set(void (*fn)(const char *name, const char *value))
+{
+	console_set_handler = fn;
+}
+
+/* CH_SET: "name\0value\0" in the attached memfd. */
+static void console_set(int fd)
+{
+	char buf[2048];
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	if (n <= 0)
+		return;
+	buf[n] = '\0';
+	size_t name_len = strlen(buf);
+	if (name_len + 1 >= (size_t)n || !console_set_handler)
+		return; /* no value */
+	console_set_handler(buf, buf + name_len + 1);
+}
+
+/* Messages from a worker: cancels for other workers' clients, news of moved clients, console SETs. */
 static void on_ctl(evutil_socket_t fd, short what, void *arg)
 {
 	int from = (int)(intptr_t)arg;
@@ -502,6 +523,10 @@ static void on_ctl(evutil_socket_t fd, short what, void *arg)
 			break;
 		case CH_MOVED_GONE:
 			moved_gone(k, from);
+			break;
+		case CH_SET:
+			if (rfd >= 0)
+				console_set(rfd);
 			break;
 		default:
 			break;
@@ -836,6 +861,12 @@ void supervisor_config_changed(Config *cf)
 	/* before the workers' SIGHUP: each notes the generation it reloaded to */
 	if (sv.shm)
 		atomic_fetch_add(&sv.shm->scaler.config_gen, 1);
+}
+
+void supervisor_settings_changed(void)
+{
+	resolve_scaler_config();
+	arm_tick();
 }
 
 void supervisor_signal_all(int sig)

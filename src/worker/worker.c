@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -202,6 +203,21 @@ void worker_reload(void)
 	char terr[TLS_ERR_LEN];
 	if (!worker_tls_reload(terr, sizeof(terr)))
 		log_error("TLS configuration not changed: %s", terr);
+}
+
+void worker_tell_master_set(const char *name, const char *value)
+{
+	if (wk.master_fd < 0)
+		return;
+	size_t nl = strlen(name) + 1, vl = strlen(value) + 1;
+	int fd = memfd_create("pgbouncer-set", MFD_CLOEXEC);
+	bool ok = fd >= 0 && write(fd, name, nl) == (ssize_t)nl && write(fd, value, vl) == (ssize_t)vl;
+	ChannelMsg m = {.type = CH_SET};
+	if (!ok || !channel_send(wk.master_fd, &m, fd))
+		log_warning("SET %s: the master was not told (%s): workers started later use the file's value", name,
+		            strerror(errno));
+	if (fd >= 0)
+		close(fd);
 }
 
 bool worker_tls_reload(char *err, size_t errlen)
