@@ -3,6 +3,7 @@ of every protocol flavour pass through intact, servers are reused and reset,
 pool limits and timeouts act as documented, and the pool recovers when a
 server dies."""
 
+import errno
 import hashlib
 import os
 import re
@@ -1015,9 +1016,7 @@ def pooler_end_option(b, client, level, option):
     libc = ctypes.CDLL(None, use_errno=True)
     pidfd_getfd = 438  # x86_64 and aarch64 share the new syscall numbers
     want = client.getsockname()
-    masters = {b.proc.pid}
-    pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and parent_pid(int(p)) in masters]
-    for pid in pids:
+    for pid in worker_pids(b):
         pidfd = os.pidfd_open(pid)
         try:
             for fd in os.listdir(f"/proc/{pid}/fd"):
@@ -1027,6 +1026,8 @@ def pooler_end_option(b, client, level, option):
                 except OSError:
                     continue
                 copy = libc.syscall(pidfd_getfd, pidfd, int(fd), 0)
+                if copy < 0 and ctypes.get_errno() == errno.EBADF:
+                    continue  # closed since the listing
                 assert copy >= 0, f"pidfd_getfd: {os.strerror(ctypes.get_errno())}"
                 with socket.socket(fileno=copy) as s:
                     try:
