@@ -1044,7 +1044,7 @@ def test_client_sockets_follow_tcp_keepalive_and_nodelay_across_reloads(bouncer)
     """Accepted client sockets have TCP_NODELAY, and SO_KEEPALIVE as
     tcp_keepalive says: the pooler sets both on its listening sockets, where
     accepted sockets take them from (no setsockopt() per login), so a reload
-    must reach the listeners of every worker."""
+    or a console SET must reach the listeners of every worker."""
     b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2})
 
     def check(keepalive):
@@ -1065,6 +1065,10 @@ def test_client_sockets_follow_tcp_keepalive_and_nodelay_across_reloads(bouncer)
         with b.admin() as conn:
             conn.execute("RELOAD")
         check(keepalive=value)
+    # a console SET too, on every worker
+    with b.admin() as conn:
+        conn.execute("SET tcp_keepalive = 0")
+    check(keepalive=0)
 
 
 # ---------------------------------------------------------------------------

@@ -113,6 +113,7 @@ void worker_check_shutdown(void);
 void worker_close_idle_servers(void);      /* PAUSE and the safe shutdown */
 void worker_start_shutdown(RunState mode); /* SIGTERM / SIGINT semantics */
 void worker_reload(void);
+void worker_tune_listeners(void); /* tcp_keepalive (reload, console SET) reaches the next logins */
 void worker_tell_master_set(const char *name, const char *value); /* a console SET, for workers started later */
 void worker_clients_add(int delta); /* client connections of this worker, also in the global count */
 int worker_global_clients(void);    /* client connections of all workers (max_client_conn) */

@@ -1815,6 +1815,8 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 	if (strcmp(param->name, "verbose") == 0 || strcmp(param->name, "logfile") == 0 ||
 	    strncmp(param->name, "syslog", 6) == 0)
 		worker_apply_log_settings();
+	if (strcmp(param->name, "tcp_keepalive") == 0)
+		worker_tune_listeners();
 	/* the console's own worker (not the copies fanned out to the others) tells the master */
 	if (param->reloadable && !c->is_internal)
 		worker_tell_master_set(key, val);

@@ -175,6 +175,13 @@ void worker_apply_log_settings(void)
 	log_configure(&ls);
 }
 
+void worker_tune_listeners(void)
+{
+	for (int i = 0; i < wk.n_listeners; i++)
+		if (wk.listeners[i].fd >= 0 && !wk.listeners[i].is_unix)
+			tune_tcp_listener(wk.listeners[i].fd);
+}
+
 void worker_reload(void)
 {
 	Config next;
@@ -197,9 +204,7 @@ void worker_reload(void)
 	auth_load_hba();
 	objects_load_databases();
 	wk.cf_gen++; /* again: closes during the loading above may have cached values of the half-loaded state */
-	for (int i = 0; i < wk.n_listeners; i++)
-		if (wk.listeners[i].fd >= 0 && !wk.listeners[i].is_unix)
-			tune_tcp_listener(wk.listeners[i].fd); /* tcp_keepalive reaches the next logins */
+	worker_tune_listeners();
 	char terr[TLS_ERR_LEN];
 	if (!worker_tls_reload(terr, sizeof(terr)))
 		log_error("TLS configuration not changed: %s", terr);
