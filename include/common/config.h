@@ -275,6 +275,12 @@ extern const CfEnum cf_sslmodes[];   /* disable .. verify-full */
 /* Find a parameter by exact (case-sensitive) name; NULL if unknown. */
 const CfParam *config_find_param(const char *name);
 
+/* A setting of the TLS contexts: a change rebuilds them (a console SET, in the workers and the master). */
+bool config_param_is_tls(const CfParam *p);
+
+/* A setting of the log (verbose, logfile, syslog*): a change reconfigures it. */
+bool config_param_is_log(const CfParam *p);
+
 /* Initialise every [pgbouncer] value to its default, no databases etc. */
 void config_init(Config *cf);
 

@@ -654,6 +654,16 @@ const CfParam *config_find_param(const char *name)
 	return NULL;
 }
 
+bool config_param_is_tls(const CfParam *p)
+{
+	return strstr(p->name, "_tls_") || strstr(p->name, "_tls13_");
+}
+
+bool config_param_is_log(const CfParam *p)
+{
+	return strcmp(p->name, "verbose") == 0 || strcmp(p->name, "logfile") == 0 || strncmp(p->name, "syslog", 6) == 0;
+}
+
 bool config_set(Config *cf, const char *name, const char *value, char *errbuf, size_t errlen)
 {
 	const CfParam *p = config_find_param(name);

@@ -363,10 +363,10 @@ static void on_console_set(const char *name, const char *value)
 		log_warning("console SET %s: not taken by the master: %s", name, err);
 		return;
 	}
-	if (strcmp(param->name, "verbose") == 0 || strcmp(param->name, "logfile") == 0 ||
-	    strncmp(param->name, "syslog", 6) == 0)
+	if (config_param_is_log(param))
 		apply_log_settings(&master.cf);
-	if (strstr(param->name, "_tls") || strcmp(param->name, "auth_type") == 0) {
+	/* auth_type too: cert authentication asks for client certificates */
+	if (config_param_is_tls(param) || strcmp(param->name, "auth_type") == 0) {
 		char terr[TLS_ERR_LEN];
 		if (!tls_contexts_reload(&master.tls, &master.cf.g, hba_config_uses_cert(&master.cf.g), terr,
 		                         sizeof(terr)))

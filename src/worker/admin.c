@@ -1795,7 +1795,7 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 	 * and the running TLS stays until they make a whole. auth_type (cert
 	 * needs client certificates) is refused when it is what breaks TLS.
 	 */
-	bool tls_key = strstr(param->name, "_tls_") != NULL || strstr(param->name, "_tls13_") != NULL;
+	bool tls_key = config_param_is_tls(param);
 	bool needs_tls = tls_key || strcmp(param->name, "auth_type") == 0;
 	char old[1024]; /* auth_type's, to take it back; a TLS string may be unset (NULL) */
 	if (needs_tls && !tls_key && !config_format_value(&wk.cf, param, old, sizeof(old)))
@@ -1812,8 +1812,7 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 			return admin_error(c, NULL, "SET failed");
 	}
 	wk.cf_gen++;
-	if (strcmp(param->name, "verbose") == 0 || strcmp(param->name, "logfile") == 0 ||
-	    strncmp(param->name, "syslog", 6) == 0)
+	if (config_param_is_log(param))
 		worker_apply_log_settings();
 	if (strcmp(param->name, "tcp_keepalive") == 0)
 		worker_tune_listeners();

@@ -891,8 +891,9 @@ void disconnect_server(PgSocket *s, bool notify, const char *fmt, ...)
 /*
  * TCP_NODELAY, and SO_KEEPALIVE as tcp_keepalive says. Sockets accepted
  * from a listener inherit both (Linux copies them at accept), so they are
- * set on the listeners, at start and at every reload, instead of with two
- * setsockopt() per login (doc/benchmarks.md, "Options set on the listener").
+ * set on the listeners, at start, at every reload and at a console SET of
+ * tcp_keepalive, instead of with two setsockopt() per login
+ * (doc/benchmarks.md, "Options set on the listener").
  */
 void tune_tcp_listener(int fd)
 {

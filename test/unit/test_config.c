@@ -1366,6 +1366,27 @@ static void test_unimplemented_warns(void **state)
 	log_configure(&back);
 }
 
+/* Which settings rebuild the TLS contexts or the log on a console SET (worker and master alike). */
+static void test_param_kinds(void **state)
+{
+	(void)state;
+	const char *tls[] = {"client_tls_sslmode", "client_tls_key_file", "server_tls_ca_file", "client_tls13_ciphers"};
+	for (size_t k = 0; k < sizeof(tls) / sizeof(tls[0]); k++) {
+		assert_non_null(config_find_param(tls[k]));
+		assert_true(config_param_is_tls(config_find_param(tls[k])));
+		assert_false(config_param_is_log(config_find_param(tls[k])));
+	}
+	const char *log[] = {"verbose", "logfile", "syslog", "syslog_ident", "syslog_facility"};
+	for (size_t k = 0; k < sizeof(log) / sizeof(log[0]); k++) {
+		assert_non_null(config_find_param(log[k]));
+		assert_true(config_param_is_log(config_find_param(log[k])));
+		assert_false(config_param_is_tls(config_find_param(log[k])));
+	}
+	const CfParam *other = config_find_param("default_pool_size");
+	assert_false(config_param_is_tls(other) || config_param_is_log(other));
+	assert_false(config_param_is_tls(config_find_param("auth_type"))); /* the console treats it apart */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1401,6 +1422,7 @@ int main(void)
 	    cmocka_unit_test(test_format),
 	    cmocka_unit_test(test_list_contains),
 	    cmocka_unit_test(test_unimplemented_warns),
+	    cmocka_unit_test(test_param_kinds),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
