@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "common/config.h"
+#include "common/console_state.h"
 #include "common/tls.h"
 #include "shm.h"
 
@@ -22,12 +23,13 @@ typedef struct WorkerSocket {
 
 /*
  * Run worker `id` in the forked child until it exits; returns the exit
- * status. cf, tls and shm are the master's (the worker takes its own
+ * status. cf, tls, console (the console's pause and database flags, which
+ * the worker takes over) and shm are the master's (the worker takes its own
  * copies and references); the worker takes over the n sockets and frees
  * the `sockets` array (malloc()ed by the caller). master_fd is the
  * worker's end of its control channel.
  */
-int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerSocket *sockets, int n, int master_fd,
-                int cmdline_verbose, ShmSegment *shm);
+int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *console, WorkerSocket *sockets, int n,
+                int master_fd, int cmdline_verbose, ShmSegment *shm);
 
 #endif

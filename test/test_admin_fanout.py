@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from conftest import DEADLINE, wait_for
-from helpers import Background, kv, rows, states, worker_of, workers
+from helpers import Background, conn_on, kv, rows, states, worker_of, workers
 
 TWO = {"min_workers": 2, "max_workers": 2, "log_connections": 0, "log_disconnections": 0}
 
@@ -388,6 +388,119 @@ def test_console_set_reaches_workers_started_later(bouncer):
         conn.execute("SET max_workers = 1")
     wait_for(lambda: rows_of(b, "SHOW SCALER")[0]["max_workers"] == 1, "SHOW SCALER to show max_workers 1")
     wait_for(lambda: states(b) == ["active"], "one worker left")
+
+
+def respawn(b, worker):
+    """Kill a worker and wait until the master has started its replacement; reads SHOW WORKERS
+    on the other worker's private socket, which answers during a SUSPEND too."""
+    with private_console(b, 1 - worker) as pc:
+        old = next(r["pid"] for r in rows(pc, "SHOW WORKERS") if r["worker"] == worker)
+    os.kill(old, signal.SIGKILL)
+
+    def replaced():
+        with private_console(b, 1 - worker) as pc:
+            w = next((r for r in rows(pc, "SHOW WORKERS") if r["worker"] == worker), None)
+        return w is not None and w["pid"] != old and w["state"] == "active"
+
+    wait_for(replaced, f"worker {worker} to be started again")
+
+
+def db_flags(b, worker, name):
+    with private_console(b, worker) as pc:
+        db = next(r for r in rows(pc, "SHOW DATABASES") if r["name"] == name)
+    return db["paused"], db["disabled"]
+
+
+def test_disable_and_pause_db_reach_workers_started_later(bouncer, pg):
+    """DISABLE db, PAUSE db and KILL db are the console's word for the whole
+    pooler: a worker started after them (a respawn here, a scale-up alike)
+    has them too, and ENABLE / RESUME db lift them there as well."""
+    b = two_workers(databases={name: pg.connstr("postgres") for name in ("postgres", "p0", "p1")})(bouncer)
+    with b.admin() as conn:
+        conn.execute("DISABLE postgres")
+        conn.execute("PAUSE p0")
+    respawn(b, 1)
+    assert db_flags(b, 1, "postgres") == (0, 1)
+    assert db_flags(b, 1, "p0") == (1, 0)
+    for _ in range(6):  # a login fails whichever worker it lands on
+        with pytest.raises(psycopg.OperationalError) as exc:
+            psycopg.connect(host="127.0.0.1", port=b.port, dbname="postgres", user="postgres")
+        assert 'database "postgres" is disabled' in str(exc.value)
+    with b.admin() as conn:
+        conn.execute("ENABLE postgres")
+        conn.execute("RESUME p0")
+        conn.execute("KILL p1")  # leaves p1 paused until RESUME p1
+    assert db_flags(b, 1, "postgres") == (0, 0)
+    assert db_flags(b, 1, "p0") == (0, 0)
+    respawn(b, 0)
+    assert [db_flags(b, w, "p1") for w in (0, 1)] == [(1, 0), (1, 0)]
+    with b.admin() as conn:
+        conn.execute("RESUME p1")
+    assert [db_flags(b, w, "p1") for w in (0, 1)] == [(0, 0), (0, 0)]
+    with b.connect() as c:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+def pause_state(b, worker):
+    with private_console(b, worker) as pc:
+        state = kv(pc, "SHOW STATE")
+    return next(k for k in ("active", "paused", "suspended") if state[k] == "yes")
+
+
+def test_pause_holds_on_a_worker_started_during_it(bouncer):
+    """A failover done as PAUSE, switch, RESUME: a worker the master starts
+    in between must not let a query through."""
+    b = two_workers()(bouncer)
+    with b.admin() as conn:
+        conn.execute("PAUSE")
+    respawn(b, 1)
+    assert pause_state(b, 1) == "paused"
+    # clients until one waits on the new worker (the kernel spreads them)
+    waiting = []
+    for _ in range(12):
+        waiting.append(Background(lambda: b.connect(autocommit=True).execute("SELECT 7").fetchone()))
+        time.sleep(0.2)
+        with private_console(b, 1) as pc:
+            if rows(pc, "SHOW CLIENTS"):
+                break
+    with private_console(b, 1) as pc:
+        assert rows(pc, "SHOW CLIENTS"), "no client reached worker 1"
+    time.sleep(0.5)
+    assert not any(w.done() for w in waiting), "a query ran while the pooler was paused"
+    with b.admin() as conn:
+        conn.execute("RESUME")
+    assert [w.result() for w in waiting] == [(7,)] * len(waiting)
+    assert pause_state(b, 1) == "active"
+
+
+def test_suspend_holds_on_a_worker_started_during_it_and_ends_with_its_console(bouncer):
+    """SUSPEND holds on a worker started during it (it does not accept); when
+    the suspending console goes away without RESUME, every worker resumes,
+    the new one too (the master tells it)."""
+    b = two_workers()(bouncer)
+    conn = b.admin()
+    conn.execute("SUSPEND")
+    respawn(b, 1)
+    assert pause_state(b, 1) == "suspended"
+    conn.close()
+    for w in (0, 1):
+        wait_for(lambda: pause_state(b, w) == "active", f"worker {w} to resume")
+    with conn_on(b, 1) as c:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_signal_pause_reaches_workers_started_later(bouncer):
+    """SIGUSR1 to the master pauses the pooler, SIGUSR2 resumes it: the
+    workers started in between follow."""
+    b = two_workers()(bouncer)
+    os.kill(b.pid, signal.SIGUSR1)
+    wait_for(lambda: pause_state(b, 1) == "paused", "worker 1 to pause")
+    respawn(b, 1)
+    assert pause_state(b, 1) == "paused"
+    os.kill(b.pid, signal.SIGUSR2)
+    wait_for(lambda: pause_state(b, 1) == "active", "worker 1 to resume")
+    respawn(b, 0)
+    assert pause_state(b, 0) == "active"
 
 
 def test_stopped_worker_is_named_in_a_notice(bouncer):

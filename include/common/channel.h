@@ -50,6 +50,18 @@ typedef enum ChannelMsgType {
 	 */
 	CH_SET = 10,
 	/*
+	 * worker->master: the console's PAUSE/SUSPEND and paused and disabled
+	 * databases after a command changed them; the attached memfd holds the
+	 * state (include/common/console_state.h). Workers the master starts
+	 * from now on take it over (doc/workers.md "Console state").
+	 */
+	CH_CONSOLE_STATE = 11,
+	/*
+	 * master->worker: the pooler's PAUSE or SUSPEND ended (in the worker
+	 * that reported it); a worker that took it over at start resumes.
+	 */
+	CH_CONSOLE_RESUME = 12,
+	/*
 	 * Online restart (-R) between a new master and the running one, on the
 	 * old master's control socket (doc/workers.md "Upgrading"):
 	 * new->old CH_UP_HELLO (arg = protocol version); old->new one

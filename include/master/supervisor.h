@@ -65,6 +65,9 @@ void supervisor_on_console_set(void (*fn)(const char *name, const char *value));
 /* The running config changed without a reload (a console SET): the scaler takes it up. */
 void supervisor_settings_changed(void);
 
+/* SIGUSR1 (pause) or SIGUSR2: the pause workers started later take over (doc/workers.md "Console state"). */
+void supervisor_console_signal(bool pause);
+
 /* Pass a signal on to every live worker. */
 void supervisor_signal_all(int sig);
 

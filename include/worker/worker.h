@@ -74,12 +74,13 @@ typedef struct Worker {
 
 	RunState run_state;
 	PauseMode pause_mode;
-	uint64_t next_id;    /* SHOW CLIENTS/SERVERS id counter (without shm) */
-	int client_count;    /* all client connections (for max_client_conn) */
-	int private_clients; /* of which came in on the private socket (peer consoles) */
-	uint64_t reloads;    /* SIGHUPs handled (RELOAD waits for the master's) */
-	uint32_t cf_gen;     /* bumped whenever the running config changes (reload, console SET) */
-	usec_t now;          /* time at the start of the current callback */
+	bool pause_inherited; /* the pause came from the master at start, not from a console here (admin_state.c) */
+	uint64_t next_id;     /* SHOW CLIENTS/SERVERS id counter (without shm) */
+	int client_count;     /* all client connections (for max_client_conn) */
+	int private_clients;  /* of which came in on the private socket (peer consoles) */
+	uint64_t reloads;     /* SIGHUPs handled (RELOAD waits for the master's) */
+	uint32_t cf_gen;      /* bumped whenever the running config changes (reload, console SET) */
+	usec_t now;           /* time at the start of the current callback */
 	usec_t start_time;
 	int master_fd;                  /* control pipe to the master (-1 = none) */
 	uint64_t accepted;              /* accepted connections */

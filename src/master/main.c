@@ -437,13 +437,16 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 		break;
 	case SIGUSR1:
 		/* PAUSE state lives in the workers (the console changes it too): they log the outcome */
+		supervisor_console_signal(true);
 		forward_signal(SIGUSR1);
 		break;
 	case SIGUSR2:
-		if (master.shutting_down)
+		if (master.shutting_down) {
 			log_info("got SIGUSR2 while shutting down, ignoring");
-		else
+		} else {
+			supervisor_console_signal(false);
 			forward_signal(SIGUSR2);
+		}
 		break;
 	}
 }

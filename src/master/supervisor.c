@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,6 +25,7 @@
 
 #include "common/budget.h"
 #include "common/channel.h"
+#include "common/console_state.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "master/rebalance.h"
@@ -76,10 +78,11 @@ static struct {
 	pid_t pred_pid;            /* the master we took over from (-R) while its tree runs, else 0 */
 	int cpus[SHM_MAX_WORKERS]; /* one logical CPU per physical core, for worker_cpu_affinity */
 	int n_cpus;
-	int rb_streak; /* consecutive ticks with an uneven plan */
-	int rb_quiet;  /* ticks to wait after a move, until the counts are published again */
-	int rb_fresh;  /* ticks left in which a plan runs at once: a worker was just added */
-	bool rb_now;   /* plan at this tick whatever the history (a drain started) */
+	int rb_streak;        /* consecutive ticks with an uneven plan */
+	int rb_quiet;         /* ticks to wait after a move, until the counts are published again */
+	int rb_fresh;         /* ticks left in which a plan runs at once: a worker was just added */
+	bool rb_now;          /* plan at this tick whatever the history (a drain started) */
+	ConsoleState console; /* the console's pause and database flags, for workers started later */
 } sv;
 
 /* ---- moved clients' cancel keys ---- */
@@ -421,7 +424,7 @@ static bool spawn(int i)
 		if (sv.cf->g.worker_cpu_affinity == AFFINITY_CORES)
 			pin_to_core(i);
 		log_set_fatal_hook(NULL);
-		exit(worker_main(i, sv.cf, sv.tls, wl, k, ctl[1], sv.cmdline_verbose, sv.shm));
+		exit(worker_main(i, sv.cf, sv.tls, &sv.console, wl, k, ctl[1], sv.cmdline_verbose, sv.shm));
 	}
 	close(ctl[1]);
 	sv.w[i].pid = pid;
@@ -497,7 +500,51 @@ static void console_set(int fd)
 	console_set_handler(buf, buf + name_len + 1);
 }
 
-/* Messages from a worker: cancels for other workers' clients, news of moved clients, console SETs. */
+/*
+ * CH_CONSOLE_STATE: what the console's last command left (the attached
+ * memfd), kept for the workers started from now on. When it ends a PAUSE or
+ * SUSPEND, the workers that took that over at start resume: the console's
+ * RESUME reached them as peers, but a SUSPEND that ends because its console
+ * went away reaches nobody else (doc/workers.md "Console state").
+ */
+static void console_state(int from, int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0 || st.st_size < 1 || st.st_size > (off_t)CS_MAX_LEN) {
+		log_warning("worker %d reported a console state that cannot be read", from);
+		return;
+	}
+	char *buf = xmalloc((size_t)st.st_size);
+	ConsoleState next = {0};
+	bool ok =
+	    pread(fd, buf, (size_t)st.st_size, 0) == st.st_size && console_state_decode(&next, buf, (size_t)st.st_size);
+	free(buf);
+	if (!ok) {
+		log_warning("worker %d reported a malformed console state", from);
+		console_state_free(&next);
+		return;
+	}
+	bool resumed = console_state_pause(&sv.console) != CS_RUNNING && console_state_pause(&next) == CS_RUNNING;
+	console_state_free(&sv.console);
+	sv.console = next;
+	if (!resumed)
+		return;
+	ChannelMsg m = {.type = CH_CONSOLE_RESUME};
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		if (i != from && sv.w[i].pid > 0 && sv.w[i].ctl >= 0 && !channel_send(sv.w[i].ctl, &m, -1))
+			log_warning("could not tell worker %d that the pooler resumed: %s", i, strerror(errno));
+}
+
+void supervisor_console_signal(bool pause)
+{
+	/* every worker gets the signal too; this is for the ones started later */
+	if (!pause)
+		console_state_set_pause(&sv.console, CS_RUNNING);
+	else if (console_state_pause(&sv.console) == CS_RUNNING)
+		console_state_set_pause(&sv.console, CS_PAUSED);
+}
+
+/* Messages from a worker: cancels for other workers' clients, news of moved clients, console SETs and state. */
 static void on_ctl(evutil_socket_t fd, short what, void *arg)
 {
 	int from = (int)(intptr_t)arg;
@@ -527,6 +574,10 @@ static void on_ctl(evutil_socket_t fd, short what, void *arg)
 		case CH_SET:
 			if (rfd >= 0)
 				console_set(rfd);
+			break;
+		case CH_CONSOLE_STATE:
+			if (rfd >= 0)
+				console_state(from, rfd);
 			break;
 		default:
 			break;

@@ -24,6 +24,7 @@
 #include "worker/admin.h"
 #include "worker/admin_fanout.h"
 #include "worker/admin_parse.h"
+#include "worker/admin_state.h"
 #include "worker/admin_workers.h"
 #include "worker/cancel.h"
 #include "worker/prepare.h"
@@ -1391,6 +1392,7 @@ void admin_resume_all(void)
 	if (wk.pause_mode == P_SUSPEND)
 		worker_listen_pause(false);
 	wk.pause_mode = P_NONE;
+	wk.pause_inherited = false;
 	resume_sockets();
 	suspend_owner = 0;
 	wake_all_pools();
@@ -1408,6 +1410,7 @@ void admin_pause_done_check(void)
 		if (wk.pause_mode == P_SUSPEND && wk.run_state == RUN_ACTIVE) {
 			log_info("suspending console is gone, resuming");
 			admin_resume_all();
+			admin_state_report();
 		}
 	}
 	check_waits();
@@ -1431,6 +1434,7 @@ void admin_console_cancel(PgSocket *c)
 		if (!waiting_here && wk.pause_mode != P_NONE) {
 			log_info("console command cancelled, resuming");
 			admin_resume_all();
+			admin_state_report();
 		}
 	}
 	for (int k = 0; k < n_waits; k++) {
@@ -1448,6 +1452,7 @@ void admin_console_cancel(PgSocket *c)
 			admin_resume_all();
 		else
 			wake_all_pools();
+		admin_state_report();
 		send_ready(c);
 		return;
 	}
@@ -1921,6 +1926,7 @@ typedef struct AdminCommand {
 	bool waits;        /* may wait long for its reply: a peer is left out only once it stops living */
 	const char *modes; /* ARG_OPT_MODE: the words accepted, '|'-separated */
 	bool alias;        /* not listed by SHOW HELP */
+	bool state;        /* may change what workers started later take over (worker/admin_state.h) */
 } AdminCommand;
 
 static bool cmd_show(PgSocket *c, const char *arg, const char *query);
@@ -1931,14 +1937,14 @@ static const AdminCommand admin_commands[] = {
     {"SELECT", ARG_SUBJECT, cmd_show, ACCESS_STATS, .alias = true},
     {"SET", ARG_SET, cmd_set, ACCESS_STATS, .fanout = true},
     {"RELOAD", ARG_NONE, cmd_reload, ACCESS_ADMIN},
-    {"PAUSE", ARG_OPT_DB, cmd_pause, ACCESS_ADMIN, .fanout = true, .waits = true},
-    {"RESUME", ARG_OPT_DB, cmd_resume, ACCESS_ADMIN, .fanout = true},
-    {"DISABLE", ARG_DB, cmd_disable, ACCESS_ADMIN, .fanout = true},
-    {"ENABLE", ARG_DB, cmd_enable, ACCESS_ADMIN, .fanout = true},
+    {"PAUSE", ARG_OPT_DB, cmd_pause, ACCESS_ADMIN, .fanout = true, .state = true, .waits = true},
+    {"RESUME", ARG_OPT_DB, cmd_resume, ACCESS_ADMIN, .fanout = true, .state = true},
+    {"DISABLE", ARG_DB, cmd_disable, ACCESS_ADMIN, .fanout = true, .state = true},
+    {"ENABLE", ARG_DB, cmd_enable, ACCESS_ADMIN, .fanout = true, .state = true},
     {"RECONNECT", ARG_OPT_DB, cmd_reconnect, ACCESS_ADMIN, .fanout = true},
-    {"KILL", ARG_OPT_DB, cmd_kill, ACCESS_ADMIN, .fanout = true},
+    {"KILL", ARG_OPT_DB, cmd_kill, ACCESS_ADMIN, .fanout = true, .state = true},
     {"KILL_CLIENT", ARG_CLIENT_ID, cmd_kill_client, ACCESS_ADMIN, .fanout = true},
-    {"SUSPEND", ARG_NONE, cmd_suspend, ACCESS_ADMIN, .fanout = true, .waits = true},
+    {"SUSPEND", ARG_NONE, cmd_suspend, ACCESS_ADMIN, .fanout = true, .state = true, .waits = true},
     {"SHUTDOWN", ARG_OPT_MODE, cmd_shutdown, ACCESS_ADMIN, .modes = "WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS"},
     {"WAIT_CLOSE", ARG_OPT_DB, cmd_wait_close, ACCESS_ADMIN, .fanout = true, .waits = true},
 };
@@ -2084,7 +2090,14 @@ static bool run_command(PgSocket *c, const AdminCommand *cmd, const char *arg, c
 	/* a peer console is an admin: only an admin's command may reach it (not a stats user's fake SET) */
 	if (cmd->fanout && c->admin_user && admin_fanout_wanted(c))
 		admin_fanout_begin(c, query, FM_COMMAND, 0, cmd->waits);
-	return cmd->run(c, arg, query);
+	/* the console's own worker tells the master; the others run the command as its peers */
+	bool report = cmd->state && !(c->is_private && !c->from_master);
+	if (cmd->state)
+		admin_state_forget_inherited(); /* the console's commands reach this worker now */
+	bool ok = cmd->run(c, arg, query);
+	if (report)
+		admin_state_report();
+	return ok;
 }
 
 /* One console command. Returns false only if the console was closed. */

@@ -22,6 +22,7 @@
 #include "common/pktbuf.h"
 #include "common/util.h"
 #include "worker/admin_fanout.h"
+#include "worker/admin_state.h"
 #include "worker/auth_query.h"
 #include "worker/cancel.h"
 #include "worker/migrate.h"
@@ -455,6 +456,7 @@ PgDatabase *db_register_auto(const char *name)
 	PgDatabase *db = db_add(&cf);
 	db->auto_db = true;
 	db->inactive_since = 0;
+	admin_state_inherit_db(db); /* a DISABLE or PAUSE of it before this worker started */
 	log_info("registered new auto-database: %s", name);
 	return db;
 }

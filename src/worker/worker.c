@@ -25,6 +25,7 @@
 #include "worker/dns.h"
 #include "worker/admin.h"
 #include "worker/admin_fanout.h"
+#include "worker/admin_state.h"
 #include "worker/auth.h"
 #include "worker/cancel.h"
 #include "worker/client.h"
@@ -509,6 +510,9 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 			if (rfd >= 0)
 				migrate_take(rfd, (int)m.id, m.arg == 1); /* read until the giver closes its end */
 			break;
+		case CH_CONSOLE_RESUME:
+			admin_state_master_resume();
+			break;
 		case CH_CANCEL: {
 			uint8_t key[CANCEL_KEY_LEN];
 			memcpy(key, &m.arg, CANCEL_KEY_LEN);
@@ -523,8 +527,8 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerSocket *sockets, int n, int master_fd,
-                int cmdline_verbose, ShmSegment *shm)
+int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *console, WorkerSocket *sockets, int n,
+                int master_fd, int cmdline_verbose, ShmSegment *shm)
 {
 	memset(&wk, 0, sizeof(wk));
 	wk.id = id;
@@ -564,6 +568,8 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, WorkerSocket *socket
 		if (!wk.sig_ev[i] || evsignal_add(wk.sig_ev[i], NULL) < 0)
 			fatal("could not install handler for signal %d", sigs[i]);
 	}
+	/* a PAUSE or SUSPEND of the console holds from the first accept on (doc/workers.md "Console state") */
+	admin_state_inherit(console);
 	for (int i = 0; i < n; i++)
 		add_listener(sockets[i].fd, sockets[i].id, sockets[i].is_unix);
 	free(sockets);

@@ -1,0 +1,28 @@
+/*
+ * The console's pooler-wide state and the workers started later
+ * (doc/workers.md, "Console state"): a worker reports PAUSE, SUSPEND and
+ * the paused and disabled databases to the master after a console command,
+ * and a worker the master starts takes them over before it accepts.
+ */
+#ifndef PGB_WORKER_ADMIN_STATE_H
+#define PGB_WORKER_ADMIN_STATE_H
+
+#include "common/console_state.h"
+#include "worker/objects.h"
+
+/* At start, before the listeners: the state the master handed over. */
+void admin_state_inherit(const ConsoleState *cs);
+/* An auto-database created later takes its inherited flags... */
+void admin_state_inherit_db(PgDatabase *db);
+/* ...until the console's own commands reach this worker. */
+void admin_state_forget_inherited(void);
+/* Tell the master this worker's state (after a console command changed it). */
+void admin_state_report(void);
+/*
+ * CH_CONSOLE_RESUME: the PAUSE or SUSPEND this worker took over at start
+ * ended in the worker that ran it; resume, unless a console command has
+ * changed the pause here since.
+ */
+void admin_state_master_resume(void);
+
+#endif

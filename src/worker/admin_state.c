@@ -1,0 +1,100 @@
+/*
+ * The console's state for workers started later (include/worker/admin_state.h,
+ * doc/workers.md "Console state").
+ */
+#include "autoconfig.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/channel.h"
+#include "common/log.h"
+#include "worker/admin.h"
+#include "worker/admin_state.h"
+#include "worker/worker.h"
+
+/* What the master handed over at start; auto-databases created later look here. */
+static ConsoleState inherited;
+
+static void inherit_flags(PgDatabase *db)
+{
+	if (db->admin)
+		return;
+	if (console_state_has(&inherited, CS_DB_PAUSED, db->name))
+		db->paused = true;
+	if (console_state_has(&inherited, CS_DB_DISABLED, db->name))
+		db->disabled = true;
+}
+
+void admin_state_inherit(const ConsoleState *cs)
+{
+	if (!cs || !cs->len || !console_state_decode(&inherited, cs->buf, cs->len))
+		return;
+	List *i;
+	list_for_each(i, &wk.databases) inherit_flags(container_of(i, PgDatabase, node));
+	switch (console_state_pause(&inherited)) {
+	case CS_PAUSED:
+		wk.pause_mode = P_PAUSE;
+		wk.pause_inherited = true;
+		log_info("the pooler is paused (PAUSE): this worker starts paused");
+		break;
+	case CS_SUSPENDED:
+		/* listeners added from now on stay off until RESUME */
+		wk.pause_mode = P_SUSPEND;
+		wk.pause_inherited = true;
+		log_info("the pooler is suspended (SUSPEND): this worker starts suspended");
+		break;
+	default:
+		break;
+	}
+}
+
+void admin_state_inherit_db(PgDatabase *db)
+{
+	inherit_flags(db);
+}
+
+void admin_state_forget_inherited(void)
+{
+	console_state_free(&inherited);
+}
+
+void admin_state_report(void)
+{
+	if (wk.master_fd < 0 || (wk.run_state != RUN_ACTIVE && wk.run_state != RUN_DRAINING))
+		return;
+	ConsoleState now = {0};
+	char pause = wk.pause_mode == P_PAUSE ? CS_PAUSED : wk.pause_mode == P_SUSPEND ? CS_SUSPENDED : CS_RUNNING;
+	console_state_begin(&now, pause);
+	List *i;
+	list_for_each(i, &wk.databases)
+	{
+		PgDatabase *db = container_of(i, PgDatabase, node);
+		if (db->admin)
+			continue;
+		if (db->paused)
+			console_state_add(&now, CS_DB_PAUSED, db->name);
+		if (db->disabled)
+			console_state_add(&now, CS_DB_DISABLED, db->name);
+	}
+	int fd = memfd_create("pgbouncer-console-state", MFD_CLOEXEC);
+	bool ok = fd >= 0 && now.len <= CS_MAX_LEN && write(fd, now.buf, now.len) == (ssize_t)now.len;
+	ChannelMsg m = {.type = CH_CONSOLE_STATE};
+	if (!ok || !channel_send(wk.master_fd, &m, fd))
+		log_warning("the master was not told the console's PAUSE/DISABLE state (%s): workers started later "
+		            "may not have it",
+		            ok ? strerror(errno) : "could not write it");
+	if (fd >= 0)
+		close(fd);
+	console_state_free(&now);
+}
+
+void admin_state_master_resume(void)
+{
+	if (!wk.pause_inherited || wk.pause_mode == P_NONE || wk.run_state != RUN_ACTIVE)
+		return;
+	log_info("the console's PAUSE/SUSPEND ended in another worker, resuming");
+	admin_resume_all();
+}
