@@ -5,6 +5,7 @@ their clients before the old tree exits."""
 
 import os
 import signal
+import socket
 import subprocess
 import threading
 
@@ -49,6 +50,12 @@ def upgrade(b, old_trees, args=()):
     assert b.pid != old_pid
     b.wait_log(rf"online restart: pid {b.pid} took over; not accepting any more", after=mark)
     return old_pid, old_workers
+
+
+def local_port(conn):
+    """The client's own port: SHOW CLIENTS's `port` of its connection."""
+    with socket.socket(fileno=os.dup(conn.fileno())) as s:
+        return s.getsockname()[1]
 
 
 def serving_tree(b):
@@ -310,6 +317,8 @@ def test_upgrade_hands_persistent_clients_over(bouncer, old_trees, mode):
     n = 20
     b = bouncer(ini_overrides={**TWO, "pool_mode": mode, "default_pool_size": 30})
     two_workers(b)
+    for _ in range(2 * n):  # the old tree's ids run ahead of the count of its clients
+        b.connect().close()
     clients = [b.connect(autocommit=True) for _ in range(n)]
     if mode == "transaction":
         for i, c in enumerate(clients):
@@ -328,6 +337,19 @@ def test_upgrade_hands_persistent_clients_over(bouncer, old_trees, mode):
     with b.admin() as admin:
         held = [r for r in rows(admin, "SHOW CLIENTS") if r["database"] == "postgres"]
     assert len(held) == n, held
+    # the new tree's own clients never take a handed-over client's id: KILL_CLIENT hits one client
+    fresh = [b.connect(autocommit=True) for _ in range(n)]
+    victim = clients.pop()
+    with b.admin() as admin:
+        ids = [r["id"] for r in rows(admin, "SHOW CLIENTS")]
+        assert len(ids) == len(set(ids)), sorted(ids)
+        vid = next(r["id"] for r in held if r["port"] == local_port(victim))
+        admin.execute(f"KILL_CLIENT {vid}")
+    with pytest.raises(psycopg.OperationalError, match="admin forced disconnect"):
+        victim.execute("SELECT 1")
+    for f in fresh:
+        assert f.execute("SELECT 1").fetchone() == (1,)
+        f.close()
     for i, c in enumerate(clients):
         assert c.execute("SELECT %s::int", (i,)).fetchone() == (i,)
         if mode == "transaction":

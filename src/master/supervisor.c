@@ -57,6 +57,9 @@ typedef struct WorkerProc {
 	double wait_avg;
 } WorkerProc;
 
+/* How far above the old tree's ids a new tree's start (-R). */
+#define SOCKET_IDS_PER_TREE (UINT64_C(1) << 32)
+
 static struct {
 	struct event_base *base;
 	Config *cf;
@@ -979,6 +982,12 @@ void supervisor_predecessor(int shm_fd, pid_t pid)
 		return;
 	}
 	budget_predecessor = &p->budget;
+	/*
+	 * Clients the old tree hands over keep their ids (SHOW CLIENTS,
+	 * KILL_CLIENT): ours start far above what it has given out, so that the
+	 * two never meet while it runs (it would need 2^32 more connections).
+	 */
+	atomic_store(&sv.shm->next_socket_id, atomic_load(&p->next_socket_id) + SOCKET_IDS_PER_TREE);
 	sv.pred_pid = pid;
 	atomic_store(&sv.shm->scaler.predecessor_live, 1);
 }
