@@ -49,7 +49,6 @@ bool console_state_has(const ConsoleState *cs, char kind, const char *name);
  * false at the end.
  */
 bool console_state_next(const ConsoleState *cs, size_t *pos, char *kind, const char **name);
-bool console_state_equal(const ConsoleState *a, const ConsoleState *b);
 
 /*
  * Take `len` bytes from a report; false (and *cs untouched) if they are

@@ -80,14 +80,6 @@ bool console_state_has(const ConsoleState *cs, char kind, const char *name)
 	return false;
 }
 
-bool console_state_equal(const ConsoleState *a, const ConsoleState *b)
-{
-	if (console_state_pause(a) != console_state_pause(b))
-		return false;
-	size_t la = a->len ? a->len : 1, lb = b->len ? b->len : 1;
-	return la == lb && (la == 1 || memcmp(a->buf + 1, b->buf + 1, la - 1) == 0);
-}
-
 bool console_state_decode(ConsoleState *cs, const char *data, size_t len)
 {
 	if (len < 1 || len > CS_MAX_LEN)
