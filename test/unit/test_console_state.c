@@ -1,7 +1,7 @@
 /*
  * Unit tests for the console state the master keeps for the workers it
  * starts later (include/common/console_state.h): building it, reading it
- * back, comparing, and refusing malformed reports from a worker.
+ * back, and refusing malformed reports from a worker.
  */
 #include "autoconfig.h"
 
