@@ -1028,20 +1028,73 @@ def test_application_names_take_turns_on_one_server(bouncer, pg):
     b = bouncer(ini_overrides=dict(TX, default_pool_size=1, max_prepared_statements=10))
     mark = b.log_mark()
     names = ["app-one", "app two", "it's app three"]
-    conns = {name: client(b, application_name=name) for name in names}
+    # prepare=True prepares only with a prepare_threshold (client() turns it off)
+    conns = {name: client(b, application_name=name, prepare_threshold=100) for name in names}
     pids = set()
     for rnd in range(3):
         for name, conn in conns.items():
+            def prepared():
+                row = conn.execute("SELECT %s::int, current_setting('application_name')", (rnd,),
+                                   prepare=True).fetchone()
+                assert row == (rnd, name)
+            if rnd == 0:
+                prepared()  # a Parse: for the server, then answered by the pooler
             pid, got = conn.execute("SELECT pg_backend_pid(), current_setting('application_name')").fetchone()
             pids.add(pid)
             assert got == name
-            row = conn.execute("SELECT %s::int, current_setting('application_name')", (rnd,), prepare=True).fetchone()
-            assert row == (rnd, name)
+            if rnd > 0:
+                prepared()
             with conn.transaction():
                 assert conn.execute("SELECT current_setting('application_name')").fetchone() == (name,)
                 assert pg.sql("SELECT application_name FROM pg_stat_activity WHERE pid = %s", [pid])[0][0] == name
     assert len(pids) == 1, f"a pool of one server gave backends {pids}"
     assert "SET failed" not in b.log_text()[mark:]
+    with b.admin() as admin:
+        stats = [r for r in show(admin, "STATS") if r["database"] == "postgres"][0]
+    assert (stats["total_client_parse_count"], stats["total_server_parse_count"]) == (3, 1)
+
+
+@pytest.mark.parametrize("last, app", [("Parse", "app-two"), ("Close", "app-two"), ("Parse+Flush", "app-two"),
+                                       ("Parse+Flush", "app-one")])
+def test_client_leaving_after_own_answer_behind_application_name_gives_server_back(bouncer, pg, last, app):
+    """A client gets a server another application used last, with a Parse
+    (or Close) that the pooler answers itself, maybe a Flush, and leaves
+    without sending anything else. Nothing reached the server but the
+    application_name SET that went out ahead (doc/transaction.md, "Tracked
+    parameters") and the Flush, which starts nothing; once the SET is
+    answered the server is between transactions, and a client that leaves
+    then gives it back: the next client runs on the same backend, its
+    prepared statement with it, and no server is closed. With the same
+    application_name (no SET) only the Flush reaches the server."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1, max_prepared_statements=10))
+    sql = "SELECT current_setting('application_name')"
+    first = client(b, application_name="app-one", prepare_threshold=100)  # prepare=True prepares
+    assert first.execute(sql, prepare=True).fetchone() == ("app-one",)  # the server has the statement
+    pid = pid_of(first)
+    mark = b.log_mark()
+    w = PgWire(b.port)
+    w.login(application_name=app)
+    if last == "Close":
+        # prepared in a transaction of its own, then the server goes back to app-one
+        w.send(parse_msg(sql, "mine") + SYNC)
+        assert summary(read_ready(w)) == [("1", None), ("Z", b"I")]
+        assert first.execute(sql, prepare=True).fetchone() == ("app-one",)
+        w.send(close_msg(b"S", "mine"))
+        read_types(w, [b"3"])
+    else:
+        w.send(parse_msg(sql, "mine") + (FLUSH if last == "Parse+Flush" else b""))
+        read_types(w, [b"1"])
+    # the SET has run and the server is idle again (PostgreSQL says so just
+    # before its ReadyForQuery, which reaches the pooler long before the goodbye)
+    wait_for(lambda: pg.sql("SELECT application_name, state FROM pg_stat_activity WHERE pid = %s", [pid]) ==
+             [(app, "idle")], "the application_name SET to be answered")
+    assert pool_row(b)["sv_active"] == 1
+    w.send(message(b"X"))
+    w.close()
+    wait_no_linked_server(b)
+    assert pid_of(first) == pid, "the server was closed when its client left between transactions"
+    assert first.execute(sql, prepare=True).fetchone() == ("app-one",)
+    assert "not ready" not in b.log_text()[mark:]
 
 
 def test_tracked_parameters_follow_each_client(bouncer, pg):

@@ -654,8 +654,15 @@ static __attribute__((noinline)) SBufAction handle_client_packet(PgSocket *c, co
 	SBufAction act = txn_client_packet(c, hdr, data, avail);
 	if (act == SB_FORWARD || act == SB_CONSUMED)
 		count_request(c, hdr);
-	if (act == SB_FORWARD)
-		s->ready = false; /* what the pooler sends on its own marks it itself */
+	/*
+	 * What the pooler sends on its own marks it itself. A Flush starts
+	 * nothing on the server: behind requests the pooler answered itself it
+	 * leaves the server between transactions, so a client leaving then
+	 * gives it back (doc/transaction.md, "When a server is lent and given
+	 * back").
+	 */
+	if (act == SB_FORWARD && hdr->type != 'H')
+		s->ready = false;
 	return act;
 }
 

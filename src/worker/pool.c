@@ -367,8 +367,9 @@ static bool set_cannot_fail(int idx, const char *value)
  * PostgreSQL less. The server stays not ready until the answers to what
  * followed the SET: in transaction mode the pooler's own answers (a Parse
  * the server has already) go out at once, as nothing precedes them in the
- * request queue. Any other SET is answered before the client's message
- * leaves, so that its failure can still refuse the client.
+ * request queue, and when they answered all the client sent, the SET's
+ * answer makes the server ready. Any other SET is answered before the
+ * client's message leaves, so that its failure can still refuse the client.
  */
 static bool replay_vars(PgSocket *c, PgSocket *s)
 {

@@ -565,6 +565,17 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 		if (s->vars_pipelined) {
 			/* what follows answers the client's messages, sent right behind the SET */
 			s->vars_pipelined = false;
+			/*
+			 * In transaction mode each client message the server answers
+			 * is in the request queue: an empty one means the pooler
+			 * answered them all itself (a Parse of a statement the server
+			 * has, a Close) and the SET, answered now, was all the server
+			 * had to do. It is between transactions, as it would be
+			 * without the SET, and a client that leaves now gives it back
+			 * (doc/transaction.md, "When a server is lent and given back").
+			 */
+			if (s->link && pool_effective_mode(s->pool) != POOL_SESSION && s->rq.count == 0)
+				s->ready = true;
 			return SB_CONSUMED;
 		}
 		s->ready = true;
