@@ -237,6 +237,160 @@ def test_cancel_of_a_pending_pause_resumes_every_worker(bouncer):
     assert holder.execute("SELECT 2").fetchone() == (2,)
 
 
+def paused_by(command, b, worker):
+    """Whether `command` (PAUSE or PAUSE postgres) holds on the worker."""
+    if command == "PAUSE":
+        return pause_state(b, worker) == "paused"
+    return db_flags(b, worker, "postgres")[0] == 1
+
+
+@pytest.mark.parametrize("busy", [0, 1])
+@pytest.mark.parametrize("command", ["PAUSE", "PAUSE postgres"])
+def test_cancel_of_a_pending_pause_undoes_it_on_the_worker_that_paused_at_once(bouncer, command, busy):
+    """An operator gives up on a PAUSE that waits for a busy server (Ctrl-C in
+    psql sends a cancel). As on one pooler, nothing stays paused: not on the
+    worker that waited, nor on the one whose part was done at once, whichever
+    of them the console is on."""
+    b = two_workers()(bouncer)
+    holder = on_worker(b, busy, autocommit=True)
+    holder.execute("SELECT 1")  # session mode: keeps worker `busy`'s part of the PAUSE waiting
+    conn = on_worker(b, 0, admin=True)
+    pause = Background(lambda: conn.execute(command))
+    wait_for(lambda: all(paused_by(command, b, w) for w in (0, 1)), "both workers to start pausing")
+    time.sleep(0.3)
+    assert not pause.done(), f"{command} answered while worker {busy} still had a server in use"
+    conn.cancel()
+    with pytest.raises(psycopg.InternalError, match="got no result from the query"):
+        pause.result()  # an abandoned PAUSE ends with a bare ReadyForQuery
+    for w in (0, 1):
+        wait_for(lambda: not paused_by(command, b, w), f"worker {w} to drop the pause")
+    # a client on either worker gets a server
+    for w in (0, 1):
+        with conn_on(b, w) as c:
+            assert Background(lambda: c.execute("SELECT 3").fetchone()).result(10) == (3,)
+    assert holder.execute("SELECT 2").fetchone() == (2,)
+    assert kv(conn, "SHOW STATE")["active"] == "yes"
+
+
+def test_cancel_of_a_wait_close_keeps_the_pause_of_another_console(bouncer):
+    """During a failover one console waits in PAUSE; in another the operator
+    runs RECONNECT and WAIT_CLOSE, then gives that up (cancel). Only the
+    WAIT_CLOSE is abandoned: the pooler stays paused on every worker and the
+    PAUSE still answers once the busy server is released."""
+    b = two_workers()(bouncer)
+    holder = on_worker(b, 1, autocommit=True)
+    holder.execute("SELECT 1")
+    pauser = on_worker(b, 0, admin=True)
+    pause = Background(lambda: pauser.execute("PAUSE").statusmessage)
+    wait_for(lambda: all(pause_state(b, w) == "paused" for w in (0, 1)), "both workers to start pausing")
+    for w in (0, 1):  # the console's own part waits, or is done at once
+        other = on_worker(b, w, admin=True)
+        other.execute("RECONNECT")
+        wait_close = Background(lambda: other.execute("WAIT_CLOSE"))
+        time.sleep(0.5)
+        assert not wait_close.done()
+        other.cancel()
+        with pytest.raises(psycopg.InternalError, match="got no result from the query"):
+            wait_close.result()
+        time.sleep(0.3)
+        assert [pause_state(b, k) for k in (0, 1)] == ["paused", "paused"]
+        assert not pause.done(), "the PAUSE was abandoned by another console's cancel"
+        other.close()
+    holder.close()
+    assert pause.result() == "PAUSE"
+    pauser.execute("RESUME")
+
+
+def private_client(b, worker, dbname="postgres"):
+    """A client of `dbname` on one specific worker (its private socket), so that no other worker sees it."""
+    return psycopg.connect(host=str(private_dir(b) / f"worker.{worker}"), port=b.port, user="postgres",
+                           dbname=dbname, autocommit=True, connect_timeout=10)
+
+
+@pytest.mark.xfail(strict=True, reason="cmd_kill() without a database pauses only the databases that have a "
+                   "pool on that worker (db_has_pools), and each worker decides alone")
+def test_kill_pauses_a_database_on_every_worker(bouncer, pg):
+    """KILL closes every connection and leaves each database that had any
+    paused until RESUME db. As on one pooler, a new client of such a
+    database waits whichever worker it lands on, also one that had never
+    served that database."""
+    b = two_workers(databases={n: pg.connstr("postgres") for n in ("postgres", "p0")})(bouncer)
+    private_client(b, 0, "p0").execute("SELECT 1")  # p0 has a pool on worker 0 only
+    with b.admin() as conn:
+        conn.execute("KILL")
+        assert next(r for r in rows(conn, "SHOW DATABASES") if r["name"] == "p0")["paused"] == 1
+        late = private_client(b, 1, "p0")
+        query = Background(lambda: late.execute("SELECT 4").fetchone())
+        time.sleep(0.5)
+        ran = query.done()
+        conn.execute("RESUME p0")
+        assert query.result() == (4,)
+    assert not ran, "a query of the killed database ran on worker 1 before RESUME p0"
+
+
+@pytest.mark.xfail(strict=True, reason="set_disabled() looks the database up without registering it through "
+                   "'*' (db_arg(.., false, ..)): a worker that has not created the auto-database yet keeps no flag")
+def test_disable_of_an_auto_database_holds_on_every_worker(bouncer, pg):
+    """An auto-database (`*`) exists where a client used it first, here on
+    worker 0 only. DISABLE of it answers DISABLE, and as on one pooler a new
+    login to it is refused on whichever worker it lands."""
+    b = two_workers(databases={"postgres": pg.connstr("postgres"), "*": pg.connstr("postgres")})(bouncer)
+    private_client(b, 0, "shop").execute("SELECT 1")
+    with on_worker(b, 1, admin=True) as conn:
+        assert conn.execute("DISABLE shop").statusmessage == "DISABLE"
+    for w in (0, 1):
+        with pytest.raises(psycopg.OperationalError, match='database "shop" is disabled'):
+            private_client(b, w, "shop").close()
+
+
+@pytest.mark.xfail(strict=True, reason="a process command succeeds if it succeeded on one worker (on_finish(), "
+                   "FM_COMMAND): the other workers' errors are dropped without a NOTICE and nothing is undone")
+def test_suspend_refused_by_one_worker_suspends_none(bouncer, pg):
+    """A database is paused on worker 1 only (an operator paused it through
+    that worker's private socket); SHOW DATABASES shows it paused. SUSPEND
+    then fails as on one pooler with a paused database, and no worker is
+    left suspended while the other one serves."""
+    b = two_workers(databases={n: pg.connstr("postgres") for n in ("postgres", "p0")})(bouncer)
+    with private_console(b, 1) as pc:
+        pc.execute("PAUSE p0")
+    with b.admin() as conn:
+        assert next(r for r in rows(conn, "SHOW DATABASES") if r["name"] == "p0")["paused"] == 1
+        outcome = None
+        try:
+            outcome = conn.execute("SUSPEND").statusmessage
+        except psycopg.Error as e:
+            outcome = e.diag.message_primary
+        states_after = [pause_state(b, w) for w in (0, 1)]
+        if "suspended" in states_after:
+            conn.execute("RESUME")
+    assert (outcome, states_after) == ("cannot suspend with paused databases", ["active", "active"])
+
+
+@pytest.mark.xfail(strict=True, reason="a left-out worker's connection is closed (on_timer(), peer_close()): "
+                   "a query already written to it still runs when the worker continues, a later one never does")
+def test_pause_and_resume_while_a_worker_is_stopped_end_resumed(bouncer):
+    """The operator pauses and resumes while worker 1 is stopped (both
+    answer with a NOTICE that it is left out). When worker 1 runs again the
+    pooler is not paused: the last word was RESUME."""
+    b = two_workers()(bouncer)
+    with b.admin() as conn:
+        pids = {r["worker"]: r["pid"] for r in rows(conn, "SHOW WORKERS")}
+    conn = on_worker(b, 0, admin=True)
+    rows(conn, "SHOW CLIENTS")  # the console has talked to worker 1 before
+    notices = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+    os.kill(pids[1], signal.SIGSTOP)
+    try:
+        conn.execute("PAUSE")
+        conn.execute("RESUME")
+    finally:
+        os.kill(pids[1], signal.SIGCONT)
+    assert len([n for n in notices if "worker 1" in n]) == 2, notices
+    time.sleep(1)
+    assert [pause_state(b, w) for w in (0, 1)] == ["active", "active"]
+    conn.close()
+
+
 def test_kill_client_on_the_other_worker(bouncer):
     b = two_workers()(bouncer)
     victim = on_worker(b, 1, application_name="victim")

@@ -31,7 +31,13 @@ bool admin_fanout_from_worker(int pid); /* pid is another worker of this pooler 
  */
 void admin_fanout_begin(PgSocket *c, const char *query, FanoutMerge merge, int which, bool waits);
 bool admin_fanout_capture(PgSocket *c, const uint8_t *buf, size_t len); /* false: not capturing */
-void admin_fanout_cancel(PgSocket *c);                                  /* a CancelRequest for c: passed to the peers */
-void admin_fanout_client_gone(PgSocket *c);                             /* c is closing: drop its peer connections */
+/* The command c's fan-out is running (NULL: none); done_here: this worker's part of it succeeded already. */
+const char *admin_fanout_command(const PgSocket *c, bool *done_here);
+/*
+ * A CancelRequest for c: passed on to the peers still working on its
+ * command; the peers whose part succeeded already get `undo` (NULL: none).
+ */
+void admin_fanout_cancel(PgSocket *c, const char *undo);
+void admin_fanout_client_gone(PgSocket *c); /* c is closing: drop its peer connections */
 
 #endif

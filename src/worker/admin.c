@@ -1421,38 +1421,76 @@ void admin_wait_close_check(void)
 	check_waits();
 }
 
+/*
+ * What undoes `query` when a cancel abandons it: for PAUSE [db] and SUSPEND,
+ * "RESUME" with the argument as typed (to be freed), and in db the database
+ * ("" = all); NULL for the other commands, whose cancel only ends the wait.
+ */
+static char *undo_of(const char *query, char *db, size_t dblen)
+{
+	const char *p = query;
+	char word[16];
+	if (admin_read_ident(&p, word, sizeof(word)) != ADMIN_PARSE_OK ||
+	    (strcasecmp(word, "PAUSE") != 0 && strcasecmp(word, "SUSPEND") != 0) ||
+	    admin_parse_arg(p, db, dblen) != ADMIN_PARSE_OK)
+		return NULL;
+	size_t n = strlen(p);
+	char *undo = xmalloc(n + 7);
+	memcpy(undo, "RESUME", 6);
+	memcpy(undo + 6, p, n + 1);
+	return undo;
+}
+
+/* Undo this worker's part of a cancelled PAUSE [db] or SUSPEND (db "" = all); true if it held. */
+static bool undo_pause(const char *db_name)
+{
+	if (*db_name) {
+		PgDatabase *db = db_find(db_name);
+		if (!db || !db->paused)
+			return false;
+		db->paused = false;
+		wake_all_pools();
+		return true;
+	}
+	if (wk.pause_mode == P_NONE)
+		return false;
+	admin_resume_all();
+	return true;
+}
+
 void admin_console_cancel(PgSocket *c)
 {
 	if (wk.run_state != RUN_ACTIVE)
 		return;
-	if (admin_console_busy(c)) {
-		/* the other workers abort their part; if this one's is done already, undo it */
-		admin_fanout_cancel(c);
-		bool waiting_here = false;
-		for (int k = 0; k < n_waits; k++)
-			waiting_here |= waits[k].client_id == c->id;
-		if (!waiting_here && wk.pause_mode != P_NONE) {
+	bool done_here = false;
+	const char *query = admin_fanout_command(c, &done_here);
+	if (query) {
+		/* the other workers abort their part, or undo it if it is done; so does this one */
+		char db[MAX_WORD];
+		char *undo = undo_of(query, db, sizeof(db));
+		bool undo_done_here = undo && done_here;
+		admin_fanout_cancel(c, undo);
+		free(undo);
+		if (undo_done_here && undo_pause(db)) {
 			log_info("console command cancelled, resuming");
-			admin_resume_all();
 			admin_state_report();
 		}
 	}
 	for (int k = 0; k < n_waits; k++) {
-		ConsoleWait *w = &waits[k];
-		if (w->client_id != c->id || w->kind == WAIT_SHUTDOWN)
+		ConsoleWait w = waits[k];
+		if (w.client_id != c->id || w.kind == WAIT_SHUTDOWN)
 			continue;
-		if (w->kind == WAIT_PAUSE_DB) {
-			PgDatabase *db = db_find(w->db);
-			if (db)
-				db->paused = false;
-		}
 		waits[k] = waits[--n_waits];
-		log_info("console command cancelled, resuming");
-		if (wk.pause_mode != P_NONE)
-			admin_resume_all();
-		else
-			wake_all_pools();
-		admin_state_report();
+		/* only what the command itself paused: a cancelled WAIT_CLOSE or RELOAD leaves a PAUSE alone */
+		bool undone = false;
+		if (w.kind == WAIT_PAUSE_DB)
+			undone = undo_pause(w.db);
+		else if (w.kind == WAIT_PAUSE || w.kind == WAIT_SUSPEND)
+			undone = undo_pause("");
+		if (undone) {
+			log_info("console command cancelled, resuming");
+			admin_state_report();
+		}
 		send_ready(c);
 		return;
 	}

@@ -57,6 +57,7 @@ typedef struct Peer {
 	bool query_sent;         /* the current command went out */
 	bool has_key;            /* BackendKeyData seen (for passing on a cancel) */
 	uint8_t key[8];          /* its pid (4 bytes) and secret (4 bytes), as sent */
+	int skip;                /* answers still to come that nobody waits for (the undo of a cancelled PAUSE) */
 } Peer;
 
 typedef struct AdminFanout {
@@ -273,6 +274,7 @@ static void peer_close(Peer *p)
 	p->bev = NULL;
 	p->pid = 0;
 	p->ready = p->query_sent = p->has_key = false;
+	p->skip = 0;
 }
 
 /* Leave worker i out of the command in progress. */
@@ -709,15 +711,20 @@ static void peer_address(int i, struct sockaddr_un *sa)
 	pgb_strlcpy(sa->sun_path, path, sizeof(sa->sun_path));
 }
 
-static void peer_send_query(AdminFanout *fo, Peer *p)
+static void peer_write_query(Peer *p, const char *query)
 {
 	PktBuf pb;
 	pktbuf_init(&pb, 64);
 	pktbuf_start_msg(&pb, 'Q');
-	pktbuf_put_string(&pb, fo->query);
+	pktbuf_put_string(&pb, query);
 	pktbuf_finish_msg(&pb);
 	bufferevent_write(p->bev, pb.buf, pb.len);
 	pktbuf_free(&pb);
+}
+
+static void peer_send_query(AdminFanout *fo, Peer *p)
+{
+	peer_write_query(p, fo->query);
 	p->query_sent = true;
 }
 
@@ -774,6 +781,13 @@ static void on_peer_read(struct bufferevent *bev, void *arg)
 				if (fo->active && a->involved && !a->missing && !p->query_sent)
 					peer_send_query(fo, p);
 			}
+			evbuffer_drain(in, (size_t)len + 1);
+			continue;
+		}
+		if (p->skip) {
+			/* the answer to an undo, sent after the command's and before any later one's */
+			if (hdr[0] == 'Z')
+				p->skip--;
 			evbuffer_drain(in, (size_t)len + 1);
 			continue;
 		}
@@ -967,15 +981,33 @@ bool admin_console_busy(const PgSocket *c)
 	return c->fanout && c->fanout->active;
 }
 
-/* Pass a CancelRequest for the console on to the peers still working on its command. */
-void admin_fanout_cancel(PgSocket *c)
+const char *admin_fanout_command(const PgSocket *c, bool *done_here)
+{
+	const AdminFanout *fo = c->fanout;
+	if (!fo || !fo->active)
+		return NULL;
+	*done_here = fo->ans[wk.id].done && fo->ans[wk.id].tag;
+	return fo->query;
+}
+
+void admin_fanout_cancel(PgSocket *c, const char *undo)
 {
 	AdminFanout *fo = c->fanout;
 	if (!fo || !fo->active)
 		return;
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
 		Peer *p = &fo->peers[i];
-		if (i == wk.id || !fo->ans[i].involved || fo->ans[i].done || !p->bev || !p->has_key)
+		if (i == wk.id || !fo->ans[i].involved || fo->ans[i].missing || !p->bev)
+			continue;
+		if (fo->ans[i].done) {
+			/* its part succeeded already: nothing to cancel there, undo it (the answer is skipped) */
+			if (undo && fo->ans[i].tag && p->ready) {
+				peer_write_query(p, undo);
+				p->skip++;
+			}
+			continue;
+		}
+		if (!p->has_key)
 			continue;
 		struct sockaddr_un sa;
 		peer_address(i, &sa);
