@@ -10,8 +10,9 @@ the connection goes on working after them.
   autocommit, a query canceled with conn.cancel(); pipeline mode with
   executemany and an error mid-pipeline.
 - asyncpg: its statement cache (default; `__asyncpg_stmt_N__`), fetch,
-  fetchrow, fetchval, executemany, prepare(), transactions (one rolled back),
-  a query timeout (asyncpg cancels the query).
+  fetchrow, fetchval, executemany, prepare(), copy_records_to_table (the
+  data sent without waiting for CopyInResponse), transactions (one rolled
+  back), a query timeout (asyncpg cancels the query).
 
 Every client also runs a statement of 200 kB, cursors read a few rows at a
 time inside transactions, and 3 statements of its own per iteration (600 in all,
@@ -350,6 +351,8 @@ async def asyncpg_client(port, table, c):
                 assert await conn.fetchval(LONG_QUERY, i) == i + 1
             with Step(f"{at}: pid"):
                 pids.add(await conn.fetchval("SELECT pg_backend_pid()"))
+            with Step(f"{at}: copy"):  # the rows and CopyDone go out before PostgreSQL's CopyInResponse
+                assert await conn.copy_records_to_table(table, records=[(-c, i, 3)]) == "COPY 1"
             v = c * 1000 + i
             with Step(f"{at}: transaction"):
                 async with conn.transaction():
@@ -379,7 +382,7 @@ async def asyncpg_client(port, table, c):
         with Step("final sums"):
             assert await conn.fetchval(f"SELECT coalesce(sum(v), 0)::int FROM {table} WHERE client = $1",
                                        c) == total
-            assert await conn.fetchval(f"SELECT count(*) FROM {table} WHERE client = $1", -c) == 2 * ITERATIONS
+            assert await conn.fetchval(f"SELECT count(*) FROM {table} WHERE client = $1", -c) == 3 * ITERATIONS
         return pids
     finally:
         await conn.close(timeout=10)

@@ -671,6 +671,49 @@ def test_copy_error_before_copydone(bouncer, pg):
                   "AND state <> 'idle'")[0][0] == 0
 
 
+COPY_AHEAD = {
+    # asyncpg's copy_records_to_table: the Query, the data and CopyDone in one write
+    "simple": (query_message("COPY tx_copyahead FROM STDIN") + message(b"d", b"1\n2\n") + message(b"c"), 1, 2),
+    # the extended protocol with libpq's early Sync and the Sync after CopyDone, all at once
+    "extended": (parse_msg("COPY tx_copyahead FROM STDIN") + bind_msg() + execute_msg() + SYNC +
+                 message(b"d", b"1\n2\n") + message(b"c") + SYNC, 1, 2),
+    # the COPY fails: the server ignores the data that follows
+    "failed": (query_message("COPY tx_no_such_table FROM STDIN") + message(b"d", b"1\n") + message(b"c"), 1, 0),
+    # in a transaction block, with the next statements behind
+    "transaction": (query_message("BEGIN") + query_message("COPY tx_copyahead FROM STDIN") +
+                    message(b"d", b"1\n2\n3\n") + message(b"c") + query_message("SELECT count(*) FROM tx_copyahead") +
+                    query_message("COMMIT"), 4, 3),
+}
+
+
+@pytest.mark.parametrize("case", list(COPY_AHEAD))
+def test_copy_data_sent_before_copy_in_response(bouncer, pg, case):
+    """A client that sends its COPY data and CopyDone right behind the COPY,
+    without waiting for CopyInResponse, as asyncpg's copy_records_to_table
+    does: it gets what PostgreSQL answers a direct connection (the rows
+    copied), and the server goes back to the pool for the next client."""
+    payload, readies, rows = COPY_AHEAD[case]
+    fresh_table(pg, "tx_copyahead", "a int")
+    direct = PgWire(pg.port)
+    direct.login()
+    direct.send(payload)
+    expected = summary(read_ready(direct, readies))
+    direct.close()
+    assert expected[-1] == ("Z", b"I")
+    pg.sql("TRUNCATE tx_copyahead")
+
+    b = tx_bouncer(bouncer, pg, "tx_copyahead", default_pool_size=1)
+    other = client(b)
+    pid = pid_of(other)
+    a = PgWire(b.port)
+    a.login()
+    a.send(payload)
+    assert summary(read_ready(a, readies)) == expected
+    job = Background(lambda: other.execute("SELECT pg_backend_pid(), count(*) FROM tx_copyahead").fetchone())
+    assert job.result() == (pid, rows)
+    assert query(a, "SELECT 'after copy'") == ([["after copy"]], None, b"I")
+
+
 @pytest.mark.parametrize("state", ["in-transaction", "failed-transaction", "in-copy", "terminate"])
 def test_client_disconnect_mid_transaction_never_lends_dirty_server(bouncer, pg, state):
     """A client leaves inside a transaction (open, aborted, or in the middle of

@@ -31,11 +31,12 @@ typedef enum ReqAnswer {
 	ANS_FAKE_ERROR, /* an injected failing Parse: its ErrorResponse is replaced by the pooler's error */
 } ReqAnswer;
 
-#define REQ_SHORT_NAME 22 /* room in a Request for a short statement name (most drivers' names fit) */
+#define REQ_SHORT_NAME 21 /* room in a Request for a short statement name (most drivers' names fit) */
 
 typedef struct Request {
-	uint8_t kind;                    /* ReqKind */
-	uint8_t answer;                  /* ReqAnswer */
+	uint8_t kind;   /* ReqKind */
+	uint8_t answer; /* ReqAnswer */
+	bool copy_end;  /* the client ended a COPY FROM STDIN right after this, before the server began it */
 	char short_name[REQ_SHORT_NAME]; /* the client's name of a renamed Bind/Describe when it fits, else "" */
 	uint64_t stmt_id;                /* Parse: registry id recorded on the server by it (0 = none) */
 	uint64_t map_gen;                /* Parse: the client's name mapping made by it (0 = none) */
@@ -114,7 +115,10 @@ extern const uint8_t reqqueue_answers[256];
  * client sends one; it also ends a COPY FROM STDIN (copy_in), whose late
  * CopyData/CopyDone the pooler drops. 'G' (CopyInResponse)
  * sets copy_in and drops the Syncs queued right behind the COPY's request
- * (the server ignores Sync during COPY FROM STDIN). Inline: it runs for
+ * (the server ignores Sync during COPY FROM STDIN). A client that sent
+ * its data and CopyDone without waiting for CopyInResponse (asyncpg) has
+ * marked the request it sent them after (copy_end): then only the Syncs
+ * up to that mark are dropped, and copy_in stays off. Inline: it runs for
  * most server messages.
  */
 static inline ReqPop reqqueue_server_msg(ReqQueue *q, char type, Request *out, void (*dropped)(Request *r, void *arg),

@@ -114,9 +114,20 @@ ReqPop reqqueue_server_special(ReqQueue *q, char type, Request *out, void (*drop
 	Request *h = reqqueue_head(q);
 	if (type == 'G') {
 		/* COPY FROM STDIN: Syncs sent behind its Query/Execute are ignored by the server */
-		q->copy_in = true;
-		while (q->count > 1 && item(q, 1)->kind == REQ_SYNC)
-			drop_at(q, 1, dropped, arg);
+		uint32_t end = 0;
+		while (end < q->count && !item(q, end)->copy_end)
+			end++;
+		if (end == q->count) {
+			q->copy_in = true;
+			while (q->count > 1 && item(q, 1)->kind == REQ_SYNC)
+				drop_at(q, 1, dropped, arg);
+			return POP_NONE;
+		}
+		/* the client ended the COPY already (it did not wait for this): up to there, and no further */
+		item(q, end)->copy_end = false;
+		for (uint32_t i = end; i >= 1; i--)
+			if (item(q, i)->kind == REQ_SYNC)
+				drop_at(q, i, dropped, arg);
 		return POP_NONE;
 	}
 	/* 'E': an error ends a COPY FROM STDIN: what the client still sends for it is dropped */

@@ -329,15 +329,26 @@ static SBufAction client_describe_close(PgSocket *c, PgSocket *s, const PktHdr *
 }
 
 /*
- * CopyData, CopyDone, CopyFail. Once the server has left COPY (it failed
- * the COPY and answered), what the client still sends means nothing to
- * it: dropped, and the client's end of COPY lets the server go back.
+ * CopyData, CopyDone, CopyFail. Before the server has answered what the
+ * client sent, its COPY may not have begun: a client may send the data
+ * and the end of COPY right behind the Query, without waiting for
+ * CopyInResponse (asyncpg does), and they go to the server, which takes
+ * them for the COPY or, if the COPY failed, ignores them; the end is
+ * marked on the request it follows, for the CopyInResponse to come. Once
+ * the server has left COPY (it failed the COPY and answered), what the
+ * client still sends means nothing to it: dropped, and the client's end
+ * of COPY lets the server go back.
  */
 static SBufAction client_copy_msg(PgSocket *c, PgSocket *s, char type)
 {
 	if (s->copy_mode) {
 		if (type != 'd')
 			s->rq.copy_in = false;
+		return SB_FORWARD;
+	}
+	if (s->rq.count > 0) {
+		if (type != 'd')
+			reqqueue_tail(&s->rq)->copy_end = true;
 		return SB_FORWARD;
 	}
 	s->rq.copy_in = false;

@@ -48,8 +48,11 @@ static void client_sends(ReqQueue *q, const char *msgs)
 		case 'C':
 			reqqueue_push(q, REQ_CLOSE, ANS_CLIENT);
 			break;
-		case 'c': /* CopyDone */
-			q->copy_in = false;
+		case 'c': /* CopyDone: before the server began the COPY, marked where it was sent (txn.c) */
+			if (q->copy_in)
+				q->copy_in = false;
+			else if (q->count)
+				reqqueue_tail(q)->copy_end = true;
 			break;
 		default:
 			fail_msg("unknown client message %c", *m);
@@ -157,6 +160,38 @@ static void test_copy_in(void **state)
 	client_sends(&q, "cS");
 	server_sends(&q, POOL_TRANSACTION, "CZI", got);
 	assert_string_equal(got, "r");
+	reqqueue_free(&q);
+}
+
+static void test_copy_in_sent_ahead(void **state)
+{
+	ReqQueue q = {0};
+	char got[16];
+	/* the data and CopyDone right behind the Query (asyncpg): no copy_in left behind */
+	client_sends(&q, "Qc");
+	server_sends(&q, POOL_TRANSACTION, "GCZI", got);
+	assert_false(q.copy_in);
+	assert_string_equal(got, "r");
+	/* and a query behind it */
+	client_sends(&q, "QcQ");
+	server_sends(&q, POOL_TRANSACTION, "GCZITDCZI", got);
+	assert_string_equal(got, "kr");
+	/* extended, all at once: the Sync before CopyDone is ignored, the one after it answers */
+	client_sends(&q, "PBEScS");
+	server_sends(&q, POOL_TRANSACTION, "12G", got);
+	assert_false(q.copy_in);
+	assert_int_equal(q.count, 2); /* the Execute and the last Sync */
+	server_sends(&q, POOL_TRANSACTION, "CZI", got);
+	assert_string_equal(got, "r");
+	/* the COPY fails: the server ignores the CopyDone, the mark goes with the Query */
+	client_sends(&q, "Qc");
+	server_sends(&q, POOL_TRANSACTION, "EZI", got);
+	assert_string_equal(got, "r");
+	assert_int_equal(q.count, 0);
+	/* ... and the next COPY waits for its own CopyDone */
+	client_sends(&q, "Q");
+	server_sends(&q, POOL_TRANSACTION, "G", got);
+	assert_true(q.copy_in);
 	reqqueue_free(&q);
 }
 
@@ -333,6 +368,7 @@ int main(void)
 	    cmocka_unit_test(test_pipeline_keeps_server_until_last_sync),
 	    cmocka_unit_test(test_error_skips_to_sync),
 	    cmocka_unit_test(test_copy_in),
+	    cmocka_unit_test(test_copy_in_sent_ahead),
 	    cmocka_unit_test(test_dropped_requests_reported),
 	    cmocka_unit_test(test_skipped_requests_undone_last_first),
 	    cmocka_unit_test(test_unknown_answer),
