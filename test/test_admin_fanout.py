@@ -554,7 +554,7 @@ def respawn(b, worker):
     def replaced():
         with private_console(b, 1 - worker) as pc:
             w = next((r for r in rows(pc, "SHOW WORKERS") if r["worker"] == worker), None)
-        return w is not None and w["pid"] != old and w["state"] == "active"
+        return w is not None and w["pid"] not in (0, old) and w["state"] == "active"
 
     wait_for(replaced, f"worker {worker} to be started again")
 

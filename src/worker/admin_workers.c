@@ -46,13 +46,19 @@ bool admin_show_workers(PgSocket *c)
 	uint64_t now = (uint64_t)get_time_usec();
 	for (int i = 0; shm && i < SHM_MAX_WORKERS; i++) {
 		WorkerSlot *s = &shm->slots[i];
+		/*
+		 * The pid before the state: the master frees a slot state first,
+		 * pid second, so a slot being freed is skipped here, never shown
+		 * as an active worker with pid 0.
+		 */
+		int32_t pid = atomic_load(&s->pid);
 		uint32_t st = atomic_load(&s->state);
 		if (st == SLOT_FREE)
 			continue;
 		char v[NCOL][64];
 		uint64_t started = atomic_load(&s->start_time_us);
 		snprintf(v[0], 64, "%d", i);
-		snprintf(v[1], 64, "%d", (int)atomic_load(&s->pid));
+		snprintf(v[1], 64, "%d", (int)pid);
 		snprintf(v[2], 64, "%s", slot_state_name(st));
 		snprintf(v[3], 64, "%.3f", atomic_load(&shm->scaler.busy_milli[i]) / 1000.0);
 		snprintf(v[4], 64, "%.3f", atomic_load(&shm->scaler.busy_avg_milli[i]) / 1000.0);
