@@ -1452,8 +1452,8 @@ def test_two_workers(bouncer):
 # a prepared statement's result type is fixed when it is prepared: after the
 # change its Bind fails with 0A000 "cached plan must not change result type",
 # and a new Parse of the same text (what asyncpg and pgjdbc do on that error)
-# gives a statement with the new columns. Known not to hold through the
-# pooler (doc/transaction.md, "Schema changes"): the tests say how.
+# gives a statement with the new columns. The second half is known not to
+# hold through the pooler (doc/transaction.md, "Schema changes").
 
 CHANGED = ("ERROR", "0A000", "cached plan must not change result type")
 
@@ -1476,15 +1476,14 @@ def story(w, pg, other=None):
     return old, new
 
 
-@pytest.mark.xfail(strict=True, reason="client_parse() answers a Parse whose text the server has prepared already "
-                   "(prepare_server_has()), so the stale server-side statement is never replaced")
 def test_new_parse_after_schema_change_gets_new_columns(bouncer, pg):
     """The application prepares the query again under a new name (asyncpg's
     retry after InvalidCachedStatementError): on PostgreSQL that works at
-    once. Through the pooler the new Parse is answered from the statement the
-    server already has (same text), whose result type is the old one: the
-    new statement fails too, for this client and every other on that server,
-    for as long as the server connection lives."""
+    once, and so it does through the pooler. The server connection whose
+    statement for that text is stale closes when its client releases it
+    (otherwise the new Parse would be answered from that statement and fail
+    the same way for as long as the connection lives), and the new Parse
+    runs on a fresh one."""
     fresh_schema_table(pg)
     direct = PgWire(pg.port)
     direct.login()
@@ -1495,9 +1494,11 @@ def test_new_parse_after_schema_change_gets_new_columns(bouncer, pg):
 
     fresh_schema_table(pg)
     b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    mark = b.log_mark()
     old, new = story(raw_client(b), pg)
     assert old.errors == [CHANGED]
     assert (new.errors, new.rows) == ([], [["1", "2", "7"]]), new
+    assert "result type changed (0A000): closing the server at release" in b.log_text()[mark:]
 
 
 @pytest.mark.xfail(strict=True, reason="ensure_prepared() prepares the client's statement again from its text "

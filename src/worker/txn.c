@@ -495,6 +495,23 @@ static bool own_error(PgSocket *s, const Request *req, const uint8_t *data, uint
 	return true;
 }
 
+/*
+ * A renamed Bind failed with 0A000: after a table change, PostgreSQL
+ * refuses a prepared statement whose result type would differ ("cached
+ * plan must not change result type"). The statement this server has for
+ * that text is stale, and every client whose Parse of it the pooler would
+ * answer from it would get the same error: the server closes at release,
+ * and the driver's new Parse runs on a fresh server (doc/transaction.md,
+ * "Schema changes").
+ */
+static void check_stale_statement(PgSocket *s, const uint8_t *data, uint32_t len)
+{
+	if (s->close_needed || strcmp(txn_error_sqlstate(data, len), "0A000") != 0)
+		return;
+	s->close_needed = true;
+	slog(LG_LOG, s, "a prepared statement's result type changed (0A000): closing the server at release");
+}
+
 /* The answer goes to the client, then whatever the pooler answers itself after it. */
 static SBufAction deliver_then_own(PgSocket *s, const uint8_t *data, uint32_t len)
 {
@@ -542,6 +559,8 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 	SBufAction act = SB_FORWARD;
 	if (t == 'E') {
 		request_dropped(&req, s); /* a failed Parse prepared nothing */
+		if (req.kind == REQ_BIND && request_name(&req))
+			check_stale_statement(s, data, hdr->len);
 		if (own_error(s, &req, data, hdr->len))
 			act = SB_CONSUMED;
 	} else if (req.answer == ANS_SWALLOW) {
