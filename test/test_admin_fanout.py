@@ -595,6 +595,27 @@ def test_disable_and_pause_db_reach_workers_started_later(bouncer, pg):
         assert c.execute("SELECT 1").fetchone() == (1,)
 
 
+def test_disabled_auto_database_stays_disabled_on_a_worker_started_later(bouncer, pg):
+    """An auto-database (`*`) disabled while it existed on one worker: a
+    worker started later refuses logins to it from its first one, whatever
+    other console commands reach that worker meanwhile, until ENABLE."""
+    b = two_workers(databases={"postgres": pg.connstr("postgres"), "*": pg.connstr("postgres")})(bouncer)
+    private_client(b, 0, "shop").execute("SELECT 1")  # shop exists on worker 0 only
+    with on_worker(b, 0, admin=True) as conn:
+        assert conn.execute("DISABLE shop").statusmessage == "DISABLE"
+    respawn(b, 1)
+    with b.admin() as conn:  # other state commands reach the new worker
+        conn.execute("PAUSE postgres")
+        conn.execute("RESUME postgres")
+    with pytest.raises(psycopg.OperationalError, match='database "shop" is disabled'):
+        private_client(b, 1, "shop").close()
+    with on_worker(b, 0, admin=True) as conn:
+        assert conn.execute("ENABLE shop").statusmessage == "ENABLE"
+    for w in (0, 1):
+        with private_client(b, w, "shop") as c:
+            assert c.execute("SELECT 1").fetchone() == (1,)
+
+
 def pause_state(b, worker):
     with private_console(b, worker) as pc:
         state = kv(pc, "SHOW STATE")

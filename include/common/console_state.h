@@ -42,6 +42,8 @@ void console_state_free(ConsoleState *cs);
 char console_state_pause(const ConsoleState *cs);
 /* Change the pause byte, keeping the database flags. */
 void console_state_set_pause(ConsoleState *cs, char pause);
+/* Remove the flag `kind` of database `name` (if it has it). */
+void console_state_remove(ConsoleState *cs, char kind, const char *name);
 /* Whether database `name` has the flag `kind`. */
 bool console_state_has(const ConsoleState *cs, char kind, const char *name);
 /*

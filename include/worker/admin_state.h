@@ -14,8 +14,8 @@
 void admin_state_inherit(const ConsoleState *cs);
 /* An auto-database created later takes its inherited flags... */
 void admin_state_inherit_db(PgDatabase *db);
-/* ...until the console's own commands reach this worker. */
-void admin_state_forget_inherited(void);
+/* ...unless an ENABLE (CS_DB_DISABLED) or RESUME db (CS_DB_PAUSED) of it came first. */
+void admin_state_inherited_clear(char kind, const char *name);
 /* Tell the master this worker's state (after a console command changed it). */
 void admin_state_report(void);
 /*

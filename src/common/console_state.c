@@ -69,6 +69,21 @@ bool console_state_next(const ConsoleState *cs, size_t *pos, char *kind, const c
 	return true;
 }
 
+void console_state_remove(ConsoleState *cs, char kind, const char *name)
+{
+	size_t pos = 0, at = 1;
+	char k;
+	const char *n;
+	while (console_state_next(cs, &pos, &k, &n)) {
+		if (k == kind && strcmp(n, name) == 0) {
+			memmove(cs->buf + at, cs->buf + pos, cs->len - pos);
+			cs->len -= pos - at;
+			return;
+		}
+		at = pos;
+	}
+}
+
 bool console_state_has(const ConsoleState *cs, char kind, const char *name)
 {
 	size_t pos = 0;

@@ -1614,6 +1614,7 @@ static bool cmd_resume(PgSocket *c, const char *arg, const char *query)
 	if (wk.run_state != RUN_ACTIVE)
 		return admin_error(c, NULL, "pooler is shutting down");
 	if (*arg) {
+		admin_state_inherited_clear(CS_DB_PAUSED, arg); /* also for an auto-database not created here yet */
 		PgDatabase *db = db_find(arg);
 		if (!db)
 			return admin_error(c, NULL, "no such database: %s", arg);
@@ -1693,6 +1694,8 @@ static bool cmd_kill_client(PgSocket *c, const char *arg, const char *query)
 /* DISABLE db / ENABLE db (1.25 words the admin-db error "disable" for both). */
 static bool set_disabled(PgSocket *c, const char *arg, bool disable)
 {
+	if (!disable) /* also for an auto-database this worker has not created yet */
+		admin_state_inherited_clear(CS_DB_DISABLED, arg);
 	PgDatabase *db = db_arg(c, arg, false, "disable");
 	if (!db)
 		return c->state != CL_JUSTFREE; /* false: the error could not be sent */
@@ -2130,8 +2133,6 @@ static bool run_command(PgSocket *c, const AdminCommand *cmd, const char *arg, c
 		admin_fanout_begin(c, query, FM_COMMAND, 0, cmd->waits);
 	/* the console's own worker tells the master; the others run the command as its peers */
 	bool report = cmd->state && !(c->is_private && !c->from_master);
-	if (cmd->state)
-		admin_state_forget_inherited(); /* the console's commands reach this worker now */
 	bool ok = cmd->run(c, arg, query);
 	if (report)
 		admin_state_report();

@@ -56,9 +56,9 @@ void admin_state_inherit_db(PgDatabase *db)
 	inherit_flags(db);
 }
 
-void admin_state_forget_inherited(void)
+void admin_state_inherited_clear(char kind, const char *name)
 {
-	console_state_free(&inherited);
+	console_state_remove(&inherited, kind, name);
 }
 
 void admin_state_report(void)

@@ -57,6 +57,15 @@ static void test_flags_round_trip(void **state)
 	}
 	assert_string_equal(seen, "d:app p:reports d:reports ");
 
+	console_state_remove(&copy, CS_DB_PAUSED, "reports");
+	console_state_remove(&copy, CS_DB_PAUSED, "app"); /* not there: nothing changes */
+	assert_false(console_state_has(&copy, CS_DB_PAUSED, "reports"));
+	assert_true(console_state_has(&copy, CS_DB_DISABLED, "reports"));
+	assert_true(console_state_has(&copy, CS_DB_DISABLED, "app"));
+	console_state_remove(&copy, CS_DB_DISABLED, "reports"); /* the last entry */
+	console_state_remove(&copy, CS_DB_DISABLED, "app");     /* the first */
+	assert_int_equal(copy.len, 1);
+	console_state_add(&copy, CS_DB_DISABLED, "app");
 	console_state_set_pause(&copy, CS_RUNNING);
 	assert_int_equal(console_state_pause(&copy), CS_RUNNING);
 	assert_true(console_state_has(&copy, CS_DB_DISABLED, "app")); /* the flags stay */
