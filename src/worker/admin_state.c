@@ -18,7 +18,7 @@
 /* What the master handed over at start; auto-databases created later look here. */
 static ConsoleState inherited;
 
-static void inherit_flags(PgDatabase *db)
+void admin_state_inherit_db(PgDatabase *db)
 {
 	if (db->admin)
 		return;
@@ -33,7 +33,7 @@ void admin_state_inherit(const ConsoleState *cs)
 	if (!cs || !cs->len || !console_state_decode(&inherited, cs->buf, cs->len))
 		return;
 	List *i;
-	list_for_each(i, &wk.databases) inherit_flags(container_of(i, PgDatabase, node));
+	list_for_each(i, &wk.databases) admin_state_inherit_db(container_of(i, PgDatabase, node));
 	switch (console_state_pause(&inherited)) {
 	case CS_PAUSED:
 		wk.pause_mode = P_PAUSE;
@@ -49,11 +49,6 @@ void admin_state_inherit(const ConsoleState *cs)
 	default:
 		break;
 	}
-}
-
-void admin_state_inherit_db(PgDatabase *db)
-{
-	inherit_flags(db);
 }
 
 void admin_state_inherited_clear(char kind, const char *name)
