@@ -382,6 +382,28 @@ def test_second_upgrade_does_not_wait_for_the_first_tree(bouncer, old_trees):
     assert b.connect().execute("SELECT 5").fetchone() == (5,)
 
 
+def test_cancel_reaches_the_first_tree_after_the_second_has_exited(bouncer, old_trees):
+    """Two -R in a row, a session client holding its server on the first tree: once the second tree
+    has exited, the newest master still passes the client's cancel requests to the first one (the
+    second handed its connection to the first over at its own -R)."""
+    b = bouncer(ini_overrides={**TWO, "pool_mode": "session"})
+    two_workers(b)
+    held = b.connect(autocommit=True)
+    held.execute("SELECT 1")
+    first, _ = upgrade(b, old_trees)
+    second, _ = upgrade(b, old_trees)
+    wait_for(lambda: not pid_alive(second), "the second tree to exit")
+    assert pid_alive(first)
+    assert_cancels(held, times=2)
+    # a third -R: the chain is handed on again, the first tree still reachable
+    third, _ = upgrade(b, old_trees)
+    wait_for(lambda: not pid_alive(third), "the third tree to exit")
+    assert_cancels(held, times=2)
+    held.close()
+    wait_for(lambda: not pid_alive(first), "the first tree to exit after its last client")
+    assert b.connect().execute("SELECT 5").fetchone() == (5,)
+
+
 def test_client_in_a_transaction_moves_once_it_ends(bouncer, old_trees):
     """A client inside a transaction at the hand-over stays on the old tree until it commits, then
     moves to the new tree (the old worker offers its clients again at each tick) and the old tree exits."""

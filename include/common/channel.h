@@ -77,7 +77,10 @@ typedef enum ChannelMsgType {
 	 * its workers accept; old->new CH_UP_DONE (arg = the old master's pid).
 	 * The connection then stays open while the old master runs: new->old
 	 * CH_CANCEL (id 0, requester's socket attached) for a key no client of
-	 * the new tree has; the old master routes it in its tree.
+	 * the new tree has; the old master routes it in its tree. Right after
+	 * CH_UP_DONE, old->new one CH_UP_PRED per connection the old master
+	 * still has to a master before it (that connection attached, arg = that
+	 * master's pid): the new master sends its cancels there too.
 	 */
 	CH_UP_HELLO = 16,
 	CH_UP_LISTENER = 17,
@@ -87,6 +90,7 @@ typedef enum ChannelMsgType {
 	CH_UP_SALT_KEY = 21,
 	CH_UP_SEGMENT = 22,
 	CH_UP_HANDOFF = 23,
+	CH_UP_PRED = 24,
 } ChannelMsgType;
 
 /*

@@ -56,52 +56,100 @@ static void set_timeouts(int fd)
 /* ---- the new master ---- */
 
 /*
- * The control connection to the master we took over from, kept after the
- * hand-over while its tree runs: cancel requests for its clients go there
- * (doc/workers.md "Upgrading"). EOF: that master has exited.
+ * The control connections to the masters before us, kept while their trees
+ * run: cancel requests for their clients go there (doc/workers.md
+ * "Upgrading"). The first is the master we took over from; the others it
+ * handed us at its own retirement (CH_UP_PRED), so that a tree older than
+ * it stays reachable after it has exited. EOF on one: that master exited.
  */
+#define UPGRADE_MAX_PRED 8
+
 static struct {
 	int fd;
 	struct event *ev;
 	pid_t pid;
-} pred = {.fd = -1};
+} pred[UPGRADE_MAX_PRED];
+static int n_pred;
 
-static void pred_close(void)
+static void on_pred(evutil_socket_t fd, short what, void *arg);
+
+static void pred_close(int i)
 {
-	if (pred.ev) {
-		event_free(pred.ev);
-		pred.ev = NULL;
+	event_free(pred[i].ev);
+	close(pred[i].fd);
+	pred[i] = pred[--n_pred];
+}
+
+static void pred_add(struct event_base *base, int fd, pid_t pid)
+{
+	if (n_pred == UPGRADE_MAX_PRED) {
+		log_warning("online restart: more than %d older processes still run; cancel requests for the "
+		            "clients of pid %d will not reach them",
+		            UPGRADE_MAX_PRED, (int)pid);
+		close(fd);
+		return;
 	}
-	if (pred.fd >= 0)
-		close(pred.fd);
-	pred.fd = -1;
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	pred[n_pred].fd = fd;
+	pred[n_pred].pid = pid;
+	pred[n_pred].ev = event_new(base, fd, EV_READ | EV_PERSIST, on_pred, NULL);
+	event_add(pred[n_pred].ev, NULL);
+	n_pred++;
 }
 
 static void on_pred(evutil_socket_t fd, short what, void *arg)
 {
+	int i = 0;
+	while (i < n_pred && pred[i].fd != fd)
+		i++;
+	if (i == n_pred)
+		return;
 	ChannelMsg m;
 	int rfd;
 	int r = channel_recv(fd, &m, &rfd);
+	if (r == 1 && m.type == CH_UP_PRED && rfd >= 0) {
+		log_debug("online restart: pid %d passed on its connection to pid %lld", (int)pred[i].pid,
+		          (long long)m.arg);
+		pred_add(event_get_base(pred[i].ev), rfd, (pid_t)m.arg);
+		return;
+	}
 	if (rfd >= 0)
 		close(rfd);
 	if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-		log_debug("online restart: the control connection to pid %d is closed", (int)pred.pid);
-		pred_close();
+		log_debug("online restart: the control connection to pid %d is closed", (int)pred[i].pid);
+		pred_close(i);
 	}
 }
 
+/* Each older tree gets its own copy of the requester's socket; only the one with the key answers. */
 bool upgrade_forward_cancel(const ChannelMsg *m, int fd)
 {
-	if (pred.fd < 0)
-		return false;
 	ChannelMsg c = *m;
 	c.id = 0;
-	if (channel_send(pred.fd, &c, fd))
-		return true;
-	log_warning("could not pass a cancel request to the old process (pid %d): %s", (int)pred.pid, strerror(errno));
-	if (errno != EAGAIN && errno != EWOULDBLOCK)
-		pred_close();
-	return false;
+	bool sent = false;
+	for (int i = 0; i < n_pred; i++) {
+		if (channel_send(pred[i].fd, &c, fd)) {
+			sent = true;
+			continue;
+		}
+		log_warning("could not pass a cancel request to the old process (pid %d): %s", (int)pred[i].pid,
+		            strerror(errno));
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			pred_close(i--);
+	}
+	return sent;
+}
+
+/* At our own retirement: the connections to older trees go to the master that replaces us. */
+static void pass_preds_on(int conn)
+{
+	while (n_pred > 0) {
+		ChannelMsg m = {.type = CH_UP_PRED, .arg = (int64_t)pred[0].pid};
+		if (!channel_send(conn, &m, pred[0].fd))
+			log_warning("online restart: could not pass on the connection to pid %d: %s", (int)pred[0].pid,
+			            strerror(errno));
+		pred_close(0);
+	}
 }
 
 bool upgrade_connect(const char *private_dir, Takeover *t)
@@ -231,11 +279,7 @@ void upgrade_commit(Takeover *t, UpgradeAdoptFn adopt_fn, struct event_base *bas
 		close(rfd);
 	if (done && base) {
 		/* kept: cancels for the clients still there pass through it (upgrade_forward_cancel()) */
-		pred.fd = t->conn;
-		pred.pid = t->old_pid;
-		fcntl(pred.fd, F_SETFL, fcntl(pred.fd, F_GETFL) | O_NONBLOCK);
-		pred.ev = event_new(base, pred.fd, EV_READ | EV_PERSIST, on_pred, NULL);
-		event_add(pred.ev, NULL);
+		pred_add(base, t->conn, t->old_pid);
 	} else
 		close(t->conn);
 	t->conn = -1;
@@ -381,6 +425,7 @@ static void on_conn(evutil_socket_t fd, short what, void *arg)
 		if (!channel_send(up.conn, &done, -1))
 			log_warning("online restart: could not confirm to pid %d: %s", (int)pid, strerror(errno));
 		up.exported = false; /* so close_conn() keeps the hand-over sockets */
+		pass_preds_on(up.conn);
 		if (up.cancel_fn && up.succ < 0) {
 			/* kept open: the new tree sends the cancel requests for our clients here */
 			up.succ = up.conn;
