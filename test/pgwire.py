@@ -151,10 +151,12 @@ class PgWire:
             if m[0] in types:
                 return got
 
-    def expect_fatal(self, text, sqlstate="08P01"):
-        """Reads until an ErrorResponse, checks it, then checks that the pooler closed the connection."""
+    def expect_fatal(self, text, sqlstate="08P01", alone=False):
+        """Reads until an ErrorResponse, checks it, then checks that the pooler closed the connection.
+        alone: the ErrorResponse is the only message the client gets."""
         msgs = self.read_until(b"E")
         assert msgs and msgs[-1][0] == b"E", f"expected an ErrorResponse, got {msgs!r}"
+        assert not alone or len(msgs) == 1, f"expected the ErrorResponse alone, got {msgs!r}"
         err = error_fields(msgs[-1][1])
         assert err.get("S") == "FATAL", err
         assert err.get("C") == sqlstate, err

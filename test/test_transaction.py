@@ -897,7 +897,11 @@ def test_statement_mode_shares_servers(bouncer, pg):
 
 def test_statement_mode_refuses_transaction_block(bouncer, pg):
     """BEGIN in statement mode: FATAL 08P01, the server is closed rather than
-    reused inside the transaction, and the next client gets a clean server."""
+    reused inside the transaction, and the next client gets a clean server.
+    As with PgBouncer, the error comes alone: the answers of the request that
+    opened the block (its CommandComplete BEGIN) are not passed on first, so
+    that a driver reports the error and not a confusing "received 2 results
+    from command 'BEGIN'" (psycopg 3.3)."""
     app = "stmt_begin"
     b = tx_bouncer(bouncer, pg, app, mode=STMT, default_pool_size=1)
     mark = b.log_mark()
@@ -905,7 +909,7 @@ def test_statement_mode_refuses_transaction_block(bouncer, pg):
     w.login()
     pid = int(query(w, "SELECT pg_backend_pid()")[0][0][0])
     w.send(query_message("BEGIN"))
-    w.expect_fatal(STMT_ERROR)
+    w.expect_fatal(STMT_ERROR, alone=True)
     wait_for(lambda: backend_state(pg, pid) is None, "the server left in a transaction block to be closed")
     b.wait_log(STMT_ERROR, after=mark)
     with client(b) as c:
@@ -920,14 +924,23 @@ def test_statement_mode_refuses_transaction_block(bouncer, pg):
     w = PgWire(b.port)
     w.login()
     w.send(extended("BEGIN") + SYNC)
-    w.expect_fatal(STMT_ERROR)
+    w.expect_fatal(STMT_ERROR, alone=True)
     # a Query whose statements close the block they open is fine (doc/transaction.md);
     # one that leaves it open is not
     w = PgWire(b.port)
     w.login()
     assert query(w, "BEGIN; SELECT 'closed block'; COMMIT") == ([["closed block"]], None, b"I")
     w.send(query_message("SELECT 1; BEGIN"))
-    w.expect_fatal(STMT_ERROR)
+    w.expect_fatal(STMT_ERROR, alone=True)
+    # a row too large for one read went out in part: the client gets it whole, then the error
+    w = PgWire(b.port)
+    w.login()
+    w.send(query_message("SELECT repeat('x', 300000); BEGIN"))
+    msgs = w.read_until(b"E")
+    assert [m[0] for m in msgs] == [b"T", b"D", b"C", b"C", b"E"], [m[0] for m in msgs]
+    assert msgs[1][1].endswith(b"x" * 1000) and len(msgs[1][1]) == 2 + 4 + 300000
+    assert b"M" + STMT_ERROR.encode() in msgs[-1][1]
+    assert w.at_eof()
     # a pipeline of statements ending in one Sync runs as one implicit transaction
     with client(b) as c:
         with c.pipeline():

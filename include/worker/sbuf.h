@@ -83,6 +83,7 @@ struct SBuf {
 	uint32_t end;        /* end of received data */
 	uint32_t pkt_remain; /* bytes of the current packet not yet passed on/skipped */
 	bool pkt_forward;    /* the current packet is forwarded (else skipped) */
+	bool marked_mid_pkt; /* [send_pos, send_end) starts inside a packet whose head went out already */
 	uint32_t send_pos;   /* [send_pos, send_end) of buf is due to the peer */
 	uint32_t send_end;
 	uint32_t base_size; /* pkt_buf: size to shrink back to */
@@ -171,6 +172,14 @@ static inline void sbuf_forward_own(SBuf *src, const void *data, size_t len, boo
 		return;
 	sbuf_forward_queue(src, data, len, flush_now);
 }
+
+/*
+ * Forget the bytes src marked for its peer and has not handed over yet, as
+ * if they had never come: for answers the client must not see ahead of a
+ * fatal error. False (nothing dropped) if they start inside a packet whose
+ * head went out already, since dropping its tail would cut the peer's stream.
+ */
+bool sbuf_drop_marked(SBuf *src);
 
 /*
  * Like sbuf_forward_own() without flush_now, for a message the caller

@@ -539,18 +539,31 @@ static void make_room(SBuf *sb, uint32_t need)
 	}
 }
 
-/* Mark n bytes at pos as due to the peer, flushing first when the range would not be contiguous. */
-static Step add_pending(SBuf *sb, uint32_t n)
+/*
+ * Mark n bytes at pos as due to the peer, flushing first when the range
+ * would not be contiguous. mid_pkt: they continue a packet begun earlier.
+ */
+static Step add_pending(SBuf *sb, uint32_t n, bool mid_pkt)
 {
 	if (sb->send_pos != sb->send_end && sb->send_end != sb->pos) {
 		Step st = flush_pending(sb);
 		if (st != STEP_OK)
 			return st;
 	}
-	if (sb->send_pos == sb->send_end)
+	if (sb->send_pos == sb->send_end) {
 		sb->send_pos = sb->send_end = sb->pos;
+		sb->marked_mid_pkt = mid_pkt;
+	}
 	sb->send_end = sb->pos + n;
 	return STEP_OK;
+}
+
+bool sbuf_drop_marked(SBuf *src)
+{
+	if (src->send_pos != src->send_end && src->marked_mid_pkt)
+		return false;
+	src->send_pos = src->send_end = 0;
+	return true;
 }
 
 /* Cut buffered input into packets and act on them. */
@@ -570,7 +583,7 @@ static Step process_buffer(SBuf *sb)
 		if (sb->pkt_remain > 0) {
 			uint32_t n = avail < sb->pkt_remain ? avail : sb->pkt_remain;
 			if (sb->pkt_forward && sb->dst) {
-				Step st = add_pending(sb, n);
+				Step st = add_pending(sb, n, true);
 				if (st != STEP_OK)
 					return st;
 			}
@@ -596,7 +609,7 @@ static Step process_buffer(SBuf *sb)
 		if (act == SB_FORWARD && have == hdr.len && sb->dst && sb->fd >= 0 && !sb->tls_handshake &&
 		    !sb->raw_byte) {
 			/* the whole packet is here (the common case): marked for the peer at once */
-			Step st = add_pending(sb, have);
+			Step st = add_pending(sb, have, false);
 			if (st == STEP_OK) {
 				sb->pos += have;
 				continue;

@@ -584,8 +584,13 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 	case RELEASE_KEEP:
 		return SB_FORWARD;
 	case RELEASE_VIOLATION:
-		/* what the statements before the BEGIN answered reaches the client before the error */
-		to_client(s, NULL, 0);
+		/*
+		 * The error comes alone, as with PgBouncer: the answers of this
+		 * request not passed on yet are dropped (a driver would otherwise
+		 * report them, not the error). Only what went out already stays.
+		 */
+		if (!sbuf_drop_marked(&s->sb))
+			to_client(s, NULL, 0);
 		disconnect_server(s, true, "transaction blocks not allowed in statement pooling mode");
 		return SB_CLOSED;
 	case RELEASE_RETURN:
