@@ -307,20 +307,23 @@ def private_client(b, worker, dbname="postgres"):
                            dbname=dbname, autocommit=True, connect_timeout=10)
 
 
-@pytest.mark.xfail(strict=True, reason="cmd_kill() without a database pauses only the databases that have a "
-                   "pool on that worker (db_has_pools), and each worker decides alone")
 def test_kill_pauses_a_database_on_every_worker(bouncer, pg):
     """KILL closes every connection and leaves each database that had any
     paused until RESUME db. As on one pooler, a new client of such a
     database waits whichever worker it lands on, also one that had never
-    served that database."""
+    served that database (there its login waits too: no server has given
+    it the parameters of p0's welcome, and none may connect while paused)."""
     b = two_workers(databases={n: pg.connstr("postgres") for n in ("postgres", "p0")})(bouncer)
     private_client(b, 0, "p0").execute("SELECT 1")  # p0 has a pool on worker 0 only
     with b.admin() as conn:
         conn.execute("KILL")
         assert next(r for r in rows(conn, "SHOW DATABASES") if r["name"] == "p0")["paused"] == 1
-        late = private_client(b, 1, "p0")
-        query = Background(lambda: late.execute("SELECT 4").fetchone())
+
+        def late_query():
+            with private_client(b, 1, "p0") as late:
+                return late.execute("SELECT 4").fetchone()
+
+        query = Background(late_query)
         time.sleep(0.5)
         ran = query.done()
         conn.execute("RESUME p0")
@@ -328,8 +331,6 @@ def test_kill_pauses_a_database_on_every_worker(bouncer, pg):
     assert not ran, "a query of the killed database ran on worker 1 before RESUME p0"
 
 
-@pytest.mark.xfail(strict=True, reason="set_disabled() looks the database up without registering it through "
-                   "'*' (db_arg(.., false, ..)): a worker that has not created the auto-database yet keeps no flag")
 def test_disable_of_an_auto_database_holds_on_every_worker(bouncer, pg):
     """An auto-database (`*`) exists where a client used it first, here on
     worker 0 only. DISABLE of it answers DISABLE, and as on one pooler a new
@@ -343,8 +344,6 @@ def test_disable_of_an_auto_database_holds_on_every_worker(bouncer, pg):
             private_client(b, w, "shop").close()
 
 
-@pytest.mark.xfail(strict=True, reason="a process command succeeds if it succeeded on one worker (on_finish(), "
-                   "FM_COMMAND): the other workers' errors are dropped without a NOTICE and nothing is undone")
 def test_suspend_refused_by_one_worker_suspends_none(bouncer, pg):
     """A database is paused on worker 1 only (an operator paused it through
     that worker's private socket); SHOW DATABASES shows it paused. SUSPEND
@@ -364,6 +363,142 @@ def test_suspend_refused_by_one_worker_suspends_none(bouncer, pg):
         if "suspended" in states_after:
             conn.execute("RESUME")
     assert (outcome, states_after) == ("cannot suspend with paused databases", ["active", "active"])
+
+
+def three_workers(bouncer, pg):
+    b = bouncer(ini_overrides={**TWO, "min_workers": 3, "max_workers": 3},
+                databases={n: pg.connstr("postgres") for n in ("postgres", "p0")})
+    wait_for(lambda: states(b) == ["active"] * 3, "three active workers")
+    return b
+
+
+def test_suspend_refused_by_one_worker_is_undone_on_the_others(bouncer, pg):
+    """Three workers, a database paused on worker 2 only. A console on
+    worker 0 gives SUSPEND: worker 2 refuses it, so worker 1, which had
+    suspended already, is resumed too before the error reaches the console;
+    a NOTICE names the worker that refused."""
+    b = three_workers(bouncer, pg)
+    with private_console(b, 2) as pc:
+        pc.execute("PAUSE p0")
+    conn = on_worker(b, 0, admin=True)
+    notices = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+    with pytest.raises(psycopg.errors.ProtocolViolation, match="^cannot suspend with paused databases$"):
+        conn.execute("SUSPEND")
+    assert [pause_state(b, w) for w in (0, 1, 2)] == ["active"] * 3
+    assert any(n.startswith("worker 2 (pid ") and "refused it" in n for n in notices), notices
+    for w in (0, 1):
+        with private_client(b, w) as c:
+            assert c.execute("SELECT 5").fetchone() == (5,)
+    conn.close()
+
+
+@pytest.mark.parametrize("console_on, busy", [(0, True), (0, False), (1, False)])
+def test_pause_refused_by_one_worker_pauses_none(bouncer, console_on, busy):
+    """Worker 1 is paused through its private socket, so the pooler counts
+    as paused (SHOW STATE) and PAUSE fails as on one paused pooler, "already
+    suspended/paused". Worker 0 is not left paused, whether its own PAUSE
+    was done at once, still waiting for a busy server, or never given (the
+    console's own worker refused first)."""
+    b = two_workers()(bouncer)
+    holder = None
+    if busy:
+        holder = on_worker(b, 0, autocommit=True)
+        holder.execute("SELECT 1")  # session mode: worker 0's PAUSE would wait for it
+    with private_console(b, 1) as pc:
+        pc.execute("PAUSE")
+    conn = on_worker(b, console_on, admin=True)
+    assert kv(conn, "SHOW STATE")["paused"] == "yes"
+    with pytest.raises(psycopg.errors.ProtocolViolation, match="^already suspended/paused$"):
+        Background(lambda: conn.execute("PAUSE")).result(10)
+    assert [pause_state(b, w) for w in (0, 1)] == ["active", "paused"]
+    with private_client(b, 0) as c:
+        assert Background(lambda: c.execute("SELECT 6").fetchone()).result(10) == (6,)
+    if holder:
+        assert holder.execute("SELECT 2").fetchone() == (2,)
+    conn.execute("RESUME")
+    assert [pause_state(b, w) for w in (0, 1)] == ["active", "active"]
+
+
+def test_kill_refused_by_one_worker_names_the_worker_that_did_it(bouncer, pg):
+    """KILL cannot be undone: when worker 1 refuses it (it is paused), the
+    console gets the error, and a NOTICE says that worker 0 had closed its
+    connections already."""
+    b = two_workers()(bouncer)
+    victim = on_worker(b, 0, autocommit=True)
+    victim.execute("SELECT 1")
+    with private_console(b, 1) as pc:
+        pc.execute("PAUSE")
+        pid1 = next(r["pid"] for r in rows(pc, "SHOW WORKERS") if r["worker"] == 1)
+    conn = on_worker(b, 0, admin=True)
+    notices = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+    with pytest.raises(psycopg.errors.ProtocolViolation, match="^already suspended/paused$"):
+        conn.execute("KILL")
+    assert any(n.startswith("worker 0 (pid ") and "carried it out already" in n for n in notices), notices
+    assert f"worker 1 (pid {pid1}) refused it" in notices
+    with pytest.raises(psycopg.OperationalError, match="database removed"):
+        victim.execute("SELECT 1")
+    conn.execute("RESUME")
+    conn.execute("RESUME postgres")
+
+
+def test_resume_of_what_one_worker_has_paused_succeeds(bouncer, pg):
+    """A worker with nothing to resume is no refusal: RESUME db and RESUME
+    answer as on one pooler that is paused (SHOW DATABASES, SHOW STATE), and
+    the worker that was paused resumes."""
+    b = two_workers(databases={n: pg.connstr("postgres") for n in ("postgres", "p0")})(bouncer)
+    with private_console(b, 1) as pc:
+        pc.execute("PAUSE p0")
+    for console_on in (0, 1):
+        with on_worker(b, console_on, admin=True) as conn:
+            assert conn.execute("RESUME p0").statusmessage == "RESUME"
+            assert db_flags(b, 1, "p0") == (0, 0)
+            with pytest.raises(psycopg.errors.ProtocolViolation, match="^database p0 is not paused$"):
+                conn.execute("RESUME p0")  # not paused anywhere: the error, as on one pooler
+        with private_console(b, 1) as pc:
+            pc.execute("PAUSE p0" if console_on == 0 else "PAUSE")
+    with on_worker(b, 0, admin=True) as conn:
+        assert conn.execute("RESUME").statusmessage == "RESUME"
+    assert [pause_state(b, w) for w in (0, 1)] == ["active", "active"]
+
+
+def test_disable_of_a_database_no_worker_has_leaves_nothing_behind(bouncer, pg):
+    """DISABLE of a name no worker has fails as on one pooler, and no worker
+    remembers it: a later login to that auto-database gets in everywhere."""
+    b = two_workers(databases={"postgres": pg.connstr("postgres"), "*": pg.connstr("postgres")})(bouncer)
+    with b.admin() as conn:
+        with pytest.raises(psycopg.errors.ProtocolViolation, match="^no such database: shop$"):
+            conn.execute("DISABLE shop")
+    for w in (0, 1):
+        with private_client(b, w, "shop") as c:
+            assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_kill_and_auto_database_disable_reach_workers_started_later(bouncer, pg):
+    """The console is on worker 1, which has neither p0 nor the auto-database
+    shop (worker 0 has both). After KILL and DISABLE shop, a worker that
+    replaces worker 0 has p0 paused and refuses shop, as worker 1 does."""
+    b = two_workers(databases={"postgres": pg.connstr("postgres"), "p0": pg.connstr("postgres"),
+                               "*": pg.connstr("postgres")})(bouncer)
+    private_client(b, 0, "p0").execute("SELECT 1")
+    private_client(b, 0, "shop").execute("SELECT 1")
+    with on_worker(b, 1, admin=True) as conn:
+        assert conn.execute("KILL").statusmessage == "KILL"
+        assert conn.execute("DISABLE shop").statusmessage == "DISABLE"
+    assert db_flags(b, 1, "p0") == (1, 0)
+    respawn(b, 0)
+    assert db_flags(b, 0, "p0") == (1, 0)
+    for w in (0, 1):
+        with pytest.raises(psycopg.OperationalError, match='database "shop" is disabled'):
+            private_client(b, w, "shop").close()
+    with b.admin() as conn:
+        conn.execute("RESUME p0")
+        conn.execute("RESUME shop")  # KILL paused it too: it had a pool on worker 0
+        conn.execute("ENABLE shop")
+    for w in (0, 1):
+        with private_client(b, w, "shop") as c:
+            assert c.execute("SELECT 1").fetchone() == (1,)
 
 
 @pytest.mark.xfail(strict=True, reason="a left-out worker's connection is closed (on_timer(), peer_close()): "

@@ -14,6 +14,21 @@ void admin_wait_close_check(void);
 /* A cancel for a console session: abort its pending PAUSE or WAIT_CLOSE. */
 void admin_console_cancel(PgSocket *console);
 void admin_resume_all(void); /* leave PAUSE/SUSPEND, wake waiting clients */
+/*
+ * Another worker refused c's fanned-out command `query`, so it fails: this
+ * worker gives up its part. A wait ends (bare ReadyForQuery) and what it
+ * paused resumes; a PAUSE [db] or SUSPEND done here (done_here) is undone.
+ */
+void admin_abandon_part(PgSocket *c, const char *query, bool done_here);
+/*
+ * An error that says only that this worker has nothing to act on (the
+ * database or client is not here, nothing is paused here): for a fanned-out
+ * command it is no refusal when another worker did act (doc/workers.md).
+ */
+bool admin_error_is_absence(const char *msg);
+/* The follow-ups of a fanned-out KILL and DISABLE db (admin_fanout.h), on this worker. */
+void admin_kill_here(const char *db_name);
+void admin_disable_later(const char *db_name);
 
 /* Sums of a database's pools (SHOW STATS and friends). */
 typedef struct DbStats {

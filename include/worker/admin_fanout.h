@@ -21,23 +21,50 @@ typedef enum FanoutMerge {
 	FM_STATS,     /* peers answer SHOW STATS_RAW; `which` as admin_write_stats() */
 } FanoutMerge;
 
+/* What a process command's fan-out does beyond merging (FM_COMMAND; doc/workers.md "The admin console with several workers"). */
+typedef enum FanoutFollow {
+	FOLLOW_NONE,
+	/*
+	 * KILL: each worker answers the databases it paused as rows; a database
+	 * any worker paused is then killed ("KILL db") on the others too.
+	 */
+	FOLLOW_KILL,
+	/*
+	 * DISABLE db: when a worker has db and another has not (an auto-database
+	 * it has not created), that one remembers the flag (DISABLE_LATER db).
+	 */
+	FOLLOW_DISABLE,
+} FanoutFollow;
+
+typedef struct FanoutCommand {
+	const char *undo;    /* the query that undoes one worker's finished part (NULL: none) */
+	FanoutFollow follow; /* what follows once every worker has answered */
+	const char *db;      /* FOLLOW_DISABLE: the database */
+} FanoutCommand;
+
 void admin_fanout_listen(void); /* the private socket of this worker */
 bool admin_fanout_wanted(const PgSocket *c);
 bool admin_fanout_from_worker(int pid); /* pid is another worker of this pooler */
 /*
- * Send `query` to every other active or draining worker, and capture what
- * this worker's own console code answers c from now on (run it right after).
- * `waits`: the command may take long on a live worker (PAUSE, SUSPEND, ...).
+ * Start a fan-out of `query` to every other active or draining worker, and
+ * capture what this worker's own console code answers c from now on: run
+ * it right after, then admin_fanout_dispatch(). `waits`: the command may
+ * take long on a live worker (PAUSE, SUSPEND, ...). `cmd`: for FM_COMMAND
+ * (NULL: no undo, no follow-up).
  */
-void admin_fanout_begin(PgSocket *c, const char *query, FanoutMerge merge, int which, bool waits);
+void admin_fanout_begin(PgSocket *c, const char *query, FanoutMerge merge, int which, bool waits,
+                        const FanoutCommand *cmd);
+/* Send the query to the other workers, unless this worker refused it already (the command fails). */
+void admin_fanout_dispatch(PgSocket *c);
 bool admin_fanout_capture(PgSocket *c, const uint8_t *buf, size_t len); /* false: not capturing */
 /* The command c's fan-out is running (NULL: none); done_here: this worker's part of it succeeded already. */
 const char *admin_fanout_command(const PgSocket *c, bool *done_here);
 /*
  * A CancelRequest for c: passed on to the peers still working on its
- * command; the peers whose part succeeded already get `undo` (NULL: none).
+ * command; the peers whose part succeeded already (or succeeds later) get
+ * the command's undo.
  */
-void admin_fanout_cancel(PgSocket *c, const char *undo);
+void admin_fanout_cancel(PgSocket *c);
 void admin_fanout_client_gone(PgSocket *c); /* c is closing: drop its peer connections */
 
 #endif

@@ -16,6 +16,8 @@ void admin_state_inherit(const ConsoleState *cs);
 void admin_state_inherit_db(PgDatabase *db);
 /* ...unless an ENABLE (CS_DB_DISABLED) or RESUME db (CS_DB_PAUSED) of it came first. */
 void admin_state_inherited_clear(char kind, const char *name);
+/* Keep flag `kind` for an auto-database this worker has not created (yet), as if inherited. */
+void admin_state_remember(char kind, const char *name);
 /* Tell the master this worker's state (after a console command changed it). */
 void admin_state_report(void);
 /*

@@ -1458,24 +1458,23 @@ static bool undo_pause(const char *db_name)
 	return true;
 }
 
-void admin_console_cancel(PgSocket *c)
+/* Undo this worker's finished part of `query` (PAUSE [db], SUSPEND); true if there was one to undo. */
+static bool undo_here(const char *query)
 {
-	if (wk.run_state != RUN_ACTIVE)
-		return;
-	bool done_here = false;
-	const char *query = admin_fanout_command(c, &done_here);
-	if (query) {
-		/* the other workers abort their part, or undo it if it is done; so does this one */
-		char db[MAX_WORD];
-		char *undo = undo_of(query, db, sizeof(db));
-		bool undo_done_here = undo && done_here;
-		admin_fanout_cancel(c, undo);
-		free(undo);
-		if (undo_done_here && undo_pause(db)) {
-			log_info("console command cancelled, resuming");
-			admin_state_report();
-		}
+	char db[MAX_WORD];
+	char *undo = undo_of(query, db, sizeof(db));
+	bool undone = undo && undo_pause(db);
+	free(undo);
+	if (undone) {
+		log_info("console command abandoned, resuming");
+		admin_state_report();
 	}
+	return undone;
+}
+
+/* End c's pending PAUSE [db], SUSPEND, WAIT_CLOSE or RELOAD with a bare ReadyForQuery. */
+static void abandon_wait(PgSocket *c)
+{
 	for (int k = 0; k < n_waits; k++) {
 		ConsoleWait w = waits[k];
 		if (w.client_id != c->id || w.kind == WAIT_SHUTDOWN)
@@ -1488,12 +1487,35 @@ void admin_console_cancel(PgSocket *c)
 		else if (w.kind == WAIT_PAUSE || w.kind == WAIT_SUSPEND)
 			undone = undo_pause("");
 		if (undone) {
-			log_info("console command cancelled, resuming");
+			log_info("console command abandoned, resuming");
 			admin_state_report();
 		}
 		send_ready(c);
 		return;
 	}
+}
+
+void admin_abandon_part(PgSocket *c, const char *query, bool done_here)
+{
+	if (done_here)
+		(void)undo_here(query);
+	else
+		abandon_wait(c);
+}
+
+void admin_console_cancel(PgSocket *c)
+{
+	if (wk.run_state != RUN_ACTIVE)
+		return;
+	bool done_here = false;
+	const char *query = admin_fanout_command(c, &done_here);
+	/* the other workers abort their part, or undo it if it is done; so does this one */
+	if (query) {
+		admin_fanout_cancel(c); /* the command ends later, from the loop: query stays */
+		if (done_here)
+			(void)undo_here(query);
+	}
+	abandon_wait(c);
 }
 
 /* ---- process control ---- */
@@ -1611,7 +1633,8 @@ static bool cmd_pause(PgSocket *c, const char *arg, const char *query)
 
 static bool cmd_resume(PgSocket *c, const char *arg, const char *query)
 {
-	if (wk.run_state != RUN_ACTIVE)
+	/* a draining worker is no pooler shutting down: its clients waiting in a PAUSE go on too */
+	if (wk.run_state != RUN_ACTIVE && wk.run_state != RUN_DRAINING)
 		return admin_error(c, NULL, "pooler is shutting down");
 	if (*arg) {
 		admin_state_inherited_clear(CS_DB_PAUSED, arg); /* also for an auto-database not created here yet */
@@ -1654,6 +1677,12 @@ static bool cmd_suspend(PgSocket *c, const char *arg, const char *query)
 	return true;
 }
 
+/* A fanned-out command's part on this worker: the console's own, or a peer's (doc/workers.md). */
+static bool in_fanout(const PgSocket *c)
+{
+	return c->is_internal || admin_console_busy(c);
+}
+
 static bool cmd_kill(PgSocket *c, const char *arg, const char *query)
 {
 	if (wk.pause_mode != P_NONE)
@@ -1663,16 +1692,39 @@ static bool cmd_kill(PgSocket *c, const char *arg, const char *query)
 		if (!db)
 			return c->state != CL_JUSTFREE; /* false: the error could not be sent */
 		kill_db(db);
-	} else {
-		List *i, *t;
-		list_for_each_safe(i, &wk.databases, t)
-		{
-			PgDatabase *db = container_of(i, PgDatabase, node);
-			if (!db->admin && db_has_pools(db))
-				kill_db(db);
+		return send_simple(c, "KILL");
+	}
+	/*
+	 * In a fan-out the answer names the databases killed here, so that the
+	 * console's worker has every worker pause each of them (FOLLOW_KILL).
+	 */
+	static const char *const names[] = {"database"};
+	Reply r = {.c = c, .ncols = 1};
+	pktbuf_init(&r.pb, 256);
+	if (in_fanout(c))
+		pktbuf_write_row_description(&r.pb, "T", names);
+	List *i, *t;
+	list_for_each_safe(i, &wk.databases, t)
+	{
+		PgDatabase *db = container_of(i, PgDatabase, node);
+		if (db->admin || !db_has_pools(db))
+			continue;
+		kill_db(db);
+		if (in_fanout(c)) {
+			const char *v[] = {db->name};
+			reply_row(&r, v);
 		}
 	}
-	return send_simple(c, "KILL");
+	return reply_end(&r, "KILL");
+}
+
+void admin_kill_here(const char *db_name)
+{
+	PgDatabase *db = find_or_register_db(db_name);
+	if (db && !db->admin) {
+		log_info("KILL: %s was killed on another worker, killing it here too", db_name);
+		kill_db(db);
+	}
 }
 
 static bool cmd_kill_client(PgSocket *c, const char *arg, const char *query)
@@ -1706,6 +1758,31 @@ static bool set_disabled(PgSocket *c, const char *arg, bool disable)
 static bool cmd_disable(PgSocket *c, const char *arg, const char *query)
 {
 	return set_disabled(c, arg, true);
+}
+
+void admin_disable_later(const char *db_name)
+{
+	PgDatabase *db = db_find(db_name);
+	if (db && !db->admin)
+		db->disabled = true; /* created here since the DISABLE */
+	else if (!db)
+		admin_state_remember(CS_DB_DISABLED, db_name);
+}
+
+/* DISABLE_LATER db: a fan-out's follow-up of DISABLE db (FOLLOW_DISABLE) for a worker without db. */
+static bool cmd_disable_later(PgSocket *c, const char *arg, const char *query)
+{
+	admin_disable_later(arg);
+	return send_simple(c, "DISABLE");
+}
+
+bool admin_error_is_absence(const char *msg)
+{
+	static const char not_paused[] = " is not paused";
+	size_t n = strlen(msg), k = sizeof(not_paused) - 1;
+	return strncmp(msg, "no such database: ", 18) == 0 || strcmp(msg, "client not found") == 0 ||
+	       strcmp(msg, "pooler is not paused/suspended") == 0 ||
+	       (strncmp(msg, "database ", 9) == 0 && n > k && strcmp(msg + n - k, not_paused) == 0);
 }
 
 static bool cmd_enable(PgSocket *c, const char *arg, const char *query)
@@ -1900,7 +1977,8 @@ static bool show_fake(PgSocket *c, const char *arg, const char *value)
 typedef enum Access {
 	ACCESS_ADMIN, /* admins only: others get "admin access needed" */
 	ACCESS_STATS, /* stats users and admins */
-	ACCESS_PEER,  /* a peer's fan-out only (private socket, or inside a fan-out); others: invalid command */
+	ACCESS_PEER,  /* a peer's fan-out only (private socket, or inside a fan-out; commands: an admin on a private
+	               * socket); others: invalid command */
 } Access;
 
 typedef struct ShowSubject {
@@ -1988,6 +2066,7 @@ static const AdminCommand admin_commands[] = {
     {"SUSPEND", ARG_NONE, cmd_suspend, ACCESS_ADMIN, .fanout = true, .state = true, .waits = true},
     {"SHUTDOWN", ARG_OPT_MODE, cmd_shutdown, ACCESS_ADMIN, .modes = "WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS"},
     {"WAIT_CLOSE", ARG_OPT_DB, cmd_wait_close, ACCESS_ADMIN, .fanout = true, .waits = true},
+    {"DISABLE_LATER", ARG_DB, cmd_disable_later, ACCESS_PEER, .alias = true},
 };
 
 /* SHOW HELP's text after a command's name, by its argument kind. */
@@ -2078,16 +2157,19 @@ static bool cmd_show(PgSocket *c, const char *arg, const char *query)
 		return s->show(c, s->variant);
 	/* the other workers get the query (STATS_RAW for the stats), this worker answers into the fan-out */
 	if (s->merge == FM_STATS) {
-		admin_fanout_begin(c, "SHOW STATS_RAW", FM_STATS, s->variant, false);
+		admin_fanout_begin(c, "SHOW STATS_RAW", FM_STATS, s->variant, false, NULL);
 		(void)show_stats_raw(c, 0);
 	} else if (s->merge == FM_LISTS) {
-		admin_fanout_begin(c, "SHOW LISTS_RAW", FM_LISTS, 0, false);
+		admin_fanout_begin(c, "SHOW LISTS_RAW", FM_LISTS, 0, false, NULL);
 		(void)show_lists(c, 1);
 	} else {
-		admin_fanout_begin(c, query, s->merge, 0, false);
+		admin_fanout_begin(c, query, s->merge, 0, false, NULL);
 		(void)s->show(c, s->variant);
 	}
-	return c->state != CL_JUSTFREE;
+	if (c->state == CL_JUSTFREE)
+		return false;
+	admin_fanout_dispatch(c);
+	return true;
 }
 
 /* Whether `word` is one of the '|'-separated `words` (case-insensitive). */
@@ -2104,6 +2186,8 @@ static bool word_in(const char *word, const char *words)
 /* Run `cmd` if the console may, with an argument of its kind. */
 static bool run_command(PgSocket *c, const AdminCommand *cmd, const char *arg, const char *query)
 {
+	if (cmd->access == ACCESS_PEER && (!c->is_private || !c->admin_user))
+		return invalid_command(c, query);
 	if (!may_run(c, cmd->access))
 		return admin_error(c, NULL, "admin access needed");
 	switch (cmd->arg) {
@@ -2129,13 +2213,28 @@ static bool run_command(PgSocket *c, const AdminCommand *cmd, const char *arg, c
 		break;
 	}
 	/* a peer console is an admin: only an admin's command may reach it (not a stats user's fake SET) */
-	if (cmd->fanout && c->admin_user && admin_fanout_wanted(c))
-		admin_fanout_begin(c, query, FM_COMMAND, 0, cmd->waits);
+	bool fanout = cmd->fanout && c->admin_user && admin_fanout_wanted(c);
+	if (fanout) {
+		/* this worker runs it first: if it refuses, the others never get it */
+		char db[MAX_WORD];
+		char *undo = undo_of(query, db, sizeof(db));
+		FanoutCommand fc = {.undo = undo};
+		if (cmd->run == cmd_kill && !*arg)
+			fc.follow = FOLLOW_KILL;
+		else if (cmd->run == cmd_disable) {
+			fc.follow = FOLLOW_DISABLE;
+			fc.db = arg;
+		}
+		admin_fanout_begin(c, query, FM_COMMAND, 0, cmd->waits, &fc);
+		free(undo);
+	}
 	/* the console's own worker tells the master; the others run the command as its peers */
 	bool report = cmd->state && !(c->is_private && !c->from_master);
 	bool ok = cmd->run(c, arg, query);
 	if (report)
 		admin_state_report();
+	if (ok && fanout)
+		admin_fanout_dispatch(c);
 	return ok;
 }
 

@@ -25,6 +25,7 @@
 #include "common/util.h"
 #include "worker/admin.h"
 #include "worker/admin_fanout.h"
+#include "worker/admin_state.h"
 #include "worker/client.h"
 #include "worker/objects.h"
 #include "worker/worker.h"
@@ -42,9 +43,13 @@ typedef struct Answer {
 	int ncols;
 	char ***rows; /* DataRows: ncols values each, NULL = SQL NULL */
 	int n_rows, cap_rows;
-	char *tag;      /* CommandComplete tag, NULL if none */
-	PktBuf error;   /* its ErrorResponse message (len 0 if none) */
-	PktBuf notices; /* its NoticeResponse messages */
+	char *tag;        /* CommandComplete tag, NULL if none */
+	PktBuf error;     /* its ErrorResponse message (len 0 if none) */
+	PktBuf notices;   /* its NoticeResponse messages */
+	int32_t pid;      /* the process asked */
+	bool undone;      /* FM_COMMAND: its finished part was undone (or the undo is on its way) */
+	char late[96];    /* the first undo or follow-up sent to it */
+	bool unconfirmed; /* it did not answer that in time: `why` says so */
 } Answer;
 
 /* The connection of one console to one other worker's private socket. */
@@ -57,7 +62,7 @@ typedef struct Peer {
 	bool query_sent;         /* the current command went out */
 	bool has_key;            /* BackendKeyData seen (for passing on a cancel) */
 	uint8_t key[8];          /* its pid (4 bytes) and secret (4 bytes), as sent */
-	int skip;                /* answers still to come that nobody waits for (the undo of a cancelled PAUSE) */
+	int skip;                /* answers still to come to an undo or a follow-up (not the command's own answer) */
 } Peer;
 
 typedef struct AdminFanout {
@@ -69,6 +74,13 @@ typedef struct AdminFanout {
 	int which;  /* FM_STATS: which SHOW */
 	bool waits; /* a live peer may take long */
 	char *query;
+	char *undo;          /* FM_COMMAND: undoes one worker's finished part (NULL: nothing does) */
+	FanoutFollow follow; /* FM_COMMAND: what follows the answers */
+	char *db;            /* FOLLOW_DISABLE: the database */
+	bool dispatched;     /* the query may go to the peers (this worker has run it) */
+	bool failing;        /* a worker refused: the command fails and the finished parts are undone */
+	bool cancelled;      /* the console cancelled it: the finished parts are undone */
+	bool followed;       /* the follow-ups went out */
 	Answer ans[SHM_MAX_WORKERS];
 	struct event *timer;  /* FANOUT_TIMEOUT_SEC, then re-checks of waiting peers */
 	struct event *finish; /* answers the console from the loop, never from inside its own callbacks */
@@ -259,10 +271,11 @@ static void schedule_finish(AdminFanout *fo)
 	event_active(fo->finish, 0, 0);
 }
 
+/* Every involved worker answered (or is left out), its undo or follow-up too. */
 static bool all_done(const AdminFanout *fo)
 {
 	for (int i = 0; i < SHM_MAX_WORKERS; i++)
-		if (fo->ans[i].involved && !fo->ans[i].done && !fo->ans[i].missing)
+		if (fo->ans[i].involved && !fo->ans[i].missing && (!fo->ans[i].done || fo->peers[i].skip))
 			return false;
 	return true;
 }
@@ -594,7 +607,11 @@ static void end_command(AdminFanout *fo)
 {
 	fo->active = false;
 	free(fo->query);
-	fo->query = NULL;
+	free(fo->undo);
+	free(fo->db);
+	fo->query = fo->undo = fo->db = NULL;
+	fo->follow = FOLLOW_NONE;
+	fo->dispatched = fo->failing = fo->cancelled = fo->followed = false;
 	for (int i = 0; i < SHM_MAX_WORKERS; i++)
 		answer_reset(&fo->ans[i]);
 	evtimer_del(fo->timer);
@@ -624,12 +641,236 @@ static void write_notices(AdminFanout *fo, PktBuf *pb)
 	}
 }
 
+/* ---- a process command's outcome (FM_COMMAND) ---- */
+
+static void peer_write_query(Peer *p, const char *query);
+static void send_cancel(AdminFanout *fo, int i);
+
+/* An answer that refuses the command: an error other than "nothing here" (admin_error_is_absence()). */
+static bool refused(const Answer *a)
+{
+	return a->done && !a->tag && a->error.len && !admin_error_is_absence(message_text(&a->error, 0));
+}
+
+static bool absent(const Answer *a)
+{
+	return a->done && !a->tag && a->error.len && admin_error_is_absence(message_text(&a->error, 0));
+}
+
+static void ensure_timer(AdminFanout *fo)
+{
+	struct timeval tv = {0, 250000};
+	if (!evtimer_pending(fo->timer, NULL))
+		evtimer_add(fo->timer, &tv);
+}
+
+/* Send worker i a query whose answer nobody reads but the command waits for (an undo or a follow-up). */
+static bool send_extra(AdminFanout *fo, int i, const char *query)
+{
+	Peer *p = &fo->peers[i];
+	if (!p->bev || !p->ready)
+		return false;
+	peer_write_query(p, query);
+	p->skip++;
+	if (!fo->ans[i].late[0])
+		pgb_strlcpy(fo->ans[i].late, query, sizeof(fo->ans[i].late));
+	ensure_timer(fo);
+	return true;
+}
+
+/* Worker i's part is done and the command is failing or cancelled: undo it, if anything can. */
+static void undo_peer(AdminFanout *fo, int i)
+{
+	Answer *a = &fo->ans[i];
+	if (fo->undo && !a->undone && send_extra(fo, i, fo->undo))
+		a->undone = true;
+}
+
+/*
+ * A worker refused the command: it fails as a whole. Peers that have not
+ * got it yet never will, those done are undone, those still waiting are
+ * cancelled (their part aborts and undoes itself), and so is this worker's.
+ */
+static void fail_command(AdminFanout *fo)
+{
+	fo->failing = true;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		Answer *a = &fo->ans[i];
+		if (i == wk.id || !a->involved || a->missing)
+			continue;
+		if (!a->done && !fo->peers[i].query_sent)
+			a->involved = false;
+		else if (a->done && a->tag)
+			undo_peer(fo, i);
+		else if (!a->done && fo->waits)
+			send_cancel(fo, i);
+	}
+	Answer *own = &fo->ans[wk.id];
+	if (!own->done || own->tag) {
+		own->undone = own->tag && fo->undo;
+		/* may answer into the capture (a bare ReadyForQuery): the finish is scheduled, never run from here */
+		admin_abandon_part(fo->console, fo->query, own->done);
+	}
+}
+
+/* Worker i has answered the command. */
+static void answer_ended(AdminFanout *fo, int i)
+{
+	Answer *a = &fo->ans[i];
+	if (fo->merge == FM_COMMAND) {
+		if (!fo->failing && refused(a))
+			fail_command(fo);
+		else if (a->tag && (fo->failing || fo->cancelled) && i != wk.id)
+			undo_peer(fo, i); /* it finished after the cancel or the refusal went out */
+	}
+	if (all_done(fo))
+		schedule_finish(fo);
+}
+
+static bool has_row(const Answer *a, const char *name)
+{
+	for (int r = 0; r < a->n_rows; r++)
+		if (a->ncols == 1 && a->rows[r][0] && strcmp(a->rows[r][0], name) == 0)
+			return true;
+	return false;
+}
+
+/* "VERB "name"": the name as a quoted identifier. */
+static char *quoted_command(const char *verb, const char *name)
+{
+	size_t n = strlen(verb), k = n + 2;
+	char *q = xmalloc(n + 2 * strlen(name) + 4);
+	memcpy(q, verb, n);
+	q[n] = ' ';
+	q[n + 1] = '"';
+	for (const char *p = name; *p; p++) {
+		if (*p == '"')
+			q[k++] = '"';
+		q[k++] = *p;
+	}
+	q[k++] = '"';
+	q[k] = '\0';
+	return q;
+}
+
+/* Apply a follow-up to worker i; true if it went to a peer (its answer is awaited). */
+static bool follow_worker(AdminFanout *fo, int i, const char *verb, const char *name, bool *here)
+{
+	if (i == wk.id) {
+		if (fo->follow == FOLLOW_KILL)
+			admin_kill_here(name);
+		else
+			admin_disable_later(name);
+		*here = true;
+		return false;
+	}
+	char *q = quoted_command(verb, name);
+	bool sent = send_extra(fo, i, q);
+	free(q);
+	return sent;
+}
+
+/*
+ * Every worker has answered a command that succeeded: make the workers
+ * agree where their own answers could not (FanoutFollow). True if
+ * follow-ups went to peers: the reply waits for their answers.
+ */
+static bool follow_up(AdminFanout *fo)
+{
+	bool sent = false, here = false;
+	fo->followed = true;
+	if (fo->follow == FOLLOW_KILL) {
+		/* each database a worker paused, once: the workers that answered without it kill it too */
+		for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+			const Answer *a = &fo->ans[i];
+			if (!a->involved || a->missing || !a->tag || a->ncols != 1)
+				continue;
+			for (int r = 0; r < a->n_rows; r++) {
+				const char *name = a->rows[r][0];
+				bool seen = false;
+				for (int k = 0; name && k < i && !seen; k++)
+					seen = fo->ans[k].tag && has_row(&fo->ans[k], name);
+				for (int k = 0; k < r && name && !seen; k++)
+					seen = a->rows[k][0] && strcmp(a->rows[k][0], name) == 0;
+				if (!name || seen)
+					continue;
+				for (int j = 0; j < SHM_MAX_WORKERS; j++) {
+					const Answer *b = &fo->ans[j];
+					if (j != i && b->involved && !b->missing && b->tag && !has_row(b, name))
+						sent |= follow_worker(fo, j, "KILL", name, &here);
+				}
+			}
+		}
+	} else if (fo->follow == FOLLOW_DISABLE && fo->db) {
+		/* if a worker has the database, those without it remember the flag for when they create it through "*" */
+		bool somewhere = false;
+		for (int i = 0; i < SHM_MAX_WORKERS; i++)
+			somewhere |= fo->ans[i].involved && !fo->ans[i].missing && fo->ans[i].tag;
+		for (int j = 0; somewhere && j < SHM_MAX_WORKERS; j++) {
+			const Answer *b = &fo->ans[j];
+			if (b->involved && !b->missing && absent(b))
+				sent |= follow_worker(fo, j, "DISABLE_LATER", fo->db, &here);
+		}
+	}
+	if (here)
+		admin_state_report();
+	return sent;
+}
+
+/* The NOTICEs of a process command's outcome, and its reply (CommandComplete or ErrorResponse). */
+static void write_command_outcome(AdminFanout *fo, PktBuf *pb)
+{
+	int ok = -1, refusal = -1, absence = -1;
+	bool aborted = false, agreed = true;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		const Answer *a = &fo->ans[i];
+		if (!a->involved || a->missing)
+			continue;
+		int *slot = a->tag ? &ok : refused(a) ? &refusal : absent(a) ? &absence : NULL;
+		if (!slot)
+			aborted = true; /* a cancelled PAUSE/SUSPEND/WAIT_CLOSE: bare ReadyForQuery */
+		else if (*slot < 0 || i == wk.id)
+			*slot = i; /* this worker's answer first */
+		agreed &= refused(a);
+	}
+	if (fo->failing && refusal >= 0) {
+		for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+			const Answer *a = &fo->ans[i];
+			char msg[256];
+			if (!a->involved || a->missing)
+				continue;
+			if (refused(a) && !agreed && i != refusal)
+				snprintf(msg, sizeof(msg), "worker %d (pid %d) refused it too: %s", i, (int)a->pid,
+				         message_text(&a->error, 0));
+			else if (refused(a) && !agreed)
+				snprintf(msg, sizeof(msg), "worker %d (pid %d) refused it", i, (int)a->pid);
+			else if (a->tag && !a->undone)
+				snprintf(msg, sizeof(msg),
+				         "worker %d (pid %d) had carried it out already: that is not undone", i,
+				         (int)a->pid);
+			else
+				continue;
+			pktbuf_write_notice(pb, msg);
+		}
+		pktbuf_put_bytes(pb, fo->ans[refusal].error.buf, fo->ans[refusal].error.len);
+	} else if (aborted) {
+		/* nothing but the ReadyForQuery */
+	} else if (ok >= 0) {
+		pktbuf_write_command_complete(pb, fo->ans[ok].tag);
+	} else if (absence >= 0) {
+		/* no worker had anything to act on: this worker's error says why (the others say the same) */
+		pktbuf_put_bytes(pb, fo->ans[absence].error.buf, fo->ans[absence].error.len);
+	}
+}
+
 static void on_finish(evutil_socket_t fd, short what, void *arg)
 {
 	AdminFanout *fo = arg;
 	worker_clock_tick();
 	if (!fo->active || !all_done(fo))
 		return;
+	if (fo->merge == FM_COMMAND && !fo->failing && !fo->cancelled && !fo->followed && follow_up(fo))
+		return; /* called again once the follow-ups are answered */
 	PgSocket *c = fo->console;
 	Answer *own = &fo->ans[wk.id];
 	PktBuf pb;
@@ -644,37 +885,23 @@ static void on_finish(evutil_socket_t fd, short what, void *arg)
 			snprintf(msg, sizeof(msg), "%s", a->why);
 		else if (a->error.len && fo->merge != FM_COMMAND)
 			snprintf(msg, sizeof(msg), "worker %d answered: %s", i, message_text(&a->error, 0));
+		else if (a->unconfirmed)
+			snprintf(msg, sizeof(msg), "%s", a->why);
 		else
 			continue;
 		pktbuf_write_notice(&pb, msg);
 	}
 
-	bool aborted = false, any_ok = false;
-	int first_ok = -1;
+	bool aborted = false;
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
 		Answer *a = &fo->ans[i];
-		if (!a->involved || a->missing)
-			continue;
-		if (!a->tag && !a->error.len)
-			aborted = true; /* a cancelled PAUSE/SUSPEND/WAIT_CLOSE: bare ReadyForQuery */
-		if (a->tag && (first_ok < 0 || i == wk.id))
-			first_ok = i;
-		any_ok |= a->tag != NULL;
+		if (a->involved && !a->missing && !a->tag && !a->error.len)
+			aborted = true; /* a cancelled SHOW? only a command waits: a bare ReadyForQuery */
 	}
-	if (aborted) {
+	if (fo->merge == FM_COMMAND) {
+		write_command_outcome(fo, &pb);
+	} else if (aborted) {
 		/* nothing but the ReadyForQuery */
-	} else if (fo->merge == FM_COMMAND) {
-		if (any_ok) {
-			pktbuf_write_command_complete(&pb, fo->ans[first_ok].tag);
-		} else {
-			/* nobody could: this worker's error says why (the others say the same) */
-			const PktBuf *e = own->error.len ? &own->error : NULL;
-			for (int i = 0; !e && i < SHM_MAX_WORKERS; i++)
-				if (fo->ans[i].error.len)
-					e = &fo->ans[i].error;
-			if (e)
-				pktbuf_put_bytes(&pb, e->buf, e->len);
-		}
 	} else if (own->error.len) {
 		pktbuf_put_bytes(&pb, own->error.buf, own->error.len);
 	} else if (fo->merge == FM_STATS) {
@@ -731,8 +958,11 @@ static void peer_send_query(AdminFanout *fo, Peer *p)
 static void peer_failed(Peer *p, const char *what)
 {
 	int32_t pid = p->pid;
+	AdminFanout *fo = p->fo;
 	peer_close(p);
-	leave_out(p->fo, p->worker, "worker %d (pid %d) is left out: %s", p->worker, (int)pid, what);
+	leave_out(fo, p->worker, "worker %d (pid %d) is left out: %s", p->worker, (int)pid, what);
+	if (fo->active && all_done(fo))
+		schedule_finish(fo); /* it owed only the answer to an undo or follow-up */
 }
 
 /* Messages from a peer: its login, then its answers to the command in progress. */
@@ -778,17 +1008,18 @@ static void on_peer_read(struct bufferevent *bev, void *arg)
 			}
 			if (hdr[0] == 'Z') {
 				p->ready = true;
-				if (fo->active && a->involved && !a->missing && !p->query_sent)
+				if (fo->active && fo->dispatched && a->involved && !a->missing && !a->done &&
+				    !p->query_sent)
 					peer_send_query(fo, p);
 			}
 			evbuffer_drain(in, (size_t)len + 1);
 			continue;
 		}
 		if (p->skip) {
-			/* the answer to an undo, sent after the command's and before any later one's */
-			if (hdr[0] == 'Z')
-				p->skip--;
+			/* the answer to an undo or follow-up, sent after the command's and before any later one's */
 			evbuffer_drain(in, (size_t)len + 1);
+			if (hdr[0] == 'Z' && --p->skip == 0 && fo->active && all_done(fo))
+				schedule_finish(fo);
 			continue;
 		}
 		bool end = false;
@@ -797,8 +1028,7 @@ static void on_peer_read(struct bufferevent *bev, void *arg)
 		evbuffer_drain(in, (size_t)len + 1);
 		if (end) {
 			p->query_sent = false;
-			if (all_done(fo))
-				schedule_finish(fo);
+			answer_ended(fo, p->worker);
 		}
 	}
 }
@@ -873,20 +1103,28 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
 		Answer *a = &fo->ans[i];
 		Peer *p = &fo->peers[i];
-		if (i == wk.id || !a->involved || a->done || a->missing)
+		if (i == wk.id || !a->involved || a->missing || (a->done && !p->skip))
 			continue;
-		/* PAUSE and friends may wait long on a live worker; a stopped or hung one is left out */
-		if (fo->waits && p->bev && peer_alive(p))
+		/* PAUSE and friends may wait long on a live worker, and so may an undo; a stopped or hung one is left out */
+		if ((fo->waits || a->done) && p->bev && peer_alive(p))
 			continue;
 		int32_t pid = p->pid;
 		peer_close(p); /* a late answer must not be taken for the next command's */
-		leave_out(fo, i, "worker %d (pid %d) did not answer within %d seconds and is left out", i, (int)pid,
-		          FANOUT_TIMEOUT_SEC);
+		if (!a->done) {
+			leave_out(fo, i, "worker %d (pid %d) did not answer within %d seconds and is left out", i,
+			          (int)pid, FANOUT_TIMEOUT_SEC);
+			continue;
+		}
+		snprintf(a->why, sizeof(a->why),
+		         "worker %d (pid %d) did not answer \"%s\" in time: its state may differ", i, (int)pid,
+		         a->late);
+		a->unconfirmed = true;
+		log_warning("console command \"%s\": %s", fo->query, a->why);
 	}
-	if (!all_done(fo)) {
-		struct timeval tv = {0, 250000};
-		evtimer_add(fo->timer, &tv);
-	}
+	if (all_done(fo))
+		schedule_finish(fo);
+	else
+		ensure_timer(fo);
 }
 
 bool admin_fanout_from_worker(int pid)
@@ -924,7 +1162,8 @@ static AdminFanout *fanout_new(PgSocket *c)
 	return fo;
 }
 
-void admin_fanout_begin(PgSocket *c, const char *query, FanoutMerge merge, int which, bool waits)
+void admin_fanout_begin(PgSocket *c, const char *query, FanoutMerge merge, int which, bool waits,
+                        const FanoutCommand *cmd)
 {
 	if (!c->fanout)
 		c->fanout = fanout_new(c);
@@ -934,7 +1173,13 @@ void admin_fanout_begin(PgSocket *c, const char *query, FanoutMerge merge, int w
 	fo->which = which;
 	fo->waits = waits;
 	fo->query = xstrdup(query);
+	if (cmd) {
+		fo->undo = cmd->undo ? xstrdup(cmd->undo) : NULL;
+		fo->follow = cmd->follow;
+		fo->db = cmd->db ? xstrdup(cmd->db) : NULL;
+	}
 	fo->ans[wk.id].involved = true;
+	fo->ans[wk.id].pid = (int32_t)getpid();
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
 		Peer *p = &fo->peers[i];
 		int32_t pid = 0;
@@ -945,6 +1190,7 @@ void admin_fanout_begin(PgSocket *c, const char *query, FanoutMerge merge, int w
 			continue;
 		}
 		fo->ans[i].involved = true;
+		fo->ans[i].pid = pid;
 		if (p->bev && p->pid != pid)
 			peer_close(p); /* the slot has a new process */
 		if (!p->bev && !peer_connect(p, pid)) {
@@ -953,11 +1199,24 @@ void admin_fanout_begin(PgSocket *c, const char *query, FanoutMerge merge, int w
 			peer_failed(p, why);
 			continue;
 		}
-		if (p->ready)
-			peer_send_query(fo, p);
 	}
 	struct timeval tv = {FANOUT_TIMEOUT_SEC, 0};
 	evtimer_add(fo->timer, &tv);
+}
+
+void admin_fanout_dispatch(PgSocket *c)
+{
+	AdminFanout *fo = c->fanout;
+	if (!fo || !fo->active || fo->dispatched)
+		return;
+	fo->dispatched = true;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		Peer *p = &fo->peers[i];
+		Answer *a = &fo->ans[i];
+		/* the others log in first: they get it at their first ReadyForQuery */
+		if (i != wk.id && a->involved && !a->missing && !a->done && p->ready && !p->query_sent)
+			peer_send_query(fo, p);
+	}
 }
 
 bool admin_fanout_capture(PgSocket *c, const uint8_t *buf, size_t len)
@@ -969,9 +1228,12 @@ bool admin_fanout_capture(PgSocket *c, const uint8_t *buf, size_t len)
 	for (size_t off = 0; off + 5 <= len;) {
 		uint32_t mlen = (uint32_t)buf[off + 1] << 24 | (uint32_t)buf[off + 2] << 16 |
 		                (uint32_t)buf[off + 3] << 8 | buf[off + 4];
-		if (answer_message(own, buf[off], buf + off + 5, mlen - 4) && all_done(fo))
-			schedule_finish(fo);
+		bool end = answer_message(own, buf[off], buf + off + 5, mlen - 4);
 		off += 1 + mlen;
+		if (end) {
+			answer_ended(fo, wk.id);
+			break;
+		}
 	}
 	return true;
 }
@@ -990,40 +1252,50 @@ const char *admin_fanout_command(const PgSocket *c, bool *done_here)
 	return fo->query;
 }
 
-void admin_fanout_cancel(PgSocket *c, const char *undo)
+/* Pass a CancelRequest for the console on to worker i, with the key of the console's connection there. */
+static void send_cancel(AdminFanout *fo, int i)
+{
+	Peer *p = &fo->peers[i];
+	if (!p->bev || !p->has_key)
+		return;
+	struct sockaddr_un sa;
+	peer_address(i, &sa);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	uint8_t pkt[16] = {0, 0, 0, 16};
+	uint32_t code = PROTO_CANCEL_CODE;
+	for (int k = 0; k < 4; k++)
+		pkt[4 + k] = (uint8_t)(code >> (24 - 8 * k));
+	memcpy(pkt + 8, p->key, 8);
+	/* a unix socket connects at once (or fails): 16 bytes never block */
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || write(fd, pkt, sizeof(pkt)) != sizeof(pkt))
+		log_warning("could not pass a console cancel to worker %d: %s", i, strerror(errno));
+	close(fd);
+}
+
+void admin_fanout_cancel(PgSocket *c)
 {
 	AdminFanout *fo = c->fanout;
 	if (!fo || !fo->active)
 		return;
+	fo->cancelled = true;
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
-		Peer *p = &fo->peers[i];
-		if (i == wk.id || !fo->ans[i].involved || fo->ans[i].missing || !p->bev)
+		Answer *a = &fo->ans[i];
+		if (i == wk.id || !a->involved || a->missing || !fo->peers[i].bev)
 			continue;
-		if (fo->ans[i].done) {
-			/* its part succeeded already: nothing to cancel there, undo it (the answer is skipped) */
-			if (undo && fo->ans[i].tag && p->ready) {
-				peer_write_query(p, undo);
-				p->skip++;
-			}
-			continue;
+		if (a->done) {
+			/* its part succeeded already: nothing to cancel there, undo it */
+			if (a->tag)
+				undo_peer(fo, i);
+		} else if (!fo->peers[i].query_sent) {
+			a->involved = false; /* still logging in: it never gets the command */
+		} else {
+			send_cancel(fo, i);
 		}
-		if (!p->has_key)
-			continue;
-		struct sockaddr_un sa;
-		peer_address(i, &sa);
-		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		if (fd < 0)
-			continue;
-		uint8_t pkt[16] = {0, 0, 0, 16};
-		uint32_t code = PROTO_CANCEL_CODE;
-		for (int k = 0; k < 4; k++)
-			pkt[4 + k] = (uint8_t)(code >> (24 - 8 * k));
-		memcpy(pkt + 8, p->key, 8);
-		/* a unix socket connects at once (or fails): 16 bytes never block */
-		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || write(fd, pkt, sizeof(pkt)) != sizeof(pkt))
-			log_warning("could not pass a console cancel to worker %d: %s", i, strerror(errno));
-		close(fd);
 	}
+	if (all_done(fo))
+		schedule_finish(fo);
 }
 
 void admin_fanout_client_gone(PgSocket *c)

@@ -15,7 +15,11 @@
 #include "worker/admin_state.h"
 #include "worker/worker.h"
 
-/* What the master handed over at start; auto-databases created later look here. */
+/*
+ * What the master handed over at start, and the DISABLEs of auto-databases
+ * this worker did not have (admin_state_remember()); auto-databases created
+ * later look here.
+ */
 static ConsoleState inherited;
 
 void admin_state_inherit_db(PgDatabase *db)
@@ -56,6 +60,12 @@ void admin_state_inherited_clear(char kind, const char *name)
 	console_state_remove(&inherited, kind, name);
 }
 
+void admin_state_remember(char kind, const char *name)
+{
+	if (!console_state_has(&inherited, kind, name))
+		console_state_add(&inherited, kind, name);
+}
+
 void admin_state_report(void)
 {
 	if (wk.master_fd < 0 || (wk.run_state != RUN_ACTIVE && wk.run_state != RUN_DRAINING))
@@ -74,6 +84,13 @@ void admin_state_report(void)
 		if (db->disabled)
 			console_state_add(&now, CS_DB_DISABLED, db->name);
 	}
+	/* and the flags kept for auto-databases not created here (yet) */
+	size_t pos = 0;
+	char kind;
+	const char *name;
+	while (console_state_next(&inherited, &pos, &kind, &name))
+		if (!db_find(name))
+			console_state_add(&now, kind, name);
 	int fd = memfd_create("pgbouncer-console-state", MFD_CLOEXEC);
 	bool ok = fd >= 0 && now.len <= CS_MAX_LEN && write(fd, now.buf, now.len) == (ssize_t)now.len;
 	ChannelMsg m = {.type = CH_CONSOLE_STATE};
