@@ -1275,6 +1275,35 @@ def test_unnamed_statements_pass_through(bouncer):
     assert stats_totals(b) == (0, 0, 0)
 
 
+@pytest.mark.parametrize("limit", [200, 0])
+def test_unnamed_statement_of_another_client_is_never_bound(bouncer, limit):
+    """pgx's QueryExecModeDescribeExec parses and describes the unnamed
+    statement, then binds it in a second round trip. Between the two the
+    server may have served another client, whose unnamed statement it then
+    holds: the Bind must fail as on a server without one (PostgreSQL's own
+    26000), never run the other client's query with this client's
+    parameters. The client's own unnamed statement on a server that nobody
+    else's Parse replaced keeps working across transactions."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1, max_prepared_statements=limit))
+    w, other = raw_client(b), raw_client(b)
+    r = exchange(w, parse("", "SELECT 'mine ' || $1::text"), describe(b"S", ""), SYNC)
+    assert (r.types, r.errors) == ("1tTZ", []), r
+    r = exchange(w, bind("", ["x"]), execute(), SYNC)
+    assert (r.types, r.rows) == ("2DCZ", [["mine x"]]), r
+    r = exchange(other, parse("", "SELECT 'other ' || $1::text"), describe(b"S", ""), SYNC)
+    assert r.errors == [], r
+    r = exchange(other, bind("", ["y"]), execute(), SYNC)
+    assert (r.types, r.rows) == ("2DCZ", [["other y"]]), r
+    for m in (bind("", ["x"]) + execute(), describe(b"S", "")):
+        r = exchange(w, m, SYNC)
+        assert (r.rows, r.errors, r.status) == (
+            [], [("ERROR", "26000", "unnamed prepared statement does not exist")], "I"), r
+    r = exchange(w, query_message("BEGIN"), bind("", ["x"]), execute(), SYNC, query_message("ROLLBACK"))
+    assert (r.rows, r.errors) == ([], [("ERROR", "26000", "unnamed prepared statement does not exist")]), r
+    r = exchange(w, parse("", "SELECT 'mine again'"), bind(""), execute(), SYNC)
+    assert (r.types, r.rows) == ("12DCZ", [["mine again"]]), r
+
+
 def test_max_prepared_statements_zero_turns_it_off(bouncer):
     """Off: named statements go to the server under the client's own name, as
     with no pooler; prepared on one server, they are unknown on another."""
@@ -1523,3 +1552,64 @@ def test_statement_prepared_again_after_schema_change_keeps_its_result_type(boun
 
     old, _ = story(w, pg, evict)
     assert old.errors == [CHANGED], old
+
+
+def retry_in_a_transaction(w, pg):
+    """pgjdbc's autosave=conservative: inside a transaction, a statement
+    whose Bind fails with 0A000 is prepared again under a new name after
+    ROLLBACK TO SAVEPOINT, and the transaction goes on."""
+    first = exchange(w, parse("S_1", "SELECT * FROM pr_schema"), describe(b"S", "S_1"), bind("S_1"), execute(), SYNC)
+    assert first.rows == [["1", "2"]], first
+    pg.sql("ALTER TABLE pr_schema ADD COLUMN c int DEFAULT 7")
+    assert exchange(w, query_message("BEGIN"), query_message("SAVEPOINT autosave")).errors == []
+    old = exchange(w, bind("S_1"), execute(), SYNC)
+    assert exchange(w, query_message("ROLLBACK TO SAVEPOINT autosave")).status == "T"
+    new = exchange(w, parse("S_2", "SELECT * FROM pr_schema"), describe(b"S", "S_2"), bind("S_2"), execute(), SYNC)
+    commit = exchange(w, query_message("COMMIT"))
+    return old, new, commit
+
+
+def test_retry_after_schema_change_inside_a_transaction(bouncer, pg):
+    """The retry runs on the server the transaction holds, the one whose
+    statement for that text is stale: the new Parse must reach it under a
+    new server-side name, not be answered from the stale statement."""
+    fresh_schema_table(pg)
+    direct = PgWire(pg.port)
+    direct.login()
+    old, new, commit = retry_in_a_transaction(direct, pg)
+    direct.close()
+    assert (old.errors, old.status) == ([CHANGED], "E")
+    assert (new.errors, new.rows, new.status) == ([], [["1", "2", "7"]], "T")
+    assert (commit.errors, commit.status) == ([], "I")
+
+    fresh_schema_table(pg)
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    old, new, commit = retry_in_a_transaction(raw_client(b), pg)
+    assert (old.errors, old.status) == ([CHANGED], "E")
+    assert (new.errors, new.rows, new.status) == ([], [["1", "2", "7"]], "T"), new
+    assert (commit.errors, commit.status) == ([], "I")
+
+
+def test_retry_after_schema_change_on_another_stale_server(bouncer, pg):
+    """Both servers of the pool have the statement when the table changes.
+    The client's Bind fails on one (which closes at release); its retry, a
+    Parse of the same text and a Bind, gets the other one, stale as well:
+    it must work there, as the one retry a driver makes (pgjdbc, asyncpg)
+    does on PostgreSQL."""
+    fresh_schema_table(pg)
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=2))
+    w, other = raw_client(b), raw_client(b)
+    # two open transactions: the statement gets prepared on both servers
+    for c in (w, other):
+        got = exchange(c, query_message("BEGIN"), parse("S_1", "SELECT * FROM pr_schema"), describe(b"S", "S_1"),
+                       bind("S_1"), execute(), SYNC)
+        assert (got.errors, got.rows) == ([], [["1", "2"]]), got
+    pids = {exchange(c, query_message("SELECT pg_backend_pid()")).rows[0][0] for c in (w, other)}
+    assert len(pids) == 2
+    for c in (w, other):
+        assert exchange(c, query_message("COMMIT")).status == "I"
+    pg.sql("ALTER TABLE pr_schema ADD COLUMN c int DEFAULT 7")
+    old = exchange(w, bind("S_1"), execute(), SYNC)
+    assert old.errors == [CHANGED], old
+    new = exchange(w, parse("S_2", "SELECT * FROM pr_schema"), describe(b"S", "S_2"), bind("S_2"), execute(), SYNC)
+    assert (new.errors, new.rows) == ([], [["1", "2", "7"]]), new

@@ -262,9 +262,10 @@ struct PgSocket {
 	int cancel_hold_fd;         /* cancel connections: the requester's socket, closed when done (-1: none) */
 
 	/* transaction and statement mode (doc/transaction.md) */
-	ReqQueue rq;         /* servers: requests still to be answered while linked */
-	ClientStmtMap stmts; /* clients: their protocol-level prepared statements by name */
-	ServerStmt *sstmts;  /* servers: the statements prepared on them, LRU order */
+	ReqQueue rq;            /* servers: requests still to be answered while linked */
+	ClientStmtMap stmts;    /* clients: their protocol-level prepared statements by name */
+	ServerStmt *sstmts;     /* servers: the statements prepared on them, LRU order */
+	uint64_t unnamed_owner; /* servers: id of the client whose Parse made the unnamed statement (0: none) */
 
 	/* replication (doc/pgbouncer.1.md, "REPLICATION CONNECTIONS") */
 	ReplicationMode replication; /* clients: what the startup asked for; servers: dedicated to such a client */

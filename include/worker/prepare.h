@@ -35,6 +35,12 @@ uint64_t prepare_stmt_id(const PreparedStmt *ps);
 const uint8_t *prepare_stmt_key(const PreparedStmt *ps, size_t *keylen);
 const char *prepare_stmt_name(const PreparedStmt *ps); /* "PGBOUNCER_<id>" */
 size_t prepare_registry_count(void);                   /* distinct statements in the worker */
+/*
+ * The statement went stale on the servers (its result type changed): a
+ * later Parse of the same body gets a new entry, a new server-side name;
+ * those who hold this one keep it until they let go.
+ */
+void prepare_stmt_retire(PreparedStmt *ps);
 /* The entry numbered id, or NULL once nobody uses it (a walk: for rare paths only). */
 PreparedStmt *prepare_stmt_by_id(uint64_t id);
 

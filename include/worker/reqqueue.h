@@ -38,11 +38,11 @@ typedef struct Request {
 	uint8_t answer; /* ReqAnswer */
 	bool copy_end;  /* the client ended a COPY FROM STDIN right after this, before the server began it */
 	char short_name[REQ_SHORT_NAME]; /* the client's name of a renamed Bind/Describe when it fits, else "" */
-	uint64_t stmt_id;                /* Parse: registry id recorded on the server by it (0 = none) */
-	uint64_t map_gen;                /* Parse: the client's name mapping made by it (0 = none) */
-	char *error;                     /* ANS_FAKE_ERROR: the message the client gets */
-	char *stmt_name;                 /* the client's name of a renamed Bind/Describe when longer (owned) */
-	ClientStmt *closed;              /* Close of a client's statement: its mapping, freed once answered */
+	uint64_t stmt_id;   /* Parse: registry id recorded on the server by it; Bind: the one bound (0 = none) */
+	uint64_t map_gen;   /* Parse: the client's name mapping made by it (0 = none) */
+	char *error;        /* ANS_FAKE_ERROR: the message the client gets */
+	char *stmt_name;    /* the client's name of a renamed Bind/Describe when longer (owned) */
+	ClientStmt *closed; /* Close of a client's statement: its mapping, freed once answered */
 } Request;
 
 /*

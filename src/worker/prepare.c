@@ -25,6 +25,7 @@ struct PreparedStmt {
 	uint64_t id;                 /* server-side name PGBOUNCER_<id> */
 	char name[PREPARE_NAME_LEN]; /* that name, made once (a renamed Bind needs it every time) */
 	unsigned refcount;           /* client mappings and server sets holding it */
+	bool retired;                /* in `retired`, no longer found by its text (prepare_stmt_retire()) */
 	size_t keylen;
 	uint8_t *key; /* query text, NUL, parameter count and type OIDs */
 	UT_hash_handle hh;
@@ -44,6 +45,7 @@ struct ServerStmt {
 };
 
 static PreparedStmt *registry;
+static PreparedStmt *retired; /* entries still held but never handed out again for their text */
 static uint64_t next_id = 1;
 static uint64_t next_gen = 1;
 
@@ -69,7 +71,10 @@ void prepare_stmt_unref(PreparedStmt *ps)
 	if (!ps || --ps->refcount > 0)
 		return;
 	/* unused: an identical query parsed later gets a new number */
-	HASH_DELETE(hh, registry, ps);
+	if (ps->retired)
+		HASH_DELETE(hh, retired, ps);
+	else
+		HASH_DELETE(hh, registry, ps);
 	free(ps->key);
 	free(ps);
 }
@@ -90,10 +95,24 @@ const char *prepare_stmt_name(const PreparedStmt *ps)
 	return ps->name;
 }
 
+void prepare_stmt_retire(PreparedStmt *ps)
+{
+	if (ps->retired)
+		return;
+	HASH_DELETE(hh, registry, ps);
+	ps->retired = true;
+	HASH_ADD_KEYPTR(hh, retired, ps->key, ps->keylen, ps);
+}
+
 PreparedStmt *prepare_stmt_by_id(uint64_t id)
 {
 	PreparedStmt *ps, *tmp;
 	HASH_ITER(hh, registry, ps, tmp)
+	{
+		if (ps->id == id)
+			return ps;
+	}
+	HASH_ITER(hh, retired, ps, tmp)
 	{
 		if (ps->id == id)
 			return ps;

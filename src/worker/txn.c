@@ -135,6 +135,8 @@ static void send_parse_msg(PgSocket *c, PgSocket *s, PreparedStmt *ps, ReqAnswer
 	PktBuf *pb = server_msg(c);
 	pktbuf_start_msg(pb, 'P');
 	pktbuf_put_string(pb, unnamed ? "" : prepare_stmt_name(ps));
+	if (unnamed)
+		s->unnamed_owner = 0; /* the pooler's, not the client's */
 	pktbuf_put_bytes(pb, key, keylen);
 	pktbuf_finish_msg(pb);
 	reqqueue_push(&s->rq, REQ_PARSE, answer);
@@ -286,6 +288,7 @@ static SBufAction client_bind(PgSocket *c, PgSocket *s, const uint8_t *data, uin
 	memcpy(p + 5 + portal_len + name_len, rest, rest_len);
 	reqqueue_push(&s->rq, REQ_BIND, ANS_CLIENT);
 	request_set_name(reqqueue_tail(&s->rq), stmt);
+	reqqueue_tail(&s->rq)->stmt_id = cs ? prepare_stmt_id(prepare_client_stmt(cs)) : 0;
 	return SB_CONSUMED;
 }
 
@@ -358,6 +361,43 @@ static SBufAction client_copy_msg(PgSocket *c, PgSocket *s, char type)
 	return SB_SKIP;
 }
 
+/*
+ * The unnamed statement lives on the server until the next Parse of it,
+ * across transactions, and a client may bind it in a later round trip
+ * (pgx's QueryExecModeDescribeExec). When the server's unnamed statement
+ * is another client's, a Bind or Describe of it would run that client's
+ * query: the pooler closes it first, so that the client gets PostgreSQL's
+ * answer for a server without one (doc/transaction.md, "Protocol-level
+ * prepared statements").
+ */
+static SBufAction unnamed_of_another(PgSocket *c, PgSocket *s, ReqKind kind, const uint8_t *data, uint32_t avail,
+                                     uint32_t len)
+{
+	if (avail < len)
+		return SB_NEED_FULL;
+	put_simple_msg(server_msg(c), 'C', 'S', "");
+	reqqueue_push(&s->rq, REQ_CLOSE, ANS_SWALLOW);
+	pktbuf_put_bytes(server_msg(c), data, len);
+	reqqueue_push(&s->rq, kind, ANS_CLIENT);
+	s->unnamed_owner = c->id;
+	return SB_CONSUMED;
+}
+
+/* Whether a Bind (in avail bytes of len) or Describe names the unnamed statement: -1 when more bytes are needed. */
+static int names_unnamed_stmt(char type, const uint8_t *data, uint32_t avail, uint32_t len)
+{
+	if (type == 'B') {
+		const uint8_t *rest;
+		const char *stmt = txn_bind_stmt_name(data, avail, &rest);
+		if (!stmt)
+			return avail < len ? -1 : 0; /* malformed: the server says so */
+		return *stmt == '\0';
+	}
+	if (avail < 7)
+		return avail < len ? -1 : 0;
+	return data[5] == 'S' && data[6] == 0;
+}
+
 SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
 {
 	PgSocket *s = c->link;
@@ -367,6 +407,14 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 		if (hdr->type == 'c' || hdr->type == 'f')
 			q->copy_in = false;
 		return SB_SKIP;
+	}
+	if ((hdr->type == 'B' || hdr->type == 'D') && s->unnamed_owner != c->id) {
+		int unnamed = names_unnamed_stmt(hdr->type, data, avail, hdr->len);
+		if (unnamed < 0)
+			return SB_NEED_FULL;
+		if (unnamed)
+			return unnamed_of_another(c, s, hdr->type == 'B' ? REQ_BIND : REQ_DESCRIBE, data, avail,
+			                          hdr->len);
 	}
 	switch (hdr->type) {
 	case 'Q':
@@ -380,6 +428,10 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 		reqqueue_push(q, REQ_SYNC, ANS_CLIENT);
 		return SB_FORWARD;
 	case 'P':
+		if (avail < 6)
+			return SB_NEED_FULL;
+		if (data[5] == 0)
+			s->unnamed_owner = c->id;
 		if (!tracks_statements(c->pool)) {
 			reqqueue_push(q, REQ_PARSE, ANS_CLIENT);
 			return SB_FORWARD;
@@ -498,15 +550,22 @@ static bool own_error(PgSocket *s, const Request *req, const uint8_t *data, uint
 /*
  * A renamed Bind failed with 0A000: after a table change, PostgreSQL
  * refuses a prepared statement whose result type would differ ("cached
- * plan must not change result type"). The statement this server has for
- * that text is stale, and every client whose Parse of it the pooler would
- * answer from it would get the same error: the server closes at release,
- * and the driver's new Parse runs on a fresh server (doc/transaction.md,
- * "Schema changes").
+ * plan must not change result type"). The statement is stale on every
+ * server that has it, so the driver's new Parse of the same text must not
+ * be answered from any of them: its registry entry is retired, and the
+ * new Parse gets a new server-side name, prepared afresh on whichever
+ * server the client holds then, the same one inside a transaction (a
+ * retry after ROLLBACK TO SAVEPOINT). This server closes at release
+ * (doc/transaction.md, "Schema changes").
  */
-static void check_stale_statement(PgSocket *s, const uint8_t *data, uint32_t len)
+static void check_stale_statement(PgSocket *s, const Request *req, const uint8_t *data, uint32_t len)
 {
-	if (s->close_needed || strcmp(txn_error_sqlstate(data, len), "0A000") != 0)
+	if (strcmp(txn_error_sqlstate(data, len), "0A000") != 0)
+		return;
+	PreparedStmt *ps = req->stmt_id ? prepare_stmt_by_id(req->stmt_id) : NULL;
+	if (ps)
+		prepare_stmt_retire(ps);
+	if (s->close_needed)
 		return;
 	s->close_needed = true;
 	slog(LG_LOG, s, "a prepared statement's result type changed (0A000): closing the server at release");
@@ -560,7 +619,7 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 	if (t == 'E') {
 		request_dropped(&req, s); /* a failed Parse prepared nothing */
 		if (req.kind == REQ_BIND && request_name(&req))
-			check_stale_statement(s, data, hdr->len);
+			check_stale_statement(s, &req, data, hdr->len);
 		if (own_error(s, &req, data, hdr->len))
 			act = SB_CONSUMED;
 	} else if (req.answer == ANS_SWALLOW) {

@@ -1,7 +1,8 @@
 // pgjdbc with prepareThreshold=1: every PreparedStatement becomes a named
 // server-side statement (S_1, S_2, ... per connection, so all clients use the
-// same names) from its first execution, through the pooler; and a query
-// timeout, which pgjdbc implements with a cancel request.
+// same names) from its first execution, through the pooler; a query
+// timeout, which pgjdbc implements with a cancel request; and a column added
+// under a prepared statement, which pgjdbc recovers from by preparing it again.
 //
 // Run as a single-file program: java -cp postgresql.jar Drivers.java
 // Environment: PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE, DRV_CLIENTS
@@ -35,8 +36,12 @@ public class Drivers {
     }
 
     static Connection connect() throws SQLException {
-        String url = String.format("jdbc:postgresql://%s:%s/%s?prepareThreshold=1&connectTimeout=10&socketTimeout=120",
-                System.getenv("PGHOST"), System.getenv("PGPORT"), System.getenv("PGDATABASE"));
+        return connect("");
+    }
+
+    static Connection connect(String options) throws SQLException {
+        String url = String.format("jdbc:postgresql://%s:%s/%s?prepareThreshold=1&connectTimeout=10&socketTimeout=120%s",
+                System.getenv("PGHOST"), System.getenv("PGPORT"), System.getenv("PGDATABASE"), options);
         return DriverManager.getConnection(url, System.getenv("PGUSER"), System.getenv("PGPASSWORD"));
     }
 
@@ -172,6 +177,54 @@ public class Drivers {
         }
     }
 
+    // A column added under a server-prepared statement: its next execution
+    // fails with 0A000 ("cached plan must not change result type") and pgjdbc
+    // prepares it again, once: in autocommit at once, inside a transaction
+    // with autosave=conservative after ROLLBACK TO SAVEPOINT. Beforehand two
+    // transactions at once prepare the query on two servers (all the pool has
+    // with one worker), so both have it stale.
+    static void schemaChange() throws Exception {
+        String sql = "SELECT * FROM " + TABLE + "_schema WHERE a = ?";
+        try (Connection setup = connect(); Statement st = setup.createStatement();
+                Connection plain = connect(); Connection autosave = connect("&autosave=conservative")) {
+            st.execute("DROP TABLE IF EXISTS " + TABLE + "_schema");
+            st.execute("CREATE TABLE " + TABLE + "_schema (a int, b int)");
+            st.execute("INSERT INTO " + TABLE + "_schema VALUES (1, 2)");
+            Set<Object> pids = new java.util.HashSet<>();
+            for (Connection conn : List.of(plain, autosave)) {
+                conn.setAutoCommit(false);
+                check("schema change: before", query(conn, "schema change: before", sql, 1).size(), 1);
+                pids.add(query(conn, "schema change: pid", "SELECT pg_backend_pid()").get(0));
+            }
+            check("schema change: servers", pids.size(), 2);
+            for (Connection conn : List.of(plain, autosave)) {
+                conn.commit();
+                conn.setAutoCommit(true);
+            }
+            st.execute("ALTER TABLE " + TABLE + "_schema ADD COLUMN c int DEFAULT 3");
+            // autocommit: the retry may get the other server
+            checkColumns(plain, "schema change: autocommit", sql);
+            // a transaction: the retry runs on the server the transaction holds
+            autosave.setAutoCommit(false);
+            query(autosave, "schema change: in a transaction", "SELECT 1");
+            checkColumns(autosave, "schema change: in a transaction", sql);
+            autosave.commit();
+        }
+    }
+
+    static void checkColumns(Connection conn, String what, String sql) throws SQLException {
+        try (PreparedStatement ps = conn.prepareStatement(sql)) {
+            ps.setInt(1, 1);
+            try (ResultSet rs = ps.executeQuery()) {
+                check(what + ": a row", rs.next(), true);
+                check(what + ": columns", rs.getMetaData().getColumnCount(), 3);
+                check(what + ": new column", rs.getInt(3), 3);
+            }
+        } catch (SQLException e) {
+            throw new SQLException(what + ": " + e.getMessage() + " (SQLSTATE " + e.getSQLState() + ")", e);
+        }
+    }
+
     public static void main(String[] args) throws Exception {
         int clients = env("DRV_CLIENTS", 10);
         int iterations = env("DRV_ITERATIONS", 20);
@@ -209,6 +262,12 @@ public class Drivers {
         }
         if (failed > 0) {
             System.err.println("pgjdbc: " + failed + " of " + clients + " clients failed");
+            System.exit(1);
+        }
+        try {
+            schemaChange();
+        } catch (Exception e) {
+            System.err.println("pgjdbc: " + e);
             System.exit(1);
         }
         long shared = users.values().stream().filter(s -> s.size() > 1).count();
