@@ -19,6 +19,7 @@ tell which server ran them; occupy() sends a client's next transaction to
 another server than a given one (or to that one).
 """
 
+import asyncio
 import collections
 import socket
 import struct
@@ -27,6 +28,11 @@ import time
 
 import psycopg
 import pytest
+
+try:
+    import asyncpg
+except ImportError:  # reported by the test that uses it, with a hint
+    asyncpg = None
 
 from conftest import wait_for
 from helpers import conn_on, console, row, rows, two_workers
@@ -1479,12 +1485,17 @@ def test_two_workers(bouncer):
 # A table's columns change under a named prepared statement (a migration that
 # adds a column to a table an application reads with SELECT *). On PostgreSQL
 # a prepared statement's result type is fixed when it is prepared: after the
-# change its Bind fails with 0A000 "cached plan must not change result type",
-# and a new Parse of the same text (what asyncpg and pgjdbc do on that error)
-# gives a statement with the new columns. The second half is known not to
-# hold through the pooler (doc/transaction.md, "Schema changes").
+# change its Bind (or Describe) fails with 0A000 "cached plan must not change
+# result type", each time, and a new Parse of the same text (what asyncpg and
+# pgjdbc do on that error) gives a statement with the new columns. Through the
+# pooler the same holds whether the client's statement is still on its server
+# or the pooler prepares it again from its text (after an eviction, or on
+# another server connection): doc/transaction.md, "Schema changes".
 
 CHANGED = ("ERROR", "0A000", "cached plan must not change result type")
+ADD_COLUMN = "ALTER TABLE pr_schema ADD COLUMN c int DEFAULT 7"
+TO_TEXT = "ALTER TABLE pr_schema ALTER COLUMN b TYPE text"
+SCHEMA_QUERY = "SELECT * FROM pr_schema"
 
 
 def fresh_schema_table(pg):
@@ -1493,16 +1504,55 @@ def fresh_schema_table(pg):
     pg.sql("INSERT INTO pr_schema VALUES (1, 2)")
 
 
-def story(w, pg, other=None):
+def story(w, pg, other=None, change=ADD_COLUMN):
     """Prepare, change the table, use the old statement, prepare the text again."""
-    first = exchange(w, parse("s1", "SELECT * FROM pr_schema"), describe(b"S", "s1"), bind("s1"), execute(), SYNC)
+    first = exchange(w, parse("s1", SCHEMA_QUERY), describe(b"S", "s1"), bind("s1"), execute(), SYNC)
     assert first.rows == [["1", "2"]], first
-    pg.sql("ALTER TABLE pr_schema ADD COLUMN c int DEFAULT 7")
+    pg.sql(change)
     if other is not None:
         other()
     old = exchange(w, bind("s1"), execute(), SYNC)
-    new = exchange(w, parse("s2", "SELECT * FROM pr_schema"), describe(b"S", "s2"), bind("s2"), execute(), SYNC)
+    new = exchange(w, parse("s2", SCHEMA_QUERY), describe(b"S", "s2"), bind("s2"), execute(), SYNC)
     return old, new
+
+
+def direct_story(pg, change=ADD_COLUMN):
+    """story() on a direct connection to PostgreSQL: what the pooler must match."""
+    fresh_schema_table(pg)
+    direct = PgWire(pg.port)
+    direct.login()
+    try:
+        return story(direct, pg, change=change)
+    finally:
+        direct.close()
+
+
+def column_types(reply):
+    """Type OIDs of the columns of each RowDescription in a reply."""
+    found = []
+    for mtype, body in reply.msgs:
+        if mtype == b"T":
+            (n,) = struct.unpack("!H", body[:2])
+            pos, types = 2, []
+            for _ in range(n):
+                pos = body.index(b"\0", pos) + 1
+                types.append(struct.unpack("!I", body[pos + 6 : pos + 10])[0])
+                pos += 18
+            found.append(types)
+    return found
+
+
+def evicting_pooler(bouncer):
+    """One server that keeps one statement, and a client whose statement
+    evicts the others' (the next Bind of theirs prepares them again)."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1, max_prepared_statements=1))
+    evictor = raw_client(b)
+
+    def evict():
+        got = exchange(evictor, close(b"S", "e"), parse("e", "SELECT 42"), bind("e"), execute(), SYNC)
+        assert got.rows == [["42"]], got
+
+    return b, evict
 
 
 def test_new_parse_after_schema_change_gets_new_columns(bouncer, pg):
@@ -1513,11 +1563,7 @@ def test_new_parse_after_schema_change_gets_new_columns(bouncer, pg):
     (otherwise the new Parse would be answered from that statement and fail
     the same way for as long as the connection lives), and the new Parse
     runs on a fresh one."""
-    fresh_schema_table(pg)
-    direct = PgWire(pg.port)
-    direct.login()
-    old, new = story(direct, pg)
-    direct.close()
+    old, new = direct_story(pg)
     assert old.errors == [CHANGED]
     assert (new.errors, new.rows) == ([], [["1", "2", "7"]])
 
@@ -1530,28 +1576,155 @@ def test_new_parse_after_schema_change_gets_new_columns(bouncer, pg):
     assert "result type changed (0A000): closing the server at release" in b.log_text()[mark:]
 
 
-@pytest.mark.xfail(strict=True, reason="ensure_prepared() prepares the client's statement again from its text "
-                   "and does not compare the new result type with the one the client was given")
 def test_statement_prepared_again_after_schema_change_keeps_its_result_type(bouncer, pg):
     """The client's statement, described with two columns, is evicted from
-    the server (or the client's next transaction gets a server that never
-    had it) after the table changed: the pooler prepares its text again and
-    the client's Bind returns rows of three columns with no error, where
-    PostgreSQL refuses it (0A000). A driver that decodes with the described
-    types (asyncpg: ProtocolError, or, when only a column's type changed,
-    the new type's bytes decoded as the old type, i.e. wrong values) cannot
-    recover."""
+    the server after the table changed: the pooler prepares its text again,
+    sees that the result type is not the one the client was given, and the
+    client's Bind gets PostgreSQL's 0A000 instead of rows of three columns
+    (which a driver decoding with the described types cannot read: asyncpg
+    raises ProtocolError). Again at the next Bind, as on PostgreSQL; the
+    driver's retry (Close, then Parse of the same text under the same name)
+    gets the new columns."""
+    direct_old, direct_new = direct_story(pg)
+
+    fresh_schema_table(pg)
+    b, evict = evicting_pooler(bouncer)
+    w = raw_client(b)
+    mark = b.log_mark()
+    old, new = story(w, pg, evict)
+    assert (old.types, old.errors, old.status) == ("EZ", [CHANGED], "I"), old
+    assert (old.types, old.errors) == (direct_old.types, direct_old.errors)
+    assert (new.types, new.errors, new.rows) == (direct_new.types, direct_new.errors, direct_new.rows), new
+    assert "has a new result type: its client gets 0A000" in b.log_text()[mark:]
+
+    again = exchange(w, bind("s1"), execute(), SYNC)
+    assert (again.types, again.errors) == ("EZ", [CHANGED]), again
+    retry = exchange(w, close(b"S", "s1"), parse("s1", SCHEMA_QUERY), describe(b"S", "s1"), bind("s1"), execute(),
+                     SYNC)
+    assert (retry.types, retry.rows) == ("31tT2DCZ", [["1", "2", "7"]]), retry
+    assert w.simple_query("SELECT 'still fine'") == ([["still fine"]], None)
+
+
+def test_schema_change_seen_on_another_server(bouncer, pg):
+    """Two servers; the client's statement is on the first only. After the
+    table changed, the client's next transaction gets the second one, where
+    the pooler prepares the statement: 0A000, as on PostgreSQL. Another
+    client that prepared the same text before the change gets 0A000 too on
+    either server (on the first from PostgreSQL itself); a client that
+    prepares the text after the change gets the new columns."""
+    fresh_schema_table(pg)
+    b = bouncer(ini_overrides=TX)
+    w, other = raw_client(b), raw_client(b)
+    query = "SELECT *, pg_backend_pid() FROM pr_schema"
+    r = exchange(w, parse("s1", query), describe(b"S", "s1"), bind("s1"), execute(), SYNC)
+    assert r.types == "1tT2DCZ" and r.rows[0][:2] == ["1", "2"], r
+    first = int(r.rows[0][2])
+    r = exchange(other, parse("o1", query), bind("o1"), execute(), SYNC)
+    assert r.types == "12DCZ", r
+
+    pg.sql(ADD_COLUMN)
+    holder = occupy(b, first)
+    old = exchange(w, bind("s1"), execute(), SYNC)
+    later = exchange(other, bind("o1"), execute(), SYNC)
+    fresh = raw_client(b)
+    new = exchange(fresh, parse("n1", query), describe(b"S", "n1"), bind("n1"), execute(), SYNC)
+    holder.rollback()
+    assert (old.types, old.errors) == ("EZ", [CHANGED]), old
+    assert (later.types, later.errors) == ("EZ", [CHANGED]), later
+    assert (new.types, new.errors) == ("1tT2DCZ", []), new
+    assert new.rows[0][:3] == ["1", "2", "7"] and int(new.rows[0][3]) != first, new
+
+    # back on the first server, where PostgreSQL itself refuses the old statement
+    holder = occupy(b, first, leave=True)
+    old = exchange(w, bind("s1"), execute(), SYNC)
+    holder.rollback()
+    assert (old.types, old.errors) == ("EZ", [CHANGED]), old
+
+
+def test_column_type_change_seen_when_prepared_again(bouncer, pg):
+    """Only a column's type changes (int to text), not the number of columns:
+    the statement prepared again would return the new type's bytes where the
+    client reads the old type (in binary format, a 1-byte text where an
+    int4 has 4). PostgreSQL refuses the old statement, and so does the
+    pooler; the new Parse describes the column as text."""
+    direct_old, direct_new = direct_story(pg, change=TO_TEXT)
+    assert direct_old.errors == [CHANGED]
+    assert column_types(direct_new) == [[23, 25]]
+
+    fresh_schema_table(pg)
+    b, evict = evicting_pooler(bouncer)
+    w = raw_client(b)
+    old, new = story(w, pg, evict, change=TO_TEXT)
+    assert (old.types, old.errors) == (direct_old.types, direct_old.errors), old
+    assert (new.types, new.rows, column_types(new)) == (direct_new.types, direct_new.rows, [[23, 25]]), new
+    binary = exchange(w, bind("s1", result_formats=(1,)), execute(), SYNC)
+    assert (binary.types, binary.errors) == ("EZ", [CHANGED]), binary
+
+
+def test_prepared_again_without_schema_change_is_invisible(bouncer):
+    """A statement prepared again whose result type did not change: the
+    client gets exactly the answers it asked for, as from a server that had
+    the statement all along (no error, nothing of the pooler's Parse and
+    Describe), after an eviction and on another server connection, for a
+    Bind and for a Describe."""
+    b, evict = evicting_pooler(bouncer)
+    w = raw_client(b)
+    r = exchange(w, parse("s1", "SELECT $1::int + 1 AS n"), describe(b"S", "s1"), run("s1", [1]), SYNC)
+    assert r.types == "1tT2DCZ", r
+    _, server_parses, _ = stats_totals(b)
+    evict()
+    r = exchange(w, run("s1", [2]), SYNC)
+    assert (r.types, r.rows) == ("2DCZ", [["3"]]), r
+    evict()
+    r = exchange(w, describe(b"S", "s1"), SYNC)
+    assert (r.types, param_types(r), column_types(r)) == ("tTZ", [[23]], [[23]]), r
+    evict()
+    r = exchange(w, run("s1", [3]), FLUSH)
+    r = Reply(r.msgs + read_n(w, 3).msgs)
+    assert (r.types, r.rows) == ("2DC", [["4"]]), r
+    r = exchange(w, SYNC)
+    assert r.types == "Z", r
+    # each eviction cost one Parse of it (and one of the evictor's statement)
+    assert stats_totals(b)[1] - server_parses == 6
+
+    b = bouncer(ini_overrides=TX)
+    w = raw_client(b)
+    r = exchange(w, parse("s1", "SELECT $1::int + 1, pg_backend_pid()"), run("s1", [1]), SYNC)
+    first = int(r.rows[0][1])
+    holder = occupy(b, first)
+    r = exchange(w, describe(b"S", "s1"), run("s1", [41]), SYNC)
+    holder.rollback()
+    assert r.types == "tT2DCZ" and r.rows[0][0] == "42" and int(r.rows[0][1]) != first, r
+
+
+def test_schema_change_in_a_transaction_block(bouncer, pg):
+    """Inside BEGIN, the Bind of a statement whose result type changed fails
+    the transaction as on PostgreSQL: 0A000, status E, then 25P02 until the
+    ROLLBACK, which works."""
+
+    def block(w):
+        r = exchange(w, parse("s1", SCHEMA_QUERY), run("s1"), SYNC)
+        assert r.types == "12DCZ", r
+        pg.sql(ADD_COLUMN)
+        # another statement of the same client evicts s1 inside the transaction (max_prepared_statements = 1)
+        got = [exchange(w, query_message("BEGIN")),
+               exchange(w, parse("e", "SELECT 42"), run("e"), SYNC),
+               exchange(w, run("s1"), SYNC),
+               exchange(w, query_message("SELECT 1")),
+               exchange(w, query_message("ROLLBACK")),
+               exchange(w, run("s1"), SYNC)]
+        return [(r.types, r.errors, r.status) for r in got]
+
+    fresh_schema_table(pg)
+    direct = PgWire(pg.port)
+    direct.login()
+    want = block(direct)
+    direct.close()
+    assert want[2] == ("EZ", [CHANGED], "E")
+
     fresh_schema_table(pg)
     b = bouncer(ini_overrides=dict(TX, default_pool_size=1, max_prepared_statements=1))
-    w = raw_client(b)
-    evictor = raw_client(b)
-
-    def evict():
-        got = exchange(evictor, parse("e", "SELECT 42"), bind("e"), execute(), SYNC)
-        assert got.rows == [["42"]]
-
-    old, _ = story(w, pg, evict)
-    assert old.errors == [CHANGED], old
+    assert block(raw_client(b)) == want
 
 
 def retry_in_a_transaction(w, pg):
@@ -1613,3 +1786,65 @@ def test_retry_after_schema_change_on_another_stale_server(bouncer, pg):
     assert old.errors == [CHANGED], old
     new = exchange(w, parse("S_2", "SELECT * FROM pr_schema"), describe(b"S", "S_2"), bind("S_2"), execute(), SYNC)
     assert (new.errors, new.rows) == ([], [["1", "2", "7"]]), new
+
+
+def test_schema_change_refused_statement_does_not_run(bouncer, pg):
+    """An INSERT ... RETURNING * whose result type changed: PostgreSQL
+    refuses its Bind, so the row is not inserted, and the pooler, which
+    prepares it again, refuses it before it runs (the Bind waits for the
+    description). A pipeline behind the refused statement's Sync runs."""
+
+    def insert_story(w, other=None):
+        r = exchange(w, parse("i1", "INSERT INTO pr_schema (a, b) VALUES ($1, 0) RETURNING *"), run("i1", [10]),
+                     SYNC)
+        assert r.types == "12DCZ", r
+        pg.sql(ADD_COLUMN)
+        if other:
+            other()
+        r = exchange(w, run("i1", [11]), SYNC, parse("", "SELECT count(*) FROM pr_schema WHERE a = 11"), run(""),
+                     SYNC)
+        return r.types, r.errors, r.rows
+
+    fresh_schema_table(pg)
+    direct = PgWire(pg.port)
+    direct.login()
+    want = insert_story(direct)
+    direct.close()
+    assert want == ("EZ12DCZ", [CHANGED], [["0"]])
+
+    fresh_schema_table(pg)
+    b, evict = evicting_pooler(bouncer)
+    assert insert_story(raw_client(b), evict) == want
+    assert pg.sql("SELECT count(*) FROM pr_schema WHERE a = 11") == [(0,)]
+
+
+def test_asyncpg_after_schema_change(bouncer, pg):
+    """asyncpg, its statement cache on: after a column is added, its next
+    fetch of SELECT * gets PostgreSQL's 0A000 (InvalidCachedStatementError),
+    and asyncpg prepares the query again and returns the new columns, on a
+    direct connection and through the pooler alike, including when the
+    pooler has to prepare the cached statement on a server that never had
+    it (here: after an eviction)."""
+    if asyncpg is None:
+        pytest.fail("asyncpg is not importable: install the Debian package python3-asyncpg "
+                    "(scripts/test does)", pytrace=False)
+
+    async def scenario(port, other=None):
+        conn = await asyncpg.connect(host="127.0.0.1", port=port, user="postgres", database="postgres", timeout=10)
+        try:
+            before = [tuple(r) for r in await conn.fetch(SCHEMA_QUERY)]
+            pg.sql(ADD_COLUMN)
+            if other:
+                other()
+            after = [tuple(r) for r in await conn.fetch(SCHEMA_QUERY)]
+            return before, after
+        finally:
+            await conn.close()
+
+    fresh_schema_table(pg)
+    want = asyncio.run(scenario(pg.port))
+    assert want == ([(1, 2)], [(1, 2, 7)])
+
+    fresh_schema_table(pg)
+    b, evict = evicting_pooler(bouncer)
+    assert asyncio.run(scenario(b.port, evict)) == want

@@ -36,11 +36,18 @@ const uint8_t *prepare_stmt_key(const PreparedStmt *ps, size_t *keylen);
 const char *prepare_stmt_name(const PreparedStmt *ps); /* "PGBOUNCER_<id>" */
 size_t prepare_registry_count(void);                   /* distinct statements in the worker */
 /*
- * The statement went stale on the servers (its result type changed): a
- * later Parse of the same body gets a new entry, a new server-side name;
- * those who hold this one keep it until they let go.
+ * Its result type, as a hash of the description the server gave when the
+ * pooler first prepared it (txn_row_desc_hash()); 0 = not known yet.
+ */
+uint64_t prepare_stmt_desc(const PreparedStmt *ps);
+void prepare_stmt_set_desc(PreparedStmt *ps, uint64_t desc);
+/*
+ * Its text now has another result type: out of the registry, so that a
+ * Parse of the same text gets a new entry (and a new name); those who hold
+ * it keep it (doc/transaction.md, "Schema changes").
  */
 void prepare_stmt_retire(PreparedStmt *ps);
+bool prepare_stmt_retired(const PreparedStmt *ps);
 /* The entry numbered id, or NULL once nobody uses it (a walk: for rare paths only). */
 PreparedStmt *prepare_stmt_by_id(uint64_t id);
 
@@ -49,7 +56,8 @@ PreparedStmt *prepare_stmt_by_id(uint64_t id);
 /* The client's statement called name, or NULL. */
 ClientStmt *prepare_client_find(ClientStmtMap *map, const char *name);
 PreparedStmt *prepare_client_stmt(const ClientStmt *cs);
-uint64_t prepare_client_gen(const ClientStmt *cs); /* unique per mapping made (to undo a failed Parse) */
+uint64_t prepare_client_gen(const ClientStmt *cs);              /* unique per mapping made (to undo a failed Parse) */
+void prepare_client_set_stmt(ClientStmt *cs, PreparedStmt *ps); /* the name now means ps (takes a reference) */
 /* Map name to ps (takes a reference). The name must not be mapped already. */
 ClientStmt *prepare_client_add(ClientStmtMap *map, const char *name, PreparedStmt *ps);
 void prepare_client_remove(ClientStmtMap *map, ClientStmt *cs);
@@ -77,7 +85,15 @@ void prepare_server_add(ServerStmt **set, PreparedStmt *ps);
  * and unrefs it) or NULL when within the limit.
  */
 PreparedStmt *prepare_server_evict(ServerStmt **set, unsigned max, const PreparedStmt *keep);
-void prepare_server_remove_id(ServerStmt **set, uint64_t id); /* its Parse failed */
+void prepare_server_remove_id(ServerStmt **set, uint64_t id);        /* its Parse failed */
+PreparedStmt *prepare_server_find_id(ServerStmt **set, uint64_t id); /* the server's statement numbered id, or NULL */
+/*
+ * The server's statement of ps has another result type than ps: ps is no
+ * longer there for anyone, and a stand-in with its name (no text, retired)
+ * takes its place in the LRU order, so that the statement is still closed
+ * on the server when it is evicted.
+ */
+void prepare_server_orphan(ServerStmt **set, PreparedStmt *ps);
 void prepare_server_clear(ServerStmt **set);
 unsigned prepare_server_count(ServerStmt *const *set);
 size_t prepare_server_stmt_size(void); /* one server's record of one statement (SHOW MEM) */

@@ -29,6 +29,10 @@ typedef enum ReqAnswer {
 	ANS_SWALLOW,    /* the pooler's own request (injected Parse, eviction Close): the answer is dropped */
 	ANS_POOLER,     /* not sent to the server: the pooler answers the client itself, in order */
 	ANS_FAKE_ERROR, /* an injected failing Parse: its ErrorResponse is replaced by the pooler's error */
+	ANS_LEARN,      /* the pooler's Describe of a statement it prepared: the result type is recorded, the
+	                   answer dropped */
+	ANS_CHECK,      /* the same for a statement prepared again, compared with the recorded one; the client's
+	                   message that needed it waits for the answer (doc/transaction.md, "Schema changes") */
 } ReqAnswer;
 
 #define REQ_SHORT_NAME 21 /* room in a Request for a short statement name (most drivers' names fit) */
@@ -38,11 +42,13 @@ typedef struct Request {
 	uint8_t answer; /* ReqAnswer */
 	bool copy_end;  /* the client ended a COPY FROM STDIN right after this, before the server began it */
 	char short_name[REQ_SHORT_NAME]; /* the client's name of a renamed Bind/Describe when it fits, else "" */
-	uint64_t stmt_id;   /* Parse: registry id recorded on the server by it; Bind: the one bound (0 = none) */
-	uint64_t map_gen;   /* Parse: the client's name mapping made by it (0 = none) */
-	char *error;        /* ANS_FAKE_ERROR: the message the client gets */
-	char *stmt_name;    /* the client's name of a renamed Bind/Describe when longer (owned) */
-	ClientStmt *closed; /* Close of a client's statement: its mapping, freed once answered */
+	uint64_t stmt_id;                /* Parse: registry id recorded on the server by it; Bind: the one bound;
+	                                    ANS_LEARN, ANS_CHECK: the statement described (0 = none) */
+	uint64_t map_gen;                /* Parse: the client's name mapping made by it (0 = none); ANS_LEARN: the
+	                                    mapping made by the client's Parse it follows (0 = none) */
+	char *error;                     /* ANS_FAKE_ERROR: SQLSTATE (5 characters), then the message the client gets */
+	char *stmt_name;                 /* the client's name of a renamed Bind/Describe when longer (owned) */
+	ClientStmt *closed;              /* Close of a client's statement: its mapping, freed once answered */
 } Request;
 
 /*
@@ -96,7 +102,8 @@ static inline Request *reqqueue_tail(ReqQueue *q)
 	return q->count ? &q->items[(q->head + q->count - 1) & (q->cap - 1)] : NULL;
 }
 
-void reqqueue_pop(ReqQueue *q, Request *out); /* out may be NULL; else the caller frees its strings */
+void reqqueue_pop(ReqQueue *q, Request *out);                  /* out may be NULL; else the caller frees its strings */
+bool reqqueue_has_answer(const ReqQueue *q, ReqAnswer answer); /* a request of that answer kind is queued */
 void reqqueue_clear(ReqQueue *q, void (*dropped)(Request *r, void *arg), void *arg);
 void reqqueue_free(ReqQueue *q);
 

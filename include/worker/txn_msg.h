@@ -69,4 +69,15 @@ const char *txn_error_sqlstate(const uint8_t *data, uint32_t len);
  */
 bool txn_rename_in_error(PktBuf *pb, const char *client_name, const uint8_t *data, uint32_t len);
 
+/*
+ * The result type a whole RowDescription ('T') or NoData ('n') of len
+ * bytes (header included) describes, as a 64-bit hash: the number of
+ * columns and each column's name, type OID and type modifier, which are
+ * what PostgreSQL compares before it says "cached plan must not change
+ * result type" (a column's table, position and format code are left out:
+ * a table made again with the same columns changes nothing). Never 0; 0
+ * for a malformed message.
+ */
+uint64_t txn_row_desc_hash(const uint8_t *data, uint32_t len);
+
 #endif

@@ -25,9 +25,10 @@ struct PreparedStmt {
 	uint64_t id;                 /* server-side name PGBOUNCER_<id> */
 	char name[PREPARE_NAME_LEN]; /* that name, made once (a renamed Bind needs it every time) */
 	unsigned refcount;           /* client mappings and server sets holding it */
-	bool retired;                /* in `retired`, no longer found by its text (prepare_stmt_retire()) */
 	size_t keylen;
-	uint8_t *key; /* query text, NUL, parameter count and type OIDs */
+	uint8_t *key;  /* query text, NUL, parameter count and type OIDs */
+	uint64_t desc; /* its result type (txn_row_desc_hash()) when first prepared; 0 = not known yet */
+	bool retired;  /* in `retired`, no longer found by its text: its result type changed (prepare_stmt_retire()) */
 	UT_hash_handle hh;
 };
 
@@ -95,6 +96,21 @@ const char *prepare_stmt_name(const PreparedStmt *ps)
 	return ps->name;
 }
 
+uint64_t prepare_stmt_desc(const PreparedStmt *ps)
+{
+	return ps->desc;
+}
+
+void prepare_stmt_set_desc(PreparedStmt *ps, uint64_t desc)
+{
+	ps->desc = desc;
+}
+
+bool prepare_stmt_retired(const PreparedStmt *ps)
+{
+	return ps->retired;
+}
+
 void prepare_stmt_retire(PreparedStmt *ps)
 {
 	if (ps->retired)
@@ -146,6 +162,13 @@ PreparedStmt *prepare_client_stmt(const ClientStmt *cs)
 uint64_t prepare_client_gen(const ClientStmt *cs)
 {
 	return cs->gen;
+}
+
+void prepare_client_set_stmt(ClientStmt *cs, PreparedStmt *ps)
+{
+	ps->refcount++;
+	prepare_stmt_unref(cs->ps);
+	cs->ps = ps;
 }
 
 ClientStmt *prepare_client_add(ClientStmtMap *map, const char *name, PreparedStmt *ps)
@@ -273,6 +296,35 @@ PreparedStmt *prepare_server_evict(ServerStmt **set, unsigned max, const Prepare
 		return ps;
 	}
 	return NULL;
+}
+
+PreparedStmt *prepare_server_find_id(ServerStmt **set, uint64_t id)
+{
+	ServerStmt *ss;
+	HASH_FIND(hh, *set, &id, sizeof(id), ss);
+	return ss ? ss->ps : NULL;
+}
+
+void prepare_server_orphan(ServerStmt **set, PreparedStmt *ps)
+{
+	ServerStmt *ss;
+	uint64_t id = ps->id;
+	HASH_FIND(hh, *set, &id, sizeof(id), ss);
+	if (!ss || ss->ps != ps)
+		return;
+	/* a stand-in that only keeps the name, closed when it is the least recently used */
+	PreparedStmt *stub = xcalloc(1, sizeof(*stub));
+	stub->id = next_id++;
+	memcpy(stub->name, ps->name, sizeof(stub->name));
+	stub->key = xmalloc(1);
+	stub->retired = true;
+	stub->refcount = 1;
+	HASH_ADD_KEYPTR(hh, retired, stub->key, 0, stub); /* where prepare_stmt_unref() looks for a retired one */
+	HASH_DELETE(hh, *set, ss);
+	ss->id = stub->id;
+	ss->ps = stub;
+	HASH_ADD(hh, *set, id, sizeof(ss->id), ss);
+	prepare_stmt_unref(ps);
 }
 
 void prepare_server_remove_id(ServerStmt **set, uint64_t id)

@@ -66,6 +66,14 @@ void reqqueue_pop(ReqQueue *q, Request *out)
 	pop_head(q, out);
 }
 
+bool reqqueue_has_answer(const ReqQueue *q, ReqAnswer answer)
+{
+	for (uint32_t i = 0; i < q->count; i++)
+		if (q->items[(q->head + i) & (q->cap - 1)].answer == answer)
+			return true;
+	return false;
+}
+
 /* Drop the request at position i of the queue (0 = head). */
 static void drop_at(ReqQueue *q, uint32_t i, void (*dropped)(Request *r, void *arg), void *arg)
 {

@@ -779,6 +779,7 @@ void server_release(PgSocket *s)
 	s->sb.dst = NULL;
 	s->setting_vars = false;
 	s->vars_pipelined = false;
+	s->held_for_check = false;
 	s->rq.skipping = false;
 	if (s->replication != REPLICATION_NONE) {
 		/* never pooled, never reused */

@@ -4,7 +4,9 @@
  * server's answers pop them, and the server goes back to the pool at the
  * ReadyForQuery that closes what the client sent. Protocol-level prepared
  * statements are renamed, prepared on demand on whichever server a client
- * gets, and answered in order when the pooler answers them itself.
+ * gets, and answered in order when the pooler answers them itself; a
+ * statement the pooler prepares again must keep the result type its
+ * client was given (doc/transaction.md, "Schema changes").
  */
 #include "autoconfig.h"
 
@@ -50,13 +52,6 @@ static void put_simple_msg(PktBuf *pb, char type, char sub, const char *name)
 	pktbuf_finish_msg(pb);
 }
 
-/* To the server, after what the client has forwarded so far (flushed with the client's batch). */
-static void to_server_bytes(PgSocket *c, const void *data, size_t len)
-{
-	c->link->ready = false;
-	sbuf_forward_own(&c->sb, data, len, false);
-}
-
 /*
  * Where a pooler-made message for the server is built: in the server's
  * queue itself, after what the client has forwarded so far (it goes out
@@ -68,6 +63,35 @@ static PktBuf *server_msg(PgSocket *c)
 	c->link->ready = false;
 	PktBuf *q = sbuf_own_queue(&c->sb);
 	return q ? q : scratch();
+}
+
+/*
+ * The pooler's own error for the client's current message, with the state
+ * PostgreSQL's error would bring: the server gets a Parse that fails, so
+ * that it skips to the next Sync and fails an open transaction, and its
+ * error is replaced by `error` (SQLSTATE, then the message). Valid syntax
+ * (an unknown column, named after the reason in the server's log), so
+ * that in a failed transaction the server's 25P02 comes first, as it would.
+ */
+static void refuse(PgSocket *c, PgSocket *s, const char *column, const char *error)
+{
+	PktBuf *pb = server_msg(c);
+	pktbuf_start_msg(pb, 'P');
+	pktbuf_put_string(pb, "");
+	pktbuf_put_bytes(pb, "SELECT ", 7);
+	pktbuf_put_string(pb, column);
+	pktbuf_put_u16(pb, 0);
+	pktbuf_finish_msg(pb);
+	reqqueue_push(&s->rq, REQ_PARSE, ANS_FAKE_ERROR);
+	reqqueue_tail(&s->rq)->error = xstrdup(error);
+}
+
+/* PostgreSQL's error for a statement whose result type changed since it was prepared. */
+#define CHANGED_ERROR "0A000cached plan must not change result type"
+
+static void refuse_changed(PgSocket *c, PgSocket *s)
+{
+	refuse(c, s, "pgbouncer_result_type_changed", CHANGED_ERROR);
 }
 
 /* To the client, after what the server has forwarded so far. */
@@ -154,11 +178,55 @@ static void send_parse(PgSocket *c, PgSocket *s, PreparedStmt *ps, ReqAnswer ans
 	send_parse_msg(c, s, ps, answer, prepare_stmt_id(ps), map_gen, false);
 }
 
-/* Make sure the statement exists on the linked server (a Parse the client never sees if not). */
-static void ensure_prepared(PgSocket *c, PgSocket *s, PreparedStmt *ps)
+/* The pooler's Describe of a statement it prepares, whose answer it keeps to itself (ANS_LEARN, ANS_CHECK). */
+static Request *send_describe(PgSocket *c, PgSocket *s, PreparedStmt *ps, ReqAnswer answer)
 {
-	if (!prepare_server_has(&s->sstmts, ps, true))
-		send_parse(c, s, ps, ANS_SWALLOW, 0);
+	put_simple_msg(server_msg(c), 'D', 'S', prepare_stmt_name(ps));
+	reqqueue_push(&s->rq, REQ_DESCRIBE, answer);
+	Request *r = reqqueue_tail(&s->rq);
+	r->stmt_id = prepare_stmt_id(ps);
+	return r;
+}
+
+/* What ensure_prepared() did for a client's Bind or Describe. */
+typedef enum Prepared {
+	PREP_READY,   /* the statement is on the server (or will be, its Parse ahead): send the message */
+	PREP_WAIT,    /* prepared again: the message waits for the description (SB_WAIT) */
+	PREP_REFUSED, /* its result type changed: the message is answered with the pooler's 0A000 */
+} Prepared;
+
+/*
+ * The client's statement is not on the server: prepare it from its text,
+ * with a Describe whose answer the client never sees. When the statement's
+ * result type is known, the client was given that type: the message waits
+ * (one round trip, a Flush making the server answer at once) and the
+ * answer decides (described()), so that a Bind of a statement whose
+ * columns changed never runs (doc/transaction.md, "Schema changes").
+ */
+static __attribute__((noinline)) Prepared prepare_again(PgSocket *c, PgSocket *s, PreparedStmt *ps)
+{
+	static const uint8_t flush[] = {'H', 0, 0, 0, 4};
+	if (prepare_stmt_retired(ps)) {
+		refuse_changed(c, s);
+		return PREP_REFUSED;
+	}
+	send_parse(c, s, ps, ANS_SWALLOW, 0);
+	if (!prepare_stmt_desc(ps)) {
+		send_describe(c, s, ps, ANS_LEARN);
+		return PREP_READY;
+	}
+	send_describe(c, s, ps, ANS_CHECK);
+	pktbuf_put_bytes(server_msg(c), flush, sizeof(flush));
+	s->held_for_check = true;
+	return PREP_WAIT;
+}
+
+/* Make sure the statement exists on the linked server (a Parse the client never sees if not). */
+static inline Prepared ensure_prepared(PgSocket *c, PgSocket *s, PreparedStmt *ps)
+{
+	if (prepare_server_has(&s->sstmts, ps, true))
+		return PREP_READY;
+	return prepare_again(c, s, ps);
 }
 
 /* ---- client messages ---- */
@@ -178,26 +246,10 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 	}
 	c->pool->stats.client_parse_count++;
 	if (prepare_client_find(&c->stmts, name)) {
-		/*
-		 * PostgreSQL's own answer, 42P05, with the error state it brings:
-		 * the server gets a Parse that fails, so that it skips to the next
-		 * Sync and fails an open transaction, and its error is replaced.
-		 * Valid syntax (an unknown column), so that in a failed
-		 * transaction the server's 25P02 comes first, as it would.
-		 */
-		static const char bad_parse[] = "P\0\0\0\0\0SELECT pgbouncer_duplicate_prepared_statement\0\0\0";
-		uint8_t msg[sizeof(bad_parse) - 1];
-		memcpy(msg, bad_parse, sizeof(msg));
-		uint32_t len = (uint32_t)sizeof(msg) - 1;
-		msg[1] = (uint8_t)(len >> 24);
-		msg[2] = (uint8_t)(len >> 16);
-		msg[3] = (uint8_t)(len >> 8);
-		msg[4] = (uint8_t)len;
-		to_server_bytes(c, msg, sizeof(msg));
-		reqqueue_push(&s->rq, REQ_PARSE, ANS_FAKE_ERROR);
+		/* PostgreSQL's own answer, 42P05, with the error state it brings */
 		char err[160];
-		snprintf(err, sizeof(err), "prepared statement \"%.100s\" already exists", name);
-		reqqueue_tail(&s->rq)->error = xstrdup(err);
+		snprintf(err, sizeof(err), "42P05prepared statement \"%.100s\" already exists", name);
+		refuse(c, s, "pgbouncer_duplicate_prepared_statement", err);
 		return SB_CONSUMED;
 	}
 	size_t keylen = (size_t)(body + blen - (nul + 1));
@@ -220,7 +272,11 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 		reqqueue_tail(&s->rq)->map_gen = prepare_client_gen(cs);
 		answer_own_requests(s);
 	} else {
+		/* its result type is learnt from a Describe behind it: the client's later Binds rely on it */
 		send_parse(c, s, ps, ANS_CLIENT, prepare_client_gen(cs));
+		Request *r = send_describe(c, s, ps, ANS_LEARN);
+		r->map_gen = prepare_client_gen(cs);
+		request_set_name(r, name);
 	}
 	prepare_stmt_unref(ps); /* the mapping holds it */
 	return SB_CONSUMED;
@@ -240,13 +296,15 @@ static bool renamed(PgSocket *c, const char *name, ClientStmt **cs)
 	return *name != '\0';
 }
 
-/* The server-side name for a renamed statement: prepared there first if it is the client's. */
-static const char *server_name(PgSocket *c, PgSocket *s, ClientStmt *cs)
+/* The server-side name for a renamed statement: prepared there first if it is the client's (*st says how). */
+static const char *server_name(PgSocket *c, PgSocket *s, ClientStmt *cs, Prepared *st)
 {
-	if (!cs)
+	if (!cs) {
+		*st = PREP_READY;
 		return PREPARE_NAME_PREFIX "0"; /* numbering starts at 1: no server has it */
+	}
 	PreparedStmt *ps = prepare_client_stmt(cs);
-	ensure_prepared(c, s, ps);
+	*st = ensure_prepared(c, s, ps);
 	return prepare_stmt_name(ps);
 }
 
@@ -265,13 +323,17 @@ static SBufAction client_bind(PgSocket *c, PgSocket *s, const uint8_t *data, uin
 	bool rename = renamed(c, stmt, &cs);
 	if (rename && avail < len)
 		return SB_NEED_FULL; /* renamed below: the whole message is needed */
-	if (*stmt)
-		c->pool->stats.bind_count++;
 	if (!rename) {
 		reqqueue_push(&s->rq, REQ_BIND, ANS_CLIENT);
 		return SB_FORWARD;
 	}
-	const char *name = server_name(c, s, cs); /* may queue a Parse first: before the message is written */
+	Prepared st;
+	const char *name = server_name(c, s, cs, &st); /* may queue a Parse first: before the message is written */
+	if (st == PREP_WAIT)
+		return SB_WAIT; /* offered again once the description is in */
+	c->pool->stats.bind_count++;
+	if (st == PREP_REFUSED)
+		return SB_CONSUMED;
 	/* the same Bind with the server's statement name, written in one piece */
 	const uint8_t *portal = data + 5;
 	size_t portal_len = (size_t)((const uint8_t *)stmt - portal); /* with its NUL */
@@ -324,7 +386,12 @@ static SBufAction client_describe_close(PgSocket *c, PgSocket *s, const PktHdr *
 		reqqueue_push(&s->rq, REQ_DESCRIBE, ANS_CLIENT);
 		return SB_FORWARD;
 	}
-	const char *sname = server_name(c, s, cs); /* may queue a Parse first: before the message is started */
+	Prepared st;
+	const char *sname = server_name(c, s, cs, &st); /* may queue a Parse first: before the message is started */
+	if (st == PREP_WAIT)
+		return SB_WAIT;
+	if (st == PREP_REFUSED)
+		return SB_CONSUMED;
 	put_simple_msg(server_msg(c), 'D', 'S', sname);
 	reqqueue_push(&s->rq, REQ_DESCRIBE, ANS_CLIENT);
 	request_set_name(reqqueue_tail(&s->rq), name);
@@ -480,6 +547,7 @@ void txn_release(PgSocket *s)
 	}
 	s->link = NULL;
 	s->sb.dst = NULL;
+	s->held_for_check = false;
 	reqqueue_clear(&s->rq, NULL, NULL);
 	server_reset_or_ready(s, false);
 }
@@ -539,9 +607,32 @@ static bool own_error(PgSocket *s, const Request *req, const uint8_t *data, uint
 		return rename_in_error(s, request_name(req), data, len);
 	if (req->answer != ANS_FAKE_ERROR)
 		return false;
+	char code[6];
+	memcpy(code, req->error, 5);
+	code[5] = 0;
 	PktBuf pb;
 	pktbuf_init(&pb, 128);
-	pktbuf_write_error(&pb, "ERROR", "42P05", req->error);
+	if (strcmp(code, "0A000") != 0) {
+		pktbuf_write_error(&pb, "ERROR", code, req->error + 5);
+	} else {
+		/*
+		 * With the routine PostgreSQL names: drivers tell this error by it
+		 * and prepare the statement again (asyncpg, pgjdbc).
+		 */
+		static const char *const fields[] = {"SERROR", "VERROR",       "C0A000",
+		                                     NULL,     "Fplancache.c", "RRevalidateCachedQuery"};
+		pktbuf_start_msg(&pb, 'E');
+		for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+			if (fields[i]) {
+				pktbuf_put_string(&pb, fields[i]);
+				continue;
+			}
+			pktbuf_put_u8(&pb, 'M');
+			pktbuf_put_string(&pb, req->error + 5);
+		}
+		pktbuf_put_u8(&pb, 0);
+		pktbuf_finish_msg(&pb);
+	}
 	to_client(s, pb.buf, pb.len);
 	pktbuf_free(&pb);
 	return true;
@@ -569,6 +660,62 @@ static void check_stale_statement(PgSocket *s, const Request *req, const uint8_t
 		return;
 	s->close_needed = true;
 	slog(LG_LOG, s, "a prepared statement's result type changed (0A000): closing the server at release");
+}
+
+/*
+ * The result type of a statement the pooler prepared on this server
+ * differs from the one recorded for it: the server's statement is not the
+ * one its clients know. The entry leaves the registry (a new Parse of the
+ * text gets a new one) and the server's statement becomes a stand-in
+ * closed in due course. A client whose own Parse prepared it (ANS_LEARN
+ * with map_gen) was given the new type by the server: its name moves to a
+ * new entry of that type. A client waiting on ANS_CHECK was given the old
+ * one: its message gets PostgreSQL's 0A000, and the rest up to its Sync is
+ * skipped, as PostgreSQL skips it.
+ */
+static void result_type_changed(PgSocket *s, const Request *req, PreparedStmt *ps, uint64_t desc)
+{
+	PgSocket *c = s->link;
+	slog(LG_LOG, s, "prepared statement %s has a new result type%s", prepare_stmt_name(ps),
+	     req->answer == ANS_CHECK ? ": its client gets 0A000" : "");
+	prepare_stmt_retire(ps);
+	ClientStmt *cs = c && req->map_gen ? prepare_client_find(&c->stmts, request_name(req)) : NULL;
+	if (cs && prepare_client_gen(cs) == req->map_gen && prepare_client_stmt(cs) == ps) {
+		size_t keylen;
+		const uint8_t *key = prepare_stmt_key(ps, &keylen);
+		PreparedStmt *fresh = prepare_stmt_get(key, keylen);
+		if (!prepare_stmt_desc(fresh))
+			prepare_stmt_set_desc(fresh, desc);
+		prepare_client_set_stmt(cs, fresh);
+		prepare_stmt_unref(fresh);
+	}
+	prepare_server_orphan(&s->sstmts, ps); /* may free ps */
+	if (c && req->answer == ANS_CHECK) {
+		refuse_changed(c, s);
+		s->rq.skipping = true;
+	}
+}
+
+/* The answer to the pooler's Describe (ANS_LEARN, ANS_CHECK): the statement's result type. */
+static void described(PgSocket *s, const Request *req, const uint8_t *data, uint32_t len)
+{
+	uint64_t desc = txn_row_desc_hash(data, len);
+	PreparedStmt *ps = prepare_server_find_id(&s->sstmts, req->stmt_id);
+	if (!ps || !desc)
+		return; /* evicted or dropped by a DISCARD ALL meanwhile: nothing to compare */
+	uint64_t known = prepare_stmt_desc(ps);
+	if (!known)
+		prepare_stmt_set_desc(ps, desc);
+	else if (known != desc)
+		result_type_changed(s, req, ps, desc);
+}
+
+/* The client's message that waited for an ANS_CHECK goes on (the request was answered or skipped). */
+static void resume_held(PgSocket *s)
+{
+	s->held_for_check = false;
+	if (s->link)
+		sbuf_continue(&s->link->sb);
 }
 
 /* The answer goes to the client, then whatever the pooler answers itself after it. */
@@ -600,6 +747,12 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 		break;
 	case 'G':
 		break;
+	case 't': {
+		/* ParameterDescription: the pooler's own Describe keeps it */
+		const Request *h = reqqueue_head(&s->rq);
+		s->pool->stats.server_bytes += hdr->len;
+		return h && h->kind == REQ_DESCRIBE && h->answer >= ANS_LEARN ? SB_SKIP : SB_FORWARD;
+	}
 	default:
 		s->pool->stats.server_bytes += hdr->len;
 		return SB_FORWARD; /* DataRow, notices, ...: they answer no request (reqqueue_server_msg) */
@@ -616,14 +769,21 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 	if (pop == POP_NONE)
 		return SB_FORWARD; /* the pooler's own answers never wait at the head: nothing to order */
 	SBufAction act = SB_FORWARD;
+	bool resume = false;
 	if (t == 'E') {
 		request_dropped(&req, s); /* a failed Parse prepared nothing */
 		if (req.kind == REQ_BIND && request_name(&req))
 			check_stale_statement(s, &req, data, hdr->len);
 		if (own_error(s, &req, data, hdr->len))
 			act = SB_CONSUMED;
+		/* the ANS_CHECK failed or was skipped: the client's message goes on, into the skipping */
+		resume = s->held_for_check && !reqqueue_has_answer(&s->rq, ANS_CHECK);
 	} else if (req.answer == ANS_SWALLOW) {
 		act = SB_CONSUMED;
+	} else if (req.answer >= ANS_LEARN) {
+		described(s, &req, data, hdr->len);
+		act = SB_CONSUMED;
+		resume = req.answer == ANS_CHECK;
 	}
 	if (req.error)
 		free(req.error);
@@ -631,6 +791,14 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 		free(req.stmt_name);
 	if (req.closed)
 		prepare_client_free(req.closed);
+	if (resume) {
+		/* what this answers reaches the client before anything its waiting message brings */
+		if (act == SB_FORWARD)
+			to_client(s, data, hdr->len);
+		answer_own_requests(s);
+		resume_held(s);
+		return SB_CONSUMED;
+	}
 	if (act == SB_FORWARD && reqqueue_head(&s->rq) && reqqueue_head(&s->rq)->answer == ANS_POOLER)
 		return deliver_then_own(s, data, hdr->len);
 	if (act == SB_CONSUMED) {

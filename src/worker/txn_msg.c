@@ -66,3 +66,43 @@ bool txn_rename_in_error(PktBuf *pb, const char *client_name, const uint8_t *dat
 	pktbuf_finish_msg(pb);
 	return renamed_any;
 }
+
+/* FNV-1a, 64 bits */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	for (size_t i = 0; i < n; i++) {
+		h ^= b[i];
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
+uint64_t txn_row_desc_hash(const uint8_t *data, uint32_t len)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+	if (len < 5)
+		return 0;
+	h = fnv(h, data, 1); /* NoData differs from a RowDescription of no column */
+	if (data[0] != 'T')
+		return data[0] == 'n' ? h : 0;
+	PktReader r;
+	uint16_t n;
+	pktreader_init(&r, data + 5, len - 5);
+	if (!pktreader_get_u16(&r, &n))
+		return 0;
+	h = fnv(h, &n, sizeof(n));
+	for (uint16_t i = 0; i < n; i++) {
+		const char *name;
+		const uint8_t *skip, *type, *typmod;
+		/* name, table OID and column number (skipped), type OID, type length (skipped), modifier, format */
+		if (!pktreader_get_string(&r, &name) || !pktreader_get_bytes(&r, 6, &skip) ||
+		    !pktreader_get_bytes(&r, 4, &type) || !pktreader_get_bytes(&r, 2, &skip) ||
+		    !pktreader_get_bytes(&r, 4, &typmod) || !pktreader_get_bytes(&r, 2, &skip))
+			return 0;
+		h = fnv(h, name, strlen(name) + 1);
+		h = fnv(h, type, 4);
+		h = fnv(h, typmod, 4);
+	}
+	return h ? h : 1;
+}

@@ -2,7 +2,8 @@
  * libFuzzer target: the message handling transaction pooling adds
  * (txn_msg.c): the statement names of Bind (also with only part of the
  * message buffered, as txn.c sees it), Describe and Close, and the
- * server's ErrorResponse with the client's statement name put back. The
+ * server's ErrorResponse with the client's statement name put back, and
+ * the result type hash of a RowDescription or NoData. The
  * input is a client name, NUL, then a sequence of messages; each message is
  * also tried cut at every length the first byte after it gives.
  */
@@ -69,6 +70,11 @@ static void one(PktBuf *pb, const char *client_name, const uint8_t *msg, uint32_
 		}
 		break;
 	}
+	case 'T':
+	case 'n':
+		/* a description: read within the message, whatever its fields say */
+		(void)txn_row_desc_hash(msg, len);
+		break;
 	default:
 		break;
 	}

@@ -2,7 +2,9 @@
  * Unit tests for reqqueue.c and prepare.c: the release decision of
  * transaction and statement mode on message sequences (simple queries,
  * pipelines, errors in the middle, COPY), and the prepared-statement
- * registry, client maps and the servers' LRU sets.
+ * registry, client maps and the servers' LRU sets, with what a change of
+ * a statement's result type does to them (txn_row_desc_hash() from
+ * txn_msg.c).
  */
 #include "autoconfig.h"
 
@@ -17,8 +19,10 @@
 #include <cmocka.h>
 
 #include "common/config.h"
+#include "common/pktbuf.h"
 #include "worker/prepare.h"
 #include "worker/reqqueue.h"
+#include "worker/txn_msg.h"
 
 /* Push the requests of a client message sequence ("PBDES" = Parse, Bind, Describe, Execute, Sync). */
 static void client_sends(ReqQueue *q, const char *msgs)
@@ -361,6 +365,111 @@ static void test_server_lru(void **state)
 	assert_int_equal(prepare_registry_count(), 0);
 }
 
+/* A statement whose text now has another result type: retired, a stand-in keeps its name on the server. */
+static void test_retired_statement(void **state)
+{
+	ClientStmtMap map = {0};
+	ServerStmt *set = NULL;
+	PreparedStmt *ps = stmt("SELECT * FROM t");
+	char name[PREPARE_NAME_LEN];
+	snprintf(name, sizeof(name), "%s", prepare_stmt_name(ps));
+	ClientStmt *old = prepare_client_add(&map, "old", ps);
+	ClientStmt *mine = prepare_client_add(&map, "mine", ps);
+	prepare_server_add(&set, ps);
+	prepare_stmt_set_desc(ps, 42);
+	prepare_stmt_unref(ps); /* the map and the set hold it */
+	assert_ptr_equal(prepare_server_find_id(&set, prepare_stmt_id(ps)), ps);
+
+	prepare_stmt_retire(ps);
+	assert_true(prepare_stmt_retired(ps));
+	assert_int_equal(prepare_registry_count(), 0);
+	PreparedStmt *fresh = stmt("SELECT * FROM t"); /* the same text: a new entry, a new name */
+	assert_ptr_not_equal(fresh, ps);
+	assert_string_not_equal(prepare_stmt_name(fresh), name);
+	assert_int_equal(prepare_stmt_desc(fresh), 0);
+	prepare_client_set_stmt(mine, fresh);
+	prepare_stmt_unref(fresh);
+	assert_ptr_equal(prepare_client_stmt(mine), fresh);
+	assert_ptr_equal(prepare_client_stmt(old), ps);
+
+	prepare_server_orphan(&set, ps);
+	assert_int_equal(prepare_server_count(&set), 1); /* still on the server, under its name */
+	assert_false(prepare_server_has(&set, ps, false));
+	assert_null(prepare_server_find_id(&set, prepare_stmt_id(ps)));
+	PreparedStmt *stub = prepare_server_evict(&set, 0, NULL);
+	assert_non_null(stub);
+	assert_string_equal(prepare_stmt_name(stub), name);
+	assert_true(prepare_stmt_retired(stub));
+	prepare_stmt_unref(stub);
+	assert_int_equal(prepare_server_count(&set), 0);
+
+	prepare_client_clear(&map); /* frees the retired entry with its last holder */
+	assert_int_equal(prepare_registry_count(), 0);
+}
+
+/* Append one RowDescription field. */
+static void put_field(PktBuf *pb, const char *name, uint32_t table, uint16_t col, uint32_t type, uint32_t typmod,
+                      uint16_t format)
+{
+	pktbuf_put_string(pb, name);
+	pktbuf_put_u32(pb, table);
+	pktbuf_put_u16(pb, col);
+	pktbuf_put_u32(pb, type);
+	pktbuf_put_u16(pb, 4);
+	pktbuf_put_u32(pb, typmod);
+	pktbuf_put_u16(pb, format);
+}
+
+/* The hash of a RowDescription of columns a and b, b of type btype. */
+static uint64_t two_columns(uint32_t table, uint32_t btype, uint32_t btypmod, uint16_t format, const char *bname)
+{
+	PktBuf pb;
+	pktbuf_init(&pb, 64);
+	pktbuf_start_msg(&pb, 'T');
+	pktbuf_put_u16(&pb, 2);
+	put_field(&pb, "a", table, 1, 23, 0xffffffff, format);
+	put_field(&pb, bname, table, 2, btype, btypmod, format);
+	pktbuf_finish_msg(&pb);
+	uint64_t h = txn_row_desc_hash(pb.buf, (uint32_t)pb.len);
+	pktbuf_free(&pb);
+	return h;
+}
+
+static void test_row_desc_hash(void **state)
+{
+	uint64_t base = two_columns(16384, 23, 0xffffffff, 0, "b");
+	assert_int_not_equal(base, 0);
+	/* the table and the format do not count: a table made again, a Bind's result formats */
+	assert_int_equal(two_columns(16999, 23, 0xffffffff, 1, "b"), base);
+	/* a column's type, modifier or name does */
+	assert_int_not_equal(two_columns(16384, 25, 0xffffffff, 0, "b"), base);
+	assert_int_not_equal(two_columns(16384, 23, 8, 0, "b"), base);
+	assert_int_not_equal(two_columns(16384, 23, 0xffffffff, 0, "c"), base);
+	/* NoData, a RowDescription of no column, and a cut or foreign message */
+	static const uint8_t nodata[] = {'n', 0, 0, 0, 4};
+	static const uint8_t empty[] = {'T', 0, 0, 0, 6, 0, 0};
+	static const uint8_t cut[] = {'T', 0, 0, 0, 8, 0, 1, 'a', 0};
+	static const uint8_t other[] = {'Z', 0, 0, 0, 5, 'I'};
+	assert_int_not_equal(txn_row_desc_hash(nodata, sizeof(nodata)), 0);
+	assert_int_not_equal(txn_row_desc_hash(empty, sizeof(empty)), 0);
+	assert_int_not_equal(txn_row_desc_hash(nodata, sizeof(nodata)), txn_row_desc_hash(empty, sizeof(empty)));
+	assert_int_equal(txn_row_desc_hash(cut, sizeof(cut)), 0);
+	assert_int_equal(txn_row_desc_hash(other, sizeof(other)), 0);
+}
+
+static void test_has_answer(void **state)
+{
+	ReqQueue q = {0};
+	reqqueue_push(&q, REQ_PARSE, ANS_SWALLOW);
+	reqqueue_push(&q, REQ_DESCRIBE, ANS_CHECK);
+	assert_true(reqqueue_has_answer(&q, ANS_CHECK));
+	assert_false(reqqueue_has_answer(&q, ANS_LEARN));
+	reqqueue_pop(&q, NULL);
+	reqqueue_pop(&q, NULL);
+	assert_false(reqqueue_has_answer(&q, ANS_CHECK));
+	reqqueue_free(&q);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -377,6 +486,9 @@ int main(void)
 	    cmocka_unit_test(test_client_map),
 	    cmocka_unit_test(test_client_map_last),
 	    cmocka_unit_test(test_server_lru),
+	    cmocka_unit_test(test_retired_statement),
+	    cmocka_unit_test(test_row_desc_hash),
+	    cmocka_unit_test(test_has_answer),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
