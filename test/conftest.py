@@ -16,6 +16,11 @@ port_accepts, port_listening, pid_alive, parent_pid.
 Every wait has a generous deadline (PGB_TEST_DEADLINE seconds, default 30); tests
 wait for conditions and never assert on how long something took. Set PGB_KEEP_TMP=1
 to keep the session's temporary directory for inspection.
+
+At teardown every pooler process must exit by itself (stop_pooler()); one that has
+to be killed is reported with a PoolerKilledWarning naming the test. Under
+`scripts/test --sanitize` (PGB_SANITIZE_DIR, PGB_SANITIZE_INDEX) the harness also
+records which sanitizer report files appeared during which test, and the kills.
 """
 
 import collections
@@ -29,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -52,6 +58,20 @@ PG_LOG_MARK_KEY = pytest.StashKey[int]()
 
 # Set while the session's PostgreSQL exists (hooks have no access to fixtures).
 _session_pg = None
+
+# scripts/test --sanitize: the directory the sanitizers write their reports to,
+# and the file where the harness records which test each report (and each
+# pooler process it had to kill) belongs to, one tab-separated line each.
+SANITIZE_DIR = os.environ.get("PGB_SANITIZE_DIR") or None
+SANITIZE_INDEX = os.environ.get("PGB_SANITIZE_INDEX") or None
+
+# How long cleanup lets a pooler stop by itself (SIGTERM) before it uses SIGQUIT.
+STOP_GRACE = float(os.environ.get("PGB_TEST_STOP_GRACE", "10"))
+
+
+class PoolerKilledWarning(UserWarning):
+    """A pooler process did not exit by itself at teardown and was killed
+    (SIGKILL): an exit-time report (LeakSanitizer) it would have written is lost."""
 
 
 def pytest_configure(config):
@@ -133,6 +153,98 @@ def pid_alive(pid):
 def parent_pid(pid):
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def live_group(pgid):
+    """{pid: parent pid} of the processes of process group `pgid` that have not
+    exited. Zombies do not count: a worker that outlives its master is
+    reparented to PID 1, which may reap late or never (kill(-pgid, 0) still
+    succeeds while the group holds only zombies)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # fields: state, ppid, pgrp, ...
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            found[int(entry)] = int(fields[1])
+    return found
+
+
+def _signal(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_pooler(master, pgid, master_stopping=False, grace=STOP_GRACE):
+    """Stops a pooler's process tree so that every process exits by itself
+    (and runs its exit-time checks, LeakSanitizer's among them); returns what
+    had to be killed, as sentences (empty when nothing was).
+
+    `master` is the master's pid (None or dead: only workers are left) and
+    `pgid` the tree's process group. SIGTERM makes the master shut down; each
+    worker gets SIGTERM too, until it exits: a worker that is shutting down
+    exits at a second SIGTERM even with clients connected, and the master exits
+    after its last worker. Only after `grace` seconds does it fall back to
+    SIGQUIT, upon which the master SIGKILLs its workers (supervisor_kill_all),
+    and then to SIGKILL. With `master_stopping` (the master already got SIGTERM
+    or SIGINT) the master is not signalled: a second SIGTERM is its fast exit.
+    A process left stopped (SIGSTOP) gets SIGCONT first."""
+    killed = []
+    initial = live_group(pgid)
+    if not initial:
+        return killed
+    try:
+        os.killpg(pgid, signal.SIGCONT)  # a process a test left stopped (SIGSTOP) could not exit
+    except (ProcessLookupError, PermissionError):
+        pass
+    if master is not None and not master_stopping:
+        _signal(master, signal.SIGTERM)
+    start = time.monotonic()
+    next_round = start + 0.05  # the master forwards its SIGTERM first
+    while True:
+        procs = live_group(pgid)
+        if not procs:
+            return killed
+        now = time.monotonic()
+        if now - start > grace:
+            break
+        if now >= next_round:
+            # the workers: processes of the group from before the first signal whose
+            # parent is the master or outside the group (orphans), not a task that a
+            # sanitizer clones at exit (LeakSanitizer's, whose parent is the exiting one)
+            for pid, ppid in procs.items():
+                if pid != master and pid in initial and (ppid == master or ppid not in procs):
+                    _signal(pid, signal.SIGTERM)
+            next_round = now + 0.25
+        time.sleep(0.01)
+
+    def names(pids):
+        return ", ".join(f"{'master' if p == master else 'worker'} {p}" for p in sorted(pids))
+
+    procs = live_group(pgid)
+    if master in procs:
+        workers = [p for p, ppid in procs.items() if ppid == master]
+        if workers:
+            killed.append(f"{names(workers)} SIGKILLed by the master at SIGQUIT "
+                          f"(still running {grace:g}s after SIGTERM)")
+        _signal(master, signal.SIGQUIT)
+        # the master's exit, and the death of the workers it killed
+        deadline = time.monotonic() + 10
+        while live_group(pgid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    procs = live_group(pgid)
+    if procs:
+        killed.append(f"{names(procs)} SIGKILLed by the harness (still running after SIGTERM and SIGQUIT)")
+        for pid in procs:
+            _signal(pid, signal.SIGKILL)
+    return killed
 
 
 def tail(text, max_lines=300):
@@ -676,7 +788,9 @@ class Bouncer:
         self.wait_log(r"got SIGHUP, re-reading config", after=mark)
 
     def cleanup(self):
-        """Always leaves nothing running: SIGQUIT, then SIGKILL to the whole process group."""
+        """Always leaves nothing running: stop_pooler() (SIGTERM until every
+        process has exited by itself, SIGQUIT and SIGKILL only after a grace
+        period). Returns what had to be killed (see stop_pooler())."""
         for conn in self._connections:
             try:
                 conn.close()
@@ -684,23 +798,23 @@ class Bouncer:
                 pass
         self._connections.clear()
         if self.proc is None:
-            return
-        if self.alive():
-            try:
-                self.send_signal(signal.SIGQUIT)
-                wait_for(lambda: not self.alive(), "pgbouncer to exit after SIGQUIT", timeout=10)
-            except (AssertionError, ProcessLookupError):
-                pass
-        # kill whatever is left in its process group (the master if stuck, workers)
+            return []
+        master = self.pid if self.alive() else None
+        # a second SIGTERM (or SIGINT) is the master's fast exit, which kills the workers
+        stopping = master is not None and re.search(rf"\[{master}\] LOG got SIG(TERM|INT), shutting down",
+                                                    self.log_text()[self._log_start:]) is not None
+        killed = []
         if self._pgid:
-            try:
-                os.killpg(self._pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            killed = stop_pooler(master, self._pgid, master_stopping=stopping)
+        elif master is not None:  # no group known: the master alone
+            self.send_signal(signal.SIGQUIT)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            pass
+            self.proc.kill()
+            killed.append(f"pid {self.proc.pid} SIGKILLed by the harness")
+            self.proc.wait()
+        return killed
 
     # --- logs and output ---
 
@@ -785,8 +899,9 @@ def bouncer(request, pgbouncer_bin, run_as, session_dir, pg):
         return b
 
     yield make
-    for b in made:
-        b.cleanup()
+    killed = [f"pgbouncer {b.name}: {what}" for b in made for what in b.cleanup()]
+    if killed:
+        record_kills(request.node.nodeid, killed)
     # a build with --enable-cassert logs a broken invariant before it aborts
     broken = [line for b in made for line in b.log_text().splitlines() if "assertion failed:" in line]
     assert not broken, "pgbouncer broke an internal invariant:\n" + "\n".join(broken)
@@ -822,6 +937,46 @@ def run_pgbouncer(request, pgbouncer_bin, run_as, session_dir):
         return result
 
     return run
+
+
+# ---------------------------------------------------------------------------
+# teardown kills and sanitizer reports, per test
+
+
+def record_kills(nodeid, killed):
+    """Reports pooler processes that cleanup had to kill: a warning naming the
+    test, and under scripts/test --sanitize a line in the index, which lists
+    them next to the reports (a killed process may have lost its report)."""
+    warnings.warn(PoolerKilledWarning("a killed process writes no exit-time sanitizer report: "
+                                      + "; ".join(killed)))
+    _index_append([("killed", nodeid, what) for what in killed])
+
+
+def _index_append(records):
+    if SANITIZE_INDEX and records:
+        with open(SANITIZE_INDEX, "a") as f:
+            f.writelines("\t".join(str(x).replace("\t", " ").replace("\n", " ") for x in r) + "\n"
+                         for r in records)
+
+
+def _sanitizer_files():
+    try:
+        return set(os.listdir(SANITIZE_DIR))
+    except OSError:
+        return set()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under --sanitize: which report files appeared during the test (setup,
+    call and teardown, by which time every pooler it started has exited)."""
+    if not SANITIZE_DIR:
+        yield
+        return
+    before = _sanitizer_files()
+    yield
+    new = sorted(_sanitizer_files() - before)
+    _index_append([("report", name, item.nodeid) for name in new])
 
 
 # ---------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from conftest import parent_pid, pg_bindir, pid_alive, wait_for
+from conftest import parent_pid, pg_bindir, pid_alive, record_kills, stop_pooler, wait_for
 from helpers import assert_cancels, conn_on, pool_row, rows, scram_salt, two_workers, workers
 
 QUIET = {"log_connections": 0, "log_disconnections": 0}
@@ -19,15 +19,16 @@ TWO = {**QUIET, "min_workers": 2, "max_workers": 2}
 
 
 @pytest.fixture
-def old_trees():
-    """Old masters (their process groups) that a test replaced: killed at teardown if still there."""
-    pgids = []
-    yield pgids
-    for pgid in pgids:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+def old_trees(request):
+    """Old masters that a test replaced, (pid, process group): stopped at
+    teardown as the harness stops a pooler (record_kills() names what it killed)."""
+    trees = []
+    yield trees
+    killed = []
+    for pid, pgid in trees:
+        killed += stop_pooler(pid if pid_alive(pid) else None, pgid)
+    if killed:
+        record_kills(request.node.nodeid, [f"old tree: {what}" for what in killed])
 
 
 def upgrade(b, old_trees, args=()):
@@ -35,7 +36,7 @@ def upgrade(b, old_trees, args=()):
     the old master's pid and its workers' pids."""
     old_pid = b.pid
     old_workers = [w["pid"] for w in workers(b)]
-    old_trees.append(os.getpgid(old_pid))
+    old_trees.append((old_pid, os.getpgid(old_pid)))
     mark = b.log_mark()
     b.proc = None
     if "-d" in args:
@@ -176,7 +177,7 @@ def test_persistent_client_finishes_on_old_tree(bouncer, old_trees):
 def test_failed_new_master_leaves_old_tree_serving(bouncer, old_trees):
     b = bouncer(ini_overrides=TWO)
     old_proc = b.proc
-    old_trees.append(os.getpgid(b.pid))
+    old_trees.append((b.pid, os.getpgid(b.pid)))
     # the new master fails after it has taken the sockets: its TLS files are missing
     b.update(client_tls_sslmode="require", client_tls_key_file=str(b.dir / "missing.key"),
              client_tls_cert_file=str(b.dir / "missing.crt"))
