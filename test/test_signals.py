@@ -89,6 +89,42 @@ def test_sigquit_with_clients_exits_at_once(bouncer):
         conn.execute("SELECT 1")
 
 
+def gone(pid):
+    """Not even a zombie: the process was reaped."""
+    try:
+        with open(f"/proc/{pid}/stat"):
+            return False
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("how", ["SIGQUIT", "second SIGTERM"])
+def test_fast_exit_waits_for_the_workers_to_exit(bouncer, how):
+    """A fast exit is still an exit of the whole pooler: the master passes
+    SIGQUIT on and exits once its workers have exited by themselves (it
+    reaps them), so that nothing of it runs, or waits to be reaped by init,
+    when the master's exit is seen (doc/pgbouncer.1.md, SIGNALS)."""
+    b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2})
+    wait_for(lambda: len(workers_of(b)) == 2, "two workers")
+    pids = workers_of(b)
+    conn = b.connect()
+    conn.execute("SELECT 1")
+    if how == "SIGQUIT":
+        b.send_signal(signal.SIGQUIT)
+    else:
+        b.send_signal(signal.SIGTERM)
+        b.wait_log(r"got SIGTERM, shutting down")
+        b.send_signal(signal.SIGTERM)
+    assert b.wait_exit() == 0
+    assert [p for p in pids if not gone(p)] == []
+    assert "did not exit" not in b.log_text()
+
+
+def workers_of(b):
+    with open(f"/proc/{b.pid}/task/{b.pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
 def test_signal_inherited_as_ignored_still_handled(bouncer, run_as):
     """A pooler started from a script with `cmd &` inherits SIGINT/SIGQUIT ignored."""
     b = bouncer(start=False)

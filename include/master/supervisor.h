@@ -77,6 +77,13 @@ bool supervisor_reap(bool shutting_down);
 /* Shutdown: close the TCP listener slots in the master (workers close theirs). */
 void supervisor_close_tcp(void);
 
+/*
+ * Fast exit: wait up to timeout_ms for the workers, which got SIGQUIT, to
+ * exit by themselves, reaping them; those still running are named in the
+ * log (supervisor_kill_all() then kills them).
+ */
+void supervisor_wait_exit(int timeout_ms);
+
 /* Kill every worker at once (fast exit paths); safe to call from the fatal hook. */
 void supervisor_kill_all(void);
 

@@ -390,6 +390,20 @@ static void forward_signal(int sig)
 	supervisor_signal_all(sig);
 }
 
+/*
+ * SIGQUIT, or a second SIGTERM/SIGINT: the workers exit at once, and the
+ * master after them, so that the pooler is gone when its pid is (a worker
+ * that hangs is killed after FAST_EXIT_WAIT_MS).
+ */
+#define FAST_EXIT_WAIT_MS 3000
+
+static void fast_exit(void)
+{
+	forward_signal(SIGQUIT);
+	supervisor_wait_exit(FAST_EXIT_WAIT_MS);
+	master_exit(0);
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
 	switch (sig) {
@@ -404,8 +418,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	case SIGTERM:
 		if (master.shutting_down) {
 			log_info("got SIGTERM while shutting down, fast exit");
-			forward_signal(SIGQUIT);
-			master_exit(0);
+			fast_exit();
 		}
 		master.shutting_down = true;
 		notify_systemd("STOPPING=1");
@@ -418,8 +431,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	case SIGINT:
 		if (master.shutting_down) {
 			log_info("got SIGINT while shutting down, fast exit");
-			forward_signal(SIGQUIT);
-			master_exit(0);
+			fast_exit();
 		}
 		master.shutting_down = true;
 		notify_systemd("STOPPING=1");
@@ -432,8 +444,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	case SIGQUIT:
 		notify_systemd("STOPPING=1");
 		log_info("got SIGQUIT, fast exit");
-		forward_signal(SIGQUIT);
-		master_exit(0);
+		fast_exit();
 		break;
 	case SIGUSR1:
 		/* PAUSE state lives in the workers (the console changes it too): they log the outcome */

@@ -930,6 +930,33 @@ void supervisor_signal_all(int sig)
 			kill(sv.w[i].pid, sig);
 }
 
+void supervisor_wait_exit(int timeout_ms)
+{
+	usec_t deadline = get_time_usec() + (usec_t)timeout_ms * 1000;
+	for (;;) {
+		bool left = false;
+		for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+			if (sv.w[i].pid <= 0)
+				continue;
+			pid_t r = waitpid(sv.w[i].pid, NULL, WNOHANG);
+			if (r == sv.w[i].pid || (r < 0 && errno == ECHILD))
+				sv.w[i].pid = 0;
+			else
+				left = true;
+		}
+		if (!left)
+			return;
+		if (get_time_usec() >= deadline)
+			break;
+		struct timespec ts = {0, 5 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		if (sv.w[i].pid > 0)
+			log_warning("worker %d (pid %d) did not exit within %d ms of SIGQUIT: killing it", i,
+			            (int)sv.w[i].pid, timeout_ms);
+}
+
 void supervisor_kill_all(void)
 {
 	for (int i = 0; i < SHM_MAX_WORKERS; i++)
