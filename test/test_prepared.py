@@ -1574,6 +1574,7 @@ def test_new_parse_after_schema_change_gets_new_columns(bouncer, pg):
     assert old.errors == [CHANGED]
     assert (new.errors, new.rows) == ([], [["1", "2", "7"]]), new
     assert "result type changed (0A000): closing the server at release" in b.log_text()[mark:]
+    b.wait_log(r"closing because: a prepared statement's result type changed", after=mark)
 
 
 def test_statement_prepared_again_after_schema_change_keeps_its_result_type(bouncer, pg):

@@ -252,6 +252,7 @@ struct PgSocket {
 	bool lent;                  /* server: given out since its login or its last check (server_check_delay = 0) */
 	bool checking;              /* server: running server_check_query for a waiting client */
 	bool close_needed;          /* server: close when released */
+	bool stale_stmt;            /* server: close_needed because a prepared statement's result type changed */
 	bool ready;                 /* server: saw ReadyForQuery, no query running */
 	char txn_status;            /* last ReadyForQuery status: I, T, E */
 	bool copy_mode;             /* COPY in progress */
@@ -362,5 +363,11 @@ void tune_accepted_socket(int fd);                 /* a client socket: the optio
 void socket_local_addr(const PgSocket *s, struct sockaddr_storage *ss);
 /* Set s->server_key to a copy of key (replacing an earlier one). */
 void socket_set_server_key(PgSocket *s, const uint8_t *key, uint32_t len);
+
+/* The reason logged when a server marked close_needed closes. */
+static inline const char *close_needed_reason(const PgSocket *s)
+{
+	return s->stale_stmt ? "a prepared statement's result type changed" : "database configuration changed";
+}
 
 #endif

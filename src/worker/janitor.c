@@ -93,14 +93,14 @@ static void check_linked_server_timeouts(PgPool *pool)
 		if (s->replication != REPLICATION_NONE) {
 			/* a stream is no query or transaction; it is never released, so close_needed acts now */
 			if (s->close_needed)
-				disconnect_server(s, true, "database configuration changed");
+				disconnect_server(s, true, "%s", close_needed_reason(s));
 			continue;
 		}
 		if (!c)
 			continue;
 		if (policy_fast_close(wk.cf.g.server_fast_close, pool_effective_mode(pool) == POOL_SESSION,
 		                      s->close_needed, server_between_transactions(s))) {
-			disconnect_server(s, true, "database configuration changed");
+			disconnect_server(s, true, "%s", close_needed_reason(s));
 			continue;
 		}
 		if (qt > 0 && c->query_start && now - c->query_start > qt) {
@@ -151,7 +151,7 @@ static void check_server_states(PgPool *pool)
 		in.since_lifetime_close = now - pool->last_lifetime_close;
 		switch (policy_idle(&in)) {
 		case IDLE_CLOSE_CONFIG:
-			disconnect_server(s, true, "database configuration changed");
+			disconnect_server(s, true, "%s", close_needed_reason(s));
 			break;
 		case IDLE_CLOSE_OVERSIZE:
 			disconnect_server(s, true, "too many servers in the pool");

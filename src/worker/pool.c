@@ -557,7 +557,7 @@ void pool_server_ready(PgSocket *s)
 	change_state(s, SV_IDLE);
 	switch (v) {
 	case RELEASE_CLOSE_CONFIG:
-		disconnect_server(s, true, "database configuration changed");
+		disconnect_server(s, true, "%s", close_needed_reason(s));
 		return;
 	case RELEASE_CLOSE_PAUSE:
 		disconnect_server(s, true, "pause mode");

@@ -659,6 +659,7 @@ static void check_stale_statement(PgSocket *s, const Request *req, const uint8_t
 	if (s->close_needed)
 		return;
 	s->close_needed = true;
+	s->stale_stmt = true;
 	slog(LG_LOG, s, "a prepared statement's result type changed (0A000): closing the server at release");
 }
 
