@@ -501,28 +501,91 @@ def test_kill_and_auto_database_disable_reach_workers_started_later(bouncer, pg)
             assert c.execute("SELECT 1").fetchone() == (1,)
 
 
-@pytest.mark.xfail(strict=True, reason="a left-out worker's connection is closed (on_timer(), peer_close()): "
-                   "a query already written to it still runs when the worker continues, a later one never does")
-def test_pause_and_resume_while_a_worker_is_stopped_end_resumed(bouncer):
-    """The operator pauses and resumes while worker 1 is stopped (both
-    answer with a NOTICE that it is left out). When worker 1 runs again the
-    pooler is not paused: the last word was RESUME."""
-    b = two_workers()(bouncer)
-    with b.admin() as conn:
-        pids = {r["worker"]: r["pid"] for r in rows(conn, "SHOW WORKERS")}
-    conn = on_worker(b, 0, admin=True)
-    rows(conn, "SHOW CLIENTS")  # the console has talked to worker 1 before
+def stopped_while(b, worker, conn, *commands, warm=True):
+    """Give the console's commands while `worker` is stopped (SIGSTOP): each
+    answers with a NOTICE that it is left out. Then let it run again. warm:
+    the console has talked to the worker before (else its first command
+    there is a login that never completes)."""
+    with private_console(b, 1 - worker) as c:
+        pid = next(r["pid"] for r in rows(c, "SHOW WORKERS") if r["worker"] == worker)
+    if warm:
+        rows(conn, "SHOW CLIENTS")
     notices = []
     conn.add_notice_handler(lambda d: notices.append(d.message_primary))
-    os.kill(pids[1], signal.SIGSTOP)
+    os.kill(pid, signal.SIGSTOP)
     try:
-        conn.execute("PAUSE")
-        conn.execute("RESUME")
+        for command in commands:
+            conn.execute(command)
     finally:
-        os.kill(pids[1], signal.SIGCONT)
-    assert len([n for n in notices if "worker 1" in n]) == 2, notices
+        os.kill(pid, signal.SIGCONT)
+    assert len([n for n in notices if f"worker {worker}" in n]) == len(commands), notices
+
+
+@pytest.mark.parametrize("first", ["PAUSE", "SUSPEND"])
+def test_pause_and_resume_while_a_worker_is_stopped_end_resumed(bouncer, first):
+    """The operator pauses (or suspends) and resumes while worker 1 is
+    stopped (both answer with a NOTICE that it is left out). When worker 1
+    runs again the pooler is not paused: the last word was RESUME. The
+    PAUSE written to worker 1 before it was left out is stale there."""
+    b = two_workers()(bouncer)
+    conn = on_worker(b, 0, admin=True)
+    stopped_while(b, 1, conn, first, "RESUME")
+    wait_for(lambda: [pause_state(b, w) for w in (0, 1)] == ["active", "active"], "both workers active")
+    time.sleep(1)  # nothing late pauses it again
+    assert [pause_state(b, w) for w in (0, 1)] == ["active", "active"]
+    with b.connect() as c:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+    conn.close()
+
+
+def test_pause_while_a_worker_is_stopped_holds_there_once_it_runs(bouncer):
+    """PAUSE alone while worker 1 is stopped: PAUSE is the last word, so
+    worker 1 is paused once it runs again, and the next RESUME reaches it."""
+    b = two_workers()(bouncer)
+    conn = on_worker(b, 0, admin=True)
+    stopped_while(b, 1, conn, "PAUSE")
+    wait_for(lambda: [pause_state(b, w) for w in (0, 1)] == ["paused", "paused"], "both workers paused")
+    time.sleep(1)
+    assert [pause_state(b, w) for w in (0, 1)] == ["paused", "paused"]
+    assert kv(conn, "SHOW STATE")["paused"] == "yes"
+    conn.execute("RESUME")
+    assert [pause_state(b, w) for w in (0, 1)] == ["active", "active"]
+    conn.close()
+
+
+def test_resume_a_stopped_worker_missed_reaches_it_once_it_runs(bouncer):
+    """PAUSE while every worker runs, RESUME from another console while
+    worker 1 is stopped: that console's login there never completes, so the
+    RESUME never reaches worker 1 as a command; it resumes all the same."""
+    b = two_workers()(bouncer)
+    with on_worker(b, 0, admin=True) as conn:
+        conn.execute("PAUSE")
+    assert [pause_state(b, w) for w in (0, 1)] == ["paused", "paused"]
+    conn = on_worker(b, 0, admin=True)
+    stopped_while(b, 1, conn, "RESUME", warm=False)
+    wait_for(lambda: [pause_state(b, w) for w in (0, 1)] == ["active", "active"], "both workers active")
     time.sleep(1)
     assert [pause_state(b, w) for w in (0, 1)] == ["active", "active"]
+    conn.close()
+
+
+@pytest.mark.parametrize("commands, flags", [
+    (("PAUSE postgres", "RESUME postgres"), (0, 0)),
+    (("DISABLE postgres", "ENABLE postgres"), (0, 0)),
+    (("KILL postgres", "RESUME postgres"), (0, 0)),
+    (("DISABLE postgres", "PAUSE p0"), None),
+])
+def test_database_commands_while_a_worker_is_stopped(bouncer, pg, commands, flags):
+    """Database flags given while worker 1 is stopped: once it runs, it has
+    the flags the console's commands left, not those of a stale command."""
+    b = two_workers(databases={name: pg.connstr("postgres") for name in ("postgres", "p0")})(bouncer)
+    conn = on_worker(b, 0, admin=True)
+    stopped_while(b, 1, conn, *commands)
+    want = {"postgres": flags or (0, 1), "p0": (0, 0) if flags else (1, 0)}
+    for w in (0, 1):
+        wait_for(lambda: {n: db_flags(b, w, n) for n in want} == want, f"worker {w}: {want}")
+    time.sleep(1)
+    assert [{n: db_flags(b, w, n) for n in want} for w in (0, 1)] == [want, want]
     conn.close()
 
 

@@ -62,6 +62,23 @@ typedef enum ChannelMsgType {
 	 */
 	CH_CONSOLE_RESUME = 12,
 	/*
+	 * worker->master: a console state command of this worker's console left
+	 * out the workers whose bits are set in `arg` (bit i = worker i): they
+	 * did not answer in time, or the console went away before they did, and
+	 * their connection from this console was closed. The state this worker
+	 * reported before (CH_CONSOLE_STATE) is the pooler's; the master hands
+	 * it to each of them as CH_CONSOLE_SYNC (doc/workers.md "Console state").
+	 */
+	CH_CONSOLE_LEFT_OUT = 13,
+	/*
+	 * master->worker: take the pooler's console state in the attached memfd
+	 * (include/common/console_state.h) as your own, now: pause, suspend or
+	 * resume, and set or clear the database flags. A command the left-out
+	 * worker finds later on a peer connection whose other end has closed is
+	 * stale and not run, so this state stays in force.
+	 */
+	CH_CONSOLE_SYNC = 14,
+	/*
 	 * Online restart (-R) between a new master and the running one, on the
 	 * old master's control socket (doc/workers.md "Upgrading"):
 	 * new->old CH_UP_HELLO (arg = protocol version); old->new one

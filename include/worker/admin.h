@@ -2,6 +2,7 @@
 #ifndef PGB_WORKER_ADMIN_H
 #define PGB_WORKER_ADMIN_H
 
+#include "common/console_state.h"
 #include "common/pktbuf.h"
 #include "worker/objects.h"
 
@@ -26,6 +27,12 @@ void admin_abandon_part(PgSocket *c, const char *query, bool done_here);
  * command it is no refusal when another worker did act (doc/workers.md).
  */
 bool admin_error_is_absence(const char *msg);
+/*
+ * The pooler's console state from the master (CH_CONSOLE_SYNC), after a
+ * console command left this worker out: pause, suspend or resume as it
+ * says, and set or clear every database's paused and disabled flag.
+ */
+void admin_take_state(const ConsoleState *cs);
 /* The follow-ups of a fanned-out KILL and DISABLE db (admin_fanout.h), on this worker. */
 void admin_kill_here(const char *db_name);
 void admin_disable_later(const char *db_name);

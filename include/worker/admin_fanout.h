@@ -40,6 +40,12 @@ typedef struct FanoutCommand {
 	const char *undo;    /* the query that undoes one worker's finished part (NULL: none) */
 	FanoutFollow follow; /* what follows once every worker has answered */
 	const char *db;      /* FOLLOW_DISABLE: the database */
+	/*
+	 * It may change the console's state (PAUSE, SUSPEND, RESUME, KILL,
+	 * DISABLE, ENABLE): the workers it leaves out take the state over from
+	 * the master (admin_state_left_out()).
+	 */
+	bool state;
 } FanoutCommand;
 
 void admin_fanout_listen(void); /* the private socket of this worker */

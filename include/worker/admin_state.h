@@ -7,6 +7,8 @@
 #ifndef PGB_WORKER_ADMIN_STATE_H
 #define PGB_WORKER_ADMIN_STATE_H
 
+#include <stdint.h>
+
 #include "common/console_state.h"
 #include "worker/objects.h"
 
@@ -26,5 +28,16 @@ void admin_state_report(void);
  * changed the pause here since.
  */
 void admin_state_master_resume(void);
+/*
+ * A console command of this worker's console left out the workers in `mask`
+ * (bit i = worker i; their connections from the console are closed): the
+ * master hands them the state this worker reported (CH_CONSOLE_LEFT_OUT).
+ */
+void admin_state_left_out(uint64_t mask);
+/*
+ * CH_CONSOLE_SYNC: this worker was left out of a console command; take the
+ * pooler's state in memfd `fd` over (admin_take_state()).
+ */
+void admin_state_sync(int fd);
 
 #endif

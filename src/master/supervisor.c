@@ -538,6 +538,38 @@ static void console_state(int from, int fd)
 			log_warning("could not tell worker %d that the pooler resumed: %s", i, strerror(errno));
 }
 
+/*
+ * CH_CONSOLE_LEFT_OUT: a console command of worker `from` left out the
+ * workers in `mask`. Each gets the state `from` reported before (same
+ * channel, so already read) and takes it over: what it missed, or a stale
+ * command it will refuse, changes nothing (doc/workers.md "Console state").
+ */
+static void console_left_out(int from, uint64_t mask)
+{
+	ConsoleState running = {0};
+	const ConsoleState *cs = &sv.console;
+	if (!cs->len) {
+		console_state_begin(&running, CS_RUNNING);
+		cs = &running;
+	}
+	int fd = memfd_create("pgbouncer-console-state", MFD_CLOEXEC);
+	bool ok = fd >= 0 && write(fd, cs->buf, cs->len) == (ssize_t)cs->len;
+	console_state_free(&running);
+	ChannelMsg m = {.type = CH_CONSOLE_SYNC};
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		if (i == from || !(mask >> i & 1) || sv.w[i].pid <= 0 || sv.w[i].ctl < 0)
+			continue;
+		if (!ok || !channel_send(sv.w[i].ctl, &m, fd))
+			log_warning(
+			    "could not hand worker %d the console's state it was left out of (%s): it may differ", i,
+			    ok ? strerror(errno) : "could not write it");
+		else
+			log_debug("worker %d was left out of a console command: sent it the pooler's state", i);
+	}
+	if (fd >= 0)
+		close(fd);
+}
+
 void supervisor_console_signal(bool pause)
 {
 	/* every worker gets the signal too; this is for the ones started later */
@@ -547,7 +579,10 @@ void supervisor_console_signal(bool pause)
 		console_state_set_pause(&sv.console, CS_PAUSED);
 }
 
-/* Messages from a worker: cancels for other workers' clients, news of moved clients, console SETs and state. */
+/*
+ * Messages from a worker: cancels for other workers' clients, news of moved
+ * clients, console SETs and state, workers a console command left out.
+ */
 static void on_ctl(evutil_socket_t fd, short what, void *arg)
 {
 	int from = (int)(intptr_t)arg;
@@ -581,6 +616,9 @@ static void on_ctl(evutil_socket_t fd, short what, void *arg)
 		case CH_CONSOLE_STATE:
 			if (rfd >= 0)
 				console_state(from, rfd);
+			break;
+		case CH_CONSOLE_LEFT_OUT:
+			console_left_out(from, k);
 			break;
 		default:
 			break;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1399,6 +1400,46 @@ void admin_resume_all(void)
 	check_waits();
 }
 
+void admin_take_state(const ConsoleState *cs)
+{
+	if (wk.run_state != RUN_ACTIVE && wk.run_state != RUN_DRAINING)
+		return; /* shutting down: nothing to pause or resume */
+	List *i;
+	list_for_each(i, &wk.databases)
+	{
+		PgDatabase *db = container_of(i, PgDatabase, node);
+		if (db->admin)
+			continue;
+		bool paused = console_state_has(cs, CS_DB_PAUSED, db->name);
+		db->disabled = console_state_has(cs, CS_DB_DISABLED, db->name);
+		if (db->paused == paused)
+			continue;
+		db->paused = paused;
+		if (paused)
+			close_idle_servers_of(db);
+	}
+	char pause = console_state_pause(cs);
+	PauseMode want = pause == CS_PAUSED ? P_PAUSE : pause == CS_SUSPENDED ? P_SUSPEND : P_NONE;
+	if (wk.pause_mode != want) {
+		if (wk.pause_mode != P_NONE)
+			admin_resume_all();
+		if (want == P_PAUSE) {
+			wk.pause_mode = P_PAUSE;
+			worker_close_idle_servers();
+		} else if (want == P_SUSPEND) {
+			/* as SUSPEND without its console: it ends with the pooler's RESUME (CH_CONSOLE_RESUME) */
+			wk.pause_mode = P_SUSPEND;
+			worker_listen_pause(true);
+			for_each_pooled_socket(suspend_socket);
+			suspend_start = wk.now;
+		}
+		/* like a pause taken over at start: the master's word that the pooler resumed ends it */
+		wk.pause_inherited = want != P_NONE;
+	}
+	wake_all_pools();
+	check_waits();
+}
+
 void admin_pause_done_check(void)
 {
 	/* a SIGUSR2 ended the SUSPEND behind the console's back */
@@ -2066,7 +2107,7 @@ static const AdminCommand admin_commands[] = {
     {"SUSPEND", ARG_NONE, cmd_suspend, ACCESS_ADMIN, .fanout = true, .state = true, .waits = true},
     {"SHUTDOWN", ARG_OPT_MODE, cmd_shutdown, ACCESS_ADMIN, .modes = "WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS"},
     {"WAIT_CLOSE", ARG_OPT_DB, cmd_wait_close, ACCESS_ADMIN, .fanout = true, .waits = true},
-    {"DISABLE_LATER", ARG_DB, cmd_disable_later, ACCESS_PEER, .alias = true},
+    {"DISABLE_LATER", ARG_DB, cmd_disable_later, ACCESS_PEER, .alias = true, .state = true},
 };
 
 /* SHOW HELP's text after a command's name, by its argument kind. */
@@ -2183,9 +2224,35 @@ static bool word_in(const char *word, const char *words)
 	return false;
 }
 
+/*
+ * Whether the other end of peer connection c has closed: the console's
+ * worker gave up on this worker (it left it out, or its console went away)
+ * and reads no answer any more. The bytes of the query being run are in
+ * c's buffer already; what the socket holds behind them is EOF then.
+ */
+static bool peer_gave_up(const PgSocket *c)
+{
+	uint8_t b;
+	ssize_t n = recv(c->sb.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 /* Run `cmd` if the console may, with an argument of its kind. */
 static bool run_command(PgSocket *c, const AdminCommand *cmd, const char *arg, const char *query)
 {
+	/*
+	 * A state command from another worker's console that has given up on
+	 * this worker is stale: the master hands this worker the state the
+	 * console's commands left instead (CH_CONSOLE_SYNC, doc/workers.md
+	 * "Console state"), which a late run must not undo.
+	 */
+	if (cmd->state && c->is_internal && !c->from_master && c->sb.fd >= 0 && peer_gave_up(c)) {
+		log_info("console command \"%s\" came after its console had left this worker out: not run, the "
+		         "pooler's state comes from the master",
+		         query);
+		disconnect_client(c, false, "console left this worker out");
+		return false;
+	}
 	if (cmd->access == ACCESS_PEER && (!c->is_private || !c->admin_user))
 		return invalid_command(c, query);
 	if (!may_run(c, cmd->access))
@@ -2218,7 +2285,7 @@ static bool run_command(PgSocket *c, const AdminCommand *cmd, const char *arg, c
 		/* this worker runs it first: if it refuses, the others never get it */
 		char db[MAX_WORD];
 		char *undo = undo_of(query, db, sizeof(db));
-		FanoutCommand fc = {.undo = undo};
+		FanoutCommand fc = {.undo = undo, .state = cmd->state};
 		if (cmd->run == cmd_kill && !*arg)
 			fc.follow = FOLLOW_KILL;
 		else if (cmd->run == cmd_disable) {

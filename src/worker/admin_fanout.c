@@ -77,6 +77,7 @@ typedef struct AdminFanout {
 	char *undo;          /* FM_COMMAND: undoes one worker's finished part (NULL: nothing does) */
 	FanoutFollow follow; /* FM_COMMAND: what follows the answers */
 	char *db;            /* FOLLOW_DISABLE: the database */
+	bool state;          /* FM_COMMAND: it may change the console's state (FanoutCommand.state) */
 	bool dispatched;     /* the query may go to the peers (this worker has run it) */
 	bool failing;        /* a worker refused: the command fails and the finished parts are undone */
 	bool cancelled;      /* the console cancelled it: the finished parts are undone */
@@ -611,6 +612,7 @@ static void end_command(AdminFanout *fo)
 	free(fo->db);
 	fo->query = fo->undo = fo->db = NULL;
 	fo->follow = FOLLOW_NONE;
+	fo->state = false;
 	fo->dispatched = fo->failing = fo->cancelled = fo->followed = false;
 	for (int i = 0; i < SHM_MAX_WORKERS; i++)
 		answer_reset(&fo->ans[i]);
@@ -863,6 +865,26 @@ static void write_command_outcome(AdminFanout *fo, PktBuf *pb)
 	}
 }
 
+/*
+ * The workers a state command leaves out: those that did not answer it (or
+ * its undo or follow-up) in time, and, when the console goes away before the
+ * reply, those that have not answered yet. Their connections from this
+ * console are closed, so a query still on its way there is refused as stale
+ * (run_command() in admin.c); the master hands them the state this worker
+ * reported instead.
+ */
+static uint64_t left_out(const AdminFanout *fo, bool console_gone)
+{
+	uint64_t mask = 0;
+	for (int i = 0; fo->state && i < SHM_MAX_WORKERS; i++) {
+		const Answer *a = &fo->ans[i];
+		if (i != wk.id && a->involved &&
+		    (a->missing || a->unconfirmed || (console_gone && (!a->done || fo->peers[i].skip))))
+			mask |= UINT64_C(1) << i;
+	}
+	return mask;
+}
+
 static void on_finish(evutil_socket_t fd, short what, void *arg)
 {
 	AdminFanout *fo = arg;
@@ -915,6 +937,7 @@ static void on_finish(evutil_socket_t fd, short what, void *arg)
 		pktbuf_write_command_complete(&pb, own->tag ? own->tag : "SHOW");
 	}
 	pktbuf_write_ready(&pb, 'I');
+	admin_state_left_out(left_out(fo, false));
 	end_command(fo);
 	bool ok = sbuf_send(&c->sb, pb.buf, pb.len);
 	pktbuf_free(&pb);
@@ -1177,6 +1200,7 @@ void admin_fanout_begin(PgSocket *c, const char *query, FanoutMerge merge, int w
 		fo->undo = cmd->undo ? xstrdup(cmd->undo) : NULL;
 		fo->follow = cmd->follow;
 		fo->db = cmd->db ? xstrdup(cmd->db) : NULL;
+		fo->state = cmd->state;
 	}
 	fo->ans[wk.id].involved = true;
 	fo->ans[wk.id].pid = (int32_t)getpid();
@@ -1304,9 +1328,11 @@ void admin_fanout_client_gone(PgSocket *c)
 	c->fanout = NULL;
 	if (!fo)
 		return;
+	uint64_t mask = fo->active ? left_out(fo, true) : 0;
 	end_command(fo);
 	for (int i = 0; i < SHM_MAX_WORKERS; i++)
 		peer_close(&fo->peers[i]);
+	admin_state_left_out(mask); /* after the close: what the peers still read is stale */
 	event_free(fo->timer);
 	event_free(fo->finish);
 	free(fo);

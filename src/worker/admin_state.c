@@ -1,16 +1,20 @@
 /*
- * The console's state for workers started later (include/worker/admin_state.h,
- * doc/workers.md "Console state").
+ * The console's state for workers started later and for workers a console
+ * command left out (include/worker/admin_state.h, doc/workers.md "Console
+ * state").
  */
 #include "autoconfig.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/channel.h"
 #include "common/log.h"
+#include "common/util.h"
 #include "worker/admin.h"
 #include "worker/admin_state.h"
 #include "worker/worker.h"
@@ -109,4 +113,43 @@ void admin_state_master_resume(void)
 		return;
 	log_info("the console's PAUSE/SUSPEND ended in another worker, resuming");
 	admin_resume_all();
+}
+
+void admin_state_left_out(uint64_t mask)
+{
+	if (!mask || wk.master_fd < 0)
+		return;
+	ChannelMsg m = {.type = CH_CONSOLE_LEFT_OUT};
+	memcpy(&m.arg, &mask, sizeof(mask));
+	if (!channel_send(wk.master_fd, &m, -1))
+		log_warning("the master was not told which workers a console command left out (%s): their state may "
+		            "differ",
+		            strerror(errno));
+}
+
+void admin_state_sync(int fd)
+{
+	struct stat st;
+	ConsoleState next = {0};
+	char *buf = NULL;
+	bool ok = fstat(fd, &st) == 0 && st.st_size >= 1 && st.st_size <= (off_t)CS_MAX_LEN;
+	if (ok) {
+		buf = xmalloc((size_t)st.st_size);
+		ok = pread(fd, buf, (size_t)st.st_size, 0) == st.st_size &&
+		     console_state_decode(&next, buf, (size_t)st.st_size);
+	}
+	free(buf);
+	if (!ok) {
+		log_warning("the master handed over a console state that cannot be read: this worker's may differ");
+		console_state_free(&next);
+		return;
+	}
+	/* the flags of auto-databases not created here are the pooler's from now on too */
+	console_state_free(&inherited);
+	inherited = next;
+	log_info("a console command left this worker out: taking the pooler's state over (%s)",
+	         console_state_pause(&inherited) == CS_PAUSED      ? "paused"
+	         : console_state_pause(&inherited) == CS_SUSPENDED ? "suspended"
+	                                                           : "running");
+	admin_take_state(&inherited);
 }

@@ -513,6 +513,12 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 		case CH_CONSOLE_RESUME:
 			admin_state_master_resume();
 			break;
+		case CH_CONSOLE_SYNC:
+			if (rfd >= 0) {
+				admin_state_sync(rfd);
+				close(rfd);
+			}
+			break;
 		case CH_CANCEL: {
 			uint8_t key[CANCEL_KEY_LEN];
 			memcpy(key, &m.arg, CANCEL_KEY_LEN);
