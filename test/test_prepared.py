@@ -1849,3 +1849,45 @@ def test_asyncpg_after_schema_change(bouncer, pg):
     fresh_schema_table(pg)
     b, evict = evicting_pooler(bouncer)
     assert asyncio.run(scenario(b.port, evict)) == want
+
+
+@pytest.mark.parametrize("what", ["console KILL", "client leaves", "query_timeout"])
+def test_bind_waiting_for_its_description_when_things_fail(bouncer, pg, what):
+    """A statement prepared again: the client's Bind waits for the
+    description of its re-prepare (doc/transaction.md, "Schema changes").
+    The PostgreSQL backend is stopped (SIGSTOP) so that the wait lasts; then
+    the server is killed from the console, the client leaves, or
+    query_timeout ends it. The client gets an error or is gone, nothing
+    hangs, and the next client is served."""
+    import os
+    import signal
+
+    extra = {"query_timeout": 1} if what == "query_timeout" else {}
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1, max_prepared_statements=1, **extra))
+    w, evictor = raw_client(b), raw_client(b)
+    assert exchange(w, parse("s1", "SELECT 7"), bind("s1"), execute(), SYNC).rows == [["7"]]
+    assert exchange(evictor, parse("e", "SELECT 42"), bind("e"), execute(), SYNC).rows == [["42"]]
+    backend = int(exchange(w, query_message("SELECT pg_backend_pid()")).rows[0][0])
+    os.kill(backend, signal.SIGSTOP)
+    try:
+        w.send(bind("s1") + execute() + SYNC)  # s1 was evicted: prepared again, the Bind waits
+        time.sleep(0.3)
+        if what == "console KILL":
+            with b.admin() as admin:
+                admin.execute("KILL postgres")
+            got = w.expect_closed()
+            assert got and got[-1][0] == b"E" and error_fields(got[-1][1])["M"] == "database removed", got
+        elif what == "client leaves":
+            w.close()
+        else:
+            got = w.expect_closed()
+            assert got and got[-1][0] == b"E" and error_fields(got[-1][1])["M"] == "query timeout", got
+    finally:
+        os.kill(backend, signal.SIGCONT)
+    if what == "console KILL":
+        with b.admin() as admin:
+            admin.execute("RESUME postgres")
+    fresh = raw_client(b)
+    assert exchange(fresh, parse("s1", "SELECT 8"), bind("s1"), execute(), SYNC).rows == [["8"]]
+    if what != "console KILL":  # KILL closed every client of the database
+        assert exchange(evictor, bind("e"), execute(), SYNC).rows == [["42"]]

@@ -652,8 +652,19 @@ static __attribute__((noinline)) SBufAction handle_client_packet(PgSocket *c, co
 		return SB_FORWARD;
 	}
 	SBufAction act = txn_client_packet(c, hdr, data, avail);
-	if (act == SB_FORWARD || act == SB_CONSUMED)
-		count_request(c, hdr);
+	if (act == SB_WAIT) {
+		/*
+		 * Held until its statement's description is in (txn.c): its request
+		 * starts now, so that query_timeout covers the wait; counted once.
+		 */
+		if (!c->request_counted)
+			count_request(c, hdr);
+		c->request_counted = true;
+	} else if (act != SB_NEED_FULL) {
+		if ((act == SB_FORWARD || act == SB_CONSUMED) && !c->request_counted)
+			count_request(c, hdr);
+		c->request_counted = false;
+	}
 	/*
 	 * What the pooler sends on its own marks it itself. A Flush starts
 	 * nothing on the server: behind requests the pooler answered itself it
