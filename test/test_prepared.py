@@ -1281,6 +1281,28 @@ def test_unnamed_statements_pass_through(bouncer):
     assert stats_totals(b) == (0, 0, 0)
 
 
+def unnamed_then_duplicate(w):
+    """The unnamed statement, then a named Parse refused as a duplicate
+    (42P05), then a Bind of the unnamed statement: a failed Parse of a
+    named statement leaves the unnamed one alone."""
+    assert exchange(w, parse("", "SELECT 5"), SYNC).errors == []
+    assert exchange(w, parse("dup", "SELECT 1"), SYNC).errors == []
+    dup = exchange(w, parse("dup", "SELECT 2"), SYNC)
+    return dup.errors, exchange(w, bind(""), execute(), SYNC)
+
+
+def test_refused_duplicate_leaves_the_unnamed_statement(bouncer, pg):
+    direct = PgWire(pg.port)
+    direct.login()
+    want_errors, want = unnamed_then_duplicate(direct)
+    direct.close()
+    assert [e[1] for e in want_errors] == ["42P05"] and want.rows == [["5"]]
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    errors, got = unnamed_then_duplicate(raw_client(b))
+    assert errors == want_errors
+    assert (got.errors, got.rows) == ([], [["5"]]), got
+
+
 @pytest.mark.parametrize("limit", [200, 0])
 def test_unnamed_statement_of_another_client_is_never_bound(bouncer, limit):
     """pgx's QueryExecModeDescribeExec parses and describes the unnamed

@@ -72,12 +72,14 @@ static PktBuf *server_msg(PgSocket *c)
  * error is replaced by `error` (SQLSTATE, then the message). Valid syntax
  * (an unknown column, named after the reason in the server's log), so
  * that in a failed transaction the server's 25P02 comes first, as it would.
+ * A named Parse: one of the unnamed statement would drop the client's
+ * unnamed statement, and this name is never stored, since the Parse fails.
  */
 static void refuse(PgSocket *c, PgSocket *s, const char *column, const char *error)
 {
 	PktBuf *pb = server_msg(c);
 	pktbuf_start_msg(pb, 'P');
-	pktbuf_put_string(pb, "");
+	pktbuf_put_string(pb, PREPARE_NAME_PREFIX "refused");
 	pktbuf_put_bytes(pb, "SELECT ", 7);
 	pktbuf_put_string(pb, column);
 	pktbuf_put_u16(pb, 0);
