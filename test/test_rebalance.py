@@ -243,6 +243,39 @@ def test_moved_client_keeps_prepared_statements_timezone_and_cancel(bouncer):
     assert_cancels(c)
 
 
+def test_moved_client_keeps_its_statements_result_type(bouncer, pg):
+    """Clients prepare a statement on worker 0; the table changes; half of
+    them move to worker 1. There, as on PostgreSQL (and on worker 0), the
+    statement prepared before the change fails with 0A000 instead of
+    returning the new columns to a client that was given two
+    (doc/transaction.md, "Schema changes")."""
+    pg.sql("DROP TABLE IF EXISTS rb_schema")
+    pg.sql("CREATE TABLE rb_schema (a int, b int)")
+    pg.sql("INSERT INTO rb_schema VALUES (1, 2)")
+    b = bouncer(ini_overrides={**BASE, "pool_mode": "transaction"})
+    clients = [b.connect(autocommit=True) for _ in range(N)]
+    for c in clients:
+        assert c.pgconn.prepare(b"rb_s", b"SELECT * FROM rb_schema").status == psycopg.pq.ExecStatus.COMMAND_OK
+        res = c.pgconn.exec_prepared(b"rb_s", [])
+        assert (res.status, res.nfields) == (psycopg.pq.ExecStatus.TUPLES_OK, 2)
+    pg.sql("ALTER TABLE rb_schema ADD COLUMN c int DEFAULT 7")
+    add_second_worker(b)
+    wait_for(lambda: even(b, N), "an even split")
+    moved_ports = ports_of(b, 1)
+    moved = [c for c in clients if local_port(c) in moved_ports]
+    assert len(moved) >= N // 2 - 4
+    got = []
+    for c in moved:
+        res = c.pgconn.exec_prepared(b"rb_s", [])
+        got.append((res.status, res.error_field(psycopg.pq.DiagnosticField.SQLSTATE)))
+    assert set(got) == {(psycopg.pq.ExecStatus.FATAL_ERROR, b"0A000")}, got
+    # the driver's retry: the text prepared again gives the new columns
+    c = moved[0]
+    assert c.pgconn.prepare(b"rb_s2", b"SELECT * FROM rb_schema").status == psycopg.pq.ExecStatus.COMMAND_OK
+    res = c.pgconn.exec_prepared(b"rb_s2", [])
+    assert (res.status, res.nfields) == (psycopg.pq.ExecStatus.TUPLES_OK, 3)
+
+
 def test_tls_clients_stay(bouncer, tls_files):
     """A TLS client's state lives in its worker: it stays, and SHOW WORKERS counts it as not movable."""
     b = bouncer(ini_overrides={**BASE, "pool_mode": "transaction", "client_tls_sslmode": "allow",

@@ -122,8 +122,9 @@ typedef enum ChannelMsgType {
 /*
  * The format of a moved client's packed state (src/worker/migrate.c). Two
  * binaries hand clients to one another (-R) only if theirs are equal.
+ * 2: each prepared statement carries its result type.
  */
-#define CLIENT_STATE_VERSION 1u
+#define CLIENT_STATE_VERSION 2u
 
 typedef struct ChannelMsg {
 	uint32_t type; /* ChannelMsgType */

@@ -30,6 +30,14 @@ typedef struct ServerStmt ServerStmt;
 
 /* The registry entry for a Parse body, made if new; the caller holds one reference. */
 PreparedStmt *prepare_stmt_get(const uint8_t *key, size_t keylen);
+/*
+ * The same for a client moved from another worker, whose statement was
+ * described there with result type `desc` (0 = unknown): if this worker's
+ * servers describe the text differently, the client gets an entry of its
+ * own, retired, so that its next Bind fails with 0A000 as it would have
+ * there (doc/transaction.md, "Schema changes").
+ */
+PreparedStmt *prepare_stmt_get_described(const uint8_t *key, size_t keylen, uint64_t desc);
 void prepare_stmt_unref(PreparedStmt *ps);
 uint64_t prepare_stmt_id(const PreparedStmt *ps);
 const uint8_t *prepare_stmt_key(const PreparedStmt *ps, size_t *keylen);

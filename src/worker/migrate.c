@@ -158,13 +158,21 @@ bool migrate_pack(const PgSocket *c, PktBuf *pb)
 			pktbuf_put_string(pb, c->vars[i].value);
 		}
 
-	/* prepared statements: the client's name and the Parse body; the receiver prepares them lazily */
+	/*
+	 * prepared statements: the client's name, the Parse body and the result
+	 * type the client was given (two halves of its hash, 0 = unknown); the
+	 * receiver prepares them lazily
+	 */
 	pktbuf_put_u32(pb, prepare_client_count(&c->stmts));
 	for (const ClientStmt *cs = prepare_client_first(&c->stmts); cs; cs = prepare_client_next(cs)) {
 		size_t keylen;
-		const uint8_t *key = prepare_stmt_key(prepare_client_stmt(cs), &keylen);
+		const PreparedStmt *ps = prepare_client_stmt(cs);
+		const uint8_t *key = prepare_stmt_key(ps, &keylen);
+		uint64_t desc = prepare_stmt_desc(ps);
 		pktbuf_put_string(pb, prepare_client_name(cs));
 		put_blob(pb, key, keylen);
+		pktbuf_put_u32(pb, (uint32_t)(desc >> 32));
+		pktbuf_put_u32(pb, (uint32_t)desc);
 	}
 
 	/* the login's secret, for a receiver that never saw this user (auth_query, SCRAM pass-through) */
@@ -443,14 +451,15 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, char *err, size
 	for (uint32_t k = 0; k < nstmts; k++) {
 		const char *name;
 		const uint8_t *body;
-		uint32_t body_len;
-		if (!pktreader_get_string(&r, &name) || !get_blob(&r, &body, &body_len)) {
+		uint32_t body_len, desc_hi, desc_lo;
+		if (!pktreader_get_string(&r, &name) || !get_blob(&r, &body, &body_len) ||
+		    !pktreader_get_u32(&r, &desc_hi) || !pktreader_get_u32(&r, &desc_lo)) {
 			snprintf(err, errlen, "malformed prepared statements");
 			goto fail;
 		}
 		if (prepare_client_find(&c->stmts, name))
 			continue;
-		PreparedStmt *ps = prepare_stmt_get(body, body_len);
+		PreparedStmt *ps = prepare_stmt_get_described(body, body_len, (uint64_t)desc_hi << 32 | desc_lo);
 		prepare_client_add(&c->stmts, name, ps);
 		prepare_stmt_unref(ps); /* the mapping holds its own reference */
 	}

@@ -50,20 +50,46 @@ static PreparedStmt *retired; /* entries still held but never handed out again f
 static uint64_t next_id = 1;
 static uint64_t next_gen = 1;
 
+/* A new entry for a Parse body, in no hash yet. */
+static PreparedStmt *stmt_new(const uint8_t *key, size_t keylen)
+{
+	PreparedStmt *ps = xcalloc(1, sizeof(*ps));
+	ps->id = next_id++;
+	snprintf(ps->name, sizeof(ps->name), PREPARE_NAME_PREFIX "%llu", (unsigned long long)ps->id);
+	ps->keylen = keylen;
+	ps->key = xmalloc(keylen ? keylen : 1);
+	memcpy(ps->key, key, keylen);
+	return ps;
+}
+
 PreparedStmt *prepare_stmt_get(const uint8_t *key, size_t keylen)
 {
 	PreparedStmt *ps;
 	HASH_FIND(hh, registry, key, keylen, ps);
 	if (!ps) {
-		ps = xcalloc(1, sizeof(*ps));
-		ps->id = next_id++;
-		snprintf(ps->name, sizeof(ps->name), PREPARE_NAME_PREFIX "%llu", (unsigned long long)ps->id);
-		ps->keylen = keylen;
-		ps->key = xmalloc(keylen ? keylen : 1);
-		memcpy(ps->key, key, keylen);
+		ps = stmt_new(key, keylen);
 		HASH_ADD_KEYPTR(hh, registry, ps->key, ps->keylen, ps);
 	}
 	ps->refcount++;
+	return ps;
+}
+
+PreparedStmt *prepare_stmt_get_described(const uint8_t *key, size_t keylen, uint64_t desc)
+{
+	PreparedStmt *ps = prepare_stmt_get(key, keylen);
+	if (!desc || ps->desc == desc)
+		return ps;
+	if (!ps->desc) {
+		ps->desc = desc; /* the first preparation here compares with it (ANS_CHECK) */
+		return ps;
+	}
+	/* this worker's servers give the text another result type now: an entry of its own, retired */
+	prepare_stmt_unref(ps);
+	ps = stmt_new(key, keylen);
+	ps->desc = desc;
+	ps->retired = true;
+	ps->refcount = 1;
+	HASH_ADD_KEYPTR(hh, retired, ps->key, ps->keylen, ps);
 	return ps;
 }
 
