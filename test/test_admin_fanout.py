@@ -939,3 +939,127 @@ def test_squatted_private_dir_does_not_stop_a_start(bouncer, tmp_path, squatter)
     del held
     # the squatter's object is left alone
     assert d.is_symlink() if squatter == "symlink" else d.exists()
+
+
+# ---- found by trying to break the fan-out of process commands ----
+
+def pid_of(b, worker):
+    return next(w["pid"] for w in workers(b) if w["worker"] == worker)
+
+
+def outcome_of(bg):
+    """A command's statusmessage, its error text, or "aborted" for a bare ReadyForQuery."""
+    try:
+        return bg.result(15)
+    except psycopg.InternalError as e:
+        assert str(e) == "got no result from the query"
+        return "aborted"
+    except psycopg.Error as e:
+        return e.diag.message_primary
+
+
+def test_cancel_of_a_pause_a_stopped_worker_completes_late(bouncer):
+    """The console cancels a PAUSE that worker 1, stopped for a moment, has
+    not read yet: worker 1 pauses once it runs (the cancel comes after), and
+    its part is undone. The reply must say what the pooler is now: either
+    PAUSE with every worker paused, or an abandoned command with none paused;
+    never PAUSE while nothing is paused. (The console is on the Unix socket,
+    which only a running worker accepts from: the cancel reaches worker 0.)"""
+    b = two_workers()(bouncer)
+    conn = on_worker(b, 0, admin=True, host=str(b.dir))
+    rows(conn, "SHOW CLIENTS")  # the peer connection to worker 1 is logged in
+    pid1 = pid_of(b, 1)
+    os.kill(pid1, signal.SIGSTOP)
+    try:
+        pause = Background(lambda: conn.execute("PAUSE").statusmessage)
+        time.sleep(0.3)
+        conn.cancel()
+        time.sleep(0.3)
+    finally:
+        os.kill(pid1, signal.SIGCONT)
+    outcome = outcome_of(pause)
+    time.sleep(0.5)
+    after = [pause_state(b, w) for w in (0, 1)]
+    assert (outcome, after) in (("PAUSE", ["paused", "paused"]), ("aborted", ["active", "active"]))
+
+
+def test_cancel_of_a_kill_still_kills_everywhere(bouncer, pg):
+    """KILL cannot be cancelled (it closes connections at once); a cancel that
+    comes while worker 1 has not answered yet must not skip the follow-up:
+    p0, killed on worker 0 (its only pool), ends paused on worker 1 too, as
+    the reply KILL says."""
+    b = two_workers(databases={n: pg.connstr("postgres") for n in ("postgres", "p0")})(bouncer)
+    private_client(b, 0, "p0").execute("SELECT 1")  # p0 has a pool on worker 0 only
+    conn = on_worker(b, 0, admin=True, host=str(b.dir))
+    rows(conn, "SHOW CLIENTS")
+    pid1 = pid_of(b, 1)
+    os.kill(pid1, signal.SIGSTOP)
+    try:
+        kill = Background(lambda: conn.execute("KILL").statusmessage)
+        time.sleep(0.3)
+        conn.cancel()
+        time.sleep(0.3)
+    finally:
+        os.kill(pid1, signal.SIGCONT)
+    assert outcome_of(kill) == "KILL"
+    assert [db_flags(b, w, "p0") for w in (0, 1)] == [(1, 0), (1, 0)]
+    conn.execute("RESUME p0")
+
+
+@pytest.mark.parametrize("before", ["PAUSE p0", "KILL p0"])
+def test_failed_pause_db_keeps_a_pause_that_was_there_before(bouncer, pg, before):
+    """p0 is paused on every worker (PAUSE p0, or KILL p0). Worker 1 is then
+    paused through its private socket, so it refuses the next PAUSE p0 and
+    the command fails as on one paused pooler. The undo of worker 0's part
+    (RESUME p0) must not lift the pause p0 had before the command: a failed
+    command changes nothing."""
+    b = two_workers(databases={n: pg.connstr("postgres") for n in ("postgres", "p0")})(bouncer)
+    conn = on_worker(b, 0, admin=True)
+    conn.execute(before)
+    with private_console(b, 1) as pc:
+        pc.execute("PAUSE")
+    with pytest.raises(psycopg.errors.ProtocolViolation, match="^already suspended/paused$"):
+        conn.execute("PAUSE p0")
+    assert [db_flags(b, w, "p0") for w in (0, 1)] == [(1, 0), (1, 0)]
+    conn.execute("RESUME")
+    conn.execute("RESUME p0")
+
+
+def test_disable_later_is_for_peers_only(bouncer, pg):
+    """DISABLE_LATER and RESUME_PART are the fan-out's own follow-up and
+    undo: an operator's console on the public port gets "invalid command",
+    as from one PgBouncer, and so does a stats user on a private socket."""
+    b = two_workers(ini={"stats_users": "postgres", "auth_type": "trust"})(bouncer)
+    for command in ("DISABLE_LATER postgres", "RESUME_PART", "RESUME_PART postgres"):
+        with b.admin() as conn:
+            with pytest.raises(psycopg.errors.ProtocolViolation, match="^invalid command"):
+                conn.execute(command)
+        with psycopg.connect(host=str(private_dir(b) / "worker.0"), port=b.port, user="postgres",
+                             dbname="pgbouncer", autocommit=True, connect_timeout=10) as conn:
+            with pytest.raises(psycopg.errors.ProtocolViolation, match="^invalid command"):
+                conn.execute(command)
+    assert [db_flags(b, w, "postgres") for w in (0, 1)] == [(0, 0), (0, 0)]
+
+
+
+def test_kill_and_disable_follow_ups_of_a_name_that_needs_quoting(bouncer, pg):
+    """An auto-database whose name has upper case, a space and a double
+    quote exists on worker 0 only. KILL's follow-up pauses it on worker 1,
+    and DISABLE of it (quoted as one identifier) is remembered there."""
+    name = 'Sh"op x'
+    b = two_workers(databases={"postgres": pg.connstr("postgres"), "*": pg.connstr("postgres")})(bouncer)
+    private_client(b, 0, name).execute("SELECT 1")
+    quoted = '"' + name.replace('"', '""') + '"'
+    with on_worker(b, 1, admin=True) as conn:
+        assert conn.execute("KILL").statusmessage == "KILL"
+        assert db_flags(b, 1, name) == (1, 0)
+        assert conn.execute(f"RESUME {quoted}").statusmessage == "RESUME"
+        assert [db_flags(b, w, name) for w in (0, 1)] == [(0, 0), (0, 0)]
+    with private_console(b, 1) as pc:
+        pc.execute("ENABLE " + quoted)  # worker 1 has it now (the KILL registered it): make it lack it again
+    respawn(b, 1)
+    with on_worker(b, 0, admin=True) as conn:
+        assert conn.execute(f"DISABLE {quoted}").statusmessage == "DISABLE"
+    for w in (0, 1):
+        with pytest.raises(psycopg.OperationalError, match="is disabled"):
+            private_client(b, w, name).close()

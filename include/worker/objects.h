@@ -207,6 +207,8 @@ struct PgSocket {
 	bool from_master;               /* is_internal from the master (metrics_listen): answered for the
 	                                   whole pooler like an operator's console */
 	struct AdminFanout *fanout;     /* consoles: peer connections for fanned-out commands, or NULL */
+	bool pause_db_noop;             /* consoles: their last PAUSE db found it paused already (by an earlier
+	                                   command): undoing that part leaves it paused */
 	int peer_pid;                   /* SO_PEERCRED pid for unix clients, else 0 */
 	uid_t peer_uid;                 /* SO_PEERCRED uid */
 

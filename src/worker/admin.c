@@ -1463,9 +1463,10 @@ void admin_wait_close_check(void)
 }
 
 /*
- * What undoes `query` when a cancel abandons it: for PAUSE [db] and SUSPEND,
- * "RESUME" with the argument as typed (to be freed), and in db the database
- * ("" = all); NULL for the other commands, whose cancel only ends the wait.
+ * What undoes `query` on a peer when a cancel or another worker's refusal
+ * abandons it: for PAUSE [db] and SUSPEND, "RESUME_PART" with the argument
+ * as typed (to be freed), and in db the database ("" = all); NULL for the
+ * other commands, whose cancel only ends the wait.
  */
 static char *undo_of(const char *query, char *db, size_t dblen)
 {
@@ -1475,10 +1476,11 @@ static char *undo_of(const char *query, char *db, size_t dblen)
 	    (strcasecmp(word, "PAUSE") != 0 && strcasecmp(word, "SUSPEND") != 0) ||
 	    admin_parse_arg(p, db, dblen) != ADMIN_PARSE_OK)
 		return NULL;
-	size_t n = strlen(p);
-	char *undo = xmalloc(n + 7);
-	memcpy(undo, "RESUME", 6);
-	memcpy(undo + 6, p, n + 1);
+	static const char verb[] = "RESUME_PART";
+	size_t n = strlen(p), k = sizeof(verb) - 1;
+	char *undo = xmalloc(n + k + 1);
+	memcpy(undo, verb, k);
+	memcpy(undo + k, p, n + 1);
 	return undo;
 }
 
@@ -1499,12 +1501,16 @@ static bool undo_pause(const char *db_name)
 	return true;
 }
 
-/* Undo this worker's finished part of `query` (PAUSE [db], SUSPEND); true if there was one to undo. */
-static bool undo_here(const char *query)
+/*
+ * Undo console c's finished part of `query` (PAUSE [db], SUSPEND) on this
+ * worker; true if there was one to undo. A PAUSE db that found the database
+ * paused already changed nothing here: the earlier pause stays.
+ */
+static bool undo_here(PgSocket *c, const char *query)
 {
 	char db[MAX_WORD];
 	char *undo = undo_of(query, db, sizeof(db));
-	bool undone = undo && undo_pause(db);
+	bool undone = undo && !(*db && c->pause_db_noop) && undo_pause(db);
 	free(undo);
 	if (undone) {
 		log_info("console command abandoned, resuming");
@@ -1524,7 +1530,7 @@ static void abandon_wait(PgSocket *c)
 		/* only what the command itself paused: a cancelled WAIT_CLOSE or RELOAD leaves a PAUSE alone */
 		bool undone = false;
 		if (w.kind == WAIT_PAUSE_DB)
-			undone = undo_pause(w.db);
+			undone = !c->pause_db_noop && undo_pause(w.db); /* a pause from before stays */
 		else if (w.kind == WAIT_PAUSE || w.kind == WAIT_SUSPEND)
 			undone = undo_pause("");
 		if (undone) {
@@ -1539,7 +1545,7 @@ static void abandon_wait(PgSocket *c)
 void admin_abandon_part(PgSocket *c, const char *query, bool done_here)
 {
 	if (done_here)
-		(void)undo_here(query);
+		(void)undo_here(c, query);
 	else
 		abandon_wait(c);
 }
@@ -1554,7 +1560,7 @@ void admin_console_cancel(PgSocket *c)
 	if (query) {
 		admin_fanout_cancel(c); /* the command ends later, from the loop: query stays */
 		if (done_here)
-			(void)undo_here(query);
+			(void)undo_here(c, query);
 	}
 	abandon_wait(c);
 }
@@ -1657,6 +1663,7 @@ static bool cmd_pause(PgSocket *c, const char *arg, const char *query)
 		PgDatabase *db = db_arg(c, arg, true, "pause");
 		if (!db)
 			return c->state != CL_JUSTFREE; /* false: the error could not be sent */
+		c->pause_db_noop = db->paused;          /* an undo of this part must keep that pause (undo_here()) */
 		db->paused = true;
 		close_idle_servers_of(db);
 		if (servers_in_use(db) == 0)
@@ -1693,6 +1700,18 @@ static bool cmd_resume(PgSocket *c, const char *arg, const char *query)
 		admin_resume_all();
 	}
 	return send_simple(c, "RESUME");
+}
+
+/*
+ * RESUME_PART [db]: the undo of a fanned-out PAUSE [db] or SUSPEND whose
+ * part this peer connection's worker had done (undo_of()). As RESUME [db],
+ * except after a PAUSE db that found the database paused already.
+ */
+static bool cmd_resume_part(PgSocket *c, const char *arg, const char *query)
+{
+	bool noop = *arg && c->pause_db_noop;
+	c->pause_db_noop = false;
+	return noop ? send_simple(c, "RESUME") : cmd_resume(c, arg, query);
 }
 
 static bool cmd_suspend(PgSocket *c, const char *arg, const char *query)
@@ -2108,6 +2127,7 @@ static const AdminCommand admin_commands[] = {
     {"SHUTDOWN", ARG_OPT_MODE, cmd_shutdown, ACCESS_ADMIN, .modes = "WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS"},
     {"WAIT_CLOSE", ARG_OPT_DB, cmd_wait_close, ACCESS_ADMIN, .fanout = true, .waits = true},
     {"DISABLE_LATER", ARG_DB, cmd_disable_later, ACCESS_PEER, .alias = true, .state = true},
+    {"RESUME_PART", ARG_OPT_DB, cmd_resume_part, ACCESS_PEER, .alias = true, .state = true},
 };
 
 /* SHOW HELP's text after a command's name, by its argument kind. */

@@ -835,6 +835,9 @@ static void write_command_outcome(AdminFanout *fo, PktBuf *pb)
 			*slot = i; /* this worker's answer first */
 		agreed &= refused(a);
 	}
+	/* a cancelled PAUSE [db] or SUSPEND is undone wherever it was done: it ends as abandoned, not as done */
+	if (fo->cancelled && fo->undo)
+		aborted = true;
 	if (fo->failing && refusal >= 0) {
 		for (int i = 0; i < SHM_MAX_WORKERS; i++) {
 			const Answer *a = &fo->ans[i];
@@ -891,7 +894,8 @@ static void on_finish(evutil_socket_t fd, short what, void *arg)
 	worker_clock_tick();
 	if (!fo->active || !all_done(fo))
 		return;
-	if (fo->merge == FM_COMMAND && !fo->failing && !fo->cancelled && !fo->followed && follow_up(fo))
+	/* a cancel only abandons waits: a KILL or DISABLE that it came too late for still has its follow-ups */
+	if (fo->merge == FM_COMMAND && !fo->failing && !fo->followed && follow_up(fo))
 		return; /* called again once the follow-ups are answered */
 	PgSocket *c = fo->console;
 	Answer *own = &fo->ans[wk.id];
@@ -1314,8 +1318,8 @@ void admin_fanout_cancel(PgSocket *c)
 				undo_peer(fo, i);
 		} else if (!fo->peers[i].query_sent) {
 			a->involved = false; /* still logging in: it never gets the command */
-		} else {
-			send_cancel(fo, i);
+		} else if (fo->waits) {
+			send_cancel(fo, i); /* (a command that does not wait has nothing to abandon there) */
 		}
 	}
 	if (all_done(fo))
