@@ -1913,3 +1913,114 @@ def test_bind_waiting_for_its_description_when_things_fail(bouncer, pg, what):
     assert exchange(fresh, parse("s1", "SELECT 8"), bind("s1"), execute(), SYNC).rows == [["8"]]
     if what != "console KILL":  # KILL closed every client of the database
         assert exchange(evictor, bind("e"), execute(), SYNC).rows == [["42"]]
+
+
+# ---------------------------------------------------------------------------
+# found by trying to break the re-prepare check and the unnamed statement's owner
+
+
+def test_skipped_unnamed_parse_does_not_make_the_statement_the_clients(bouncer):
+    """A client's Parse of the unnamed statement behind a failing message in
+    the same pipeline is skipped by the server: the unnamed statement there
+    is still another client's. The client's later Bind of the unnamed
+    statement must get PostgreSQL's 26000 (its own connection has none),
+    never run the other client's query."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    w, other = raw_client(b), raw_client(b)
+    r = exchange(other, parse("", "SELECT 'secret of other'"), bind(""), execute(), SYNC)
+    assert r.rows == [["secret of other"]], r
+    r = exchange(w, run("never"), parse("", "SELECT 'mine'"), SYNC)
+    assert (r.types, r.errors) == ("EZ", [no_such("never")]), r
+    r = exchange(w, bind(""), execute(), SYNC)
+    assert (r.rows, r.errors) == ([], [("ERROR", "26000", "unnamed prepared statement does not exist")]), r
+
+
+def test_result_type_learnt_when_the_statement_is_evicted_before_the_answer(bouncer, pg):
+    """The Describe the pooler sends behind each Parse it makes records the
+    statement's result type. In a pipeline that prepares more statements
+    than the server keeps (max_prepared_statements = 1 here), a statement
+    is evicted before that Describe is answered: the answer must still be
+    recorded, or the statement's next re-prepare after a table change
+    learns the new type instead of checking it, and the client, told of
+    two columns by its own Describe, gets rows of three (as from
+    PostgreSQL, it must get 0A000)."""
+
+    def scenario(w, evict):
+        r = exchange(w, parse("s1", SCHEMA_QUERY), describe(b"S", "s1"), parse("s2", "SELECT 2"), run("s1"),
+                     run("s2"), SYNC)
+        assert (r.types, r.rows) == ("1tT12DC2DCZ", [["1", "2"], ["2"]]), r
+        pg.sql(ADD_COLUMN)
+        evict()
+        r = exchange(w, run("s1"), SYNC)
+        return r.types, r.errors, r.rows
+
+    fresh_schema_table(pg)
+    direct = PgWire(pg.port)
+    direct.login()
+    want = scenario(direct, lambda: None)
+    direct.close()
+    assert want == ("EZ", [CHANGED], [])
+
+    fresh_schema_table(pg)
+    b, evict = evicting_pooler(bouncer)
+    assert scenario(raw_client(b), evict) == want
+
+
+def test_statement_prepared_again_before_its_type_is_known_then_skipped(bouncer, pg):
+    """A statement whose result type is not known yet (the pooler's Describe
+    behind its first Parse is still unanswered) is prepared again in the
+    same pipeline, after a message that fails: the server skips that Parse.
+    The client's Bind of the statement after the Sync must find it
+    prepared again, not run into the pooler's name (26000): on PostgreSQL
+    the statement exists."""
+
+    def scenario(w):
+        r = exchange(w, parse("s1", "SELECT 1"), parse("s2", "SELECT 2"), run("never"), run("s1"), SYNC,
+                     run("s1"), run("s2"), SYNC)
+        return r.types, r.errors, r.rows
+
+    direct = PgWire(pg.port)
+    direct.login()
+    want = scenario(direct)
+    direct.close()
+    assert want == ("11EZ2DC2DCZ", [no_such("never")], [["1"], ["2"]])
+
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1, max_prepared_statements=1))
+    assert scenario(raw_client(b)) == want
+
+
+@pytest.mark.parametrize("skipped", ["Parse", "Close"])
+def test_skipped_unnamed_parse_then_bind_after_a_sync_in_the_same_write(bouncer, skipped):
+    """As the two tests above, with the Bind of the unnamed statement sent
+    after the Sync, in the same write as what the server skips (the
+    client's Parse, or the pooler's Close of the other client's unnamed
+    statement before a Bind): it must not run the other client's query. The
+    Bind waits until the server has answered or skipped it; when the
+    server answers it, the Bind runs the client's own statement."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    w, other = raw_client(b), raw_client(b)
+    r = exchange(other, parse("", "SELECT 'secret of other'"), bind(""), execute(), SYNC)
+    assert r.rows == [["secret of other"]], r
+    first = parse("", "SELECT 'mine'") if skipped == "Parse" else bind("") + execute()
+    r = exchange(w, run("never"), first, SYNC, bind(""), execute(), SYNC)
+    assert (r.types, r.rows) == ("EZEZ", []), r
+    assert r.errors == [no_such("never"), ("ERROR", "26000", "unnamed prepared statement does not exist")], r
+    r = exchange(other, parse("", "SELECT 'other again'"), bind(""), execute(), SYNC)
+    assert r.rows == [["other again"]], r
+    r = exchange(w, parse("", "SELECT 'mine'"), SYNC, bind(""), execute(), SYNC, describe(b"S", ""), SYNC)
+    assert (r.types, r.rows, r.errors) == ("1Z2DCZtTZ", [["mine"]], []), r
+
+
+def test_skipped_close_of_another_clients_unnamed_statement(bouncer):
+    """The pooler's Close of another client's unnamed statement, sent
+    before a Bind of the unnamed statement, is skipped by the server after
+    an error earlier in the pipeline: the other client's statement is still
+    there, and a later Bind of the unnamed statement must not run it."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    w, other = raw_client(b), raw_client(b)
+    r = exchange(other, parse("", "SELECT 'secret of other'"), bind(""), execute(), SYNC)
+    assert r.rows == [["secret of other"]], r
+    r = exchange(w, run("never"), bind(""), execute(), SYNC)
+    assert (r.types, r.errors) == ("EZ", [no_such("never")]), r
+    r = exchange(w, bind(""), execute(), SYNC)
+    assert (r.rows, r.errors) == ([], [("ERROR", "26000", "unnamed prepared statement does not exist")]), r

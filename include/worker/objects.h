@@ -249,7 +249,7 @@ struct PgSocket {
 	/* protocol state */
 	bool setting_vars;          /* server: running SET for tracked parameters */
 	bool vars_pipelined;        /* server: that SET went ahead of the client's messages (replay_vars) */
-	bool held_for_check;        /* server: its client's message waits for an ANS_CHECK answer (txn.c) */
+	bool held_for_check;        /* server: its client's message waits (ANS_CHECK, its unnamed statement; txn.c) */
 	bool request_counted;       /* client: the message held by SB_WAIT was counted (count_request()) already */
 	bool resetting;             /* server: running reset/check query */
 	bool lent;                  /* server: given out since its login or its last check (server_check_delay = 0) */

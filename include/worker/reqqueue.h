@@ -31,8 +31,9 @@ typedef enum ReqAnswer {
 	ANS_FAKE_ERROR, /* an injected failing Parse: its ErrorResponse is replaced by the pooler's error */
 	ANS_LEARN,      /* the pooler's Describe of a statement it prepared: the result type is recorded, the
 	                   answer dropped */
-	ANS_CHECK,      /* the same for a statement prepared again, compared with the recorded one; the client's
-	                   message that needed it waits for the answer (doc/transaction.md, "Schema changes") */
+	ANS_CHECK,      /* the same for a statement prepared again, compared with the recorded one (recorded if
+	                   none yet); the client's message that needed it waits for the answer
+	                   (doc/transaction.md, "Schema changes") */
 } ReqAnswer;
 
 #define REQ_SHORT_NAME 21 /* room in a Request for a short statement name (most drivers' names fit) */

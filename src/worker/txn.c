@@ -115,6 +115,18 @@ static void answer_own_requests(PgSocket *s)
 	}
 }
 
+/*
+ * A request that changes which unnamed statement the server has: the
+ * client's Parse of it (with max_prepared_statements = 0, any of its
+ * Parses), or the pooler's Close of another client's (unnamed_of_another()).
+ */
+static bool changes_unnamed(const Request *r)
+{
+	if (r->kind == REQ_PARSE)
+		return r->answer == ANS_CLIENT && !r->stmt_id && !r->map_gen;
+	return r->kind == REQ_CLOSE && r->answer == ANS_SWALLOW && !r->stmt_id;
+}
+
 /* A request the server will never answer: what it prepared never happened. */
 static void request_dropped(Request *r, void *arg)
 {
@@ -130,6 +142,15 @@ static void request_dropped(Request *r, void *arg)
 		PreparedStmt *ps = prepare_stmt_by_id(r->stmt_id);
 		if (ps && !prepare_server_has(&s->sstmts, ps, false))
 			prepare_server_add(&s->sstmts, ps);
+		return;
+	}
+	if (changes_unnamed(r)) {
+		/*
+		 * Skipped, the server's unnamed statement is still whoever's it
+		 * was (a failed Parse leaves none): nobody's, a later Bind of it
+		 * closes it first.
+		 */
+		s->unnamed_owner = 0;
 		return;
 	}
 	if (r->kind != REQ_PARSE)
@@ -199,11 +220,11 @@ typedef enum Prepared {
 
 /*
  * The client's statement is not on the server: prepare it from its text,
- * with a Describe whose answer the client never sees. When the statement's
- * result type is known, the client was given that type: the message waits
- * (one round trip, a Flush making the server answer at once) and the
- * answer decides (described()), so that a Bind of a statement whose
- * columns changed never runs (doc/transaction.md, "Schema changes").
+ * with a Describe whose answer the client never sees. The client was given
+ * the statement's result type: the message waits (one round trip, a Flush
+ * making the server answer at once) and the answer decides (described()),
+ * so that a Bind of a statement whose columns changed never runs
+ * (doc/transaction.md, "Schema changes").
  */
 static __attribute__((noinline)) Prepared prepare_again(PgSocket *c, PgSocket *s, PreparedStmt *ps)
 {
@@ -213,10 +234,12 @@ static __attribute__((noinline)) Prepared prepare_again(PgSocket *c, PgSocket *s
 		return PREP_REFUSED;
 	}
 	send_parse(c, s, ps, ANS_SWALLOW, 0);
-	if (!prepare_stmt_desc(ps)) {
-		send_describe(c, s, ps, ANS_LEARN);
-		return PREP_READY;
-	}
+	/*
+	 * Also when the type is not known yet (its first Describe is still
+	 * unanswered): the answer records it, and the wait keeps the messages
+	 * behind from relying on a Parse that the server may skip after an
+	 * error ahead of it.
+	 */
 	send_describe(c, s, ps, ANS_CHECK);
 	pktbuf_put_bytes(server_msg(c), flush, sizeof(flush));
 	s->held_for_check = true;
@@ -452,6 +475,25 @@ static SBufAction unnamed_of_another(PgSocket *c, PgSocket *s, ReqKind kind, con
 	return SB_CONSUMED;
 }
 
+/*
+ * Whether what made the client the owner of the server's unnamed statement
+ * is still unanswered in an earlier part of the pipeline (before a Sync):
+ * an error there has the server skip it, and the statement is someone
+ * else's. In the same part a Bind shares its fate.
+ */
+static bool unnamed_unsettled(const ReqQueue *q)
+{
+	bool behind_sync = false;
+	for (uint32_t i = q->count; i-- > 0;) {
+		const Request *r = &q->items[(q->head + i) & (q->cap - 1)];
+		if (r->kind == REQ_SYNC)
+			behind_sync = true;
+		else if (changes_unnamed(r))
+			return behind_sync;
+	}
+	return false;
+}
+
 /* Whether a Bind (in avail bytes of len) or Describe names the unnamed statement: -1 when more bytes are needed. */
 static int names_unnamed_stmt(char type, const uint8_t *data, uint32_t avail, uint32_t len)
 {
@@ -477,13 +519,17 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 			q->copy_in = false;
 		return SB_SKIP;
 	}
-	if ((hdr->type == 'B' || hdr->type == 'D') && s->unnamed_owner != c->id) {
+	if ((hdr->type == 'B' || hdr->type == 'D') && (s->unnamed_owner != c->id || q->count)) {
 		int unnamed = names_unnamed_stmt(hdr->type, data, avail, hdr->len);
 		if (unnamed < 0)
 			return SB_NEED_FULL;
-		if (unnamed)
+		if (unnamed && s->unnamed_owner != c->id)
 			return unnamed_of_another(c, s, hdr->type == 'B' ? REQ_BIND : REQ_DESCRIBE, data, avail,
 			                          hdr->len);
+		if (unnamed && unnamed_unsettled(q)) {
+			s->held_for_check = true; /* offered again once that is answered or skipped */
+			return SB_WAIT;
+		}
 	}
 	switch (hdr->type) {
 	case 'Q':
@@ -683,16 +729,19 @@ static void result_type_changed(PgSocket *s, const Request *req, PreparedStmt *p
 	     req->answer == ANS_CHECK ? ": its client gets 0A000" : "");
 	prepare_stmt_retire(ps);
 	ClientStmt *cs = c && req->map_gen ? prepare_client_find(&c->stmts, request_name(req)) : NULL;
-	if (cs && prepare_client_gen(cs) == req->map_gen && prepare_client_stmt(cs) == ps) {
+	if (cs && (prepare_client_gen(cs) != req->map_gen || prepare_client_stmt(cs) != ps))
+		cs = NULL;
+	/* may free ps, unless cs holds it (the server's set need not: evicted meanwhile) */
+	prepare_server_orphan(&s->sstmts, ps);
+	if (cs) {
 		size_t keylen;
 		const uint8_t *key = prepare_stmt_key(ps, &keylen);
 		PreparedStmt *fresh = prepare_stmt_get(key, keylen);
 		if (!prepare_stmt_desc(fresh))
 			prepare_stmt_set_desc(fresh, desc);
-		prepare_client_set_stmt(cs, fresh);
+		prepare_client_set_stmt(cs, fresh); /* may free ps */
 		prepare_stmt_unref(fresh);
 	}
-	prepare_server_orphan(&s->sstmts, ps); /* may free ps */
 	if (c && req->answer == ANS_CHECK) {
 		refuse_changed(c, s);
 		s->rq.skipping = true;
@@ -704,8 +753,16 @@ static void described(PgSocket *s, const Request *req, const uint8_t *data, uint
 {
 	uint64_t desc = txn_row_desc_hash(data, len);
 	PreparedStmt *ps = prepare_server_find_id(&s->sstmts, req->stmt_id);
+	if (!ps && req->stmt_id)
+		/*
+		 * Evicted or dropped by a DISCARD ALL after the Describe was sent (a
+		 * pipeline): the answer still describes the statement as it was
+		 * prepared. Its first description must not be lost, or the next
+		 * re-prepare would learn the type instead of checking it.
+		 */
+		ps = prepare_stmt_by_id(req->stmt_id);
 	if (!ps || !desc)
-		return; /* evicted or dropped by a DISCARD ALL meanwhile: nothing to compare */
+		return; /* nobody uses it any more: nothing to compare */
 	uint64_t known = prepare_stmt_desc(ps);
 	if (!known)
 		prepare_stmt_set_desc(ps, desc);
@@ -788,6 +845,8 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 		act = SB_CONSUMED;
 		resume = req.answer == ANS_CHECK;
 	}
+	if (!resume && s->held_for_check && changes_unnamed(&req))
+		resume = true; /* a Bind of the unnamed statement waited for this (unnamed_unsettled()) */
 	if (req.error)
 		free(req.error);
 	if (req.stmt_name)
