@@ -532,6 +532,22 @@ static void count_request(PgSocket *c, const PktHdr *hdr)
 	}
 }
 
+/*
+ * A message held (SB_WAIT) until its statement's description is in
+ * (txn.c): its request starts when it is first held, so that
+ * query_timeout covers the wait, and it is counted once.
+ */
+static __attribute__((noinline)) void count_held_request(PgSocket *c, const PktHdr *hdr, SBufAction act)
+{
+	if (act == SB_WAIT) {
+		if (!c->request_counted)
+			count_request(c, hdr);
+		c->request_counted = true;
+	} else if (act != SB_NEED_FULL) {
+		c->request_counted = false; /* offered again and passed on: counted when it was held */
+	}
+}
+
 static SBufAction handle_admin_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
 {
 	switch (hdr->type) {
@@ -652,19 +668,10 @@ static __attribute__((noinline)) SBufAction handle_client_packet(PgSocket *c, co
 		return SB_FORWARD;
 	}
 	SBufAction act = txn_client_packet(c, hdr, data, avail);
-	if (act == SB_WAIT) {
-		/*
-		 * Held until its statement's description is in (txn.c): its request
-		 * starts now, so that query_timeout covers the wait; counted once.
-		 */
-		if (!c->request_counted)
-			count_request(c, hdr);
-		c->request_counted = true;
-	} else if (act != SB_NEED_FULL) {
-		if ((act == SB_FORWARD || act == SB_CONSUMED) && !c->request_counted)
-			count_request(c, hdr);
-		c->request_counted = false;
-	}
+	if (__builtin_expect(act == SB_WAIT || c->request_counted, 0))
+		count_held_request(c, hdr, act);
+	else if (act == SB_FORWARD || act == SB_CONSUMED)
+		count_request(c, hdr);
 	/*
 	 * What the pooler sends on its own marks it itself. A Flush starts
 	 * nothing on the server: behind requests the pooler answered itself it

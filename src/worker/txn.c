@@ -509,6 +509,28 @@ static int names_unnamed_stmt(char type, const uint8_t *data, uint32_t avail, ui
 	return data[5] == 'S' && data[6] == 0;
 }
 
+/*
+ * A Bind or Describe that may name the unnamed statement while it is
+ * another client's (unnamed_of_another()) or while what made it this
+ * client's may yet be skipped (unnamed_unsettled()): SB_FORWARD when it
+ * does not, or neither is the case.
+ */
+static SBufAction guard_unnamed(PgSocket *c, PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+{
+	int unnamed = names_unnamed_stmt(hdr->type, data, avail, hdr->len);
+	if (unnamed < 0)
+		return SB_NEED_FULL;
+	if (!unnamed)
+		return SB_FORWARD;
+	if (s->unnamed_owner != c->id)
+		return unnamed_of_another(c, s, hdr->type == 'B' ? REQ_BIND : REQ_DESCRIBE, data, avail, hdr->len);
+	if (unnamed_unsettled(&s->rq)) {
+		s->held_for_check = true; /* offered again once that is answered or skipped */
+		return SB_WAIT;
+	}
+	return SB_FORWARD;
+}
+
 SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
 {
 	PgSocket *s = c->link;
@@ -518,18 +540,6 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 		if (hdr->type == 'c' || hdr->type == 'f')
 			q->copy_in = false;
 		return SB_SKIP;
-	}
-	if ((hdr->type == 'B' || hdr->type == 'D') && (s->unnamed_owner != c->id || q->count)) {
-		int unnamed = names_unnamed_stmt(hdr->type, data, avail, hdr->len);
-		if (unnamed < 0)
-			return SB_NEED_FULL;
-		if (unnamed && s->unnamed_owner != c->id)
-			return unnamed_of_another(c, s, hdr->type == 'B' ? REQ_BIND : REQ_DESCRIBE, data, avail,
-			                          hdr->len);
-		if (unnamed && unnamed_unsettled(q)) {
-			s->held_for_check = true; /* offered again once that is answered or skipped */
-			return SB_WAIT;
-		}
 	}
 	switch (hdr->type) {
 	case 'Q':
@@ -555,6 +565,11 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 			return SB_NEED_FULL;
 		return client_parse(c, s, data + 5, hdr->len - 5);
 	case 'B':
+		if (s->unnamed_owner != c->id || q->count) {
+			SBufAction act = guard_unnamed(c, s, hdr, data, avail);
+			if (act != SB_FORWARD)
+				return act;
+		}
 		if (!tracks_statements(c->pool)) {
 			reqqueue_push(q, REQ_BIND, ANS_CLIENT);
 			return SB_FORWARD;
@@ -562,6 +577,11 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 		return client_bind(c, s, data, avail, hdr->len);
 	case 'D':
 	case 'C':
+		if (hdr->type == 'D' && (s->unnamed_owner != c->id || q->count)) {
+			SBufAction act = guard_unnamed(c, s, hdr, data, avail);
+			if (act != SB_FORWARD)
+				return act;
+		}
 		if (!tracks_statements(c->pool)) {
 			reqqueue_push(q, hdr->type == 'D' ? REQ_DESCRIBE : REQ_CLOSE, ANS_CLIENT);
 			return SB_FORWARD;
