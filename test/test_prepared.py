@@ -1281,6 +1281,22 @@ def test_unnamed_statements_pass_through(bouncer):
     assert stats_totals(b) == (0, 0, 0)
 
 
+def test_close_of_the_unnamed_statement_by_another_client(bouncer):
+    """Client B closes the unnamed statement while the server's is client
+    A's: B has none there, so, as PostgreSQL answers a Close of a statement
+    that does not exist, B gets CloseComplete, and A's statement stays."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    a, other = raw_client(b), raw_client(b)
+    assert exchange(a, parse("", "SELECT 5"), SYNC).errors == []
+    closed = exchange(other, close(b"S", ""), SYNC)
+    assert (closed.types, closed.errors) == ("3Z", []), closed
+    got = exchange(a, bind(""), execute(), SYNC)
+    assert (got.errors, got.rows) == ([], [["5"]]), got
+    # its own unnamed statement a client closes for real
+    assert exchange(a, close(b"S", ""), SYNC).types == "3Z"
+    assert [e[1] for e in exchange(a, bind(""), execute(), SYNC).errors] == ["26000"]
+
+
 def unnamed_then_duplicate(w):
     """The unnamed statement, then a named Parse refused as a duplicate
     (42P05), then a Bind of the unnamed statement: a failed Parse of a

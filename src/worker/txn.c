@@ -581,6 +581,16 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 			SBufAction act = guard_unnamed(c, s, hdr, data, avail);
 			if (act != SB_FORWARD)
 				return act;
+		} else if (hdr->type == 'C' && s->unnamed_owner != c->id &&
+		           names_unnamed_stmt('D', data, avail, hdr->len) > 0) {
+			/*
+			 * The server's unnamed statement is not this client's: the client
+			 * has none here, and PostgreSQL answers a Close of a statement
+			 * that does not exist with CloseComplete. The other's stays.
+			 */
+			reqqueue_push(q, REQ_CLOSE, ANS_POOLER);
+			answer_own_requests(s);
+			return SB_CONSUMED;
 		}
 		if (!tracks_statements(c->pool)) {
 			reqqueue_push(q, hdr->type == 'D' ? REQ_DESCRIBE : REQ_CLOSE, ANS_CLIENT);
