@@ -958,6 +958,23 @@ def outcome_of(bg):
         return e.diag.message_primary
 
 
+def cancelled_while_worker_1_stops(b, conn, query):
+    """Console conn (on worker 0) gives `query` while worker 1 is stopped,
+    and cancels it before worker 1 runs again; returns the Background of
+    the query."""
+    rows(conn, "SHOW CLIENTS")  # the peer connection to worker 1 is logged in
+    pid1 = pid_of(b, 1)
+    os.kill(pid1, signal.SIGSTOP)
+    try:
+        command = Background(lambda: conn.execute(query).statusmessage)
+        time.sleep(0.3)
+        conn.cancel()
+        time.sleep(0.3)
+    finally:
+        os.kill(pid1, signal.SIGCONT)
+    return command
+
+
 def test_cancel_of_a_pause_a_stopped_worker_completes_late(bouncer):
     """The console cancels a PAUSE that worker 1, stopped for a moment, has
     not read yet: worker 1 pauses once it runs (the cancel comes after), and
@@ -967,17 +984,7 @@ def test_cancel_of_a_pause_a_stopped_worker_completes_late(bouncer):
     which only a running worker accepts from: the cancel reaches worker 0.)"""
     b = two_workers()(bouncer)
     conn = on_worker(b, 0, admin=True, host=str(b.dir))
-    rows(conn, "SHOW CLIENTS")  # the peer connection to worker 1 is logged in
-    pid1 = pid_of(b, 1)
-    os.kill(pid1, signal.SIGSTOP)
-    try:
-        pause = Background(lambda: conn.execute("PAUSE").statusmessage)
-        time.sleep(0.3)
-        conn.cancel()
-        time.sleep(0.3)
-    finally:
-        os.kill(pid1, signal.SIGCONT)
-    outcome = outcome_of(pause)
+    outcome = outcome_of(cancelled_while_worker_1_stops(b, conn, "PAUSE"))
     time.sleep(0.5)
     after = [pause_state(b, w) for w in (0, 1)]
     assert (outcome, after) in (("PAUSE", ["paused", "paused"]), ("aborted", ["active", "active"]))
@@ -991,17 +998,7 @@ def test_cancel_of_a_kill_still_kills_everywhere(bouncer, pg):
     b = two_workers(databases={n: pg.connstr("postgres") for n in ("postgres", "p0")})(bouncer)
     private_client(b, 0, "p0").execute("SELECT 1")  # p0 has a pool on worker 0 only
     conn = on_worker(b, 0, admin=True, host=str(b.dir))
-    rows(conn, "SHOW CLIENTS")
-    pid1 = pid_of(b, 1)
-    os.kill(pid1, signal.SIGSTOP)
-    try:
-        kill = Background(lambda: conn.execute("KILL").statusmessage)
-        time.sleep(0.3)
-        conn.cancel()
-        time.sleep(0.3)
-    finally:
-        os.kill(pid1, signal.SIGCONT)
-    assert outcome_of(kill) == "KILL"
+    assert outcome_of(cancelled_while_worker_1_stops(b, conn, "KILL")) == "KILL"
     assert [db_flags(b, w, "p0") for w in (0, 1)] == [(1, 0), (1, 0)]
     conn.execute("RESUME p0")
 
