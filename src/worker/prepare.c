@@ -58,7 +58,8 @@ static PreparedStmt *stmt_new(const uint8_t *key, size_t keylen)
 	snprintf(ps->name, sizeof(ps->name), PREPARE_NAME_PREFIX "%llu", (unsigned long long)ps->id);
 	ps->keylen = keylen;
 	ps->key = xmalloc(keylen ? keylen : 1);
-	memcpy(ps->key, key, keylen);
+	if (keylen)
+		memcpy(ps->key, key, keylen);
 	return ps;
 }
 
@@ -339,10 +340,8 @@ void prepare_server_orphan(ServerStmt **set, PreparedStmt *ps)
 	if (!ss || ss->ps != ps)
 		return;
 	/* a stand-in that only keeps the name, closed when it is the least recently used */
-	PreparedStmt *stub = xcalloc(1, sizeof(*stub));
-	stub->id = next_id++;
+	PreparedStmt *stub = stmt_new(NULL, 0);
 	memcpy(stub->name, ps->name, sizeof(stub->name));
-	stub->key = xmalloc(1);
 	stub->retired = true;
 	stub->refcount = 1;
 	HASH_ADD_KEYPTR(hh, retired, stub->key, 0, stub); /* where prepare_stmt_unref() looks for a retired one */
