@@ -418,6 +418,31 @@ def test_message_longer_than_max_packet_size(with_bystander):
     check_unharmed(b, bystander)
 
 
+@pytest.mark.parametrize("before", ["parse answered by the pooler", "sync", "error"])
+def test_flush_with_a_body_in_transaction_mode(with_bystander, before):
+    """A Flush carries no body. PostgreSQL answers one that has a body with
+    an error and then ignores everything up to the next Sync; no request of
+    the client waits for that error, so a server that got it and went back
+    to the pool would ignore the next client's messages (pool of one: the
+    bystander's). The pooler closes the client instead, and the server never
+    sees the message."""
+    b, bystander = with_bystander(pool_mode="transaction", default_pool_size=1, max_prepared_statements=10,
+                                  query_wait_timeout=10)
+    known = b"SELECT 'known'\0\0\0"
+    assert bystander.execute("SELECT 'known'", prepare=True).fetchone() == ("known",)
+    w = PgWire(b.port)
+    w.login(password="postgres")
+    # something that links a server first, then the Flush with a body
+    first = {"parse answered by the pooler": message(b"P", b"mine\0" + known),
+             "sync": message(b"S"),
+             "error": message(b"P", b"\0SELECT 1/0\0\0\0") + message(b"B", b"\0\0" + b"\0" * 6)
+             + message(b"E", b"\0" + b"\0" * 4) + message(b"S")}[before]
+    w.send(first + message(b"H", b"junk"))
+    err = w.expect_fatal("invalid Flush message")
+    assert err["C"] == "08P01"
+    check_unharmed(b, bystander)
+
+
 def test_disconnect_mid_packet(with_bystander):
     """A client that dies halfway through a query must not leave a half
     message on a server that is then given to the next client."""

@@ -605,6 +605,15 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 	case 'f':
 		return client_copy_msg(c, s, hdr->type);
 	default: /* Flush */
+		if (hdr->len != 5) {
+			/*
+			 * PostgreSQL answers a Flush with a body with an error and
+			 * skips to the next Sync: an answer no request waits for, and
+			 * a server that would ignore the next client's messages.
+			 */
+			disconnect_client(c, true, "invalid Flush message");
+			return SB_CLOSED;
+		}
 		return SB_FORWARD;
 	}
 }
