@@ -888,6 +888,49 @@ def test_deallocate_all_and_discard_all_forget_the_clients_statements(bouncer, c
     assert a.simple_query("SELECT 'usable'") == ([["usable"]], None)
 
 
+DEALLOCATE_ALL = {"query": query_message("DEALLOCATE ALL"),
+                  "extended": parse("", "DEALLOCATE ALL") + bind("") + execute()}
+
+
+@pytest.mark.parametrize("how", DEALLOCATE_ALL)
+def test_statements_parsed_behind_deallocate_all_in_a_pipeline(bouncer, how):
+    """A pipeline sends DEALLOCATE ALL and, before its answer, a Parse that
+    the pooler prepares on the server under its own name: the command drops
+    what was prepared before it, not that statement, nor the client's name
+    for it. Forgetting them made the pooler prepare the statement there
+    again for the next client of the same text, and PostgreSQL refused that
+    with "prepared statement "PGBOUNCER_1" already exists" on every Bind."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1, max_prepared_statements=1))
+    w, other = raw_client(b), raw_client(b)
+    text = "SELECT 'w', $1::int"
+    r = exchange(w, parse("mine", text), run("mine", [1]), SYNC)
+    assert r.rows == [["w", "1"]], r
+    assert exchange(other, parse("u", "SELECT 'u'"), SYNC).types == "1Z"  # evicts text from the server
+    r = exchange(other, DEALLOCATE_ALL[how], parse("same", text), parse("new", "SELECT 'new'"), SYNC)
+    assert r.errors == [], r
+    assert prepared_of_client(b, other) == 2
+    for i in (2, 3):
+        r = exchange(w, run("mine", [i]), SYNC)
+        assert (r.types, r.rows) == ("2DCZ", [["w", str(i)]]), r
+    r = exchange(other, run("same", [4]), run("new"), run("u"), SYNC)
+    assert (r.rows, r.errors) == ([["w", "4"], ["new"]], [no_such("u")]), r
+
+
+def test_eviction_skipped_behind_deallocate_all(bouncer):
+    """An eviction sent behind a DEALLOCATE ALL and then skipped (an error
+    between them) closes a statement the command has dropped already: it
+    must not count as still on the server, or the next client's Bind of it
+    goes there unprepared and fails."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1, max_prepared_statements=1))
+    w, other = raw_client(b), raw_client(b)
+    r = exchange(w, parse("mine", "SELECT 'w', $1::int"), run("mine", [1]), SYNC)
+    assert r.rows == [["w", "1"]], r
+    r = exchange(other, DEALLOCATE_ALL["extended"], run("never"), parse("p", "SELECT 'p'"), SYNC)
+    assert r.errors == [no_such("never")], r
+    r = exchange(w, run("mine", [2]), SYNC)
+    assert (r.types, r.rows) == ("2DCZ", [["w", "2"]]), r
+
+
 def test_reset_query_always_drops_statements_on_the_server_only(bouncer):
     """With server_reset_query_always, DISCARD ALL runs on every release: the
     server's statements are gone, the client's are not, and the pooler

@@ -57,6 +57,8 @@ void prepare_stmt_set_desc(PreparedStmt *ps, uint64_t desc);
 void prepare_stmt_retire(PreparedStmt *ps);
 bool prepare_stmt_retired(const PreparedStmt *ps);
 /* The entry numbered id, or NULL once nobody uses it (a walk: for rare paths only). */
+/* An id no statement has (numbering starts at 1 and never gets there): for an eviction of one that is gone. */
+#define PREPARE_ID_GONE UINT64_MAX
 PreparedStmt *prepare_stmt_by_id(uint64_t id);
 
 /* ---- a client's names ---- */
@@ -75,6 +77,8 @@ void prepare_client_reattach(ClientStmtMap *map, ClientStmt *cs); /* skipped: ba
 void prepare_client_free(ClientStmt *cs);                         /* a detached one, for good */
 bool prepare_client_remove_gen(ClientStmtMap *map, uint64_t gen); /* false if that mapping is gone already */
 void prepare_client_clear(ClientStmtMap *map);
+/* The same, but for the mappings keep() says to keep (by their gen). */
+void prepare_client_clear_except(ClientStmtMap *map, bool (*keep)(uint64_t gen, void *arg), void *arg);
 unsigned prepare_client_count(const ClientStmtMap *map);
 /* Walk a client's map (a moved client's state, src/worker/migrate.c): first, next (NULL at the end), its name. */
 ClientStmt *prepare_client_first(const ClientStmtMap *map);
@@ -103,6 +107,8 @@ PreparedStmt *prepare_server_find_id(ServerStmt **set, uint64_t id); /* the serv
  */
 void prepare_server_orphan(ServerStmt **set, PreparedStmt *ps);
 void prepare_server_clear(ServerStmt **set);
+/* The same, but for the statements keep() says to keep (by their id). */
+void prepare_server_clear_except(ServerStmt **set, bool (*keep)(uint64_t id, void *arg), void *arg);
 unsigned prepare_server_count(ServerStmt *const *set);
 size_t prepare_server_stmt_size(void); /* one server's record of one statement (SHOW MEM) */
 

@@ -254,9 +254,17 @@ bool prepare_client_remove_gen(ClientStmtMap *map, uint64_t gen)
 
 void prepare_client_clear(ClientStmtMap *map)
 {
+	prepare_client_clear_except(map, NULL, NULL);
+}
+
+void prepare_client_clear_except(ClientStmtMap *map, bool (*keep)(uint64_t gen, void *arg), void *arg)
+{
 	ClientStmt *cs, *tmp;
 	HASH_ITER(hh, map->head, cs, tmp)
-	prepare_client_remove(map, cs);
+	{
+		if (!keep || !keep(cs->gen, arg))
+			prepare_client_remove(map, cs);
+	}
 }
 
 unsigned prepare_client_count(const ClientStmtMap *map)
@@ -365,9 +373,16 @@ void prepare_server_remove_id(ServerStmt **set, uint64_t id)
 
 void prepare_server_clear(ServerStmt **set)
 {
+	prepare_server_clear_except(set, NULL, NULL);
+}
+
+void prepare_server_clear_except(ServerStmt **set, bool (*keep)(uint64_t id, void *arg), void *arg)
+{
 	ServerStmt *ss, *tmp;
 	HASH_ITER(hh, *set, ss, tmp)
 	{
+		if (keep && keep(ss->id, arg))
+			continue;
 		HASH_DELETE(hh, *set, ss);
 		prepare_stmt_unref(ss->ps);
 		free(ss);

@@ -645,7 +645,40 @@ static bool client_input_clean(const PgSocket *c)
 	return c->sb.send_pos == c->sb.send_end && !(c->sb.pkt_remain > 0 && c->sb.pkt_forward);
 }
 
-/* A DEALLOCATE ALL or DISCARD ALL ran: nothing is prepared on the server any more. */
+/* The request at position i of a server's queue (0 = head). */
+static Request *queued(PgSocket *s, uint32_t i)
+{
+	return &s->rq.items[(s->rq.head + i) & (s->rq.cap - 1)];
+}
+
+/* Whether a Parse behind the queue's head prepares statement `id` (the server's) or makes mapping `gen` (the client's). */
+static bool parse_behind(PgSocket *s, uint64_t id, uint64_t gen)
+{
+	for (uint32_t i = 1; i < s->rq.count; i++) {
+		const Request *r = queued(s, i);
+		if (r->kind == REQ_PARSE && ((id && r->stmt_id == id) || (gen && r->map_gen == gen)))
+			return true;
+	}
+	return false;
+}
+
+static bool server_stmt_behind(uint64_t id, void *arg)
+{
+	return parse_behind(arg, id, 0);
+}
+
+static bool client_stmt_behind(uint64_t gen, void *arg)
+{
+	return parse_behind(arg, 0, gen);
+}
+
+/*
+ * A DEALLOCATE ALL or DISCARD ALL ran: nothing is prepared on the server
+ * any more, but for what a pipeline sent behind it (its answer at the head
+ * of the queue): the Parses there prepare their statements afresh, and
+ * the client's names they make are its own. An eviction sent behind it
+ * closes a statement that is gone: skipped, it must not put it back.
+ */
 static void check_discard(PgSocket *s, const uint8_t *data, uint32_t len)
 {
 	const char *tag = (const char *)data + 5;
@@ -653,9 +686,19 @@ static void check_discard(PgSocket *s, const uint8_t *data, uint32_t len)
 		return; /* most tags are not DEALLOCATE/DISCARD: one byte tells */
 	if (strcmp(tag, "DEALLOCATE ALL") != 0 && strcmp(tag, "DISCARD ALL") != 0)
 		return;
-	prepare_server_clear(&s->sstmts);
+	for (uint32_t i = 1; i < s->rq.count; i++) {
+		Request *r = queued(s, i);
+		if (r->kind != REQ_CLOSE || r->answer != ANS_SWALLOW || !r->stmt_id)
+			continue;
+		bool made_behind = false;
+		for (uint32_t k = 1; k < i && !made_behind; k++)
+			made_behind = queued(s, k)->kind == REQ_PARSE && queued(s, k)->stmt_id == r->stmt_id;
+		if (!made_behind)
+			r->stmt_id = PREPARE_ID_GONE;
+	}
+	prepare_server_clear_except(&s->sstmts, server_stmt_behind, s);
 	if (s->link)
-		prepare_client_clear(&s->link->stmts);
+		prepare_client_clear_except(&s->link->stmts, client_stmt_behind, s);
 }
 
 void txn_server_discard_check(PgSocket *s, const uint8_t *data, uint32_t len)
