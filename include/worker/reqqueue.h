@@ -91,6 +91,12 @@ static inline void reqqueue_push(ReqQueue *q, ReqKind kind, ReqAnswer answer)
 	q->count++;
 }
 
+/* The request at position i of the queue (0 = head, i < count). */
+static inline Request *reqqueue_at(const ReqQueue *q, uint32_t i)
+{
+	return &q->items[(q->head + i) & (q->cap - 1)];
+}
+
 /* NULL when empty */
 static inline Request *reqqueue_head(ReqQueue *q)
 {
@@ -100,7 +106,7 @@ static inline Request *reqqueue_head(ReqQueue *q)
 /* the request pushed last, NULL when empty */
 static inline Request *reqqueue_tail(ReqQueue *q)
 {
-	return q->count ? &q->items[(q->head + q->count - 1) & (q->cap - 1)] : NULL;
+	return q->count ? reqqueue_at(q, q->count - 1) : NULL;
 }
 
 void reqqueue_pop(ReqQueue *q, Request *out);                  /* out may be NULL; else the caller frees its strings */

@@ -12,18 +12,12 @@
 #include "common/config.h"
 #include "common/util.h"
 
-/* The request at position i of the queue (0 = head). */
-static inline Request *item(ReqQueue *q, uint32_t i)
-{
-	return &q->items[(q->head + i) & (q->cap - 1)];
-}
-
 void reqqueue_grow(ReqQueue *q)
 {
 	uint32_t ncap = q->cap ? q->cap * 2 : 16; /* a power of two: positions wrap with a mask */
 	Request *n = xmalloc(ncap * sizeof(*n));
 	for (uint32_t i = 0; i < q->count; i++)
-		n[i] = *item(q, i);
+		n[i] = *reqqueue_at(q, i);
 	free(q->items);
 	q->items = n;
 	q->head = 0;
@@ -69,7 +63,7 @@ void reqqueue_pop(ReqQueue *q, Request *out)
 bool reqqueue_has_answer(const ReqQueue *q, ReqAnswer answer)
 {
 	for (uint32_t i = 0; i < q->count; i++)
-		if (q->items[(q->head + i) & (q->cap - 1)].answer == answer)
+		if (reqqueue_at(q, i)->answer == answer)
 			return true;
 	return false;
 }
@@ -77,9 +71,9 @@ bool reqqueue_has_answer(const ReqQueue *q, ReqAnswer answer)
 /* Drop the request at position i of the queue (0 = head). */
 static void drop_at(ReqQueue *q, uint32_t i, void (*dropped)(Request *r, void *arg), void *arg)
 {
-	Request r = *item(q, i);
+	Request r = *reqqueue_at(q, i);
 	for (uint32_t k = i; k + 1 < q->count; k++)
-		*item(q, k) = *item(q, k + 1);
+		*reqqueue_at(q, k) = *reqqueue_at(q, k + 1);
 	q->count--;
 	if (dropped)
 		dropped(&r, arg); /* may take r.closed back */
@@ -123,18 +117,18 @@ ReqPop reqqueue_server_special(ReqQueue *q, char type, Request *out, void (*drop
 	if (type == 'G') {
 		/* COPY FROM STDIN: Syncs sent behind its Query/Execute are ignored by the server */
 		uint32_t end = 0;
-		while (end < q->count && !item(q, end)->copy_end)
+		while (end < q->count && !reqqueue_at(q, end)->copy_end)
 			end++;
 		if (end == q->count) {
 			q->copy_in = true;
-			while (q->count > 1 && item(q, 1)->kind == REQ_SYNC)
+			while (q->count > 1 && reqqueue_at(q, 1)->kind == REQ_SYNC)
 				drop_at(q, 1, dropped, arg);
 			return POP_NONE;
 		}
 		/* the client ended the COPY already (it did not wait for this): up to there, and no further */
-		item(q, end)->copy_end = false;
+		reqqueue_at(q, end)->copy_end = false;
 		for (uint32_t i = end; i >= 1; i--)
-			if (item(q, i)->kind == REQ_SYNC)
+			if (reqqueue_at(q, i)->kind == REQ_SYNC)
 				drop_at(q, i, dropped, arg);
 		return POP_NONE;
 	}
@@ -146,7 +140,7 @@ ReqPop reqqueue_server_special(ReqQueue *q, char type, Request *out, void (*drop
 	/* the failed request goes to the caller; the server skips the rest up to the next Sync */
 	pop_head(q, out);
 	uint32_t skipped = 0;
-	while (skipped < q->count && item(q, skipped)->kind != REQ_SYNC)
+	while (skipped < q->count && reqqueue_at(q, skipped)->kind != REQ_SYNC)
 		skipped++;
 	/* undone last first, as effects are rolled back (a Close and a Parse of one statement) */
 	while (skipped > 0)

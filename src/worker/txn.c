@@ -485,7 +485,7 @@ static bool unnamed_unsettled(const ReqQueue *q)
 {
 	bool behind_sync = false;
 	for (uint32_t i = q->count; i-- > 0;) {
-		const Request *r = &q->items[(q->head + i) & (q->cap - 1)];
+		const Request *r = reqqueue_at(q, i);
 		if (r->kind == REQ_SYNC)
 			behind_sync = true;
 		else if (changes_unnamed(r))
@@ -645,17 +645,11 @@ static bool client_input_clean(const PgSocket *c)
 	return c->sb.send_pos == c->sb.send_end && !(c->sb.pkt_remain > 0 && c->sb.pkt_forward);
 }
 
-/* The request at position i of a server's queue (0 = head). */
-static Request *queued(PgSocket *s, uint32_t i)
-{
-	return &s->rq.items[(s->rq.head + i) & (s->rq.cap - 1)];
-}
-
 /* Whether a Parse behind the queue's head prepares statement `id` (the server's) or makes mapping `gen` (the client's). */
 static bool parse_behind(PgSocket *s, uint64_t id, uint64_t gen)
 {
 	for (uint32_t i = 1; i < s->rq.count; i++) {
-		const Request *r = queued(s, i);
+		const Request *r = reqqueue_at(&s->rq, i);
 		if (r->kind == REQ_PARSE && ((id && r->stmt_id == id) || (gen && r->map_gen == gen)))
 			return true;
 	}
@@ -687,12 +681,13 @@ static void check_discard(PgSocket *s, const uint8_t *data, uint32_t len)
 	if (strcmp(tag, "DEALLOCATE ALL") != 0 && strcmp(tag, "DISCARD ALL") != 0)
 		return;
 	for (uint32_t i = 1; i < s->rq.count; i++) {
-		Request *r = queued(s, i);
+		Request *r = reqqueue_at(&s->rq, i);
 		if (r->kind != REQ_CLOSE || r->answer != ANS_SWALLOW || !r->stmt_id)
 			continue;
 		bool made_behind = false;
 		for (uint32_t k = 1; k < i && !made_behind; k++)
-			made_behind = queued(s, k)->kind == REQ_PARSE && queued(s, k)->stmt_id == r->stmt_id;
+			made_behind =
+			    reqqueue_at(&s->rq, k)->kind == REQ_PARSE && reqqueue_at(&s->rq, k)->stmt_id == r->stmt_id;
 		if (!made_behind)
 			r->stmt_id = PREPARE_ID_GONE;
 	}
