@@ -418,7 +418,7 @@ def test_message_longer_than_max_packet_size(with_bystander):
     check_unharmed(b, bystander)
 
 
-@pytest.mark.parametrize("before", ["parse answered by the pooler", "sync", "error"])
+@pytest.mark.parametrize("before", ["nothing", "parse answered by the pooler", "sync", "error"])
 def test_flush_with_a_body_in_transaction_mode(with_bystander, before):
     """A Flush carries no body. PostgreSQL answers one that has a body with
     an error and then ignores everything up to the next Sync; no request of
@@ -433,7 +433,8 @@ def test_flush_with_a_body_in_transaction_mode(with_bystander, before):
     w = PgWire(b.port)
     w.login(password="postgres")
     # something that links a server first, then the Flush with a body
-    first = {"parse answered by the pooler": message(b"P", b"mine\0" + known),
+    first = {"nothing": b"",  # no server linked yet
+             "parse answered by the pooler": message(b"P", b"mine\0" + known),
              "sync": message(b"S"),
              "error": message(b"P", b"\0SELECT 1/0\0\0\0") + message(b"B", b"\0\0" + b"\0" * 6)
              + message(b"E", b"\0" + b"\0" * 4) + message(b"S")}[before]

@@ -647,6 +647,11 @@ static __attribute__((noinline)) SBufAction handle_client_packet(PgSocket *c, co
 	case MSG_NO_SERVER:
 		/* nothing outstanding to flush; COPY messages after a failed COPY let go of: no server needed */
 		if (!c->link && pool_effective_mode(c->pool) != POOL_SESSION && c->replication == REPLICATION_NONE) {
+			if (hdr->type == 'H' && hdr->len != 5) {
+				/* as with a server linked (txn_client_packet()) */
+				disconnect_client(c, true, "invalid Flush message");
+				return SB_CLOSED;
+			}
 			c->request_time = wk.now;
 			return SB_SKIP;
 		}
