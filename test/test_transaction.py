@@ -1053,6 +1053,70 @@ def test_reload_changes_pool_mode(bouncer, pg):
     check_shared(b)
 
 
+@pytest.mark.parametrize("old,new", [("session", "transaction"), ("transaction", "session"),
+                                     ("transaction", "statement"), ("statement", "session")])
+def test_pool_mode_changed_while_a_request_runs(bouncer, pg, old, new):
+    """SET pool_mode while a client's request is on the server: its answers are
+    those of the mode it was sent under (the pooler's own Parse and Describe of a
+    renamed statement stay swallowed, nothing is taken for an answer to no
+    request), and the new mode applies from the client's next request."""
+    b = bouncer(ini_overrides={"pool_mode": old, "default_pool_size": 2, "query_wait_timeout": 15})
+    w = PgWire(b.port)
+    w.login()
+    sleep = "SELECT pg_sleep(0.5)::text || 'slept'"
+    w.send(parse_msg(sleep, "mode_s") + bind_msg("mode_s") + describe_portal() + execute_msg() + SYNC)
+    with b.admin() as admin:
+        wait_for(lambda: pg.sql("SELECT 1 FROM pg_stat_activity WHERE state = 'active' AND query = %s", [sleep]),
+                 "the statement to run")
+        admin.execute(f"SET pool_mode = {new}")
+    assert summary(read_ready(w)) == [("1", None), ("2", None), ("T", None), ("D", ("slept",)),
+                                      ("C", b"SELECT 1\0"), ("Z", b"I")]
+    rows, err, status = query(w, "SELECT 'after'")
+    assert (rows, err, status) == ([["after"]], None, b"I")
+    w.close()
+    # the new mode is in force: transaction and statement modes share one server between two clients
+    if new != "session":
+        with b.admin() as admin:
+            admin.execute("SET default_pool_size = 1")
+        check_shared(b)
+    assert "to no request" not in b.log_text()
+
+
+def test_transaction_begun_before_statement_mode_ends_normally(bouncer, pg):
+    """A transaction begun in transaction mode runs to its COMMIT after SET
+    pool_mode = statement; the client's next transaction block is refused."""
+    b = bouncer(ini_overrides={**TX, "default_pool_size": 2})
+    w = PgWire(b.port)
+    w.login()
+    assert query(w, "BEGIN")[2] == b"T"
+    with b.admin() as admin:
+        admin.execute("SET pool_mode = statement")
+    assert query(w, "SELECT 'inside'") == ([["inside"]], None, b"T")
+    assert query(w, "COMMIT")[1:] == (None, b"I")
+    assert query(w, "SELECT 'after'")[0] == [["after"]]
+    w.send(query_message("BEGIN"))
+    w.expect_fatal(STMT_ERROR)
+
+
+def test_session_client_between_requests_follows_new_mode(bouncer, pg):
+    """A session-mode client that holds its server and pipelines two requests
+    keeps it until both are answered, then gives it back once the pool is in
+    transaction mode: its pipeline is answered in full and in order."""
+    b = bouncer(ini_overrides={"default_pool_size": 1, "query_wait_timeout": 15})
+    w = PgWire(b.port)
+    w.login()
+    assert query(w, "SELECT 1")[2] == b"I"  # session mode: holds the only server from now on
+    with b.admin() as admin:
+        admin.execute("SET pool_mode = transaction")
+    w.send(query_message("SELECT pg_sleep(0.3)") + extended("SELECT 'second'") + SYNC)
+    assert summary(read_ready(w, 2)) == [("T", None), ("D", ("",)), ("C", b"SELECT 1\0"), ("Z", b"I"),
+                                         ("1", None), ("2", None), ("T", None), ("D", ("second",)),
+                                         ("C", b"SELECT 1\0"), ("Z", b"I")]
+    check_shared(b)  # the server went back: two more clients share it
+    assert query(w, "SELECT 'still'")[0] == [["still"]]
+    w.close()
+
+
 # ---------------------------------------------------------------------------
 # 4. session state: tracked parameters, server_reset_query_always
 

@@ -257,6 +257,9 @@ struct PgSocket {
 	bool close_needed;          /* server: close when released */
 	bool stale_stmt;            /* server: close_needed because a prepared statement's result type changed */
 	bool ready;                 /* server: saw ReadyForQuery, no query running */
+	char link_mode;             /* server: POOL_* in force when it was linked to its client; holds until released */
+	bool session_open;          /* server linked in session mode: its client sent more since its last Sync/Query */
+	uint32_t session_syncs;     /* server linked in session mode: ReadyForQuery still owed to its client */
 	char txn_status;            /* last ReadyForQuery status: I, T, E */
 	bool copy_mode;             /* COPY in progress */
 	bool wait_notice_sent;      /* query_wait_notify NOTICE sent */

@@ -9,6 +9,8 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 /* A message of a linked server in transaction/statement mode: answers pop requests; may release it; counts its bytes. */
 SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
 void txn_release(PgSocket *s); /* unlink from its client and return it to the pool */
+/* A ReadyForQuery answering all a session-mode client sent, its pool now in another mode: released (true). */
+bool txn_session_link_release(PgSocket *s, const uint8_t *data, uint32_t len);
 /* A CommandComplete of the reset query: DISCARD ALL / DEALLOCATE ALL empty the server's statements. */
 void txn_server_discard_check(PgSocket *s, const uint8_t *data, uint32_t len);
 

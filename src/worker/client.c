@@ -667,9 +667,26 @@ static __attribute__((noinline)) SBufAction handle_client_packet(PgSocket *c, co
 	PgSocket *s = c->link;
 	if (s->setting_vars && !s->vars_pipelined)
 		return SB_WAIT;
-	if (c->replication != REPLICATION_NONE || pool_effective_mode(c->pool) == POOL_SESSION) {
+	if (c->replication != REPLICATION_NONE || s->link_mode == POOL_SESSION) {
 		count_request(c, hdr);
 		s->ready = false;
+		/* what ends and what opens a request, should the pool leave session mode (server.c) */
+		switch (hdr->type) {
+		case 'Q':
+		case 'F':
+		case 'S':
+			s->session_syncs++;
+			s->session_open = false;
+			break;
+		case 'H':
+		case 'd':
+		case 'c':
+		case 'f':
+			break; /* a Flush, or COPY data of a request already counted */
+		default:
+			s->session_open = true;
+			break;
+		}
 		return SB_FORWARD;
 	}
 	SBufAction act = txn_client_packet(c, hdr, data, avail);

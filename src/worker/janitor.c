@@ -98,8 +98,8 @@ static void check_linked_server_timeouts(PgPool *pool)
 		}
 		if (!c)
 			continue;
-		if (policy_fast_close(wk.cf.g.server_fast_close, pool_effective_mode(pool) == POOL_SESSION,
-		                      s->close_needed, server_between_transactions(s))) {
+		if (policy_fast_close(wk.cf.g.server_fast_close, s->link_mode == POOL_SESSION, s->close_needed,
+		                      server_between_transactions(s))) {
 			disconnect_server(s, true, "%s", close_needed_reason(s));
 			continue;
 		}

@@ -426,6 +426,16 @@ static void link_client_server(PgSocket *c, PgSocket *s)
 	c->sb.dst = &s->sb;
 	s->sb.dst = &c->sb;
 	s->lent = true;
+	/*
+	 * A RELOAD or SET that changes pool_mode applies from the next link:
+	 * what the client sent under the old mode is answered under it.
+	 */
+	s->link_mode = (char)(c->replication != REPLICATION_NONE ? POOL_SESSION : pool_effective_mode(pool));
+	if (s->link_mode == POOL_SESSION) {
+		s->session_syncs = 0;
+		s->session_open = false;
+		s->unnamed_owner = 0; /* not followed in session mode: nobody's once the link may end (txn.c) */
+	}
 	change_state(s, SV_ACTIVE);
 	if (c->state != CL_ACTIVE)
 		change_state(c, CL_ACTIVE);

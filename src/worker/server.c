@@ -166,6 +166,7 @@ static bool launch(PgPool *pool, PgSocket *repl_client, BudgetHold *hold)
 	if (repl_client) {
 		/* linked from the start: the two are closed together, even during the login */
 		s->replication = repl_client->replication;
+		s->link_mode = POOL_SESSION;
 		s->link = repl_client;
 		repl_client->link = s;
 	}
@@ -574,7 +575,7 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 			 * without the SET, and a client that leaves now gives it back
 			 * (doc/transaction.md, "When a server is lent and given back").
 			 */
-			if (s->link && pool_effective_mode(s->pool) != POOL_SESSION && s->rq.count == 0)
+			if (s->link && s->link_mode != POOL_SESSION && s->rq.count == 0)
 				s->ready = true;
 			return SB_CONSUMED;
 		}
@@ -590,6 +591,33 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 	return s->state == SV_JUSTFREE ? SB_CLOSED : SB_CONSUMED;
 }
 
+/*
+ * An answer to a client linked in session mode. Its pool's mode may have
+ * changed since the link (RELOAD, SET): the link ends at the first
+ * ReadyForQuery outside a transaction that answers everything the client
+ * sent (session_syncs: its Syncs, Queries and FunctionCalls not answered
+ * yet; session_open: more sent since). A Sync the server ignores (during
+ * COPY FROM STDIN) only keeps the link. What DEALLOCATE ALL or DISCARD ALL
+ * drop is forgotten, as in transaction mode, for the clients to come.
+ */
+static SBufAction session_link_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+{
+	if (hdr->type == 'C') {
+		if (avail < hdr->len)
+			return SB_NEED_FULL;
+		txn_server_discard_check(s, data, hdr->len);
+		return SB_FORWARD;
+	}
+	if (hdr->type != 'Z')
+		return SB_FORWARD;
+	if (s->session_syncs > 0)
+		s->session_syncs--;
+	if (s->session_syncs > 0 || s->session_open || s->txn_status != 'I' ||
+	    pool_effective_mode(s->pool) == POOL_SESSION)
+		return SB_FORWARD;
+	return txn_session_link_release(s, data, hdr->len) ? SB_CONSUMED : SB_FORWARD;
+}
+
 static __attribute__((noinline)) SBufAction handle_active_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data,
                                                                  uint32_t avail)
 {
@@ -602,7 +630,7 @@ static __attribute__((noinline)) SBufAction handle_active_packet(PgSocket *s, co
 		pool->stats.server_bytes += hdr->len;
 		return SB_FORWARD;
 	}
-	bool txn = s->replication == REPLICATION_NONE && c && pool_effective_mode(pool) != POOL_SESSION;
+	bool txn = s->replication == REPLICATION_NONE && c && s->link_mode != POOL_SESSION;
 	if ((hdr->type == 'Z' || hdr->type == 'S') && avail < hdr->len)
 		return SB_NEED_FULL;
 	switch (hdr->type) {
@@ -638,6 +666,8 @@ static __attribute__((noinline)) SBufAction handle_active_packet(PgSocket *s, co
 	}
 	if (!txn) {
 		pool->stats.server_bytes += hdr->len;
+		if (c && s->replication == REPLICATION_NONE)
+			return session_link_packet(s, hdr, data, avail);
 		return SB_FORWARD;
 	}
 	return txn_server_packet(s, hdr, data, avail); /* counts the bytes too */
@@ -802,8 +832,7 @@ void server_reset_or_ready(PgSocket *s, bool always_reset)
 {
 	const char *reset = wk.cf.g.server_reset_query;
 	bool run_reset =
-	    reset && *reset &&
-	    (always_reset || pool_effective_mode(s->pool) == POOL_SESSION || wk.cf.g.server_reset_query_always);
+	    reset && *reset && (always_reset || s->link_mode == POOL_SESSION || wk.cf.g.server_reset_query_always);
 	if (run_reset) {
 		/* at every release in session mode: a short query goes out from the stack, no allocation */
 		uint8_t small[128];

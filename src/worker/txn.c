@@ -26,10 +26,10 @@
 #include "worker/txn_msg.h"
 #include "worker/worker.h"
 
-/* Whether protocol-level prepared statements are tracked for this pool. */
-static bool tracks_statements(const PgPool *pool)
+/* Whether protocol-level prepared statements are tracked on this linked server. */
+static bool tracks_statements(const PgSocket *s)
 {
-	return wk.cf.g.max_prepared_statements > 0 && pool_effective_mode(pool) != POOL_SESSION;
+	return wk.cf.g.max_prepared_statements > 0 && s->link_mode != POOL_SESSION;
 }
 
 /* ---- pooler-made messages ---- */
@@ -447,8 +447,7 @@ static SBufAction client_copy_msg(PgSocket *c, PgSocket *s, char type)
 		return SB_FORWARD;
 	}
 	s->rq.copy_in = false;
-	if (s->ready &&
-	    reqqueue_release_decision(pool_effective_mode(s->pool), s->txn_status, &s->rq) == RELEASE_RETURN)
+	if (s->ready && reqqueue_release_decision(s->link_mode, s->txn_status, &s->rq) == RELEASE_RETURN)
 		txn_release(s);
 	return SB_SKIP;
 }
@@ -557,7 +556,7 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 			return SB_NEED_FULL;
 		if (data[5] == 0)
 			s->unnamed_owner = c->id;
-		if (!tracks_statements(c->pool)) {
+		if (!tracks_statements(s)) {
 			reqqueue_push(q, REQ_PARSE, ANS_CLIENT);
 			return SB_FORWARD;
 		}
@@ -570,7 +569,7 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 			if (act != SB_FORWARD)
 				return act;
 		}
-		if (!tracks_statements(c->pool)) {
+		if (!tracks_statements(s)) {
 			reqqueue_push(q, REQ_BIND, ANS_CLIENT);
 			return SB_FORWARD;
 		}
@@ -592,7 +591,7 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 			answer_own_requests(s);
 			return SB_CONSUMED;
 		}
-		if (!tracks_statements(c->pool)) {
+		if (!tracks_statements(s)) {
 			reqqueue_push(q, hdr->type == 'D' ? REQ_DESCRIBE : REQ_CLOSE, ANS_CLIENT);
 			return SB_FORWARD;
 		}
@@ -643,6 +642,24 @@ void txn_release(PgSocket *s)
 static bool client_input_clean(const PgSocket *c)
 {
 	return c->sb.send_pos == c->sb.send_end && !(c->sb.pkt_remain > 0 && c->sb.pkt_forward);
+}
+
+/*
+ * A server linked in session mode whose pool has turned to transaction or
+ * statement mode (RELOAD, SET pool_mode): at a ReadyForQuery outside a
+ * transaction that answers everything its client sent (server.c counts
+ * that), the link ends as a transaction's does, and the client's next
+ * request gets a server under the new mode.
+ */
+bool txn_session_link_release(PgSocket *s, const uint8_t *data, uint32_t len)
+{
+	PgSocket *c = s->link;
+	if (!c || !client_input_clean(c))
+		return false;
+	s->link_mode = (char)pool_effective_mode(s->pool);
+	to_client(s, data, len);
+	txn_release(s);
+	return true;
 }
 
 /* Whether a Parse behind the queue's head prepares statement `id` (the server's) or makes mapping `gen` (the client's). */
@@ -895,7 +912,7 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 		return SB_FORWARD; /* DataRow, notices, ...: they answer no request (reqqueue_server_msg) */
 	}
 	s->pool->stats.server_bytes += hdr->len; /* once: a packet asked for whole (SB_NEED_FULL) comes back */
-	if (t == 'C' && tracks_statements(s->pool))
+	if (t == 'C' && tracks_statements(s))
 		check_discard(s, data, hdr->len);
 	Request req; /* filled when POP_ANSWER */
 	ReqPop pop = reqqueue_server_msg(&s->rq, t, &req, request_dropped, s);
@@ -946,7 +963,7 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 	}
 	if (t != 'Z' || !c)
 		return SB_FORWARD;
-	switch (reqqueue_release_decision(pool_effective_mode(s->pool), s->txn_status, &s->rq)) {
+	switch (reqqueue_release_decision(s->link_mode, s->txn_status, &s->rq)) {
 	case RELEASE_KEEP:
 		return SB_FORWARD;
 	case RELEASE_VIOLATION:
