@@ -6,6 +6,7 @@ including SCRAM pass-through with only a stored SCRAM secret."""
 import base64
 import hashlib
 import hmac
+import os
 import re
 
 import psycopg
@@ -188,6 +189,31 @@ def test_scram_salts_do_not_tell_unknown_users_apart(bouncer):
     assert known != unknown and len(known) == len(unknown)
     # the known user still logs in with that verifier
     assert can_login(b, "postgres", PASSWORD) == "postgres"
+
+
+def test_auth_file_edit_in_the_same_second_is_read_on_reload(bouncer):
+    """A RELOAD reads auth_file again only when the file changed. A new
+    password of the same length written in place, with the modification
+    time put back to the old one, leaves size, inode and mtime as they
+    were: the change time (to the nanosecond) still tells."""
+    b = bouncer(ini_overrides={"auth_type": "md5"}, users_txt=userlist(("postgres", "pw-one")))
+    assert can_login(b, "postgres", "pw-one") == "postgres"
+    before = os.stat(b.userlist)
+    b.run_as.write(b.userlist, userlist(("postgres", "pw-two")), mode=0o600)
+    os.utime(b.userlist, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(b.userlist)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    b.reload()
+    wait_for(lambda: login_works(b, "postgres", "pw-two"), "the new password after RELOAD", interval=0.2)
+    err = raw_login_error(b, "postgres", "pw-one")
+    assert (err["C"], err["M"]) == ("08P01", "password authentication failed"), err
+
+
+def login_works(b, user, password):
+    try:
+        return can_login(b, user, password) == user
+    except psycopg.OperationalError:
+        return False
 
 
 def test_admin_console_requires_admin_user(bouncer):

@@ -69,7 +69,8 @@ typedef struct Worker {
 	HbaRules *hba;      /* auth_hba_file rules (auth_type=hba; NULL otherwise) */
 	IdentMap *ident;    /* auth_ident_file maps (auth_type=hba; NULL otherwise) */
 	struct stat_key {
-		long dev, ino, mode, uid, gid, mtime, size;
+		/* the times to the nanosecond: an edit within the second of the last read is seen too */
+		long dev, ino, mode, uid, gid, mtime, mtime_ns, ctime, ctime_ns, size;
 	} auth_file_stat;
 
 	RunState run_state;

@@ -336,8 +336,16 @@ void objects_load_userlist(bool force)
 		log_warning("could not open auth_file %s: %s", path, strerror(errno));
 		return;
 	}
-	struct stat_key key = {(long)st.st_dev, (long)st.st_ino,   (long)st.st_mode, (long)st.st_uid,
-	                       (long)st.st_gid, (long)st.st_mtime, (long)st.st_size};
+	struct stat_key key = {.dev = (long)st.st_dev,
+	                       .ino = (long)st.st_ino,
+	                       .mode = (long)st.st_mode,
+	                       .uid = (long)st.st_uid,
+	                       .gid = (long)st.st_gid,
+	                       .mtime = (long)st.st_mtim.tv_sec,
+	                       .mtime_ns = st.st_mtim.tv_nsec,
+	                       .ctime = (long)st.st_ctim.tv_sec,
+	                       .ctime_ns = st.st_ctim.tv_nsec,
+	                       .size = (long)st.st_size};
 	if (!force && memcmp(&key, &wk.auth_file_stat, sizeof(key)) == 0)
 		return;
 	wk.auth_file_stat = key;
