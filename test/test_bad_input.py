@@ -7,12 +7,16 @@ The raw protocol client is test/pgwire.py; check_unharmed() is in
 test/helpers.py.
 """
 
+import os
 import re
+import socket
 import struct
+import subprocess
+import time
 
 import pytest
 
-from helpers import check_unharmed
+from helpers import check_unharmed, workers
 from pgwire import (
     CANCEL_REQUEST, error_fields, GSSENC_REQUEST, message, PgWire, PROTO_V2, PROTO_V3,
     query_message, request_packet, SSL_REQUEST, startup_packet,
@@ -521,6 +525,41 @@ def test_reload_to_unloadable_tls_keeps_running_config(with_bystander):
     w.close()
     assert kind == b"R"
     check_unharmed_after_tls(b, bystander)
+
+
+def test_file_limit_reached_by_idle_connections(with_bystander, run_as):
+    """Connections that send nothing until the worker has no file descriptor
+    left: accept() fails with EMFILE, the connection stays queued and the
+    listener readable. The worker must rest before it tries again (it used to
+    try at once, spinning its event loop and writing hundreds of thousands of
+    log lines a second), keep serving its clients, and accept again once
+    descriptors are free."""
+    b, bystander = with_bystander(min_workers=1, max_workers=1)
+    pid = int(workers(b)[0]["pid"])
+
+    def set_soft_limit(n):
+        subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={n}:"], check=True, capture_output=True,
+                       **run_as.popen_kwargs())
+
+    with open(f"/proc/{pid}/limits") as f:
+        soft = next(int(line.split()[3]) for line in f if line.startswith("Max open files"))
+    set_soft_limit(len(os.listdir(f"/proc/{pid}/fd")) + 4)
+    mark = b.log_mark()
+    idle = []
+    try:
+        idle = [socket.create_connection(("127.0.0.1", b.port), timeout=10) for _ in range(12)]
+        b.wait_log(r"WARNING accept\(\) failed: Too many open files", after=mark)
+        time.sleep(1.5)  # a bounded look at what the worker does while it cannot accept
+        failed = b.log_text()[mark:].count("accept() failed")
+        assert failed <= 5, f"{failed} accept() failures logged in about 1.5 s: the worker retries at once"
+        b.wait_log(r"WARNING accept\(\) failed: Too many open files; not accepting new connections for 1 s$",
+                   after=mark)
+        assert bystander.execute("SELECT 'served meanwhile'").fetchone() == ("served meanwhile",)
+    finally:
+        for s in idle:
+            s.close()
+        set_soft_limit(soft)
+    check_unharmed(b, bystander)
 
 
 def check_unharmed_after_tls(b, bystander):

@@ -98,6 +98,7 @@ typedef struct Worker {
 	struct event *drain_timeout_ev; /* worker_drain_timeout */
 	bool retiring;                  /* draining because a new tree took over (-R): idle servers go early */
 	int handoff_fd;                 /* retiring: socket to a new tree's worker for our clients (-1 = none) */
+	usec_t accept_rest_until;       /* accept() lacked a resource: listeners rest until then (0 = not resting) */
 } Worker;
 
 extern Worker wk;
@@ -105,6 +106,13 @@ extern Worker wk;
 /* worker.c; worker_main() is declared in include/worker_entry.h */
 /* Stop (or resume) accepting on this worker's listeners. */
 void worker_listen_pause(bool pause);
+/*
+ * accept() on a listener (`where`: NULL, or which one) failed with errno `err`: true when the next
+ * connection may be taken at once, false when the worker's listeners (the
+ * private socket too) rest for a while (the janitor arms them again).
+ */
+bool worker_accept_failed(int err, const char *where);
+void worker_accept_resume_due(void);   /* janitor tick: end a rest that is over */
 void worker_stats_total(PgStats *out); /* totals of every pool this worker has had */
 void worker_apply_log_settings(void);  /* verbose, logfile and syslog settings of wk.cf take effect (reload, SET) */
 void worker_clock_tick(void);          /* wk.now = the time now; every event callback starts with it */

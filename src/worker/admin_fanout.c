@@ -101,13 +101,24 @@ static void on_private_accept(evutil_socket_t fd, short what, void *arg)
 	for (int n = 0; n < 16; n++) {
 		int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (cfd < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-				log_warning("accept() on the private socket failed: %s", strerror(errno));
-			return;
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
+			    !worker_accept_failed(errno, "on the private socket"))
+				return;
+			continue;
 		}
 		wk.now = get_time_usec();
 		client_accept(cfd, true, true, NULL, 0);
 	}
+}
+
+void admin_fanout_accept_pause(bool pause)
+{
+	if (!private_ev || private_fd < 0)
+		return;
+	if (pause)
+		event_del(private_ev);
+	else
+		event_add(private_ev, NULL);
 }
 
 static void remove_private_socket(void)

@@ -38,6 +38,64 @@
 
 Worker wk;
 
+/* How long listeners rest after accept() lacked a resource (worker_accept_failed()). */
+#define ACCEPT_REST_USEC USEC_PER_SEC
+
+static void listeners_arm(bool arm)
+{
+	for (int i = 0; i < wk.n_listeners; i++) {
+		WorkerListener *l = &wk.listeners[i];
+		/* `active` stays as it is: a rest does not undo PAUSE, SUSPEND or a drain, nor make them */
+		if (l->fd < 0 || !l->active)
+			continue;
+		if (arm)
+			event_add(&l->ev, NULL);
+		else
+			event_del(&l->ev);
+	}
+	admin_fanout_accept_pause(!arm);
+}
+
+bool worker_accept_failed(int err, const char *where)
+{
+	switch (err) {
+	case ECONNABORTED:
+	case EPROTO:
+	case EPERM:
+	case ENETDOWN:
+	case ENETUNREACH:
+	case EHOSTDOWN:
+	case EHOSTUNREACH:
+	case ENOPROTOOPT:
+	case EOPNOTSUPP:
+	case ENONET:
+		/* that connection failed (and is gone from the queue): the next one may be fine */
+		log_debug("accept()%s%s failed: %s", where ? " " : "", where ? where : "", strerror(err));
+		return true;
+	default:
+		break;
+	}
+	/*
+	 * EMFILE (the process's file limit), ENFILE, ENOBUFS, ENOMEM: the
+	 * connection stays queued and the listener readable, so trying again at
+	 * once would spin the event loop and flood the log. Rest, as PgBouncer
+	 * does; the clients already connected are served meanwhile.
+	 */
+	log_warning("accept()%s%s failed: %s; not accepting new connections for %d s", where ? " " : "",
+	            where ? where : "", strerror(err), (int)(ACCEPT_REST_USEC / USEC_PER_SEC));
+	listeners_arm(false); /* each time: one resumed meanwhile (RESUME) may be armed */
+	wk.accept_rest_until = get_time_usec() + ACCEPT_REST_USEC;
+	return false;
+}
+
+void worker_accept_resume_due(void)
+{
+	if (!wk.accept_rest_until || wk.now < wk.accept_rest_until)
+		return;
+	wk.accept_rest_until = 0;
+	listeners_arm(true);
+}
+
 static void on_accept(evutil_socket_t fd, short what, void *arg)
 {
 	WorkerListener *l = arg;
@@ -48,9 +106,10 @@ static void on_accept(evutil_socket_t fd, short what, void *arg)
 		socklen_t peer_len = sizeof(peer);
 		int cfd = accept4(fd, (struct sockaddr *)&peer, &peer_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (cfd < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-				log_warning("accept() failed: %s", strerror(errno));
-			return;
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
+			    !worker_accept_failed(errno, NULL))
+				return;
+			continue;
 		}
 		wk.now = get_time_usec();
 		client_accept(cfd, l->is_unix, false, &peer, peer_len);
@@ -319,6 +378,7 @@ void worker_clock_tick(void)
 static void on_janitor(evutil_socket_t fd, short what, void *arg)
 {
 	janitor_run();
+	worker_accept_resume_due();
 }
 
 static void on_stats(evutil_socket_t fd, short what, void *arg)
