@@ -180,6 +180,39 @@ def test_idle_servers_are_given_back_to_another_worker(bouncer, pg):
     c.execute("COMMIT")
 
 
+def test_idle_server_within_its_share_goes_to_a_waiting_client(bouncer, pg):
+    """Worker 0's one client sits between transactions on the server it
+    used; worker 1's two clients share the pool's other server, one of them
+    inside a transaction. By client count each worker's fair share of the
+    pool of 2 is 1, so neither held more than its share, and worker 1's
+    second client waited for the whole query_wait_timeout although a server
+    was idle (pgjdbc with two connections of one thread, one in a
+    transaction, hit this). One PgBouncer would give it the idle server: a
+    server idle for half a second goes to the waiting worker whatever the
+    shares."""
+    app = "glimit_starved"
+    b = bouncer(ini_overrides=dict(TWO, default_pool_size=2, query_wait_timeout=10),
+                databases={"postgres": pg.connstr("postgres", application_name=app)})
+    two_workers(b)
+    quiet = conn_on(b, 0)
+    assert quiet.execute("SELECT 'quiet'").fetchone() == ("quiet",)
+    holder, waiter = conn_on(b, 1), conn_on(b, 1)
+    holder.execute("BEGIN")
+    assert holder.execute("SELECT 'holder'").fetchone() == ("holder",)
+    wait_for(lambda: backends(pg, app) == 2, "the pool of 2 in use")
+    mark = b.log_mark()
+    started = time.monotonic()
+    assert waiter.execute("SELECT 'waiter'").fetchone() == ("waiter",)
+    assert time.monotonic() - started < 8, "served only near query_wait_timeout"
+    b.wait_log(r"given back to another worker", after=mark)
+    assert backends(pg, app) <= 2
+    holder.execute("COMMIT")
+    # and back: worker 0's client gets a server again
+    assert quiet.execute("SELECT 'again'").fetchone() == ("again",)
+    for c in (quiet, holder, waiter):
+        c.close()
+
+
 def test_busy_worker_leaves_a_server_to_the_other_workers_logins(bouncer, pg):
     """Clients that stay logged in on worker 0 and keep the whole pool busy do not starve
     the logins of worker 1: its share of the pool follows its clients, and a client

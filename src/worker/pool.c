@@ -192,7 +192,7 @@ static inline bool others_may_want(GlobalBudget *gb, const BudgetRef *ref)
 	return ref->idx == 0 || (ref->idx > 0 && budget_others_want(gb, wk.id, ref->idx - 1));
 }
 
-static bool pool_should_yield_slow(PgPool *pool);
+static bool pool_should_yield_slow(PgPool *pool, usec_t idle_for);
 
 /*
  * Our clients of the pool: logged in, waiting for a server, or waiting for
@@ -209,18 +209,28 @@ static void publish_demand(PgPool *pool)
 		                  n[CL_ACTIVE] + n[CL_WAITING] + n[CL_WAITING_LOGIN] + auth_query_waiting(pool));
 }
 
-/* Whether a free server of the pool should go to another worker whose clients wait for room. */
-static inline bool pool_should_yield(PgPool *pool)
+/*
+ * Whether a free server of the pool, idle for idle_for (0: just released),
+ * should go to another worker whose clients wait for room.
+ */
+static inline bool pool_should_yield(PgPool *pool, usec_t idle_for)
 {
 	GlobalBudget *gb = gbudget();
 	/* the common case, at every release: nobody else waits for room here */
 	return gb &&
 	       (others_may_want(gb, &pool->budget) || others_may_want(gb, &pool->db->budget) ||
 	        others_may_want(gb, &pool->user->budget)) &&
-	       pool_should_yield_slow(pool);
+	       pool_should_yield_slow(pool, idle_for);
 }
 
-static __attribute__((noinline)) bool pool_should_yield_slow(PgPool *pool)
+/*
+ * How long a free server of a transaction-mode pool with none of its
+ * worker's clients waiting stays idle before it goes to another worker
+ * whose clients wait, whatever the fair shares (pool_should_yield_slow()).
+ */
+#define YIELD_IDLE_USEC (USEC_PER_SEC / 2)
+
+static __attribute__((noinline)) bool pool_should_yield_slow(PgPool *pool, usec_t idle_for)
 {
 	GlobalBudget *gb = gbudget();
 	if (pool->db->admin)
@@ -235,8 +245,17 @@ static __attribute__((noinline)) bool pool_should_yield_slow(PgPool *pool)
 	 * transaction: a free server is theirs up to the fair share, or it
 	 * would go back and forth between workers, a new login each time.
 	 */
-	bool needs = pool_needs_server(pool) ||
-	             (pool_effective_mode(pool) != POOL_SESSION && !list_empty(&pool->active_clients));
+	bool waiting = pool_needs_server(pool);
+	bool needs = waiting || (pool_effective_mode(pool) != POOL_SESSION && !list_empty(&pool->active_clients));
+	/*
+	 * ...but not one idle for a while, none of ours waiting, while another
+	 * worker's clients wait: one pooler would give it to them. By client
+	 * counts both may hold no more than their share, and a client of the
+	 * other worker inside a transaction would keep the rest waiting for as
+	 * long as it lasts (doc/workers.md "Limits span all workers").
+	 */
+	if (needs && !waiting && idle_for >= YIELD_IDLE_USEC)
+		needs = false;
 	int e;
 	if ((e = pool_entry(pool)) >= 0 && budget_should_yield(gb, wk.id, e, pool_effective_size(pool), needs))
 		return true;
@@ -301,7 +320,7 @@ void pool_budget_tick(void)
 		List *n = list_first(&pool->used_servers);
 		if (!n)
 			n = list_last(&pool->idle_servers);
-		if (n && pool_should_yield(pool))
+		if (n && pool_should_yield(pool, wk.now - container_of(n, PgSocket, node)->request_time))
 			disconnect_server(container_of(n, PgSocket, node), true, "given back to another worker");
 		else if (n && wk.retiring && retiring_idle_excess(pool) > 0)
 			disconnect_server(container_of(n, PgSocket, node), true, "given back to the new process");
@@ -549,7 +568,7 @@ void pool_server_ready(PgSocket *s)
 	    .close_needed = s->close_needed,
 	    /* PAUSE and the safe shutdown close every server their client releases */
 	    .paused = pool_paused(pool) || wk.run_state == RUN_SHUTDOWN_SERVERS,
-	    .yield = s->replication == REPLICATION_NONE && pool_should_yield(pool),
+	    .yield = s->replication == REPLICATION_NONE && pool_should_yield(pool, 0),
 	    .lifetime = pool_server_lifetime(pool),
 	    .size = pool_effective_size(pool),
 	    .age = wk.now - s->connect_time,
