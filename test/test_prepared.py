@@ -930,6 +930,61 @@ def test_eviction_skipped_behind_deallocate_all(bouncer):
     r = exchange(w, run("mine", [2]), SYNC)
     assert (r.types, r.rows) == ("2DCZ", [["w", "2"]]), r
 
+@pytest.mark.parametrize("command", ["DEALLOCATE ALL", "DISCARD ALL"])
+def test_statements_prepared_behind_a_deallocate_all_in_one_write(bouncer, command):
+    """A client that pipelines the command and the Parses after it (node-postgres
+    with pipeline: true, say): PostgreSQL runs the command first, so the
+    statements prepared behind it stay, as on a direct connection, for this
+    client and on the server for the others. Whether the server had the
+    statement before (another client's) or not (evicted), and whether an
+    error skips the Parse after the command (the next use prepares it
+    again) or nothing is dropped ahead of it at all."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1, max_prepared_statements=2))
+    a, other = raw_client(b), raw_client(b)
+    text_q, text_r = "SELECT 'q ' || $1::text", "SELECT 'r ' || $1::text"
+    slow = query_message("SELECT pg_sleep(0.1)")  # the rest arrives before the command is answered
+    assert exchange(other, parse("q", text_q), parse("r", text_r), SYNC).types == "11Z"
+
+    # the server has the text already (the other client's)
+    r = exchange(a, slow, query_message(command), parse("mine", text_q), run("mine", ["a1"]), SYNC)
+    assert (r.types, r.rows, r.errors) == ("TDCZCZ12DCZ", [[""], ["q a1"]], []), r
+    r = exchange(a, run("mine", ["a2"]), SYNC)
+    assert (r.types, r.rows) == ("2DCZ", [["q a2"]]), r
+    assert prepared_of_client(b, a) == 1
+    for name, want in (("q", "q o1"), ("r", "r o1")):
+        r = exchange(other, run(name, ["o1"]), SYNC)
+        assert (r.types, r.rows) == ("2DCZ", [[want]]), r
+
+    # the server does not have it (evicted by two others): the Parse behind the command prepares it
+    assert exchange(other, parse("s", "SELECT 's'"), parse("t", "SELECT 't'"), SYNC).types == "11Z"
+    r = exchange(a, slow, query_message(command), parse("mine2", text_r), run("mine2", ["a3"]), SYNC)
+    assert (r.types, r.rows, r.errors) == ("TDCZCZ12DCZ", [[""], ["r a3"]], []), r
+    for w, name, want in ((a, "mine2", "r a4"), (other, "r", "r a4"), (a, "mine2", "r a4")):
+        r = exchange(w, run(name, ["a4"]), SYNC)
+        assert (r.types, r.rows, r.errors) == ("2DCZ", [[want]], []), r
+    fresh = raw_client(b)  # a new client preparing that text on that server
+    r = exchange(fresh, parse("n", text_r), run("n", ["f"]), SYNC)
+    assert (r.types, r.rows, r.errors) == ("12DCZ", [["r f"]], []), r
+
+    # an error after the command: the Parse behind it is skipped, the next use prepares it again
+    failing = parse("", "SELECT 1 / (random() * 0)::int") + bind("") + execute()
+    r = exchange(a, slow, query_message(command), failing, parse("mine3", text_q), run("mine3"), SYNC)
+    assert (r.types, [e[1] for e in r.errors]) == ("TDCZCZ12EZ", ["22012"]), r
+    r = exchange(a, run("mine3", ["x"]), SYNC)
+    assert (r.types, r.errors) == ("EZ", [no_such("mine3")]), r
+    r = exchange(other, run("q", ["o2"]), SYNC)
+    assert (r.types, r.rows, r.errors) == ("2DCZ", [["q o2"]], []), r
+
+    # nothing dropped ahead, then an error: the server keeps what it had
+    assert exchange(other, run("q", ["o3"]), SYNC).rows == [["q o3"]]
+    r = exchange(a, query_message("SELECT 1"), failing, parse("mine4", text_q), run("mine4"), SYNC)
+    assert (r.types, [e[1] for e in r.errors]) == ("TDCZ12EZ", ["22012"]), r
+    r = exchange(other, run("q", ["o4"]), SYNC)
+    assert (r.types, r.rows, r.errors) == ("2DCZ", [["q o4"]], []), r
+    r = exchange(a, parse("mine4", text_q), run("mine4", ["a5"]), SYNC)
+    assert (r.types, r.rows, r.errors) == ("12DCZ", [["q a5"]], []), r
+    assert a.simple_query("SELECT 'usable'") == ([["usable"]], None)
+
 
 def test_reset_query_always_drops_statements_on_the_server_only(bouncer):
     """With server_reset_query_always, DISCARD ALL runs on every release: the

@@ -56,8 +56,6 @@ void prepare_stmt_set_desc(PreparedStmt *ps, uint64_t desc);
  */
 void prepare_stmt_retire(PreparedStmt *ps);
 bool prepare_stmt_retired(const PreparedStmt *ps);
-/* An id no statement has (numbering starts at 1 and never gets there): for an eviction of one that is gone. */
-#define PREPARE_ID_GONE UINT64_MAX
 /* The entry numbered id, or NULL once nobody uses it (a walk: for rare paths only). */
 PreparedStmt *prepare_stmt_by_id(uint64_t id);
 

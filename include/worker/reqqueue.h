@@ -39,9 +39,10 @@ typedef enum ReqAnswer {
 #define REQ_SHORT_NAME 21 /* room in a Request for a short statement name (most drivers' names fit) */
 
 typedef struct Request {
-	uint8_t kind;   /* ReqKind */
-	uint8_t answer; /* ReqAnswer */
-	bool copy_end;  /* the client ended a COPY FROM STDIN right after this, before the server began it */
+	uint8_t kind;       /* ReqKind */
+	uint8_t answer;     /* ReqAnswer */
+	bool copy_end;      /* the client ended a COPY FROM STDIN right after this, before the server began it */
+	bool dropped_ahead; /* eviction Close: a DEALLOCATE ALL / DISCARD ALL ahead of it dropped the statement */
 	char short_name[REQ_SHORT_NAME]; /* the client's name of a renamed Bind/Describe when it fits, else "" */
 	uint64_t stmt_id;                /* Parse: registry id recorded on the server by it; Bind: the one bound;
 	                                    ANS_LEARN, ANS_CHECK: the statement described (0 = none) */

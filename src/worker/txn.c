@@ -138,8 +138,8 @@ static void request_dropped(Request *r, void *arg)
 		return;
 	}
 	if (r->kind == REQ_CLOSE && r->stmt_id) {
-		/* an eviction the server skipped: the statement is still there */
-		PreparedStmt *ps = prepare_stmt_by_id(r->stmt_id);
+		/* an eviction the server skipped: the statement is still there, unless dropped ahead of it */
+		PreparedStmt *ps = r->dropped_ahead ? NULL : prepare_stmt_by_id(r->stmt_id);
 		if (ps && !prepare_server_has(&s->sstmts, ps, false))
 			prepare_server_add(&s->sstmts, ps);
 		return;
@@ -256,6 +256,21 @@ static inline Prepared ensure_prepared(PgSocket *c, PgSocket *s, PreparedStmt *p
 
 /* ---- client messages ---- */
 
+/*
+ * Whether a Query, FunctionCall or Execute is still unanswered: it may be
+ * a DEALLOCATE ALL or DISCARD ALL that drops the server's statements
+ * before what the client sent behind it.
+ */
+static bool may_drop_statements(ReqQueue *q)
+{
+	for (uint32_t i = 0; i < q->count; i++) {
+		uint8_t kind = reqqueue_at(q, i)->kind;
+		if (kind == REQ_QUERY || kind == REQ_EXECUTE)
+			return true;
+	}
+	return false;
+}
+
 /* Parse with a statement name: map it, and prepare it on the server unless it is there already. */
 static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, uint32_t blen)
 {
@@ -292,11 +307,24 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 		if (!had)
 			prepare_server_add(&s->sstmts, ps);
 		send_parse_msg(c, s, ps, ANS_CLIENT, had ? 0 : prepare_stmt_id(ps), prepare_client_gen(cs), had);
-	} else if (prepare_server_has(&s->sstmts, ps, true)) {
+	} else if (prepare_server_has(&s->sstmts, ps, true) && !may_drop_statements(&s->rq)) {
 		reqqueue_push(&s->rq, REQ_PARSE, ANS_POOLER);
 		reqqueue_tail(&s->rq)->map_gen = prepare_client_gen(cs);
 		answer_own_requests(s);
 	} else {
+		if (prepare_server_has(&s->sstmts, ps, false)) {
+			/*
+			 * What is ahead may drop the server's statement
+			 * (check_discard()): the Parse goes to the server, behind
+			 * a Close of it, and holds either way. If the server
+			 * skips both, the statement is put back as after a
+			 * skipped eviction.
+			 */
+			prepare_server_remove_id(&s->sstmts, prepare_stmt_id(ps));
+			put_simple_msg(server_msg(c), 'C', 'S', prepare_stmt_name(ps));
+			reqqueue_push(&s->rq, REQ_CLOSE, ANS_SWALLOW);
+			reqqueue_tail(&s->rq)->stmt_id = prepare_stmt_id(ps);
+		}
 		/* its result type is learnt from a Describe behind it: the client's later Binds rely on it */
 		send_parse(c, s, ps, ANS_CLIENT, prepare_client_gen(cs));
 		Request *r = send_describe(c, s, ps, ANS_LEARN);
@@ -662,33 +690,60 @@ bool txn_session_link_release(PgSocket *s, const uint8_t *data, uint32_t len)
 	return true;
 }
 
-/* Whether a Parse behind the queue's head prepares statement `id` (the server's) or makes mapping `gen` (the client's). */
-static bool parse_behind(PgSocket *s, uint64_t id, uint64_t gen)
+/* Whether a Parse queued behind the head, before position `end`, made the client's name mapping `gen`. */
+static bool mapped_behind(ReqQueue *q, uint32_t end, uint64_t gen)
 {
-	for (uint32_t i = 1; i < s->rq.count; i++) {
-		const Request *r = reqqueue_at(&s->rq, i);
-		if (r->kind == REQ_PARSE && ((id && r->stmt_id == id) || (gen && r->map_gen == gen)))
+	for (uint32_t i = 1; i < end; i++) {
+		const Request *r = reqqueue_at(q, i);
+		if (r->kind == REQ_PARSE && r->map_gen == gen)
 			return true;
 	}
 	return false;
 }
 
-static bool server_stmt_behind(uint64_t id, void *arg)
+/* Whether a Parse queued behind the head made the client's name mapping `gen` (prepare_client_clear_except()). */
+static bool mapped_by_queue(uint64_t gen, void *arg)
 {
-	return parse_behind(arg, id, 0);
+	ReqQueue *q = arg;
+	return mapped_behind(q, q->count, gen);
 }
 
-static bool client_stmt_behind(uint64_t gen, void *arg)
+/* Whether a Parse queued behind the head, before position `end`, prepares statement `id`. */
+static bool parsed_before(ReqQueue *q, uint32_t end, uint64_t id)
 {
-	return parse_behind(arg, 0, gen);
+	for (uint32_t i = 1; i < end; i++) {
+		const Request *r = reqqueue_at(q, i);
+		if (r->kind == REQ_PARSE && r->stmt_id == id)
+			return true;
+	}
+	return false;
+}
+
+/* Whether statement `id` is on the server once what is queued behind the head has run: Parsed last, not Closed. */
+static bool prepared_behind(uint64_t id, void *arg)
+{
+	ReqQueue *q = arg;
+	bool there = false;
+	for (uint32_t i = 1; i < q->count; i++) {
+		const Request *r = reqqueue_at(q, i);
+		if (r->stmt_id != id)
+			continue;
+		if (r->kind == REQ_PARSE)
+			there = true;
+		else if (r->kind == REQ_CLOSE && r->answer == ANS_SWALLOW)
+			there = false;
+	}
+	return there;
 }
 
 /*
- * A DEALLOCATE ALL or DISCARD ALL ran: nothing is prepared on the server
- * any more, but for what a pipeline sent behind it (its answer at the head
- * of the queue): the Parses there prepare their statements afresh, and
- * the client's names they make are its own. An eviction sent behind it
- * closes a statement that is gone: skipped, it must not put it back.
+ * A DEALLOCATE ALL or DISCARD ALL ran (the head request's answer): what
+ * was prepared before it is gone from the server, and so are the client's
+ * names. What the client pipelined behind it runs after it: the
+ * statements its Parses (and the pooler's) prepare there stay, on the
+ * server and as the client's names; an eviction Close, or a client's
+ * Close, of a statement dropped here has nothing to put back if the
+ * server skips it after an error.
  */
 static void check_discard(PgSocket *s, const uint8_t *data, uint32_t len)
 {
@@ -697,20 +752,20 @@ static void check_discard(PgSocket *s, const uint8_t *data, uint32_t len)
 		return; /* most tags are not DEALLOCATE/DISCARD: one byte tells */
 	if (strcmp(tag, "DEALLOCATE ALL") != 0 && strcmp(tag, "DISCARD ALL") != 0)
 		return;
-	for (uint32_t i = 1; i < s->rq.count; i++) {
-		Request *r = reqqueue_at(&s->rq, i);
-		if (r->kind != REQ_CLOSE || r->answer != ANS_SWALLOW || !r->stmt_id)
-			continue;
-		bool made_behind = false;
-		for (uint32_t k = 1; k < i && !made_behind; k++)
-			made_behind =
-			    reqqueue_at(&s->rq, k)->kind == REQ_PARSE && reqqueue_at(&s->rq, k)->stmt_id == r->stmt_id;
-		if (!made_behind)
-			r->stmt_id = PREPARE_ID_GONE;
+	ReqQueue *q = &s->rq;
+	prepare_server_clear_except(&s->sstmts, prepared_behind, q);
+	for (uint32_t i = 1; i < q->count; i++) {
+		Request *r = reqqueue_at(q, i);
+		if (r->kind == REQ_CLOSE && r->answer == ANS_SWALLOW && r->stmt_id) {
+			if (!parsed_before(q, i, r->stmt_id))
+				r->dropped_ahead = true;
+		} else if (r->closed && !mapped_behind(q, i, prepare_client_gen(r->closed))) {
+			prepare_client_free(r->closed);
+			r->closed = NULL;
+		}
 	}
-	prepare_server_clear_except(&s->sstmts, server_stmt_behind, s);
 	if (s->link)
-		prepare_client_clear_except(&s->link->stmts, client_stmt_behind, s);
+		prepare_client_clear_except(&s->link->stmts, mapped_by_queue, q);
 }
 
 void txn_server_discard_check(PgSocket *s, const uint8_t *data, uint32_t len)

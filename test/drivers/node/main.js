@@ -1,6 +1,7 @@
 // node-postgres with named queries ({name, text, values}): each is prepared
 // once per connection under the given name, so all clients use the same
-// names, through the pooler; and a client that leaves inside a transaction.
+// names, through the pooler; a client that leaves inside a transaction; and
+// pipeline mode with DISCARD ALL ahead of named queries.
 //
 // Environment: PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE, DRV_CLIENTS
 // concurrent connections, DRV_ITERATIONS per connection, DRV_SHARED=1: fail
@@ -52,6 +53,33 @@ async function abandon(c, i) {
   await other.end();
 }
 
+// node-postgres's pipeline mode sends DISCARD ALL and the named queries behind
+// it at once, one of a text the servers have already ('add', which every
+// client prepares): PostgreSQL runs the command first, so what the queries
+// behind it prepare stays, and later runs of them (a Bind, no Parse) work.
+async function pipelined(c) {
+  const conn = new Client({ pipeline: true });
+  await conn.connect();
+  try {
+    const sent = [
+      q(conn, 'pipeline: slow', null, 'SELECT pg_sleep(0.05)'), // the rest is sent before DISCARD ALL is answered
+      q(conn, 'pipeline: DISCARD ALL', null, 'DISCARD ALL'),
+      q(conn, 'pipeline: add', 'add', 'SELECT $1::int + $2::int AS n', [c, 1]),
+      q(conn, 'pipeline: own', `own${c}`, `SELECT $1::int * ${c} AS n`, [2]),
+    ];
+    const [, , add, own] = await Promise.all(sent);
+    check('pipeline: add', add.rows[0].n, c + 1);
+    check('pipeline: own', own.rows[0].n, 2 * c);
+    const again = await Promise.all([
+      q(conn, 'pipeline: add again', 'add', 'SELECT $1::int + $2::int AS n', [c, 2]),
+      q(conn, 'pipeline: own again', `own${c}`, `SELECT $1::int * ${c} AS n`, [3]),
+    ]);
+    check('pipeline: again', again.map((r) => r.rows[0].n), [c + 2, 3 * c]);
+  } finally {
+    await conn.end();
+  }
+}
+
 async function client(c, pids) {
   const conn = new Client();
   await conn.connect();
@@ -86,6 +114,7 @@ async function client(c, pids) {
       sum += v;
       if (i === 7) await abandon(c, i);
     }
+    await pipelined(c);
     // the distinct statements again: the servers evicted most of them
     for (let i = 0; i < iterations; i++) await distinct(conn, c, i, `again, iteration ${i}`);
     const r = await q(conn, 'final sum', 'sum', `SELECT coalesce(sum(v), 0)::int AS s FROM ${TABLE} WHERE client = $1`, [c]);
