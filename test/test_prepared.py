@@ -832,6 +832,34 @@ def test_statement_messages_in_an_aborted_transaction(bouncer):
     assert exchange(other, run("o"), SYNC).rows == [["known"]]
 
 
+def test_parse_pipelined_in_an_aborted_transaction(bouncer):
+    """The same in pipelines: a Parse of a query the server has, sent behind
+    a Query or an Execute whose answers are still to come, or behind another
+    Parse and Sync, while the block has failed, gets 25P02 as from
+    PostgreSQL (not a ParseComplete from the pooler), so the name stays free:
+    after ROLLBACK it does not exist, and a driver's new Parse of it works."""
+    aborted = ("ERROR", "25P02", "current transaction is aborted, commands ignored until end of transaction block")
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    w, other = raw_client(b), raw_client(b)
+    known = "SELECT 'known ' || $1::text"
+    assert exchange(other, parse("o", known), SYNC).types == "1Z"
+    assert w.simple_query("BEGIN") == ([], None)
+    assert w.simple_query("SELECT 1 / 0")[1]["C"] == "22012"
+    r = exchange(w, query_message("SELECT 1"), parse("x", known), run("x", ["w"]), SYNC)
+    assert (r.types, r.errors, r.status) == ("EZEZ", [aborted, aborted], "E"), r
+    r = exchange(w, parse("", "SELECT 2"), bind(""), execute(), SYNC, parse("y", known), SYNC)
+    assert (r.types, r.errors, r.status) == ("EZEZ", [aborted, aborted], "E"), r
+    r = exchange(w, parse("p", "SELECT 'new'"), SYNC, parse("z", known), SYNC)
+    assert (r.types, r.errors, r.status) == ("EZEZ", [aborted, aborted], "E"), r
+    assert w.simple_query("ROLLBACK") == ([], None)
+    for name in ("x", "y", "z", "p"):
+        assert exchange(w, run(name), SYNC).errors == [no_such(name)], name
+    assert prepared_of_client(b, w) == 0
+    r = exchange(w, parse("x", known), run("x", ["again"]), SYNC)
+    assert (r.types, r.rows, r.errors) == ("12DCZ", [["known again"]], []), r
+    assert exchange(other, run("o", ["o"]), SYNC).rows == [["known o"]]
+
+
 def test_close_unknown_names_and_close_then_reparse(bouncer):
     b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
     w, other = raw_client(b), raw_client(b)

@@ -295,13 +295,15 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 	size_t keylen = (size_t)(body + blen - (nul + 1));
 	PreparedStmt *ps = prepare_stmt_get(body + (blen - keylen), keylen);
 	ClientStmt *cs = prepare_client_add(&c->stmts, name, ps);
-	if (s->txn_status == 'E' && s->rq.count == 0) {
+	if (s->txn_status == 'E' && !may_drop_statements(&s->rq)) {
 		/*
 		 * A failed transaction: PostgreSQL refuses a Parse (25P02, and the
 		 * name stays free) unless it is ROLLBACK, COMMIT and the like. The
 		 * server decides: the statement goes to it, and a failure undoes
 		 * the mapping. If the server has it already, the Parse goes
-		 * unnamed (a named one would only say "already exists").
+		 * unnamed (a named one would only say "already exists"). Only a
+		 * Query or Execute ahead can end the failed block first: then the
+		 * Parse is sent as below, behind a Close.
 		 */
 		bool had = prepare_server_has(&s->sstmts, ps, false);
 		if (!had)
