@@ -1014,6 +1014,37 @@ def test_statements_prepared_behind_a_deallocate_all_in_one_write(bouncer, comma
     assert a.simple_query("SELECT 'usable'") == ([["usable"]], None)
 
 
+@pytest.mark.parametrize("how", ["DO $$BEGIN EXECUTE 'DEALLOCATE ALL'; END$$", 'DEALLOCATE "PGBOUNCER_1"'])
+def test_statements_dropped_where_the_pooler_cannot_see(bouncer, how):
+    """Another client drops the server's statements in a way whose answer
+    does not say so (DEALLOCATE ALL run by a function or DO block, whose
+    CommandComplete says DO; an SQL DEALLOCATE of the server-side name).
+    The next Bind or Describe of each dropped statement on that server
+    fails once with 26000 under the client's name; the pooler then prepares
+    it again, for this client and for others, instead of failing every use."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    a, other, culprit = raw_client(b), raw_client(b), raw_client(b)
+    r = exchange(a, parse("s", "SELECT 's ' || $1::text"), run("s", ["0"]), SYNC)
+    assert (r.types, r.rows) == ("12DCZ", [["s 0"]]), r
+    assert exchange(other, parse("o", "SELECT 's ' || $1::text"), SYNC).types == "1Z"
+    assert culprit.simple_query(how) == ([], None)
+    r = exchange(a, run("s", ["1"]), SYNC)
+    assert (r.types, r.errors) == ("EZ", [no_such("s")]), r
+    for w, name in ((a, "s"), (other, "o"), (a, "s")):
+        r = exchange(w, run(name, ["2"]), SYNC)
+        assert (r.types, r.rows, r.errors) == ("2DCZ", [["s 2"]], []), r
+    fresh = raw_client(b)
+    r = exchange(fresh, parse("f", "SELECT 's ' || $1::text"), run("f", ["3"]), SYNC)
+    assert (r.types, r.rows, r.errors) == ("12DCZ", [["s 3"]], []), r
+
+    # a Describe finds out the same way
+    assert culprit.simple_query(how) == ([], None)
+    r = exchange(other, describe(b"S", "o"), SYNC)
+    assert (r.types, r.errors) == ("EZ", [no_such("o")]), r
+    r = exchange(other, describe(b"S", "o"), run("o", ["4"]), SYNC)
+    assert (r.types, r.rows, r.errors) == ("tT2DCZ", [["s 4"]], []), r
+
+
 def test_reset_query_always_drops_statements_on_the_server_only(bouncer):
     """With server_reset_query_always, DISCARD ALL runs on every release: the
     server's statements are gone, the client's are not, and the pooler

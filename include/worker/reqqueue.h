@@ -45,7 +45,8 @@ typedef struct Request {
 	bool dropped_ahead; /* eviction Close: a DEALLOCATE ALL / DISCARD ALL ahead of it dropped the statement */
 	char short_name[REQ_SHORT_NAME]; /* the client's name of a renamed Bind/Describe when it fits, else "" */
 	uint64_t stmt_id;                /* Parse: registry id recorded on the server by it; Bind: the one bound;
-	                                    ANS_LEARN, ANS_CHECK: the statement described (0 = none) */
+	                                    Describe (the client's, ANS_LEARN, ANS_CHECK): the statement described
+	                                    (0 = none) */
 	uint64_t map_gen;                /* Parse: the client's name mapping made by it (0 = none); ANS_LEARN: the
 	                                    mapping made by the client's Parse it follows (0 = none) */
 	char *error;                     /* ANS_FAKE_ERROR: SQLSTATE (5 characters), then the message the client gets */

@@ -450,6 +450,7 @@ static SBufAction client_describe_close(PgSocket *c, PgSocket *s, const PktHdr *
 	put_simple_msg(server_msg(c), 'D', 'S', sname);
 	reqqueue_push(&s->rq, REQ_DESCRIBE, ANS_CLIENT);
 	request_set_name(reqqueue_tail(&s->rq), name);
+	reqqueue_tail(&s->rq)->stmt_id = cs ? prepare_stmt_id(prepare_client_stmt(cs)) : 0;
 	return SB_CONSUMED;
 }
 
@@ -863,6 +864,20 @@ static void check_stale_statement(PgSocket *s, const Request *req, const uint8_t
 }
 
 /*
+ * A renamed Bind or Describe failed with 26000: the server no longer has
+ * the statement the pooler listed there, dropped where the pooler cannot
+ * see it (EXECUTE 'DEALLOCATE ALL' in a function or DO block, whose
+ * CommandComplete says DO; an SQL DEALLOCATE of the server-side name). It
+ * leaves the server's list, so that the next Bind of it, this client's or
+ * another's, prepares it again: one error, not one at every use.
+ */
+static void check_lost_statement(PgSocket *s, const Request *req, const uint8_t *data, uint32_t len)
+{
+	if (req->stmt_id && strcmp(txn_error_sqlstate(data, len), "26000") == 0)
+		prepare_server_remove_id(&s->sstmts, req->stmt_id);
+}
+
+/*
  * The result type of a statement the pooler prepared on this server
  * differs from the one recorded for it: the server's statement is not the
  * one its clients know. The entry leaves the registry (a new Parse of the
@@ -985,6 +1000,8 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 		request_dropped(&req, s); /* a failed Parse prepared nothing */
 		if (req.kind == REQ_BIND && request_name(&req))
 			check_stale_statement(s, &req, data, hdr->len);
+		if ((req.kind == REQ_BIND || req.kind == REQ_DESCRIBE) && req.answer == ANS_CLIENT)
+			check_lost_statement(s, &req, data, hdr->len);
 		if (own_error(s, &req, data, hdr->len))
 			act = SB_CONSUMED;
 		/* the ANS_CHECK failed or was skipped: the client's message goes on, into the skipping */
