@@ -424,6 +424,39 @@ def test_names_and_texts(bouncer):
     assert prepared_of_client(b, w) == 4
 
 
+@pytest.mark.parametrize("param, values, query, want", [
+    # a timestamptz literal without an offset is read in the TimeZone of the session that parses it
+    ("TimeZone", ["UTC", "Asia/Tokyo", "UTC"],
+     "SELECT extract(epoch FROM '2020-01-02 03:04:05'::timestamptz)::int + $1::int",
+     ["1577934245", "1577901845", "1577934245"]),
+    ("DateStyle", ["ISO, MDY", "ISO, DMY", "ISO, MDY"], "SELECT ('03/04/2020'::date + $1::int)::text",
+     ["2020-03-04", "2020-04-03", "2020-03-04"]),
+    # the same bytes are another text in another client_encoding
+    ("client_encoding", ["UTF8", "LATIN1", "UTF8"], "SELECT octet_length('\u00e9') + $1::int", ["2", "4", "2"]),
+])
+def test_same_text_parsed_in_other_settings_is_another_statement(bouncer, param, values, query, want):
+    """PostgreSQL reads some tracked parameters when it parses a text:
+    clients that prepare the same text with other values must get their own
+    reading of it, as each would on its own connection, not the statement
+    another client prepared on the shared server."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    clients = []
+    for value in values:
+        w = PgWire(b.port)
+        w.login(**{param: value})
+        clients.append(w)
+    got = []
+    for w in clients:
+        r = exchange(w, parse("s", query), run("s", ["0"]), SYNC)
+        assert r.types == "12DCZ", r
+        got.append(r.rows[0][0])
+    assert got == want
+    again = [exchange(w, run("s", ["0"]), SYNC).rows[0][0] for w in reversed(clients)]
+    assert again == list(reversed(want))
+    # the clients of the same settings still share one statement on the server
+    assert len(server_statements(clients[0])) == len(set(values))
+
+
 def test_a_leaving_clients_names_are_free_for_the_next(bouncer):
     b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
     for n in range(3):

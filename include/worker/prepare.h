@@ -31,18 +31,27 @@ typedef struct ServerStmt ServerStmt;
 /* The registry entry for a Parse body, made if new; the caller holds one reference. */
 PreparedStmt *prepare_stmt_get(const uint8_t *key, size_t keylen);
 /*
+ * The same for a Parse body parsed in environment `env` (opaque bytes: the
+ * client's settings that PostgreSQL reads when it parses the text,
+ * txn_client_env()): the same text in another environment is another
+ * statement (doc/transaction.md, "Protocol-level prepared statements").
+ */
+PreparedStmt *prepare_stmt_get_in(const uint8_t *body, size_t bodylen, const uint8_t *env, size_t envlen);
+/*
  * The same for a client moved from another worker, whose statement was
  * described there with result type `desc` (0 = unknown): if this worker's
  * servers describe the text differently, the client gets an entry of its
  * own, retired, so that its next Bind fails with 0A000 as it would have
  * there (doc/transaction.md, "Schema changes").
  */
-PreparedStmt *prepare_stmt_get_described(const uint8_t *key, size_t keylen, uint64_t desc);
+PreparedStmt *prepare_stmt_get_described(const uint8_t *body, size_t bodylen, const uint8_t *env, size_t envlen,
+                                         uint64_t desc);
 void prepare_stmt_unref(PreparedStmt *ps);
 uint64_t prepare_stmt_id(const PreparedStmt *ps);
-const uint8_t *prepare_stmt_key(const PreparedStmt *ps, size_t *keylen);
-const char *prepare_stmt_name(const PreparedStmt *ps); /* "PGBOUNCER_<id>" */
-size_t prepare_registry_count(void);                   /* distinct statements in the worker */
+const uint8_t *prepare_stmt_key(const PreparedStmt *ps, size_t *keylen); /* the Parse body */
+const uint8_t *prepare_stmt_env(const PreparedStmt *ps, size_t *envlen); /* the environment it was parsed in */
+const char *prepare_stmt_name(const PreparedStmt *ps);                   /* "PGBOUNCER_<id>" */
+size_t prepare_registry_count(void);                                     /* distinct statements in the worker */
 /*
  * Its result type, as a hash of the description the server gave when the
  * pooler first prepared it (txn_row_desc_hash()); 0 = not known yet.

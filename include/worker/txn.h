@@ -11,6 +11,8 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 void txn_release(PgSocket *s); /* unlink from its client and return it to the pool */
 /* A ReadyForQuery answering all a session-mode client sent, its pool now in another mode: released (true). */
 bool txn_session_link_release(PgSocket *s, const uint8_t *data, uint32_t len);
+/* The client's settings that its statements are parsed in (prepare_stmt_get_in()): good until the next call. */
+const uint8_t *txn_client_env(const PgSocket *c, size_t *len);
 /* A CommandComplete of the reset query: DISCARD ALL / DEALLOCATE ALL empty the server's statements. */
 void txn_server_discard_check(PgSocket *s, const uint8_t *data, uint32_t len);
 

@@ -26,6 +26,7 @@
 #include "worker/migrate.h"
 #include "worker/pool.h"
 #include "worker/prepare.h"
+#include "worker/txn.h"
 #include "worker/worker.h"
 
 #define MIGRATE_MAGIC   0x5047424du /* "PGBM" */
@@ -459,7 +460,10 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, char *err, size
 		}
 		if (prepare_client_find(&c->stmts, name))
 			continue;
-		PreparedStmt *ps = prepare_stmt_get_described(body, body_len, (uint64_t)desc_hi << 32 | desc_lo);
+		size_t envlen;
+		const uint8_t *env = txn_client_env(c, &envlen); /* the moved client's settings, set above */
+		PreparedStmt *ps =
+		    prepare_stmt_get_described(body, body_len, env, envlen, (uint64_t)desc_hi << 32 | desc_lo);
 		prepare_client_add(&c->stmts, name, ps);
 		prepare_stmt_unref(ps); /* the mapping holds its own reference */
 	}

@@ -26,9 +26,10 @@ struct PreparedStmt {
 	char name[PREPARE_NAME_LEN]; /* that name, made once (a renamed Bind needs it every time) */
 	unsigned refcount;           /* client mappings and server sets holding it */
 	size_t keylen;
-	uint8_t *key;  /* query text, NUL, parameter count and type OIDs */
-	uint64_t desc; /* its result type (txn_row_desc_hash()) when first prepared; 0 = not known yet */
-	bool retired;  /* in `retired`, no longer found by its text: its result type changed (prepare_stmt_retire()) */
+	size_t bodylen; /* the Parse body at the start of key; the parse environment after it */
+	uint8_t *key;   /* query text, NUL, parameter count and type OIDs; then the environment */
+	uint64_t desc;  /* its result type (txn_row_desc_hash()) when first prepared; 0 = not known yet */
+	bool retired;   /* in `retired`, no longer found by its text: its result type changed (prepare_stmt_retire()) */
 	UT_hash_handle hh;
 };
 
@@ -50,34 +51,64 @@ static PreparedStmt *retired; /* entries still held but never handed out again f
 static uint64_t next_id = 1;
 static uint64_t next_gen = 1;
 
-/* A new entry for a Parse body, in no hash yet. */
-static PreparedStmt *stmt_new(const uint8_t *key, size_t keylen)
+/* A new entry for a key (a Parse body of bodylen bytes, then its environment), in no hash yet. */
+static PreparedStmt *stmt_new(const uint8_t *key, size_t keylen, size_t bodylen)
 {
 	PreparedStmt *ps = xcalloc(1, sizeof(*ps));
 	ps->id = next_id++;
 	snprintf(ps->name, sizeof(ps->name), PREPARE_NAME_PREFIX "%llu", (unsigned long long)ps->id);
 	ps->keylen = keylen;
+	ps->bodylen = bodylen;
 	ps->key = xmalloc(keylen ? keylen : 1);
 	if (keylen)
 		memcpy(ps->key, key, keylen);
 	return ps;
 }
 
-PreparedStmt *prepare_stmt_get(const uint8_t *key, size_t keylen)
+static PreparedStmt *get_key(const uint8_t *key, size_t keylen, size_t bodylen)
 {
 	PreparedStmt *ps;
 	HASH_FIND(hh, registry, key, keylen, ps);
 	if (!ps) {
-		ps = stmt_new(key, keylen);
+		ps = stmt_new(key, keylen, bodylen);
 		HASH_ADD_KEYPTR(hh, registry, ps->key, ps->keylen, ps);
 	}
 	ps->refcount++;
 	return ps;
 }
 
-PreparedStmt *prepare_stmt_get_described(const uint8_t *key, size_t keylen, uint64_t desc)
+/* The key of a Parse body in an environment: the two, one after the other (a buffer kept for the next call). */
+static const uint8_t *join_key(const uint8_t *body, size_t bodylen, const uint8_t *env, size_t envlen)
 {
-	PreparedStmt *ps = prepare_stmt_get(key, keylen);
+	static uint8_t *buf;
+	static size_t cap;
+	if (bodylen + envlen > cap) {
+		cap = bodylen + envlen;
+		buf = xrealloc(buf, cap);
+	}
+	if (bodylen)
+		memcpy(buf, body, bodylen);
+	if (envlen)
+		memcpy(buf + bodylen, env, envlen);
+	return buf;
+}
+
+PreparedStmt *prepare_stmt_get(const uint8_t *key, size_t keylen)
+{
+	return get_key(key, keylen, keylen);
+}
+
+PreparedStmt *prepare_stmt_get_in(const uint8_t *body, size_t bodylen, const uint8_t *env, size_t envlen)
+{
+	if (!envlen)
+		return get_key(body, bodylen, bodylen);
+	return get_key(join_key(body, bodylen, env, envlen), bodylen + envlen, bodylen);
+}
+
+PreparedStmt *prepare_stmt_get_described(const uint8_t *body, size_t bodylen, const uint8_t *env, size_t envlen,
+                                         uint64_t desc)
+{
+	PreparedStmt *ps = prepare_stmt_get_in(body, bodylen, env, envlen);
 	if (!desc || ps->desc == desc)
 		return ps;
 	if (!ps->desc) {
@@ -86,7 +117,7 @@ PreparedStmt *prepare_stmt_get_described(const uint8_t *key, size_t keylen, uint
 	}
 	/* this worker's servers give the text another result type now: an entry of its own, retired */
 	prepare_stmt_unref(ps);
-	ps = stmt_new(key, keylen);
+	ps = stmt_new(join_key(body, bodylen, env, envlen), bodylen + envlen, bodylen);
 	ps->desc = desc;
 	ps->retired = true;
 	ps->refcount = 1;
@@ -114,8 +145,14 @@ uint64_t prepare_stmt_id(const PreparedStmt *ps)
 
 const uint8_t *prepare_stmt_key(const PreparedStmt *ps, size_t *keylen)
 {
-	*keylen = ps->keylen;
+	*keylen = ps->bodylen;
 	return ps->key;
+}
+
+const uint8_t *prepare_stmt_env(const PreparedStmt *ps, size_t *envlen)
+{
+	*envlen = ps->keylen - ps->bodylen;
+	return ps->key + ps->bodylen;
 }
 
 const char *prepare_stmt_name(const PreparedStmt *ps)
@@ -348,7 +385,7 @@ void prepare_server_orphan(ServerStmt **set, PreparedStmt *ps)
 	if (!ss || ss->ps != ps)
 		return;
 	/* a stand-in that only keeps the name, closed when it is the least recently used */
-	PreparedStmt *stub = stmt_new(NULL, 0);
+	PreparedStmt *stub = stmt_new(NULL, 0, 0);
 	memcpy(stub->name, ps->name, sizeof(stub->name));
 	stub->retired = true;
 	stub->refcount = 1;

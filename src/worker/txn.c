@@ -257,6 +257,33 @@ static inline Prepared ensure_prepared(PgSocket *c, PgSocket *s, PreparedStmt *p
 /* ---- client messages ---- */
 
 /*
+ * The client's parse environment: its tracked parameters but
+ * application_name, which PostgreSQL reads when it parses a text (a
+ * timestamptz literal without an offset in TimeZone, a date in DateStyle,
+ * the bytes in client_encoding). Clients whose environments differ never
+ * share a server-side statement (doc/transaction.md, "Protocol-level
+ * prepared statements"). The bytes are good until the next call.
+ */
+const uint8_t *txn_client_env(const PgSocket *c, size_t *len)
+{
+	static PktBuf pb;
+	static int app = -2;
+	if (app == -2)
+		app = var_index("application_name");
+	pktbuf_reset(&pb);
+	for (int i = 0; i < var_count(); i++) {
+		const char *v = c->vars[i].value;
+		if (i == app)
+			continue;
+		pktbuf_put_u8(&pb, v != NULL);
+		if (v)
+			pktbuf_put_string(&pb, v);
+	}
+	*len = pb.len;
+	return pb.buf;
+}
+
+/*
  * Whether a Query, FunctionCall or Execute is still unanswered: it may be
  * a DEALLOCATE ALL or DISCARD ALL that drops the server's statements
  * before what the client sent behind it.
@@ -293,7 +320,9 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 		return SB_CONSUMED;
 	}
 	size_t keylen = (size_t)(body + blen - (nul + 1));
-	PreparedStmt *ps = prepare_stmt_get(body + (blen - keylen), keylen);
+	size_t envlen;
+	const uint8_t *env = txn_client_env(c, &envlen);
+	PreparedStmt *ps = prepare_stmt_get_in(body + (blen - keylen), keylen, env, envlen);
 	ClientStmt *cs = prepare_client_add(&c->stmts, name, ps);
 	if (s->txn_status == 'E' && !may_drop_statements(&s->rq)) {
 		/*
@@ -900,9 +929,10 @@ static void result_type_changed(PgSocket *s, const Request *req, PreparedStmt *p
 	/* may free ps, unless cs holds it (the server's set need not: evicted meanwhile) */
 	prepare_server_orphan(&s->sstmts, ps);
 	if (cs) {
-		size_t keylen;
+		size_t keylen, envlen;
 		const uint8_t *key = prepare_stmt_key(ps, &keylen);
-		PreparedStmt *fresh = prepare_stmt_get(key, keylen);
+		const uint8_t *env = prepare_stmt_env(ps, &envlen);
+		PreparedStmt *fresh = prepare_stmt_get_in(key, keylen, env, envlen);
 		if (!prepare_stmt_desc(fresh))
 			prepare_stmt_set_desc(fresh, desc);
 		prepare_client_set_stmt(cs, fresh); /* may free ps */
