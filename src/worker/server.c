@@ -592,30 +592,18 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 }
 
 /*
- * An answer to a client linked in session mode. Its pool's mode may have
- * changed since the link (RELOAD, SET): the link ends at the first
+ * A ReadyForQuery to a client linked in session mode. Its pool's mode may
+ * have changed since the link (RELOAD, SET): the link ends at the first
  * ReadyForQuery outside a transaction that answers everything the client
  * sent (session_syncs: its Syncs, Queries and FunctionCalls not answered
  * yet; session_open: more sent since). A Sync the server ignores (during
- * COPY FROM STDIN) only keeps the link. What DEALLOCATE ALL or DISCARD ALL
- * drop is forgotten, as in transaction mode, for the clients to come.
+ * COPY FROM STDIN) only keeps the link. Whether this one ends it.
  */
-static SBufAction session_link_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+static inline bool session_link_done(PgSocket *s)
 {
-	if (hdr->type == 'C') {
-		if (avail < hdr->len)
-			return SB_NEED_FULL;
-		txn_server_discard_check(s, data, hdr->len);
-		return SB_FORWARD;
-	}
-	if (hdr->type != 'Z')
-		return SB_FORWARD;
-	if (s->session_syncs > 0)
-		s->session_syncs--;
-	if (s->session_syncs > 0 || s->session_open || s->txn_status != 'I' ||
-	    pool_effective_mode(s->pool) == POOL_SESSION)
-		return SB_FORWARD;
-	return txn_session_link_release(s, data, hdr->len) ? SB_CONSUMED : SB_FORWARD;
+	if (s->session_syncs > 0 && --s->session_syncs > 0)
+		return false;
+	return !s->session_open && s->txn_status == 'I' && pool_effective_mode(s->pool) != POOL_SESSION;
 }
 
 static __attribute__((noinline)) SBufAction handle_active_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data,
@@ -648,6 +636,10 @@ static __attribute__((noinline)) SBufAction handle_active_packet(PgSocket *s, co
 			pool->stats.xact_time += (uint64_t)(wk.now - c->xact_start);
 			c->xact_start = 0;
 		}
+		if (!txn && c && s->replication == REPLICATION_NONE && session_link_done(s)) {
+			pool->stats.server_bytes += hdr->len;
+			return txn_session_link_release(s, data, hdr->len) ? SB_CONSUMED : SB_FORWARD;
+		}
 		break;
 	}
 	case 'S':
@@ -660,14 +652,23 @@ static __attribute__((noinline)) SBufAction handle_active_packet(PgSocket *s, co
 		break;
 	case 'C':
 		s->copy_mode = false;
+		if (!txn && s->sstmts && c) {
+			/*
+			 * A session link on a server with the pooler's statements
+			 * (its pool was in transaction mode before): a DEALLOCATE
+			 * ALL or DISCARD ALL here is noted for the clients after
+			 * the link, as in transaction mode.
+			 */
+			if (avail < hdr->len)
+				return SB_NEED_FULL;
+			txn_server_discard_check(s, data, hdr->len);
+		}
 		break;
 	default:
 		break;
 	}
 	if (!txn) {
 		pool->stats.server_bytes += hdr->len;
-		if (c && s->replication == REPLICATION_NONE)
-			return session_link_packet(s, hdr, data, avail);
 		return SB_FORWARD;
 	}
 	return txn_server_packet(s, hdr, data, avail); /* counts the bytes too */
