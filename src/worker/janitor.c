@@ -35,16 +35,19 @@ static void check_client_timeouts(PgPool *pool)
 			disconnect_client(c, true, "query_timeout");
 			continue;
 		}
-		if (c->state == CL_WAITING_LOGIN) {
-			if (wk.cf.g.client_login_timeout > 0 && now - c->connect_time > wk.cf.g.client_login_timeout)
-				disconnect_client(c, true, "client_login_timeout (server down)");
+		if (c->state == CL_WAITING_LOGIN && wk.cf.g.client_login_timeout > 0 &&
+		    now - c->connect_time > wk.cf.g.client_login_timeout) {
+			disconnect_client(c, true, "client_login_timeout (server down)");
 			continue;
 		}
+		/* a login waiting for the pool's first server waits for a server too */
 		usec_t qwt = client_query_wait_timeout(c->login_user, pool->db);
 		if (qwt > 0 && now - c->wait_start > qwt) {
 			disconnect_client(c, true, "query_wait_timeout");
 			continue;
 		}
+		if (c->state == CL_WAITING_LOGIN)
+			continue;
 		if (wk.cf.g.query_wait_notify > 0 && !c->wait_notice_sent &&
 		    now - c->wait_start >= (usec_t)wk.cf.g.query_wait_notify * USEC_PER_SEC) {
 			PktBuf pb;
