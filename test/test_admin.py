@@ -951,6 +951,29 @@ def test_show_clients_servers_pools_databases(bouncer, pg):
     assert [r for r in rows(conn, "SHOW CLIENTS") if r["database"] == "postgres"] == []
 
 
+def test_show_clients_wait_counts_a_running_query(bouncer):
+    """SHOW CLIENTS wait/wait_us: the time since the client's current query
+    started (spec/admin.md §4), also while that query runs on a server, as
+    PgBouncer shows it: how a console finds long-running queries. Between
+    queries it is 0."""
+    b = bouncer()
+    conn = console(b)
+    r = Raw(b, user="postgres", dbname="postgres")
+    assert ready(r.login)
+    r.send_query("SELECT pg_sleep(4)")
+
+    def running_a_second():
+        c = row(conn, "SHOW CLIENTS", database="postgres")
+        return c["wait"] >= 1 and c
+
+    c = wait_for(running_a_second, "the running query's age in SHOW CLIENTS wait", timeout=4)
+    assert c["state"] == "active" and c["link"] != ""
+    assert 0 <= c["wait_us"] < 1000000
+    assert ready(r.messages())
+    c = row(conn, "SHOW CLIENTS", database="postgres")
+    assert (c["wait"], c["wait_us"]) == (0, 0)
+
+
 def test_show_servers_over_unix_socket_shows_the_servers_port(bouncer, pg):
     """A server reached through its socket directory is shown as unix with the server's port, not ours."""
     b = bouncer(databases={"postgres": f"host={pg.sockdir} port={pg.port} dbname=postgres"})

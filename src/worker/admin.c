@@ -333,6 +333,8 @@ static void socket_row(Reply *r, PgSocket *s, bool sockets)
 	usec_t wait = 0;
 	if (!s->is_server && (s->state == CL_WAITING || s->state == CL_WAITING_LOGIN) && s->wait_start)
 		wait = wk.now - s->wait_start;
+	else if (!s->is_server && s->query_start)
+		wait = wk.now - s->query_start; /* its query runs on a server: how long so far */
 	const char *state = state_name(s->state, sockets);
 	if (!sockets && !s->is_server && s->state == CL_ACTIVE && !s->link)
 		state = "idle";
