@@ -883,6 +883,30 @@ def test_stats_after_queries(bouncer):
     assert row(conn, "SHOW STATS", database="postgres")["total_query_count"] == 8
 
 
+def test_query_and_xact_time_include_the_wait_for_a_server(bouncer):
+    """A query starts when the client sends it, not when it gets a server
+    (spec/admin.md §4, counting rules): the time a request spent queued
+    counts in total_query_time and total_xact_time as well as in
+    total_wait_time, as with PgBouncer."""
+    b = bouncer(ini_overrides={"pool_mode": "transaction", "default_pool_size": 1})
+    conn = console(b)
+    holder = Raw(b, user="postgres", dbname="postgres")
+    assert holder.query("BEGIN")[-1] == ("Z", b"T")
+    waiter = Raw(b, user="postgres", dbname="postgres")
+    waiter.send_query("SELECT 1")
+    wait_for(lambda: row(conn, "SHOW POOLS", database="postgres")["maxwait"] >= 1,
+             "the second client to wait a second for the server")
+    assert ready(holder.query("COMMIT"))
+    assert ready(waiter.messages())
+    s = row(conn, "SHOW STATS", database="postgres")
+    assert s["total_query_count"] == 3 and s["total_xact_count"] == 2
+    assert s["total_wait_time"] >= 1000000
+    # the waiter's query lasted its wait and more; the holder's transaction
+    # outlasted that wait, the waiter's began with it
+    assert s["total_query_time"] >= s["total_wait_time"]
+    assert s["total_xact_time"] >= 2 * s["total_wait_time"]
+
+
 def test_client_logins_are_counted(bouncer):
     """Successful logins per database (the post-1.25.2 client_login_count
     columns, spec/admin.md §4); a refused login counts nowhere."""

@@ -217,6 +217,7 @@ struct PgSocket {
 	usec_t query_start;  /* current query's start (0 = none) */
 	usec_t xact_start;   /* current transaction's start (0 = none) */
 	usec_t wait_start;   /* when it started waiting for a server */
+	usec_t queued_start; /* the request it waited with began then: its query_start (count_request()) */
 
 	/* tracked parameters: clients their wish, servers their current value */
 	VarValue vars[MAX_TRACKED];

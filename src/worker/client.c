@@ -519,16 +519,22 @@ static SBufAction handle_startup_phase(PgSocket *c, const PktHdr *hdr, const uin
 
 /* ---- logged in ---- */
 
-/* Statistics when a client message starts a query/transaction. */
+/*
+ * Statistics when a client message starts a query/transaction. A request
+ * that waited for a server began when it was queued: query_time and
+ * xact_time include the wait, as with PgBouncer (spec/admin.md §4).
+ */
 static void count_request(PgSocket *c, const PktHdr *hdr)
 {
 	PgPool *pool = c->pool;
+	usec_t began = c->queued_start ? c->queued_start : wk.now;
+	c->queued_start = 0;
 	pool->stats.client_bytes += hdr->len;
 	if (c->query_start == 0 && hdr->type != 'H') {
-		c->query_start = wk.now;
+		c->query_start = began;
 		pool->stats.query_count++;
 		if (c->xact_start == 0)
-			c->xact_start = wk.now;
+			c->xact_start = began;
 	}
 }
 
@@ -694,6 +700,8 @@ static __attribute__((noinline)) SBufAction handle_client_packet(PgSocket *c, co
 		count_held_request(c, hdr, act);
 	else if (act == SB_FORWARD || act == SB_CONSUMED)
 		count_request(c, hdr);
+	else if (act == SB_SKIP)
+		c->queued_start = 0; /* no request: the next one starts when it comes */
 	/*
 	 * What the pooler sends on its own marks it itself. A Flush starts
 	 * nothing on the server: behind requests the pooler answered itself it

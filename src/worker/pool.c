@@ -462,6 +462,7 @@ static void link_client_server(PgSocket *c, PgSocket *s)
 	slog_debug(c, "linked to server S-%p", (const void *)s);
 	if (c->wait_start) {
 		pool->stats.wait_time += (uint64_t)(wk.now - c->wait_start);
+		c->queued_start = c->wait_start;
 		c->wait_start = 0;
 	}
 	/* the server's parameter values become visible to the client through its own SETs */
