@@ -37,10 +37,16 @@ void admin_take_state(const ConsoleState *cs);
 void admin_kill_here(const char *db_name);
 void admin_disable_later(const char *db_name);
 
-/* Sums of a database's pools (SHOW STATS and friends). */
+/*
+ * Sums of a database's pools (SHOW STATS and friends): the totals, the
+ * snapshot taken at the start of the previous stats_period, and the rates
+ * per second since that snapshot (each worker divides by its own time
+ * since its snapshot; the rates of several workers add up).
+ */
 typedef struct DbStats {
 	const char *name;
-	PgStats total, older, newer; /* totals, and the two stats_period snapshots */
+	PgStats total, older;
+	double rate[PGSTATS_FIELDS];
 } DbStats;
 
 /* which: 0 STATS, 1 STATS_TOTALS, 2 STATS_AVERAGES, 3 TOTALS; RowDescription, rows, CommandComplete. */

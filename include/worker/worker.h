@@ -83,6 +83,8 @@ typedef struct Worker {
 	uint32_t cf_gen;      /* bumped whenever the running config changes (reload, console SET) */
 	usec_t now;           /* time at the start of the current callback */
 	usec_t start_time;
+	usec_t stats_older_at;          /* when the pools' older_stats were taken (start_time before the first tick) */
+	usec_t stats_newer_at;          /* when their newer_stats were taken */
 	int master_fd;                  /* control pipe to the master (-1 = none) */
 	uint64_t accepted;              /* accepted connections */
 	uint64_t moved_in;              /* clients adopted from other workers (src/worker/migrate.c) */

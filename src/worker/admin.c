@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,13 @@ static const char *fmt_int(long long v)
 {
 	char *b = fmtbuf[fmtidx++ % 48];
 	snprintf(b, 64, "%lld", v);
+	return b;
+}
+
+static const char *fmt_rate(double v)
+{
+	char *b = fmtbuf[fmtidx++ % 48];
+	snprintf(b, 64, "%.3f", v);
 	return b;
 }
 
@@ -501,10 +509,15 @@ static int collect_stats(DbStats **out)
 			arr[n++].name = p->db->name;
 		}
 		DbStats *d = &arr[n - 1];
-		const PgStats *src[3] = {&p->stats, &p->older_stats, &p->newer_stats};
-		PgStats *dst[3] = {&d->total, &d->older, &d->newer};
-		for (int k = 0; k < 3; k++)
-			pgstats_add(dst[k], src[k]);
+		pgstats_add(&d->total, &p->stats);
+		pgstats_add(&d->older, &p->older_stats);
+	}
+	/* the rates since the snapshot of the start of the previous period (spec/admin.md §4) */
+	double secs = (double)(wk.now - wk.stats_older_at) / USEC_PER_SEC;
+	for (int k = 0; k < n; k++) {
+		const uint64_t *t = (const uint64_t *)&arr[k].total, *o = (const uint64_t *)&arr[k].older;
+		for (size_t f = 0; f < PGSTATS_FIELDS; f++)
+			arr[k].rate[f] = secs > 0 ? (double)(t[f] - o[f]) / secs : 0;
 	}
 	*out = arr;
 	return n;
@@ -514,25 +527,31 @@ static int collect_stats(DbStats **out)
 #define STATS_COLUMNS 12
 _Static_assert(STATS_COLUMNS == PGSTATS_FIELDS, "every PgStats counter has a SHOW STATS column");
 
-/* Averages over the last complete stats_period. */
+/*
+ * Averages since the start of the previous stats_period (since start
+ * within the first): rates per second, and the *_time columns per
+ * transaction, query and server assignment of that window.
+ */
 static void averages(const DbStats *d, long long avg[STATS_COLUMNS])
 {
-	double secs = wk.cf.g.stats_period; /* at least 1: the parameter table's range */
-	const PgStats *a = &d->older, *b = &d->newer;
+	const PgStats *a = &d->older, *b = &d->total;
 	uint64_t dx = b->xact_count - a->xact_count, dq = b->query_count - a->query_count;
 	uint64_t da = b->server_assignment_count - a->server_assignment_count;
-	avg[0] = (long long)(da / secs);
-	avg[1] = (long long)(dx / secs);
-	avg[2] = (long long)(dq / secs);
-	avg[3] = (long long)((b->client_bytes - a->client_bytes) / secs);
-	avg[4] = (long long)((b->server_bytes - a->server_bytes) / secs);
+	const double *r = d->rate;
+#define RATE(field) ((long long)r[offsetof(PgStats, field) / sizeof(uint64_t)])
+	avg[0] = RATE(server_assignment_count);
+	avg[1] = RATE(xact_count);
+	avg[2] = RATE(query_count);
+	avg[3] = RATE(client_bytes);
+	avg[4] = RATE(server_bytes);
 	avg[5] = dx ? (long long)((b->xact_time - a->xact_time) / dx) : 0;
 	avg[6] = dq ? (long long)((b->query_time - a->query_time) / dq) : 0;
 	avg[7] = da ? (long long)((b->wait_time - a->wait_time) / da) : 0;
-	avg[8] = (long long)((b->client_parse_count - a->client_parse_count) / secs);
-	avg[9] = (long long)((b->server_parse_count - a->server_parse_count) / secs);
-	avg[10] = (long long)((b->bind_count - a->bind_count) / secs);
-	avg[11] = (long long)((b->client_login_count - a->client_login_count) / secs);
+	avg[8] = RATE(client_parse_count);
+	avg[9] = RATE(server_parse_count);
+	avg[10] = RATE(bind_count);
+	avg[11] = RATE(client_login_count);
+#undef RATE
 }
 
 static void totals(const PgStats *t, long long tot[STATS_COLUMNS])
@@ -661,7 +680,8 @@ static void write_totals(PktBuf *pb, const DbStats *arr, int n)
 	for (int k = 0; k < n; k++) {
 		pgstats_add(&all.total, &arr[k].total);
 		pgstats_add(&all.older, &arr[k].older);
-		pgstats_add(&all.newer, &arr[k].newer);
+		for (size_t f = 0; f < PGSTATS_FIELDS; f++)
+			all.rate[f] += arr[k].rate[f];
 	}
 	long long tot[STATS_COLUMNS], avg[STATS_COLUMNS];
 	totals(&all.total, tot);
@@ -690,9 +710,10 @@ static bool show_stats(PgSocket *c, int which)
 }
 
 /*
- * SHOW STATS_RAW, for a peer's fan-out only: per database the totals and
- * both period snapshots, so that the averages of the whole pooler can be
- * computed from summed counters.
+ * SHOW STATS_RAW, for a peer's fan-out only: per database the totals, the
+ * snapshot of the start of the previous period and this worker's rates
+ * since it, so that the averages of the whole pooler can be computed from
+ * summed counters and rates.
  */
 static bool show_stats_raw(PgSocket *c, int variant)
 {
@@ -704,7 +725,7 @@ static bool show_stats_raw(PgSocket *c, int variant)
 	names[0] = "database";
 	for (int k = 0; k < 3 * NF; k++) {
 		types[1 + k] = 'N';
-		snprintf(namebuf[k], sizeof(namebuf[k]), "%c%d", "ton"[k / NF], k % NF);
+		snprintf(namebuf[k], sizeof(namebuf[k]), "%c%d", "tor"[k / NF], k % NF);
 		names[1 + k] = namebuf[k];
 	}
 	types[1 + 3 * NF] = '\0';
@@ -714,11 +735,12 @@ static bool show_stats_raw(PgSocket *c, int variant)
 	int n = collect_stats(&arr);
 	for (int k = 0; k < n; k++) {
 		const char *v[1 + 3 * NF];
-		const uint64_t *src[3] = {(const uint64_t *)&arr[k].total, (const uint64_t *)&arr[k].older,
-		                          (const uint64_t *)&arr[k].newer};
+		const uint64_t *src[2] = {(const uint64_t *)&arr[k].total, (const uint64_t *)&arr[k].older};
 		v[0] = arr[k].name;
-		for (int m = 0; m < 3 * NF; m++)
+		for (int m = 0; m < 2 * NF; m++)
 			v[1 + m] = fmt_int((long long)src[m / NF][m % NF]);
+		for (int m = 0; m < NF; m++)
+			v[1 + 2 * NF + m] = fmt_rate(arr[k].rate[m]);
 		reply_row(&r, v);
 	}
 	free(arr);

@@ -491,7 +491,11 @@ static int dbstats_cmp(const void *x, const void *y)
 	return strcmp(((const DbStats *)x)->name, ((const DbStats *)y)->name);
 }
 
-/* SHOW STATS & co: every worker answered STATS_RAW (database, then 3 x 11 counters); sum per database. */
+/*
+ * SHOW STATS & co: every worker answered STATS_RAW (database, then its
+ * totals, its older snapshot and its rates, one column per counter each);
+ * sum per database.
+ */
 static void write_stats(AdminFanout *fo, PktBuf *pb)
 {
 	enum { NF = sizeof(PgStats) / sizeof(uint64_t) };
@@ -518,12 +522,16 @@ static void write_stats(AdminFanout *fo, PktBuf *pb)
 				memset(d, 0, sizeof(*d));
 				d->name = row[0];
 			}
-			uint64_t *dst[3] = {(uint64_t *)&d->total, (uint64_t *)&d->older, (uint64_t *)&d->newer};
-			for (int s = 0; s < 3; s++)
+			uint64_t *dst[2] = {(uint64_t *)&d->total, (uint64_t *)&d->older};
+			for (int s = 0; s < 2; s++)
 				for (int f = 0; f < NF; f++) {
 					const char *v = row[1 + s * NF + f];
 					dst[s][f] += v ? strtoull(v, NULL, 10) : 0;
 				}
+			for (int f = 0; f < NF; f++) {
+				const char *v = row[1 + 2 * NF + f];
+				d->rate[f] += v ? strtod(v, NULL) : 0;
+			}
 		}
 	}
 	qsort(arr, (size_t)n, sizeof(*arr), dbstats_cmp);

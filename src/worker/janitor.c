@@ -373,6 +373,8 @@ void stats_period_tick(void)
 		p->older_stats = p->newer_stats;
 		p->newer_stats = p->stats;
 	}
+	wk.stats_older_at = wk.stats_newer_at;
+	wk.stats_newer_at = wk.now;
 	PgStats d;
 	if (!pooler_delta(&d) || !wk.cf.g.log_stats)
 		return;

@@ -619,6 +619,7 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *
 	if (wk.slot) /* the master forked this worker with its current configuration */
 		atomic_store(&wk.slot->config_gen, atomic_load(&shm->scaler.config_gen));
 	wk.start_time = wk.now = get_time_usec();
+	wk.stats_older_at = wk.stats_newer_at = wk.start_time;
 	wk.base = event_base_new();
 	if (!wk.base)
 		fatal("event_base_new() failed");
