@@ -199,7 +199,10 @@ bool client_send_welcome(PgSocket *c)
 		pktbuf_write_notice(&pb, wk.cf.g.login_notify_message);
 	pktbuf_write_ready(&pb, 'I');
 	/* active before sending, so that a failed send is accounted as a logged-in client */
-	c->wait_start = 0; /* a wait for the first server login is over; pool_find_server() starts the next */
+	/* a wait for the pool's first server login is over: it counts as a wait for a server */
+	if (c->wait_start && !c->is_internal)
+		c->pool->stats.wait_time += (uint64_t)(wk.now - c->wait_start);
+	c->wait_start = 0; /* pool_find_server() starts the next */
 	change_state(c, CL_ACTIVE);
 	if (!c->is_internal)
 		c->pool->stats.client_login_count++;
