@@ -169,16 +169,21 @@ def test_safe_shutdown_refuses_a_client_that_needs_a_server(bouncer, pg):
     b.wait_log(r"server connections dropped, exiting")
 
 
-def test_query_timeout_counts_while_waiting_at_login(bouncer, pg):
-    """The first server of a pool never comes: query_timeout ends the wait
-    before client_login_timeout does."""
+@pytest.mark.parametrize("setting", ["query_timeout", "query_wait_timeout"])
+def test_timeouts_count_while_waiting_at_login(bouncer, pg, setting):
+    """The first server of a pool never comes: a login parked until it is up
+    waits for a server like a queued query (spec/behaviours.md §3.1, state
+    waiting), so query_timeout and query_wait_timeout end the wait, as with
+    PgBouncer, before client_login_timeout does; other pools go on."""
     dead_port = free_port()
-    b = bouncer(ini_overrides={"query_timeout": 1, "client_login_timeout": 8, "server_login_retry": 30},
+    b = bouncer(ini_overrides={setting: 1, "client_login_timeout": 20, "server_login_retry": 30},
                 databases={"down": f"host=127.0.0.1 port={dead_port} dbname=postgres",
                            "postgres": pg.connstr("postgres")})
     w = PgWire(b.port)
     w.startup(database="down")
-    w.expect_fatal("query_timeout")
+    w.expect_fatal(setting)  # AuthenticationOk comes with the welcome
+    with b.connect(autocommit=True) as conn:
+        assert conn.execute("SELECT 'other pool fine'").fetchone() == ("other pool fine",)
 
 
 def test_server_fast_close_after_reconnect(bouncer, pg):

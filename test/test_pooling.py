@@ -982,22 +982,6 @@ def test_server_down(bouncer, pg):
         assert conn.execute("SELECT 'other pool fine'").fetchone() == ("other pool fine",)
 
 
-def test_query_wait_timeout_ends_a_login_waiting_for_a_down_server(bouncer, pg):
-    """A login parked until the pool's first server is up waits for a server
-    like a queued query (spec/behaviours.md §3.1, state waiting): when
-    query_wait_timeout is the shorter limit it ends the wait, as with
-    PgBouncer, instead of client_login_timeout."""
-    dead_port = free_port()
-    b = bouncer(ini_overrides={"query_wait_timeout": 1, "client_login_timeout": 20, "server_login_retry": 30},
-                databases={"down": f"host=127.0.0.1 port={dead_port} dbname=postgres",
-                           "postgres": pg.connstr("postgres")})
-    w = PgWire(b.port)
-    w.startup(database="down")
-    w.expect_fatal("query_wait_timeout")  # AuthenticationOk comes with the welcome
-    with b.connect(autocommit=True) as conn:
-        assert conn.execute("SELECT 'other pool fine'").fetchone() == ("other pool fine",)
-
-
 def test_unix_socket_client(bouncer):
     b = bouncer()
     with psycopg.connect(host=str(b.dir), port=b.port, dbname="postgres", user="postgres",

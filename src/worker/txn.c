@@ -722,12 +722,15 @@ bool txn_session_link_release(PgSocket *s, const uint8_t *data, uint32_t len)
 	return true;
 }
 
-/* Whether a Parse queued behind the head, before position `end`, made the client's name mapping `gen`. */
-static bool mapped_behind(ReqQueue *q, uint32_t end, uint64_t gen)
+/*
+ * Whether a Parse queued behind the head, before position `end`, made the
+ * client's name mapping `gen` or prepares statement `id` (0: not asked).
+ */
+static bool parsed_behind(const ReqQueue *q, uint32_t end, uint64_t gen, uint64_t id)
 {
 	for (uint32_t i = 1; i < end; i++) {
 		const Request *r = reqqueue_at(q, i);
-		if (r->kind == REQ_PARSE && r->map_gen == gen)
+		if (r->kind == REQ_PARSE && ((gen && r->map_gen == gen) || (id && r->stmt_id == id)))
 			return true;
 	}
 	return false;
@@ -736,19 +739,8 @@ static bool mapped_behind(ReqQueue *q, uint32_t end, uint64_t gen)
 /* Whether a Parse queued behind the head made the client's name mapping `gen` (prepare_client_clear_except()). */
 static bool mapped_by_queue(uint64_t gen, void *arg)
 {
-	ReqQueue *q = arg;
-	return mapped_behind(q, q->count, gen);
-}
-
-/* Whether a Parse queued behind the head, before position `end`, prepares statement `id`. */
-static bool parsed_before(ReqQueue *q, uint32_t end, uint64_t id)
-{
-	for (uint32_t i = 1; i < end; i++) {
-		const Request *r = reqqueue_at(q, i);
-		if (r->kind == REQ_PARSE && r->stmt_id == id)
-			return true;
-	}
-	return false;
+	const ReqQueue *q = arg;
+	return parsed_behind(q, q->count, gen, 0);
 }
 
 /* Whether statement `id` is on the server once what is queued behind the head has run: Parsed last, not Closed. */
@@ -789,9 +781,9 @@ static void check_discard(PgSocket *s, const uint8_t *data, uint32_t len)
 	for (uint32_t i = 1; i < q->count; i++) {
 		Request *r = reqqueue_at(q, i);
 		if (r->kind == REQ_CLOSE && r->answer == ANS_SWALLOW && r->stmt_id) {
-			if (!parsed_before(q, i, r->stmt_id))
+			if (!parsed_behind(q, i, 0, r->stmt_id))
 				r->dropped_ahead = true;
-		} else if (r->closed && !mapped_behind(q, i, prepare_client_gen(r->closed))) {
+		} else if (r->closed && !parsed_behind(q, i, prepare_client_gen(r->closed), 0)) {
 			prepare_client_free(r->closed);
 			r->closed = NULL;
 		}
