@@ -400,3 +400,68 @@ def test_client_too_large_to_move_stays_untouched(bouncer):
     assert worker_row(b, 1)["move_failed"] >= 1
     heavy.close()
     wait_for(lambda: states(b) == ["active"], "the drain to end once the client left")
+
+
+def test_moved_clients_keep_their_place_in_max_client_conn(bouncer):
+    """A client on its way to another worker still counts: the giver hands
+    its units over to the receiver before it sends it. Here the receiver
+    is stopped, so the clients stay on their way; a new login must still
+    find max_client_conn full, as one PgBouncer would."""
+    import signal
+    b = bouncer(ini_overrides={**BASE, "pool_mode": "transaction", "max_client_conn": 20,
+                               "max_db_client_connections": 20})
+    held = [b.connect(autocommit=True) for _ in range(20)]
+    mark = b.log_mark()
+    add_second_worker(b)
+    pid = int(b.wait_log(r"worker 1 started, pid (\d+)", after=mark).group(1))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        b.wait_log(r"moved [1-9]\d* clients to worker 1", after=mark)
+        # worker 0 answers; a login the kernel queues for the stopped worker 1 times out and is tried again
+        for _ in range(50):
+            try:
+                extra = b.connect(autocommit=True, connect_timeout=1)
+            except psycopg.OperationalError as e:
+                if "max_client_conn" in str(e):
+                    break
+                continue
+            extra.close()
+            pytest.fail("a 21st client logged in while 20 were on their way to worker 1")
+        else:
+            pytest.fail("no login reached worker 0")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: even(b, 20), "an even split")
+    for i, c in enumerate(held):
+        assert c.execute("SELECT %s::int", (i,)).fetchone() == (i,)
+    with b.admin() as con:
+        (db,) = [r for r in rows(con, "SHOW DATABASES") if r["name"] == "postgres"]
+    assert db["current_client_connections"] == 20
+
+
+def test_moved_waiting_client_gets_one_wait_notice(bouncer):
+    """query_wait_notify sends its NOTICE once per wait: a client that got
+    it and then moved while still waiting does not get it again."""
+    b = bouncer(ini_overrides={**BASE, "pool_mode": "transaction", "default_pool_size": 1,
+                               "query_wait_notify": 1})
+    holder = b.connect()
+    holder.execute("SELECT 1")  # the one server stays in this transaction
+    waiting = []
+    for i in range(10):
+        w = PgWire(b.port)
+        w.login()
+        w.send(query_message(f"SELECT {i}"))
+        waiting.append(w)
+    wait_for(lambda: pool_row(b, "postgres", "postgres")["cl_waiting"] == 10, "ten clients waiting")
+    time.sleep(1.5)  # every one of them has its NOTICE
+    add_second_worker(b)
+    wait_for(lambda: even(b, 11), "an even split, waiting clients included")
+    time.sleep(1.5)  # the janitor of worker 1 runs meanwhile
+    holder.rollback()
+    notices = []
+    for i, w in enumerate(waiting):
+        msgs = w.read_until(b"Z")
+        assert [data_row(body) for t, body in msgs if t == b"D"] == [[str(i)]]
+        notices.append([t for t, _ in msgs].count(b"N"))
+        w.close()
+    assert notices == [1] * 10, notices

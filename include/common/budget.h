@@ -82,6 +82,16 @@ bool budget_over_share(GlobalBudget *gb, int self, int idx, int limit);
 void budget_clients_add(GlobalBudget *gb, int self, int delta);
 int budget_clients(GlobalBudget *gb);
 
+/*
+ * A client moving from worker `from` to worker `to` of the tree takes its
+ * units along without the totals dipping, so that no login slips in while
+ * it is on its way: its client connection (budget_clients_move) and its
+ * units of entries (budget_move). False if `from` held none (the master
+ * reset it): nothing moved.
+ */
+void budget_clients_move(GlobalBudget *gb, int from, int to);
+bool budget_move(GlobalBudget *gb, int from, int to, int idx);
+
 /* Master, after reaping worker w: give back everything it held, drop its wishes and half-made entries. */
 void budget_reset_worker(GlobalBudget *gb, int w);
 

@@ -30,8 +30,12 @@ const char *migrate_unmovable_reason(const PgSocket *c, bool *lasting);
 /* Whether c counts at all (a logged-in client of a pool; consoles and internal connections do not). */
 bool migrate_counts(const PgSocket *c);
 
-/* Pack a movable client's state (not its socket) into out. False if it is larger than MIGRATE_MAX_STATE. */
-bool migrate_pack(const PgSocket *c, PktBuf *out);
+/*
+ * Pack a movable client's state (not its socket) into out; moved: the
+ * client's units that pool_move_client_budget() gave the receiver, or NULL.
+ * False if it is larger than MIGRATE_MAX_STATE.
+ */
+bool migrate_pack(const PgSocket *c, const int *moved, PktBuf *out);
 
 /* One packed client and its socket over a SOCK_SEQPACKET socket, without blocking. False (errno) = not sent. */
 bool migrate_send(int sock, const PktBuf *state, int fd);
@@ -42,15 +46,20 @@ bool migrate_send(int sock, const PktBuf *state, int fd);
  */
 int migrate_recv(int sock, uint8_t *buf, size_t cap, size_t *len, int *fd);
 
-/* After a successful send: forget c here, keeping the connection open (only our descriptor closes). */
-void migrate_forget(PgSocket *c);
+/*
+ * After a successful send: forget c here, keeping the connection open (only
+ * our descriptor closes). units_moved: its units went to the receiver.
+ */
+void migrate_forget(PgSocket *c, bool units_moved);
 
 /*
  * Rebuild a client from its packed state and socket: found or made
  * database, user and pool; counted in the client limits. NULL on failure,
  * with the reason in err: the client then gets a FATAL and is closed.
+ * same_tree: the giver is a worker of this tree, which may have moved the
+ * client's units here (pool_move_client_budget()).
  */
-PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, char *err, size_t errlen);
+PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, bool same_tree, char *err, size_t errlen);
 
 /* CH_MIGRATE: hand up to count movable clients to worker `to` over sock (closed at the end); one log line. */
 void migrate_give(int sock, int to, int64_t count);

@@ -57,6 +57,19 @@ void pool_budget_tick(void);                   /* ~10/s: give idle servers to wa
 void budget_hold_release(BudgetHold *hold);    /* give back a server's or client's units */
 /* A logging-in client's unit of its database's and login user's client count; NULL, or the limit that is full. */
 const char *pool_take_client_budget(PgSocket *c, int max_db, int max_user);
+/*
+ * A logged-in client moving to worker `to` of this tree takes its units
+ * along (its client connection, its database's and user's client counts),
+ * so that no login takes its place on the way (doc/workers.md, "Limits span
+ * all workers"). moved[k]: the entry now held by `to` for it, or -1. False
+ * without a global budget: nothing moved. Undone by pool_unmove_client_budget().
+ */
+bool pool_move_client_budget(PgSocket *c, int to, int moved[2]);
+void pool_unmove_client_budget(PgSocket *c, int to, const int moved[2]);
+/* The receiver: c is counted with the units moved here for it (moved NULL: none came, it takes its own). */
+void pool_adopt_client_budget(PgSocket *c, const int *moved);
+/* The receiver could not take the client: give back what was moved here for it. */
+void pool_drop_moved_client_budget(const int moved[2]);
 void pool_budget_forget(PgPool *pool); /* the pool is freed: it waits for room nowhere any more */
 
 #endif

@@ -237,6 +237,23 @@ void budget_clients_add(GlobalBudget *gb, int self, int delta)
 	atomic_fetch_add(&gb->clients_of[self], delta);
 }
 
+void budget_clients_move(GlobalBudget *gb, int from, int to)
+{
+	/* the receiver first: a sum taken meanwhile sees one too many, never one too few */
+	atomic_fetch_add(&gb->clients_of[to], 1);
+	atomic_fetch_sub(&gb->clients_of[from], 1);
+}
+
+bool budget_move(GlobalBudget *gb, int from, int to, int idx)
+{
+	BudgetEntry *e = &gb->entries[idx];
+	if (atomic_load(&e->held[from]) == 0)
+		return false;
+	atomic_fetch_add(&e->held[to], 1);
+	atomic_fetch_sub(&e->held[from], 1);
+	return true;
+}
+
 int budget_clients(GlobalBudget *gb)
 {
 	return atomic_load(&gb->clients);

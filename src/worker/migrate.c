@@ -29,8 +29,14 @@
 #include "worker/txn.h"
 #include "worker/worker.h"
 
-#define MIGRATE_MAGIC   0x5047424du /* "PGBM" */
-#define MIGRATE_VERSION CLIENT_STATE_VERSION
+#define MIGRATE_MAGIC    0x5047424du /* "PGBM" */
+#define MIGRATE_VERSION  CLIENT_STATE_VERSION
+#define MIGRATE_TAIL     0x50474254u /* "PGBT": ends a state that has the tail below */
+#define MIGRATE_TAIL_LEN 13          /* flags, two entries, magic */
+
+/* the tail's flags */
+#define TAIL_UNITS_MOVED 0x01 /* the giver moved the client's units to the receiver (same tree only) */
+#define TAIL_NOTICE_SENT 0x02 /* the waiting client got its query_wait_notify NOTICE already */
 
 bool migrate_counts(const PgSocket *c)
 {
@@ -123,7 +129,7 @@ static bool get_blob(PktReader *r, const uint8_t **p, uint32_t *len)
 	return pktreader_get_u32(r, len) && pktreader_get_bytes(r, *len, p);
 }
 
-bool migrate_pack(const PgSocket *c, PktBuf *pb)
+bool migrate_pack(const PgSocket *c, const int *moved, PktBuf *pb)
 {
 	const PgUser *u = c->login_user;
 	pktbuf_put_u32(pb, MIGRATE_MAGIC);
@@ -194,6 +200,17 @@ bool migrate_pack(const PgSocket *c, PktBuf *pb)
 	uint32_t pending = c->state == CL_WAITING ? c->sb.end - c->sb.pos : 0;
 	put_blob(pb, pending ? c->sb.buf + c->sb.pos : NULL, pending);
 	put_u64(pb, pending ? (uint64_t)c->wait_start : 0);
+
+	/*
+	 * A tail of fixed size, read from the end, so that a receiver that
+	 * cannot take the client still finds the units it must give back.
+	 * Older receivers stop reading before it.
+	 */
+	uint8_t flags = (moved ? TAIL_UNITS_MOVED : 0) | (pending && c->wait_notice_sent ? TAIL_NOTICE_SENT : 0);
+	pktbuf_put_u8(pb, flags);
+	pktbuf_put_u32(pb, (uint32_t)(moved ? moved[0] : -1));
+	pktbuf_put_u32(pb, (uint32_t)(moved ? moved[1] : -1));
+	pktbuf_put_u32(pb, MIGRATE_TAIL);
 	return pb->len <= MIGRATE_MAX_STATE;
 }
 
@@ -252,19 +269,28 @@ int migrate_recv(int sock, uint8_t *buf, size_t cap, size_t *len, int *fd)
 
 /* ---- giving ---- */
 
-void migrate_forget(PgSocket *c)
+void migrate_forget(PgSocket *c, bool units_moved)
 {
 	/* as disconnect_client() counts a logged-in client out, without a word to it */
 	c->db->client_count--;
 	c->login_user->client_count--;
-	budget_hold_release(&c->budget);
-	worker_clients_add(-1);
+	if (units_moved) {
+		/* the receiver holds them now (pool_move_client_budget()) */
+		c->budget.taken = false;
+		wk.client_count--;
+	} else {
+		budget_hold_release(&c->budget);
+		worker_clients_add(-1);
+	}
 	sbuf_close(&c->sb); /* plain socket: close() of our descriptor only; the connection lives on */
 	change_state(c, CL_JUSTFREE);
 }
 
-/* Send up to count movable clients over sock (left open). *gone: the other end is closed or full. */
-static int give_batch(int sock, int64_t count, int *failed, const char **why, bool *gone)
+/*
+ * Send up to count movable clients over sock (left open) to worker `to` of
+ * this tree (-1: of another tree). *gone: the other end is closed or full.
+ */
+static int give_batch(int sock, int to, int64_t count, int *failed, const char **why, bool *gone)
 {
 	int moved = 0;
 	bool full = false;
@@ -290,13 +316,22 @@ static int give_batch(int sock, int64_t count, int *failed, const char **why, bo
 				if (!migrate_counts(c) || migrate_unmovable_reason(c, &lasting))
 					continue;
 				pktbuf_reset(&pb);
-				if (!migrate_pack(c, &pb)) {
+				/* its units go first: the totals never dip while it is on its way */
+				int units_to[2];
+				bool units = pool_move_client_budget(c, to, units_to);
+				if (!migrate_pack(c, units ? units_to : NULL, &pb)) {
+					if (units)
+						pool_unmove_client_budget(c, to, units_to);
 					(*failed)++;
 					*why = "state too large";
 					continue;
 				}
 				if (!migrate_send(sock, &pb, c->sb.fd)) {
 					/* nothing went: the client stays here, untouched */
+					int e = errno;
+					if (units)
+						pool_unmove_client_budget(c, to, units_to);
+					errno = e;
 					(*failed)++;
 					*why = strerror(errno);
 					full = errno == EAGAIN || errno == EWOULDBLOCK || errno == EPIPE ||
@@ -304,7 +339,7 @@ static int give_batch(int sock, int64_t count, int *failed, const char **why, bo
 					*gone = errno == EPIPE || errno == ECONNRESET;
 					continue;
 				}
-				migrate_forget(c);
+				migrate_forget(c, units);
 				moved++;
 			}
 		}
@@ -318,7 +353,7 @@ void migrate_give(int sock, int to, int64_t count)
 	int failed = 0;
 	const char *why = NULL;
 	bool gone;
-	int moved = give_batch(sock, count, &failed, &why, &gone);
+	int moved = give_batch(sock, to, count, &failed, &why, &gone);
 	close(sock);
 	wk.moved_out += (uint64_t)moved;
 	wk.move_failed += (uint64_t)failed;
@@ -351,7 +386,7 @@ void migrate_handoff_tick(void)
 	const char *why = NULL;
 	bool gone;
 	/* a send that finds the buffer full leaves the rest for the next tick */
-	int moved = give_batch(wk.handoff_fd, INT64_MAX, &failed, &why, &gone);
+	int moved = give_batch(wk.handoff_fd, -1, INT64_MAX, &failed, &why, &gone);
 	if (gone) {
 		log_warning("the new process's worker no longer takes clients (%s): the rest finish here", why);
 		close(wk.handoff_fd);
@@ -381,9 +416,26 @@ static void refuse(int fd, const char *why)
 	close(fd);
 }
 
-PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, char *err, size_t errlen)
+PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, bool same_tree, char *err, size_t errlen)
 {
 	PktReader r;
+	/* the tail first: units moved here for the client must be given back should it not be taken */
+	uint8_t flags = 0;
+	int moved[2] = {-1, -1};
+	if (len >= MIGRATE_TAIL_LEN) {
+		PktReader t;
+		uint32_t magic = 0, idx0, idx1;
+		pktreader_init(&t, data + len - MIGRATE_TAIL_LEN, MIGRATE_TAIL_LEN);
+		if (pktreader_get_u8(&t, &flags) && pktreader_get_u32(&t, &idx0) && pktreader_get_u32(&t, &idx1) &&
+		    pktreader_get_u32(&t, &magic) && magic == MIGRATE_TAIL) {
+			len -= MIGRATE_TAIL_LEN;
+			moved[0] = (int32_t)idx0;
+			moved[1] = (int32_t)idx1;
+		} else {
+			flags = 0;
+		}
+	}
+	bool units = same_tree && (flags & TAIL_UNITS_MOVED);
 	pktreader_init(&r, data, len);
 	uint32_t magic = 0, version = 0, nvars, nstmts, key_len, remote_len, local_len;
 	uint64_t id, connect_time, request_time, bytes_in, bytes_out;
@@ -504,8 +556,11 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, char *err, size
 	c->db = db;
 	c->login_user = u;
 	c->pool = pool_get(db, db->forced_user ? db->forced_user : u);
-	worker_clients_add(1);
-	(void)pool_take_client_budget(c, 0, 0); /* no limit: never refused, always counted */
+	if (units)
+		wk.client_count++; /* in the pooler's count already: the giver moved it to us */
+	else
+		worker_clients_add(1);
+	pool_adopt_client_budget(c, units ? moved : NULL); /* no limit: never refused, always counted */
 	db->client_count++;
 	u->client_count++;
 	c->adopted = true;
@@ -518,10 +573,13 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, char *err, size
 	if (pending_len > 0) {
 		/* taken up from the event loop, as if just read: it asks this worker's pool for a server */
 		c->wait_start = (usec_t)wait_start;
+		c->wait_notice_sent = (flags & TAIL_NOTICE_SENT) != 0; /* sent once per wait */
 		sbuf_preload(&c->sb, pending, pending_len);
 	}
 	return c;
 fail:
+	if (units)
+		pool_drop_moved_client_budget(moved);
 	if (c) {
 		pgb_assert(c->state == CL_FREE);
 		change_state(c, CL_JUSTFREE); /* freed by the janitor with what it holds */
@@ -582,7 +640,7 @@ static void on_intake(evutil_socket_t fd, short what, void *arg)
 		}
 		char err[128];
 		PgSocket *c = len > 0 && len <= MIGRATE_MAX_STATE
-		                  ? migrate_adopt(intake_buf, len, cfd, err, sizeof(err))
+		                  ? migrate_adopt(intake_buf, len, cfd, !in->old_tree, err, sizeof(err))
 		                  : (refuse(cfd, "could not move the connection"), NULL);
 		if (!c) {
 			in->failed++;

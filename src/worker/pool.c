@@ -180,6 +180,60 @@ const char *pool_take_client_budget(PgSocket *c, int max_db, int max_user)
 	return full < 0 ? NULL : names[full];
 }
 
+bool pool_move_client_budget(PgSocket *c, int to, int moved[2])
+{
+	GlobalBudget *gb = gbudget();
+	moved[0] = moved[1] = -1;
+	if (!gb || to < 0 || to >= SHM_MAX_WORKERS || to == wk.id)
+		return false;
+	for (int k = 0; k < 2; k++)
+		if (c->budget.taken && c->budget.idx[k] >= 0 && budget_move(gb, wk.id, to, c->budget.idx[k]))
+			moved[k] = c->budget.idx[k];
+	budget_clients_move(gb, wk.id, to);
+	return true;
+}
+
+void pool_unmove_client_budget(PgSocket *c, int to, const int moved[2])
+{
+	GlobalBudget *gb = gbudget();
+	for (int k = 0; k < 2; k++)
+		if (moved[k] >= 0 && !budget_move(gb, to, wk.id, moved[k]))
+			c->budget.idx[k] = -1; /* the master reset `to` meanwhile: the unit went with it */
+	budget_clients_move(gb, to, wk.id);
+}
+
+void pool_adopt_client_budget(PgSocket *c, const int *moved)
+{
+	GlobalBudget *gb = gbudget();
+	PgDatabase *db = c->db;
+	PgUser *u = c->login_user;
+	int own[2] = {budget_entry(&db->client_budget, BUDGET_DB_CLIENTS, db->name, ""),
+	              budget_entry(&u->client_budget, BUDGET_USER_CLIENTS, "", u->name)};
+	c->budget = (BudgetHold){.taken = true, .idx = {-1, -1, -1}};
+	for (int k = 0; k < 2; k++) {
+		if (moved && moved[k] >= 0 && moved[k] == own[k]) {
+			c->budget.idx[k] = own[k];
+			continue;
+		}
+		if (moved && moved[k] >= 0 && gb)
+			budget_give(gb, wk.id, moved[k]);
+		/* no limit: it was checked where the client logged in */
+		if (own[k] >= 0 && budget_take(gb, wk.id, own[k], 0))
+			c->budget.idx[k] = own[k];
+	}
+}
+
+void pool_drop_moved_client_budget(const int moved[2])
+{
+	GlobalBudget *gb = gbudget();
+	if (!gb)
+		return;
+	for (int k = 0; k < 2; k++)
+		if (moved[k] >= 0)
+			budget_give(gb, wk.id, moved[k]);
+	budget_clients_add(gb, wk.id, -1);
+}
+
 /* Whether the pool has clients (or auth_query lookups) that wait for a server. */
 static bool pool_needs_server(const PgPool *pool)
 {
@@ -551,9 +605,11 @@ bool pool_find_server(PgSocket *c)
 	}
 	if (pool_fast_fail(c, pool))
 		return false;
-	if (!c->wait_start) /* a client moved here while waiting keeps its place in time */
+	if (!c->wait_start) {
+		/* a client moved here while waiting keeps its place in time, and its query_wait_notify NOTICE */
 		c->wait_start = wk.now;
-	c->wait_notice_sent = false;
+		c->wait_notice_sent = false;
+	}
 	change_state(c, CL_WAITING);
 	pool_maybe_launch(pool);
 	return false;
