@@ -1230,6 +1230,26 @@ def test_parse_skipped_after_an_error_evicts_nothing(bouncer, failing):
     assert prepared_of_client(b, w) == 2
 
 
+def test_skipped_close_and_parse_of_a_known_text_leave_the_statement_counted(bouncer):
+    """Behind an Execute a Parse of a text the server has goes out behind a Close
+    of it. When an error has the server skip both, the server keeps its
+    statement, which the pooler must keep counting (and close in due course)
+    even when nobody else used that statement any more: else each round leaves
+    one more PGBOUNCER_<n> on the server, beyond max_prepared_statements."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1, max_prepared_statements=2))
+    w = raw_client(b)
+    for _ in range(4):
+        # the client's Close leaves the statement held by the server's list alone
+        r = exchange(w, parse("k", "SELECT 'known'"), run("k"), close(b"S", "k"), SYNC)
+        assert (r.types, r.rows) == ("12DC3Z", [["known"]]), r
+        bad, answered = failing_start("server error")
+        r = exchange(w, bad, parse("x", "SELECT 'known'"), run("x"), SYNC)
+        assert r.types == answered, r
+    on_server = server_statements(w)
+    assert len(on_server) <= 2, on_server
+    assert prepared_of_servers(b) == [len(on_server)]
+
+
 def test_bind_of_never_parsed_statement_then_pipeline_goes_on(bouncer):
     """A Bind for a statement never parsed, with Flush and Describe of the portal,
     and the client's other statement prepared on another server."""

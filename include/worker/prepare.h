@@ -113,6 +113,13 @@ PreparedStmt *prepare_server_find_id(ServerStmt **set, uint64_t id); /* the serv
  * on the server when it is evicted.
  */
 void prepare_server_orphan(ServerStmt **set, PreparedStmt *ps);
+/*
+ * The server still has statement PGBOUNCER_<id> although nobody uses it any
+ * more (its registry entry is gone: a Close of it was skipped after an
+ * error): a stand-in with that name joins the set, so that the statement
+ * counts against max_prepared_statements and is closed when evicted.
+ */
+void prepare_server_add_stand_in(ServerStmt **set, uint64_t id);
 void prepare_server_clear(ServerStmt **set);
 /* The same, but for the statements keep() says to keep (by their id). */
 void prepare_server_clear_except(ServerStmt **set, bool (*keep)(uint64_t id, void *arg), void *arg);

@@ -377,6 +377,16 @@ PreparedStmt *prepare_server_find_id(ServerStmt **set, uint64_t id)
 	return ss ? ss->ps : NULL;
 }
 
+/* A stand-in that only keeps a server-side name, closed when it is the least recently used; no reference yet. */
+static PreparedStmt *stand_in(const char *name)
+{
+	PreparedStmt *stub = stmt_new(NULL, 0, 0);
+	snprintf(stub->name, sizeof(stub->name), "%s", name);
+	stub->retired = true;
+	HASH_ADD_KEYPTR(hh, retired, stub->key, 0, stub); /* where prepare_stmt_unref() looks for a retired one */
+	return stub;
+}
+
 void prepare_server_orphan(ServerStmt **set, PreparedStmt *ps)
 {
 	ServerStmt *ss;
@@ -384,17 +394,20 @@ void prepare_server_orphan(ServerStmt **set, PreparedStmt *ps)
 	HASH_FIND(hh, *set, &id, sizeof(id), ss);
 	if (!ss || ss->ps != ps)
 		return;
-	/* a stand-in that only keeps the name, closed when it is the least recently used */
-	PreparedStmt *stub = stmt_new(NULL, 0, 0);
-	memcpy(stub->name, ps->name, sizeof(stub->name));
-	stub->retired = true;
+	PreparedStmt *stub = stand_in(ps->name);
 	stub->refcount = 1;
-	HASH_ADD_KEYPTR(hh, retired, stub->key, 0, stub); /* where prepare_stmt_unref() looks for a retired one */
 	HASH_DELETE(hh, *set, ss);
 	ss->id = stub->id;
 	ss->ps = stub;
 	HASH_ADD(hh, *set, id, sizeof(ss->id), ss);
 	prepare_stmt_unref(ps);
+}
+
+void prepare_server_add_stand_in(ServerStmt **set, uint64_t id)
+{
+	char name[PREPARE_NAME_LEN];
+	snprintf(name, sizeof(name), PREPARE_NAME_PREFIX "%llu", (unsigned long long)id);
+	prepare_server_add(set, stand_in(name));
 }
 
 void prepare_server_remove_id(ServerStmt **set, uint64_t id)

@@ -139,8 +139,19 @@ static void request_dropped(Request *r, void *arg)
 	}
 	if (r->kind == REQ_CLOSE && r->stmt_id) {
 		/* an eviction the server skipped: the statement is still there, unless dropped ahead of it */
-		PreparedStmt *ps = r->dropped_ahead ? NULL : prepare_stmt_by_id(r->stmt_id);
-		if (ps && !prepare_server_has(&s->sstmts, ps, false))
+		if (r->dropped_ahead)
+			return;
+		PreparedStmt *ps = prepare_stmt_by_id(r->stmt_id);
+		if (!ps)
+			/*
+			 * Nobody holds it any more (an eviction's was the last
+			 * reference, or client_parse()'s Parse behind the Close
+			 * was skipped too and took it): the server's statement
+			 * stays all the same, to be counted and closed in due
+			 * course, or each such skip leaves one more behind.
+			 */
+			prepare_server_add_stand_in(&s->sstmts, r->stmt_id);
+		else if (!prepare_server_has(&s->sstmts, ps, false))
 			prepare_server_add(&s->sstmts, ps);
 		return;
 	}
