@@ -1117,6 +1117,63 @@ def test_session_client_between_requests_follows_new_mode(bouncer, pg):
     w.close()
 
 
+def waiting_query(b, sql):
+    """A raw client that sends sql at once (it waits for a server); read its answer with read_ready()."""
+    v = PgWire(b.port)
+    v.login()
+    v.send(query_message(sql))
+    wait_for(lambda: pool_row(b)["cl_waiting"] == 1, "the client to wait for a server")
+    return v
+
+
+def test_session_client_flush_with_a_body_keeps_its_server_to_the_sync(bouncer, pg):
+    """A session-mode client whose pool turned to transaction mode sends a Query
+    and a Flush with a body behind it: the server answers the Flush with an
+    error and skips everything up to the next Sync, so the ReadyForQuery of the
+    Query must not give the server back. The client waiting for it gets it only
+    after the Sync, and its query runs."""
+    b = bouncer(ini_overrides={"default_pool_size": 1, "query_wait_timeout": 10, "query_timeout": 5})
+    w = PgWire(b.port)
+    w.login()
+    assert query(w, "SELECT 1")[2] == b"I"  # session mode: holds the only server from now on
+    with b.admin() as admin:
+        admin.execute("SET pool_mode = transaction")
+    v = waiting_query(b, "SELECT 'other'")
+    w.send(query_message("SELECT 'first'") + message(b"H", b"junk"))
+    assert summary(read_ready(w)) == [("T", None), ("D", ("first",)), ("C", b"SELECT 1\0"), ("Z", b"I")]
+    assert summary([w.read_msg()]) == [("E", "08P01")]
+    w.send(SYNC)
+    assert summary(read_ready(w)) == [("Z", b"I")]
+    assert summary(read_ready(v)) == [("T", None), ("D", ("other",)), ("C", b"SELECT 1\0"), ("Z", b"I")]
+    v.close()
+    w.close()
+
+
+@pytest.mark.xfail(strict=True, reason="a Sync the server ignores during COPY FROM STDIN is counted as a "
+                   "request to answer: the session link is never handed back")
+def test_session_client_after_extended_copy_follows_new_mode(bouncer, pg):
+    """libpq's PQexecParams of a COPY FROM STDIN sends Execute and Sync, then the
+    data, CopyDone and another Sync: the server ignores the first Sync (it is in
+    COPY) and answers one ReadyForQuery. Once the pool has turned to transaction
+    mode, that client still gives its server back after its next request."""
+    b = bouncer(ini_overrides={"default_pool_size": 1, "query_wait_timeout": 4})
+    w = PgWire(b.port)
+    w.login()
+    assert query(w, "CREATE TEMP TABLE copied (x int)")[1] is None
+    w.send(parse_msg("COPY copied FROM STDIN") + bind_msg() + describe_portal() + execute_msg() + SYNC)
+    assert [t for t, _ in read_types(w, [b"1", b"2", b"n", b"G"])] == [b"1", b"2", b"n", b"G"]
+    w.send(message(b"d", b"1\n") + message(b"c") + SYNC)
+    assert summary(read_ready(w)) == [("C", b"COPY 1\0"), ("Z", b"I")]
+    with b.admin() as admin:
+        admin.execute("SET pool_mode = transaction")
+    assert query(w, "SELECT count(*) FROM copied")[0] == [["1"]]
+    v = PgWire(b.port)
+    v.login()
+    assert query(v, "SELECT 'other'")[:2] == ([["other"]], None)  # query_wait_timeout while w keeps it
+    v.close()
+    w.close()
+
+
 # ---------------------------------------------------------------------------
 # 4. session state: tracked parameters, server_reset_query_always
 

@@ -688,10 +688,17 @@ static __attribute__((noinline)) SBufAction handle_client_packet(PgSocket *c, co
 			s->session_open = false;
 			break;
 		case 'H':
+			/*
+			 * One with a body is answered by an error, and the server
+			 * skips all up to the next Sync: the link holds until then.
+			 */
+			if (hdr->len != 5)
+				s->session_open = true;
+			break;
 		case 'd':
 		case 'c':
 		case 'f':
-			break; /* a Flush, or COPY data of a request already counted */
+			break; /* COPY data of a request already counted */
 		default:
 			s->session_open = true;
 			break;
