@@ -1149,8 +1149,6 @@ def test_session_client_flush_with_a_body_keeps_its_server_to_the_sync(bouncer, 
     w.close()
 
 
-@pytest.mark.xfail(strict=True, reason="a Sync the server ignores during COPY FROM STDIN is counted as a "
-                   "request to answer: the session link is never handed back")
 def test_session_client_after_extended_copy_follows_new_mode(bouncer, pg):
     """libpq's PQexecParams of a COPY FROM STDIN sends Execute and Sync, then the
     data, CopyDone and another Sync: the server ignores the first Sync (it is in

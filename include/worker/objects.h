@@ -23,6 +23,19 @@
 #define CANCEL_KEY_LEN 8   /* bytes of a cancel key (protocol 3.0) */
 #define MAX_SERVER_KEY 256 /* longest server cancel key (protocol 3.2) */
 
+/*
+ * What a client linked in session mode sent last (PgSocket.session_tail):
+ * the Syncs right behind the Execute or Query of a COPY FROM STDIN reach
+ * the server in COPY, which ignores them (server.c, session_copy_begun()).
+ */
+enum SessionTail {
+	SESSION_TAIL_OTHER,      /* nothing of note since the last Sync */
+	SESSION_TAIL_BROKEN,     /* two Executes, more behind one, an end of COPY: no guess until the next Sync */
+	SESSION_TAIL_EXEC,       /* one Execute since the last Sync, and nothing behind it */
+	SESSION_TAIL_EXEC_SYNCS, /* that Execute, then Syncs only (session_tsyncs) */
+	SESSION_TAIL_QUERY,      /* a Query, then Syncs only (session_tsyncs) */
+};
+
 typedef enum SocketState {
 	CL_FREE,           /* not in use */
 	CL_JUSTFREE,       /* closed, freed at the end of the loop pass (justfree list) */
@@ -261,6 +274,8 @@ struct PgSocket {
 	char link_mode;             /* server: POOL_* in force when it was linked to its client; holds until released */
 	bool session_open;          /* server linked in session mode: its client sent more since its last Sync/Query */
 	uint32_t session_syncs;     /* server linked in session mode: ReadyForQuery still owed to its client */
+	char session_tail;          /* server linked in session mode: what its client sent last (SESSION_TAIL_*) */
+	uint32_t session_tsyncs;    /* server linked in session mode: the Syncs at the end of session_tail */
 	char txn_status;            /* last ReadyForQuery status: I, T, E */
 	bool copy_mode;             /* COPY in progress */
 	bool wait_notice_sent;      /* query_wait_notify NOTICE sent */

@@ -606,6 +606,25 @@ static inline bool session_link_done(PgSocket *s)
 	return !s->session_open && s->txn_status == 'I' && pool_effective_mode(s->pool) != POOL_SESSION;
 }
 
+/*
+ * A CopyInResponse to a client linked in session mode: the server is in
+ * COPY FROM STDIN and ignores the Syncs it gets until the COPY ends
+ * (libpq's PQexecParams sends one behind the Execute). When the COPY's
+ * Execute or Query is the client's only request not answered, and
+ * nothing but Syncs came behind it, those Syncs owe no ReadyForQuery
+ * (session_link_done()), as txn.c drops them from the request queue.
+ * Otherwise the count stays: the link is kept, never handed back early.
+ */
+static void session_copy_begun(PgSocket *s)
+{
+	uint32_t tail = s->session_tsyncs;
+	if ((s->session_tail == SESSION_TAIL_EXEC_SYNCS && s->session_syncs == tail) ||
+	    (s->session_tail == SESSION_TAIL_QUERY && s->session_syncs == tail + 1))
+		s->session_syncs -= tail;
+	s->session_tail = SESSION_TAIL_BROKEN;
+	s->session_tsyncs = 0;
+}
+
 static __attribute__((noinline)) SBufAction handle_active_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data,
                                                                  uint32_t avail)
 {
@@ -647,6 +666,10 @@ static __attribute__((noinline)) SBufAction handle_active_packet(PgSocket *s, co
 			return server_protocol_violation(s, "malformed ParameterStatus");
 		break;
 	case 'G': /* CopyInResponse */
+		if (!txn && c && s->replication == REPLICATION_NONE)
+			session_copy_begun(s);
+		s->copy_mode = true;
+		break;
 	case 'W': /* CopyBothResponse */
 		s->copy_mode = true;
 		break;
