@@ -465,3 +465,50 @@ def test_moved_waiting_client_gets_one_wait_notice(bouncer):
         notices.append([t for t, _ in msgs].count(b"N"))
         w.close()
     assert notices == [1] * 10, notices
+
+
+def test_moved_client_does_not_bring_back_an_old_secret(bouncer, apg, setup):
+    """A user in [users] but not in the auth_file is found through auth_query.
+    Its clients log in on worker 0 and a second worker takes half of them,
+    with their secret; then the password changes in PostgreSQL. On worker 1
+    the secret they brought must stay an auth_query secret, looked up again
+    at the next login: the old password must not log in there (where servers
+    logged in before the change sit idle), and the new one must."""
+    from psycopg import sql as pgsql
+    from test_auth_query import APPDB, start
+    role = "authq_rb_users"
+    apg.create_role(role, password="old pw")
+    users = f"[users]\n{role} = pool_mode=transaction\n"
+    try:
+        b = start(bouncer, apg, setup, ini={**BASE, "pool_mode": "transaction"})
+        b.write_ini(text=b.render_ini() + users)
+        b.reload()
+        clients = [b.connect(dbname=APPDB, user=role, password="old pw", autocommit=True) for _ in range(10)]
+        b.update(min_workers=2, max_workers=2)
+        b.write_ini(text=b.render_ini() + users)
+        b.reload()
+
+        def moved():
+            try:
+                with private_console(b, 1, password="pgbouncer") as con:
+                    return len([r for r in rows(con, "SHOW CLIENTS") if r["database"] == APPDB]) >= 3
+            except psycopg.OperationalError:
+                return False
+
+        wait_for(moved, "clients moved to worker 1")
+        for c in clients:  # worker 1 logs in to PostgreSQL for them
+            assert c.execute("SELECT current_user").fetchone() == (role,)
+        apg.sql(pgsql.SQL("ALTER ROLE {} PASSWORD 'new pw'").format(pgsql.Identifier(role)))
+        landed = set()
+        for _ in range(40):
+            with pytest.raises(psycopg.OperationalError, match="SASL authentication failed"):
+                b.connect(dbname=APPDB, user=role, password="old pw", autocommit=True)
+            c = b.connect(dbname=APPDB, user=role, password="new pw", autocommit=True)
+            landed.add(worker_of(c))
+            assert c.execute("SELECT current_user").fetchone() == (role,)
+            c.close()
+            if landed == {0, 1}:
+                break
+        assert landed == {0, 1}
+    finally:
+        apg.sql(pgsql.SQL("DROP ROLE IF EXISTS {}").format(pgsql.Identifier(role)))

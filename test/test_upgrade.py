@@ -13,6 +13,7 @@ import pytest
 
 from conftest import parent_pid, pg_bindir, pid_alive, record_kills, stop_pooler, wait_for
 from helpers import assert_cancels, conn_on, pool_row, rows, scram_salt, two_workers, workers
+from test_auth_query import apg, setup  # noqa: F401 (fixtures)
 
 QUIET = {"log_connections": 0, "log_disconnections": 0}
 TWO = {**QUIET, "min_workers": 2, "max_workers": 2}
@@ -457,3 +458,37 @@ def test_cancel_reaches_a_client_left_on_the_old_tree(bouncer, old_trees, mode):
     busy.close()
     other.close()
     wait_for(lambda: not pid_alive(old_pid), "the old tree to exit after its last client")
+
+
+def test_handed_over_auth_query_secret_is_looked_up_again(bouncer, old_trees, apg, setup, monkeypatch):
+    """A user in [users] but not in the auth_file, found through auth_query
+    (SCRAM pass-through to the server): its clients go to the new tree with
+    their secret. There it stays an auth_query secret: after ALTER ROLE ...
+    PASSWORD the old password no longer logs in, the new one does."""
+    from psycopg import sql as pgsql
+    import psycopg
+    from test_auth_query import APPDB, start
+    monkeypatch.setenv("PGPASSWORD", "pgbouncer")  # the console's password, for the helpers
+    role = "authq_up_users"
+    apg.create_role(role, password="old pw")
+    users = f"[users]\n{role} = pool_mode=transaction\n"
+    try:
+        b = start(bouncer, apg, setup, ini={**TWO, "pool_mode": "transaction"})
+        b.write_ini(text=b.render_ini() + users)
+        b.reload()
+        two_workers(b)
+        clients = [b.connect(dbname=APPDB, user=role, password="old pw", autocommit=True) for _ in range(6)]
+        for c in clients:
+            assert c.execute("SELECT current_user").fetchone() == (role,)
+        old_pid, _ = upgrade(b, old_trees)
+        wait_for(lambda: not pid_alive(old_pid), "the old master to exit while its clients stay connected")
+        for c in clients:  # the new tree logs in to PostgreSQL for them with the keys they brought
+            assert c.execute("SELECT current_user").fetchone() == (role,)
+        apg.sql(pgsql.SQL("ALTER ROLE {} PASSWORD 'new pw'").format(pgsql.Identifier(role)))
+        for _ in range(6):  # both new workers
+            with pytest.raises(psycopg.OperationalError, match="SASL authentication failed"):
+                b.connect(dbname=APPDB, user=role, password="old pw", autocommit=True)
+            with b.connect(dbname=APPDB, user=role, password="new pw", autocommit=True) as c:
+                assert c.execute("SELECT current_user").fetchone() == (role,)
+    finally:
+        apg.sql(pgsql.SQL("DROP ROLE IF EXISTS {}").format(pgsql.Identifier(role)))

@@ -538,15 +538,20 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, bool same_tree,
 		snprintf(err, errlen, "malformed waiting request");
 		goto fail;
 	}
-	PgUser *u = user_find(uname);
-	if (!u) {
-		u = user_add(uname);
-		u->from_auth_query = from_aq != 0;
-		u->from_pam = from_pam != 0; /* its secret is the password PAM accepted */
-	}
-	if (!u->secret && has_secret)
+	PgUser *u = user_add(uname);
+	/*
+	 * A secret we lack is taken with its origin, even for a user we know
+	 * without one (a [users] entry): one from auth_query is looked up again
+	 * at the next login here too, never kept as if from the auth_file, and
+	 * the password PAM accepted stays for server logins only.
+	 */
+	if (!u->secret && has_secret) {
 		user_set_secret(u, secret, (SecretKind)kind);
-	if (!u->has_scram_keys && has_keys) {
+		u->from_auth_query = from_aq != 0;
+		u->from_pam = from_pam != 0;
+	}
+	/* keys made with another secret than ours would log in with a password the server may no longer take */
+	if (!u->has_scram_keys && has_keys && has_secret && u->secret && strcmp(u->secret, secret) == 0) {
 		memcpy(u->scram_client_key, ck, SCRAM_KEY_LEN);
 		memcpy(u->scram_server_key, sk, SCRAM_KEY_LEN);
 		u->has_scram_keys = true;
