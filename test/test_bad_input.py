@@ -12,6 +12,7 @@ import re
 import socket
 import struct
 import subprocess
+import threading
 import time
 
 import pytest
@@ -445,6 +446,54 @@ def test_flush_with_a_body_in_transaction_mode(with_bystander, before):
     w.send(first + message(b"H", b"junk"))
     err = w.expect_fatal("invalid Flush message")
     assert err["C"] == "08P01"
+    check_unharmed(b, bystander)
+
+
+def _rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def test_console_that_does_not_read(with_bystander):
+    """A console client that sends thousands of SHOWs and reads none of the
+    answers: PgBouncer writes one answer before it reads the next query, so
+    what it holds for the client is bounded by one answer. Here every answer
+    used to pile up in the worker (about 6 KB per SHOW CONFIG, 30 MB here).
+    Then the client reads, and gets every answer."""
+    b, bystander = with_bystander(min_workers=1, max_workers=1)
+    (worker,) = workers(b)
+    queries = 5000
+    w = PgWire(b.port)
+    w.login(user="pgbouncer", database="pgbouncer")
+    before = _rss_kb(worker["pid"])
+    sender = threading.Thread(target=w.send, args=(query_message("SHOW CONFIG") * queries,), daemon=True)
+    sender.start()
+    peak, until = before, time.monotonic() + 3
+    while time.monotonic() < until:  # a fixed pooler stops reading: the sender stays blocked
+        peak = max(peak, _rss_kb(worker["pid"]))
+        time.sleep(0.05)
+    assert peak - before < 10_000, f"the worker grew by {peak - before} kB holding unread answers"
+    assert bystander.execute("SELECT 'meanwhile'").fetchone() == ("meanwhile",)
+    # now read: every answer arrives, whole and in order
+    ready, buf, pos = 0, bytearray(), 0
+    while ready < queries:
+        while len(buf) - pos >= 5:
+            (length,) = struct.unpack("!I", buf[pos + 1 : pos + 5])
+            if len(buf) - pos < 1 + length:
+                break
+            assert buf[pos : pos + 1] in b"TDCZ", bytes(buf[pos : pos + 64])
+            ready += buf[pos : pos + 1] == b"Z"
+            pos += 1 + length
+        del buf[:pos]
+        pos = 0
+        if ready < queries:
+            chunk = w.sock.recv(1 << 20)
+            assert chunk, f"closed after {ready} answers"
+            buf += chunk
+    assert not buf, "more than the answers"
+    sender.join(10)
+    assert not sender.is_alive()
+    assert w.simple_query("SHOW VERSION")[0][0][0].startswith("PgBouncer ")
     check_unharmed(b, bystander)
 
 

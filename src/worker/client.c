@@ -565,6 +565,15 @@ static SBufAction handle_admin_packet(PgSocket *c, const PktHdr *hdr, const uint
 			return SB_NEED_FULL;
 		if (admin_console_busy(c))
 			return SB_WAIT; /* the other workers still answer the previous command */
+		if (!sbuf_is_flushed(&c->sb)) {
+			/*
+			 * The previous answer is not in the kernel yet: a console that
+			 * sends and does not read would otherwise have every answer
+			 * held here. One at a time, as PgBouncer; SBEV_FLUSHED resumes.
+			 */
+			sbuf_notify_flush(&c->sb);
+			return SB_WAIT;
+		}
 		char *q = xmalloc(hdr->len - 4);
 		memcpy(q, data + 5, hdr->len - 5);
 		q[hdr->len - 5] = '\0';
@@ -790,6 +799,10 @@ static __attribute__((noinline)) SBufAction client_event(SBuf *sb, SBufEvent ev,
 		disconnect_client(c, false, "%s", sbuf_tls_error());
 		return SB_CLOSED;
 	case SBEV_FLUSHED:
+		/* a console's answer went out (handle_admin_packet()): its next query */
+		if (c->db && c->db->admin && c->state != CL_JUSTFREE)
+			sbuf_continue(sb);
+		break;
 	case SBEV_CONNECTED:
 	case SBEV_CONNECT_FAILED:
 	case SBEV_RAW_BYTE:
