@@ -12,6 +12,7 @@ level prepared statements (max_prepared_statements) are tested elsewhere.
 """
 
 import hashlib
+import socket
 import random
 import struct
 import threading
@@ -23,7 +24,9 @@ from psycopg import errors
 from psycopg.pq import TransactionStatus
 
 from conftest import wait_for
-from helpers import backend_state, Background, conn_on, pool_row, show, two_workers, wait_reset, wait_running
+from helpers import (
+    backend_state, Background, conn_on, pool_row, show, two_workers, wait_reset, wait_running, workers,
+)
 from pgwire import data_row as decode_row, error_fields, message, PgWire, query_message
 
 # query_wait_timeout well below the default 120 s: a client that would wait for
@@ -1944,3 +1947,52 @@ def test_disconnect_with_pipeline_half_answered(bouncer, pg, protocol):
     # the server that still owed answers was closed, not lent
     wait_for(lambda: backend_state(pg, pid) is None, "the server with unanswered requests to be closed")
     wait_for(lambda: len(backends(pg, app)) <= 1, "at most one server for a pool of 1")
+
+
+def _rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+@pytest.mark.xfail(strict=True, reason="pooler-made CloseCompletes pile up for a client that does not read")
+def test_pooler_answers_to_a_client_that_does_not_read(bouncer, pg):
+    """Close of the unnamed statement while the server's belongs to another
+    client is answered by the pooler itself (CloseComplete). A client that
+    sends millions of them and reads nothing must not make the worker hold
+    every answer: forwarded results stop the client's input when it does not
+    read (back-pressure), and PgBouncer's own answers are bounded too. Here
+    they piled up in the client's output queue (about 12 MB for 3 million,
+    twice that for 6 million). Then the client reads and gets them all."""
+    b = bouncer(ini_overrides={**TX, "min_workers": 1, "max_workers": 1, "default_pool_size": 1})
+    (worker,) = workers(b)
+    other = b.connect(autocommit=True)
+    # the server's unnamed statement becomes another client's
+    assert other.execute("SELECT %s::int", [5]).fetchone() == (5,)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # before connect: a small window
+    sock.settimeout(30)
+    sock.connect(("127.0.0.1", b.port))
+    w = PgWire.__new__(PgWire)
+    w.sock, w.buf = sock, b""
+    w.login()
+    closes = 3_000_000
+    before = _rss_kb(worker["pid"])
+    sender = threading.Thread(target=w.send, args=(close_msg(b"S") * closes + SYNC,), daemon=True)
+    sender.start()
+    peak, until = before, time.monotonic() + 4
+    while time.monotonic() < until and sender.is_alive():
+        peak = max(peak, _rss_kb(worker["pid"]))
+        time.sleep(0.05)
+    time.sleep(0.5)
+    peak = max(peak, _rss_kb(worker["pid"]))
+    # every CloseComplete, then the ReadyForQuery
+    want = b"3\0\0\0\4" * closes + b"Z\0\0\0\5I"
+    got = bytearray()
+    while len(got) < len(want):
+        chunk = sock.recv(1 << 20)
+        assert chunk, f"closed after {len(got)} bytes"
+        got += chunk
+    assert got == want
+    sender.join(10)
+    assert peak - before < 6_000, f"the worker grew by {peak - before} kB holding unread answers"
+    assert other.execute("SELECT 'unharmed'").fetchone() == ("unharmed",)
