@@ -261,18 +261,19 @@ struct PgSocket {
 	bool stats_user;        /* console: read-only */
 
 	/* protocol state */
-	bool setting_vars;          /* server: running SET for tracked parameters */
-	bool vars_pipelined;        /* server: that SET went ahead of the client's messages (replay_vars) */
-	bool held_for_check;        /* server: its client's message waits (ANS_CHECK, its unnamed statement; txn.c) */
-	bool request_counted;       /* client: the message held by SB_WAIT was counted (count_request()) already */
-	bool resetting;             /* server: running reset/check query */
-	bool lent;                  /* server: given out since its login or its last check (server_check_delay = 0) */
-	bool checking;              /* server: running server_check_query for a waiting client */
-	bool close_needed;          /* server: close when released */
-	bool stale_stmt;            /* server: close_needed because a prepared statement's result type changed */
-	bool ready;                 /* server: saw ReadyForQuery, no query running */
-	char link_mode;             /* server: POOL_* in force when it was linked to its client; holds until released */
-	bool session_open;          /* server linked in session mode: its client sent more since its last Sync/Query */
+	bool setting_vars;    /* server: running SET for tracked parameters */
+	bool vars_pipelined;  /* server: that SET went ahead of the client's messages (replay_vars) */
+	bool held_for_check;  /* server: its client's message waits (ANS_CHECK, its unnamed statement; txn.c) */
+	bool held_for_flush;  /* client: its next message waits until the pooler's answers to it are sent (client.c) */
+	bool request_counted; /* client: the message held by SB_WAIT was counted (count_request()) already */
+	bool resetting;       /* server: running reset/check query */
+	bool lent;            /* server: given out since its login or its last check (server_check_delay = 0) */
+	bool checking;        /* server: running server_check_query for a waiting client */
+	bool close_needed;    /* server: close when released */
+	bool stale_stmt;      /* server: close_needed because a prepared statement's result type changed */
+	bool ready;           /* server: saw ReadyForQuery, no query running */
+	char link_mode;       /* server: POOL_* in force when it was linked to its client; holds until released */
+	bool session_open;    /* server linked in session mode: its client sent more since its last Sync/Query */
 	uint32_t session_syncs;     /* server linked in session mode: ReadyForQuery still owed to its client */
 	char session_tail;          /* server linked in session mode: what its client sent last (SESSION_TAIL_*) */
 	uint32_t session_tsyncs;    /* server linked in session mode: the Syncs at the end of session_tail */

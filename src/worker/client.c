@@ -557,6 +557,23 @@ static __attribute__((noinline)) void count_held_request(PgSocket *c, const PktH
 	}
 }
 
+/* The client's next message waits until what the pooler wrote to it is in the kernel (SBEV_FLUSHED resumes it). */
+static SBufAction wait_for_flush(PgSocket *c)
+{
+	c->held_for_flush = true;
+	sbuf_notify_flush(&c->sb);
+	return SB_WAIT;
+}
+
+/*
+ * Answers the pooler makes itself (in transaction mode: ParseComplete,
+ * CloseComplete, its own errors) wait in the client's output queue when
+ * the client does not read; forwarded results stop the client's input by
+ * back-pressure, these would not. Past this many unsent bytes its next
+ * message waits for them to go out.
+ */
+#define OWN_ANSWERS_MAX (64 * 1024)
+
 static SBufAction handle_admin_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
 {
 	switch (hdr->type) {
@@ -571,8 +588,7 @@ static SBufAction handle_admin_packet(PgSocket *c, const PktHdr *hdr, const uint
 			 * sends and does not read would otherwise have every answer
 			 * held here. One at a time, as PgBouncer; SBEV_FLUSHED resumes.
 			 */
-			sbuf_notify_flush(&c->sb);
-			return SB_WAIT;
+			return wait_for_flush(c);
 		}
 		char *q = xmalloc(hdr->len - 4);
 		memcpy(q, data + 5, hdr->len - 5);
@@ -649,6 +665,8 @@ static __attribute__((noinline)) SBufAction handle_client_packet(PgSocket *c, co
 	}
 	if (c->db->admin)
 		return handle_admin_packet(c, hdr, data, avail);
+	if (__builtin_expect(c->sb.out.len - c->sb.out_pos > OWN_ANSWERS_MAX, 0))
+		return wait_for_flush(c);
 	switch (client_msg_class[(uint8_t)hdr->type]) {
 	case MSG_UNKNOWN:
 		disconnect_client(c, true, "unknown pkt");
@@ -799,9 +817,11 @@ static __attribute__((noinline)) SBufAction client_event(SBuf *sb, SBufEvent ev,
 		disconnect_client(c, false, "%s", sbuf_tls_error());
 		return SB_CLOSED;
 	case SBEV_FLUSHED:
-		/* a console's answer went out (handle_admin_packet()): its next query */
-		if (c->db && c->db->admin && c->state != CL_JUSTFREE)
+		/* the pooler's answers went out (wait_for_flush()): its next message */
+		if (c->held_for_flush && c->state != CL_JUSTFREE) {
+			c->held_for_flush = false;
 			sbuf_continue(sb);
+		}
 		break;
 	case SBEV_CONNECTED:
 	case SBEV_CONNECT_FAILED:
