@@ -112,6 +112,17 @@ def start(bouncer, apg, setup, auth_type="md5", ini=None, databases=None, users=
     return bouncer(ini_overrides=settings, databases=databases, users_txt=users_txt)
 
 
+def start_with_users_entry(bouncer, apg, setup, role, ini):
+    """start() with `role` in a [users] section (settings only, not in the
+    auth_file): returns the pooler and that section, to write again with
+    every later ini."""
+    users = f"[users]\n{role} = pool_mode=transaction\n"
+    b = start(bouncer, apg, setup, ini=ini)
+    b.write_ini(text=b.render_ini() + users)
+    b.reload()
+    return b, users
+
+
 def login(b, user, password, dbname=APPDB, **kw):
     """current_user and the server's pid, through the pooler."""
     with b.connect(dbname=dbname, user=user, password=password, autocommit=True, **kw) as conn:

@@ -68,6 +68,15 @@ def add_second_worker(b):
     b.reload()
 
 
+def clients_of_db_on(b, worker, db):
+    """Clients of database db that SHOW CLIENTS lists on one worker's private console (-1: no console yet)."""
+    try:
+        with private_console(b, worker, password="pgbouncer") as con:
+            return len([r for r in rows(con, "SHOW CLIENTS") if r["database"] == db])
+    except psycopg.OperationalError:
+        return -1
+
+
 def even(b, total, tolerance=4):
     try:
         counts = spread(b, 2)
@@ -362,14 +371,7 @@ def test_auth_query_users_move(bouncer, apg, setup):
         c.execute("SELECT 1")
     add_second_worker(b)
 
-    def moved():
-        try:
-            with private_console(b, 1, password="pgbouncer") as con:
-                return len([r for r in rows(con, "SHOW CLIENTS") if r["database"] == APPDB]) >= 8
-        except psycopg.OperationalError:
-            return False
-
-    wait_for(moved, "clients moved to worker 1")
+    wait_for(lambda: clients_of_db_on(b, 1, APPDB) >= 8, "clients moved to worker 1")
     for (u, _), c in zip(logins, clients):
         assert c.execute("SELECT current_user").fetchone() == (u,)
 
@@ -475,27 +477,17 @@ def test_moved_client_does_not_bring_back_an_old_secret(bouncer, apg, setup):
     at the next login: the old password must not log in there (where servers
     logged in before the change sit idle), and the new one must."""
     from psycopg import sql as pgsql
-    from test_auth_query import APPDB, start
+    from test_auth_query import APPDB, start_with_users_entry
     role = "authq_rb_users"
     apg.create_role(role, password="old pw")
-    users = f"[users]\n{role} = pool_mode=transaction\n"
     try:
-        b = start(bouncer, apg, setup, ini={**BASE, "pool_mode": "transaction"})
-        b.write_ini(text=b.render_ini() + users)
-        b.reload()
+        b, users = start_with_users_entry(bouncer, apg, setup, role, {**BASE, "pool_mode": "transaction"})
         clients = [b.connect(dbname=APPDB, user=role, password="old pw", autocommit=True) for _ in range(10)]
         b.update(min_workers=2, max_workers=2)
         b.write_ini(text=b.render_ini() + users)
         b.reload()
 
-        def moved():
-            try:
-                with private_console(b, 1, password="pgbouncer") as con:
-                    return len([r for r in rows(con, "SHOW CLIENTS") if r["database"] == APPDB]) >= 3
-            except psycopg.OperationalError:
-                return False
-
-        wait_for(moved, "clients moved to worker 1")
+        wait_for(lambda: clients_of_db_on(b, 1, APPDB) >= 3, "clients moved to worker 1")
         for c in clients:  # worker 1 logs in to PostgreSQL for them
             assert c.execute("SELECT current_user").fetchone() == (role,)
         apg.sql(pgsql.SQL("ALTER ROLE {} PASSWORD 'new pw'").format(pgsql.Identifier(role)))

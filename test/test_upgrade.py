@@ -467,15 +467,12 @@ def test_handed_over_auth_query_secret_is_looked_up_again(bouncer, old_trees, ap
     PASSWORD the old password no longer logs in, the new one does."""
     from psycopg import sql as pgsql
     import psycopg
-    from test_auth_query import APPDB, start
+    from test_auth_query import APPDB, start_with_users_entry
     monkeypatch.setenv("PGPASSWORD", "pgbouncer")  # the console's password, for the helpers
     role = "authq_up_users"
     apg.create_role(role, password="old pw")
-    users = f"[users]\n{role} = pool_mode=transaction\n"
     try:
-        b = start(bouncer, apg, setup, ini={**TWO, "pool_mode": "transaction"})
-        b.write_ini(text=b.render_ini() + users)
-        b.reload()
+        b, _ = start_with_users_entry(bouncer, apg, setup, role, {**TWO, "pool_mode": "transaction"})
         two_workers(b)
         clients = [b.connect(dbname=APPDB, user=role, password="old pw", autocommit=True) for _ in range(6)]
         for c in clients:
