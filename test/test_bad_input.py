@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from conftest import SANITIZE_DIR
 from helpers import check_unharmed, workers
 from pgwire import (
     CANCEL_REQUEST, error_fields, GSSENC_REQUEST, message, PgWire, PROTO_V2, PROTO_V3,
@@ -472,7 +473,10 @@ def test_console_that_does_not_read(with_bystander):
     while time.monotonic() < until:  # a fixed pooler stops reading: the sender stays blocked
         peak = max(peak, _rss_kb(worker["pid"]))
         time.sleep(0.05)
-    assert peak - before < 10_000, f"the worker grew by {peak - before} kB holding unread answers"
+    # (under scripts/test --sanitize the allocator's quarantine keeps what each SHOW
+    # freed, so RSS grows whatever the pooler holds: the bound is checked in plain runs)
+    if not SANITIZE_DIR:
+        assert peak - before < 10_000, f"the worker grew by {peak - before} kB holding unread answers"
     assert bystander.execute("SELECT 'meanwhile'").fetchone() == ("meanwhile",)
     # now read: every answer arrives, whole and in order
     ready, buf, pos = 0, bytearray(), 0
