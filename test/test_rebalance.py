@@ -416,7 +416,18 @@ def test_moved_clients_keep_their_place_in_max_client_conn(bouncer):
     mark = b.log_mark()
     add_second_worker(b)
     pid = int(b.wait_log(r"worker 1 started, pid (\d+)", after=mark).group(1))
-    os.kill(pid, signal.SIGSTOP)
+    # Worker 1 takes clients only once it serves ("active"), and the master
+    # orders the move at its next tick: the master waits meanwhile, so that
+    # worker 1 is stopped after it comes up and before the order reaches it.
+    os.kill(b.pid, signal.SIGSTOP)
+    try:
+        def worker_1_active():
+            with private_console(b, 0, password="pgbouncer") as con:
+                return [r["state"] for r in rows(con, "SHOW WORKERS") if r["worker"] == 1] == ["active"]
+        wait_for(worker_1_active, "worker 1 serving")
+        os.kill(pid, signal.SIGSTOP)
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
     try:
         b.wait_log(r"moved [1-9]\d* clients to worker 1", after=mark)
         # worker 0 answers; a login the kernel queues for the stopped worker 1 times out and is tried again
