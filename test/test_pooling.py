@@ -589,6 +589,20 @@ def test_cancel(bouncer, pg):
     assert conn.execute("SELECT 'alive after cancel'").fetchone() == ("alive after cancel",)
 
 
+def test_cancel_reaches_a_server_over_a_unix_socket(bouncer, pg):
+    """The cancel goes to the socket path the server connection used (kept
+    for servers only, doc/benchmarks.md, "Memory per idle client")."""
+    b = bouncer(databases={"postgres": f"host={pg.sockdir} port={pg.port} dbname=postgres"})
+    conn = b.connect(autocommit=True)
+    conn.execute("SELECT 1")
+    job = Background(lambda: conn.execute("SELECT pg_sleep(30)"))
+    wait_running(pg, "SELECT pg_sleep(30)")
+    conn.cancel()
+    with pytest.raises(errors.QueryCanceled):
+        job.result()
+    assert conn.execute("SELECT 'alive after cancel'").fetchone() == ("alive after cancel",)
+
+
 def test_cancel_of_idle_client_is_harmless(bouncer):
     b = bouncer()
     conn = b.connect(autocommit=True)

@@ -9,6 +9,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <sys/un.h>
 
 #include "common/config.h"
 #include "common/list.h"
@@ -197,12 +199,32 @@ struct PgPool {
 	PgStats newer_stats; /* snapshot at the start of the current period */
 };
 
-/* A client or server connection. */
+/*
+ * A peer's IP address, kept in each connection: 28 bytes instead of a
+ * sockaddr_storage's 128 (doc/benchmarks.md, "Memory per idle client").
+ * For a Unix socket only the family is here; a server's socket path is
+ * in PgSocket.remote_path.
+ */
+typedef union PeerAddr {
+	struct sockaddr sa;
+	struct sockaddr_in in;
+	struct sockaddr_in6 in6;
+} PeerAddr;
+
+/*
+ * A client or server connection. Every client carries one, so the fields
+ * are ordered for as little padding as the compiler needs (856 bytes on
+ * x86-64; doc/benchmarks.md, "Memory per idle client"): keep it so when
+ * adding one.
+ */
 struct PgSocket {
 	List node; /* in the list of its state */
 	SBuf sb;   /* the socket */
 	SocketState state;
 	bool is_server;
+	bool admin_user;             /* console: full access */
+	bool stats_user;             /* console: read-only */
+	bool tls_direct;             /* clients: TLS started without SSLRequest (ALPN must say postgresql) */
 	PgPool *pool;                /* NULL while logging in (clients) */
 	PgPool *counted_in;          /* the pool whose n_state counts this socket (change_state) */
 	PgSocket *link;              /* linked peer */
@@ -211,19 +233,23 @@ struct PgSocket {
 	PgDatabase *own_placeholder; /* clients: stand-in for an unknown database, freed with the socket */
 	uint64_t id;                 /* SHOW CLIENTS/SERVERS id (shared counter) */
 
-	struct sockaddr_storage remote; /* peer address (ours is asked of the socket when shown: socket_local_addr) */
-	bool is_unix;                   /* came in over the unix socket */
-	bool is_private;                /* came in over this worker's private socket: never fanned out */
-	bool adopted;                   /* clients: moved here from another worker (the master maps its key) */
-	bool is_internal;               /* is_private from another worker's process: a console's peer connection,
+	struct sockaddr_un *remote_path; /* servers and cancel connections over a Unix socket: its path (else NULL) */
+	struct AdminFanout *fanout;      /* consoles: peer connections for fanned-out commands, or NULL */
+	PeerAddr remote;                 /* peer address (ours is asked of the socket when shown: socket_local_addr) */
+	int peer_pid;                    /* SO_PEERCRED pid for unix clients, else 0 */
+	uid_t peer_uid;                  /* SO_PEERCRED uid */
+	bool is_unix;                    /* came in over the unix socket */
+	bool is_private;                 /* came in over this worker's private socket: never fanned out */
+	bool adopted;                    /* clients: moved here from another worker (the master maps its key) */
+	bool is_internal;                /* is_private from another worker's process: a console's peer connection,
 	                                   hidden from every SHOW and counted nowhere */
-	bool from_master;               /* is_internal from the master (metrics_listen): answered for the
+	bool from_master;                /* is_internal from the master (metrics_listen): answered for the
 	                                   whole pooler like an operator's console */
-	struct AdminFanout *fanout;     /* consoles: peer connections for fanned-out commands, or NULL */
-	bool pause_db_noop;             /* consoles: their last PAUSE db found it paused already (by an earlier
+	bool pause_db_noop;              /* consoles: their last PAUSE db found it paused already (by an earlier
 	                                   command): undoing that part leaves it paused */
-	int peer_pid;                   /* SO_PEERCRED pid for unix clients, else 0 */
-	uid_t peer_uid;                 /* SO_PEERCRED uid */
+	char txn_status;                 /* last ReadyForQuery status: I, T, E */
+	bool copy_mode;                  /* COPY in progress */
+	int auth_method;                 /* AUTH_* used for this client */
 
 	usec_t connect_time; /* when connected */
 	usec_t request_time; /* last client request / server activity */
@@ -238,6 +264,7 @@ struct PgSocket {
 
 	uint8_t cancel_key[CANCEL_KEY_LEN]; /* clients: our key */
 	uint32_t cancel_key_len;
+	uint32_t server_key_len;
 	/*
 	 * servers: PostgreSQL's key (BackendKeyData); cancel connections: the
 	 * key they send. Allocated, since it may be up to MAX_SERVER_KEY bytes
@@ -245,46 +272,46 @@ struct PgSocket {
 	 * "Memory per idle client").
 	 */
 	uint8_t *server_key;
-	uint32_t server_key_len;
 	uint32_t backend_pid; /* servers: PostgreSQL pid from BackendKeyData */
 	BudgetHold budget;    /* units of the global budget, given back when freed: servers' pool, database and
 	                         user server counts; clients' database and user client counts */
 
 	/* authentication */
-	int auth_method; /* AUTH_* used for this client */
 	uint8_t md5_salt[4];
 	ScramServer *scram_srv; /* client SCRAM exchange in progress */
 	ScramClient *scram_cli; /* server SCRAM login in progress */
 	AuthQuery *auth_query;  /* clients: their lookup (queued or running); servers: the lookup they run */
 	PamRequest *pam_req;    /* clients: their PAM check (queued or running) */
-	bool admin_user;        /* console: full access */
-	bool stats_user;        /* console: read-only */
 
 	/* protocol state */
-	bool setting_vars;    /* server: running SET for tracked parameters */
-	bool vars_pipelined;  /* server: that SET went ahead of the client's messages (replay_vars) */
-	bool held_for_check;  /* server: its client's message waits (ANS_CHECK, its unnamed statement; txn.c) */
-	bool held_for_flush;  /* client: its next message waits until the pooler's answers to it are sent (client.c) */
-	bool request_counted; /* client: the message held by SB_WAIT was counted (count_request()) already */
-	bool resetting;       /* server: running reset/check query */
-	bool lent;            /* server: given out since its login or its last check (server_check_delay = 0) */
-	bool checking;        /* server: running server_check_query for a waiting client */
-	bool close_needed;    /* server: close when released */
-	bool stale_stmt;      /* server: close_needed because a prepared statement's result type changed */
-	bool ready;           /* server: saw ReadyForQuery, no query running */
-	char link_mode;       /* server: POOL_* in force when it was linked to its client; holds until released */
-	bool session_open;    /* server linked in session mode: its client sent more since its last Sync/Query */
+	bool setting_vars;     /* server: running SET for tracked parameters */
+	bool vars_pipelined;   /* server: that SET went ahead of the client's messages (replay_vars) */
+	bool held_for_check;   /* server: its client's message waits (ANS_CHECK, its unnamed statement; txn.c) */
+	bool held_for_flush;   /* client: its next message waits until the pooler's answers to it are sent (client.c) */
+	bool request_counted;  /* client: the message held by SB_WAIT was counted (count_request()) already */
+	bool resetting;        /* server: running reset/check query */
+	bool lent;             /* server: given out since its login or its last check (server_check_delay = 0) */
+	bool checking;         /* server: running server_check_query for a waiting client */
+	bool close_needed;     /* server: close when released */
+	bool stale_stmt;       /* server: close_needed because a prepared statement's result type changed */
+	bool ready;            /* server: saw ReadyForQuery, no query running */
+	bool wait_notice_sent; /* query_wait_notify NOTICE sent */
+	char link_mode;        /* server: POOL_* in force when it was linked to its client; holds until released */
+	bool session_open;     /* server linked in session mode: its client sent more since its last Sync/Query */
+	char session_tail;     /* server linked in session mode: what its client sent last (SESSION_TAIL_*) */
+	uint8_t replication;   /* a ReplicationMode, in a byte (no padding): clients: what the startup asked for;
+	                         servers: dedicated to such a client (doc/pgbouncer.1.md, "REPLICATION CONNECTIONS") */
 	uint32_t session_syncs;     /* server linked in session mode: ReadyForQuery still owed to its client */
-	char session_tail;          /* server linked in session mode: what its client sent last (SESSION_TAIL_*) */
 	uint32_t session_tsyncs;    /* server linked in session mode: the Syncs at the end of session_tail */
-	char txn_status;            /* last ReadyForQuery status: I, T, E */
-	bool copy_mode;             /* COPY in progress */
-	bool wait_notice_sent;      /* query_wait_notify NOTICE sent */
 	uint32_t cancel_server_pid; /* cancel connections: the backend pid they send with server_key */
-	PgSocket *cancel_target;    /* cancel connections: the server whose query they cancel (NULL once it is gone) */
 	int cancels_pending;        /* servers: cancel connections still on their way to PostgreSQL */
 	int cancel_peer;            /* cancel connections to a [peers] entry: its peer_id (0 otherwise) */
 	int cancel_hold_fd;         /* cancel connections: the requester's socket, closed when done (-1: none) */
+	PgSocket *cancel_target;    /* cancel connections: the server whose query they cancel (NULL once it is gone) */
+
+	/* replication (doc/pgbouncer.1.md, "REPLICATION CONNECTIONS") */
+	char *repl_options;  /* replication clients: the `options` startup parameter, verbatim */
+	PktBuf *repl_params; /* replication servers: ParameterStatus of their login, their client's welcome */
 
 	/* transaction and statement mode (doc/transaction.md) */
 	ReqQueue rq;            /* servers: requests still to be answered while linked */
@@ -292,13 +319,7 @@ struct PgSocket {
 	ServerStmt *sstmts;     /* servers: the statements prepared on them, LRU order */
 	uint64_t unnamed_owner; /* servers: id of the client whose Parse made the unnamed statement (0: none) */
 
-	/* replication (doc/pgbouncer.1.md, "REPLICATION CONNECTIONS") */
-	ReplicationMode replication; /* clients: what the startup asked for; servers: dedicated to such a client */
-	char *repl_options;          /* replication clients: the `options` startup parameter, verbatim */
-	PktBuf *repl_params;         /* replication servers: ParameterStatus of their login, their client's welcome */
-
 	/* TLS */
-	bool tls_direct;  /* clients: TLS started without SSLRequest (ALPN must say postgresql) */
 	SSL *tls_pending; /* servers: the SSL to use once PostgreSQL answers 'S' to the SSLRequest */
 };
 
@@ -382,6 +403,12 @@ void var_copy(VarValue *dst, const VarValue *src); /* dst takes src's interned t
 void tune_tcp_socket(int fd);                      /* a server socket: every TCP option of the config */
 void tune_tcp_listener(int fd);                    /* a client listener: the options accepted sockets inherit */
 void tune_accepted_socket(int fd);                 /* a client socket: the options it did not inherit */
+/* Set s->remote from sa (a server's Unix socket path is copied to remote_path). */
+void socket_set_remote(PgSocket *s, const struct sockaddr *sa, socklen_t len);
+/* s->remote as a full address again; returns its length for connect(). */
+socklen_t socket_remote(const PgSocket *s, struct sockaddr_storage *ss);
+/* Address text (`unix` for a Unix socket) and port of the peer (format_addr). */
+void socket_remote_text(const PgSocket *s, char *buf, size_t len, int *port);
 /* Our address of a connected socket (SHOW CLIENTS/SERVERS, logs); zeroed when it has none. */
 void socket_local_addr(const PgSocket *s, struct sockaddr_storage *ss);
 /* Set s->server_key to a copy of key (replacing an earlier one). */

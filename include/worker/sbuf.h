@@ -59,7 +59,6 @@ typedef enum SBufEvent {
 typedef SBufAction (*sbuf_cb_t)(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
 
 struct SBuf {
-	int fd;                    /* -1 when closed */
 	struct event ev_read;      /* EV_READ|EV_PERSIST, armed while reading */
 	struct event *ev_write;    /* armed while output is blocked or connecting; allocated when first needed */
 	bool reading;              /* ev_read is armed (left so after SB_WAIT until input comes) */
@@ -76,14 +75,14 @@ struct SBuf {
 	bool tls_read_wants_write; /* SSL_read needs the socket writable */
 	bool tls_failed;           /* a fatal TLS error: no close_notify at close */
 	bool give_back;            /* accepted (a client): give the input buffer back when idle and unlinked */
+	bool pkt_forward;          /* the current packet is forwarded (else skipped) */
+	bool marked_mid_pkt;       /* [send_pos, send_end) starts inside a packet whose head went out already */
 
 	uint8_t *buf;        /* input buffer, NULL while idle (nothing buffered) */
 	uint32_t size;       /* its size (grows for a packet that must be held whole); 0 without one */
 	uint32_t pos;        /* first unprocessed byte */
 	uint32_t end;        /* end of received data */
 	uint32_t pkt_remain; /* bytes of the current packet not yet passed on/skipped */
-	bool pkt_forward;    /* the current packet is forwarded (else skipped) */
-	bool marked_mid_pkt; /* [send_pos, send_end) starts inside a packet whose head went out already */
 	uint32_t send_pos;   /* [send_pos, send_end) of buf is due to the peer */
 	uint32_t send_end;
 	uint32_t base_size; /* pkt_buf: size to shrink back to */
@@ -98,6 +97,7 @@ struct SBuf {
 
 	sbuf_cb_t cb;       /* owner's callback */
 	void *owner;        /* the PgSocket */
+	int fd;             /* -1 when closed */
 	int last_errno;     /* errno of the last failure */
 	uint64_t bytes_in;  /* bytes received */
 	uint64_t bytes_out; /* bytes forwarded out of this buffer to the peer */

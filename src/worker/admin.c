@@ -334,7 +334,7 @@ static void socket_row(Reply *r, PgSocket *s, bool sockets)
 		return; /* another worker's console: not a client of the pooler */
 	char addr[80], laddr[80];
 	int port, lport;
-	format_addr(&s->remote, addr, sizeof(addr), &port);
+	socket_remote_text(s, addr, sizeof(addr), &port);
 	struct sockaddr_storage local;
 	socket_local_addr(s, &local);
 	format_addr(&local, laddr, sizeof(laddr), &lport);
@@ -1011,7 +1011,7 @@ static void fds_socket_row(Reply *r, const PgSocket *s)
 	int port;
 	if (s->is_internal)
 		return;
-	format_addr(&s->remote, addr, sizeof(addr), &port);
+	socket_remote_text(s, addr, sizeof(addr), &port);
 	fds_row(r, s->sb.fd, s->is_server ? "server" : "client", s, addr, port);
 }
 

@@ -288,9 +288,8 @@ SBufAction auth_start(PgSocket *c)
 
 	if (method == AUTH_HBA) {
 		/* the `replication` keyword is for physical replication; logical matches by database name */
-		const HbaRule *rule =
-		    hba_match(wk.hba, c->is_unix, socket_is_tls(c), c->db->name, uname,
-		              c->replication == REPLICATION_PHYSICAL, (const struct sockaddr *)&c->remote);
+		const HbaRule *rule = hba_match(wk.hba, c->is_unix, socket_is_tls(c), c->db->name, uname,
+		                                c->replication == REPLICATION_PHYSICAL, &c->remote.sa);
 		if (!rule) {
 			disconnect_client(c, true, "no authentication method is found");
 			return SB_CLOSED;

@@ -166,11 +166,11 @@ static SBufAction cancel_conn_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, cons
  * cancel only once it has been delivered, so a client's next query cannot
  * meet its own late cancel.
  */
-static PgSocket *cancel_conn_new(const struct sockaddr_storage *remote, int hold_fd)
+static PgSocket *cancel_conn_new(const struct sockaddr_storage *remote, socklen_t len, int hold_fd)
 {
 	PgSocket *cs = socket_new(true);
 	cs->pool = NULL;
-	cs->remote = *remote;
+	socket_set_remote(cs, (const struct sockaddr *)remote, len);
 	cs->cancel_hold_fd = hold_fd;
 	list_append(&inflight, &cs->node);
 	return cs;
@@ -202,18 +202,16 @@ static const char *cancel_by_key(const uint8_t *key, int hold_fd)
 		hold_release(hold_fd);
 		return why;
 	}
-	PgSocket *cs = cancel_conn_new(&server->remote, hold_fd);
+	struct sockaddr_storage ss;
+	socklen_t len = socket_remote(server, &ss);
+	PgSocket *cs = cancel_conn_new(&ss, len, hold_fd);
 	cs->db = server->db;
 	cs->login_user = server->login_user;
 	cs->cancel_server_pid = server->backend_pid;
 	socket_set_server_key(cs, server->server_key, server->server_key_len);
-	socklen_t len = server->remote.ss_family == AF_INET    ? sizeof(struct sockaddr_in)
-	                : server->remote.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-	                                                       : sizeof(struct sockaddr_un);
 	cs->cancel_target = server;
 	server->cancels_pending++;
-	if (!sbuf_connect(&cs->sb, wk.base, (struct sockaddr *)&cs->remote, len, 512, 1 << 20, NULL, cancel_conn_cb,
-	                  cs))
+	if (!sbuf_connect(&cs->sb, wk.base, (struct sockaddr *)&ss, len, 512, 1 << 20, NULL, cancel_conn_cb, cs))
 		cancel_conn_done(cs);
 	return "cancel request handled";
 }
@@ -276,7 +274,7 @@ static bool peer_connect(PeerQueue *q, const CfPeer *p, const uint8_t *key, int 
 		hold_release(hold_fd);
 		return true;
 	}
-	PgSocket *cs = cancel_conn_new(&ss, hold_fd);
+	PgSocket *cs = cancel_conn_new(&ss, len, hold_fd);
 	cs->cancel_peer = p->id;
 	/* the packet is the key itself: its first half where a backend pid goes, the rest as the secret */
 	cs->cancel_server_pid =

@@ -33,12 +33,15 @@
 void client_accept(int fd, bool is_unix, bool is_private, const struct sockaddr_storage *peer, socklen_t peer_len)
 {
 	PgSocket *c = socket_new(false);
-	if (peer) {
-		memcpy(&c->remote, peer, peer_len < sizeof(c->remote) ? peer_len : sizeof(c->remote));
-	} else {
-		socklen_t len = sizeof(c->remote);
-		getpeername(fd, (struct sockaddr *)&c->remote, &len);
+	struct sockaddr_storage asked;
+	if (!peer) {
+		peer_len = sizeof(asked);
+		memset(&asked, 0, sizeof(asked));
+		if (getpeername(fd, (struct sockaddr *)&asked, &peer_len) < 0)
+			peer_len = sizeof(asked);
+		peer = &asked;
 	}
+	socket_set_remote(c, (const struct sockaddr *)peer, peer_len);
 	c->is_unix = is_unix;
 	c->is_private = is_private;
 	if (is_unix) {
@@ -408,11 +411,11 @@ static SBufAction handle_startup_params(PgSocket *c, const StartupParam *params,
 	if (wk.cf.g.application_name_add_host) {
 		char host[80], buf[512];
 		int port;
-		format_addr(&c->remote, host, sizeof(host), &port);
+		socket_remote_text(c, host, sizeof(host), &port);
 		const char *app = c->vars[app_idx].value ? c->vars[app_idx].value : "";
 		if (c->is_unix)
 			snprintf(buf, sizeof(buf), "%s - unix(%d@localhost):%d", app, c->peer_pid, port);
-		else if (c->remote.ss_family == AF_INET6)
+		else if (c->remote.sa.sa_family == AF_INET6)
 			snprintf(buf, sizeof(buf), "%s - [%s]:%d", app, host, port);
 		else
 			snprintf(buf, sizeof(buf), "%s - %s:%d", app, host, port);

@@ -138,7 +138,10 @@ bool migrate_pack(const PgSocket *c, const int *moved, PktBuf *pb)
 	pktbuf_put_string(pb, c->db->name);
 	pktbuf_put_string(pb, u->name);
 	pktbuf_put_u8(pb, c->is_unix);
-	put_blob(pb, &c->remote, sizeof(c->remote));
+	/* the format keeps a whole sockaddr_storage (an older or newer tree may read it) */
+	struct sockaddr_storage remote;
+	socket_remote(c, &remote);
+	put_blob(pb, &remote, sizeof(remote));
 	/* our address: the receiver asks the socket itself, but the format keeps the field */
 	struct sockaddr_storage local;
 	socket_local_addr(c, &local);
@@ -470,7 +473,9 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, bool same_tree,
 	c = socket_new(false);
 	c->id = id;
 	c->is_unix = is_unix != 0;
-	memcpy(&c->remote, remote, sizeof(c->remote));
+	struct sockaddr_storage peer; /* aligned: the blob is anywhere in the packet */
+	memcpy(&peer, remote, sizeof(peer));
+	socket_set_remote(c, (const struct sockaddr *)&peer, sizeof(peer));
 	uint32_t pid, uid, auth_method;
 	if (!pktreader_get_u32(&r, &pid) || !pktreader_get_u32(&r, &uid) || !get_u64(&r, &connect_time) ||
 	    !get_u64(&r, &request_time) || !pktreader_get_u32(&r, &auth_method) || !get_blob(&r, &key, &key_len) ||

@@ -247,6 +247,49 @@ void format_addr(const struct sockaddr_storage *ss, char *buf, size_t len, int *
 		*port = wk.cf.g.listen_port;
 }
 
+void socket_set_remote(PgSocket *s, const struct sockaddr *sa, socklen_t len)
+{
+	memset(&s->remote, 0, sizeof(s->remote));
+	free(s->remote_path);
+	s->remote_path = NULL;
+	if (sa->sa_family == AF_INET || sa->sa_family == AF_INET6) {
+		memcpy(&s->remote, sa, len < sizeof(s->remote) ? len : sizeof(s->remote));
+		return;
+	}
+	s->remote.sa.sa_family = sa->sa_family;
+	/* a client's peer is unnamed; a server's path says the port (SHOW SERVERS) and is where cancels go */
+	if (sa->sa_family == AF_UNIX && s->is_server && len > offsetof(struct sockaddr_un, sun_path)) {
+		s->remote_path = xcalloc(1, sizeof(*s->remote_path));
+		memcpy(s->remote_path, sa, len < sizeof(*s->remote_path) ? len : sizeof(*s->remote_path));
+	}
+}
+
+socklen_t socket_remote(const PgSocket *s, struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof(*ss));
+	switch (s->remote.sa.sa_family) {
+	case AF_INET:
+		memcpy(ss, &s->remote.in, sizeof(s->remote.in));
+		return sizeof(s->remote.in);
+	case AF_INET6:
+		memcpy(ss, &s->remote.in6, sizeof(s->remote.in6));
+		return sizeof(s->remote.in6);
+	default:
+		if (s->remote_path)
+			memcpy(ss, s->remote_path, sizeof(*s->remote_path));
+		else
+			ss->ss_family = s->remote.sa.sa_family;
+		return sizeof(struct sockaddr_un);
+	}
+}
+
+void socket_remote_text(const PgSocket *s, char *buf, size_t len, int *port)
+{
+	struct sockaddr_storage ss;
+	socket_remote(s, &ss);
+	format_addr(&ss, buf, len, port);
+}
+
 /* "C-0x...: db/user@host:port " (doc/pgbouncer.1.md, "LOG FORMAT"). */
 void slog(LogLevel level, const PgSocket *s, const char *fmt, ...)
 {
@@ -258,9 +301,9 @@ void slog(LogLevel level, const PgSocket *s, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	format_addr(&s->remote, host, sizeof(host), &port);
+	socket_remote_text(s, host, sizeof(host), &port);
 	char hostpart[INET6_ADDRSTRLEN + 32];
-	if (s->remote.ss_family == AF_INET6)
+	if (s->remote.sa.sa_family == AF_INET6)
 		snprintf(hostpart, sizeof(hostpart), "[%s]", host);
 	else if (s->is_unix && s->peer_pid)
 		snprintf(hostpart, sizeof(hostpart), "unix(%d)", s->peer_pid);
@@ -741,6 +784,7 @@ static void free_socket(PgSocket *s)
 	}
 	free(s->own_placeholder);
 	free(s->server_key);
+	free(s->remote_path);
 	free(s->scram_srv);
 	free(s->scram_cli);
 	SSL_free(s->tls_pending);

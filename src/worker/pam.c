@@ -287,7 +287,7 @@ bool pam_auth_start(PgSocket *c, const char *password)
 	r->user = xstrdup(user);
 	r->password = xstrdup(password);
 	int port;
-	format_addr(&c->remote, r->rhost, sizeof(r->rhost), &port);
+	socket_remote_text(c, r->rhost, sizeof(r->rhost), &port);
 	c->pam_req = r;
 	slog_debug(c, "PAM check queued");
 	/* nothing is read from the client until the answer */

@@ -170,7 +170,7 @@ static bool launch(PgPool *pool, PgSocket *repl_client, BudgetHold *hold)
 		s->link = repl_client;
 		repl_client->link = s;
 	}
-	s->remote = ss;
+	socket_set_remote(s, (const struct sockaddr *)&ss, len);
 	s->is_unix = ss.ss_family == AF_UNIX;
 	slog_debug(s, "launching new connection to server%s", repl_client ? " (replication)" : "");
 	if (!s->is_unix && wk.tls.server_ctx) {
