@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from conftest import Postgres, wait_for
-from helpers import raw_login_error, scram_salt, scram_secret_of
+from helpers import raw_login_error, rows, scram_salt, scram_secret_of
 from pgwire import md5_secret, message, PgWire
 
 PASSWORD = "s3cret pw"
@@ -300,6 +300,44 @@ def test_scram_pass_through(bouncer, pwpg, auth_type):
     assert len(pids) == 2
     with pytest.raises(psycopg.OperationalError, match="SASL authentication failed"):
         can_login(b, "pgb_scram", "wrong")
+
+
+def test_pass_through_keys_survive_an_auth_file_reload(bouncer, pwpg):
+    """An edit of the auth_file that leaves a SCRAM pass-through user's
+    secret as it was, then RELOAD: the keys its clients' logins gave stay,
+    so a client logged in before the reload still gets a new server
+    connection (as in PgBouncer). A removed user can no longer log in."""
+    b = bouncer(ini_overrides={"auth_type": "scram-sha-256", "pool_mode": "transaction",
+                               "min_workers": 1, "max_workers": 1},
+                users_txt=userlist(("pgb_scram", pwpg.scram_secret), ("gone", "gone pw")),
+                databases={"postgres": pwpg.connstr("postgres")})
+    holder = b.connect(user="pgb_scram", password="scram-pw")
+    other = b.connect(user="pgb_scram", password="scram-pw", autocommit=True)
+    assert other.execute("SELECT current_user").fetchone() == ("pgb_scram",)
+    b.run_as.write(b.userlist, f'"pgb_scram" "{pwpg.scram_secret}"\n"pgbouncer" "new admin pw"\n', mode=0o600)
+    b.reload()
+    wait_for(lambda: console_works(b, "new admin pw"), "the reload to take the new auth_file")
+    holder.execute("SELECT 1")  # its transaction keeps the pool's one server
+    # a second server: logged in with the keys from before the reload
+    assert other.execute("SELECT current_user").fetchone() == ("pgb_scram",)
+    assert pool_servers(b) == 2
+    holder.rollback()
+    err = raw_login_error(b, "gone", "gone pw")
+    assert (err["C"], err["M"]) == ("08P01", "SASL authentication failed"), err
+
+
+def console_works(b, password):
+    try:
+        with b.admin(password=password) as admin:
+            return admin.execute("SHOW VERSION").fetchone() is not None
+    except psycopg.OperationalError:
+        return False
+
+
+def pool_servers(b):
+    with b.admin(password="new admin pw") as admin:
+        (row,) = [r for r in rows(admin, "SHOW POOLS") if r["user"] == "pgb_scram"]
+    return row["sv_active"] + row["sv_idle"] + row["sv_used"]
 
 
 def test_server_rejects_wrong_stored_password(bouncer, pwpg):

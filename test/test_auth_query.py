@@ -226,6 +226,35 @@ def test_secret_is_refreshed_at_each_login_and_listed(bouncer, apg, setup):
         apg.sql(pgsql.SQL("DROP ROLE IF EXISTS {}").format(pgsql.Identifier(role)))
 
 
+def test_auth_file_reload_keeps_looked_up_secrets(bouncer, apg, setup):
+    """A secret that auth_query found is not the auth_file's: a RELOAD after
+    an edit of the file leaves it, with the SCRAM keys of the role's logins,
+    so a client logged in before the reload still gets a new server
+    connection (as in PgBouncer)."""
+    b = start(bouncer, apg, setup, auth_type="scram-sha-256", ini={"pool_mode": "transaction"})
+    holder = b.connect(dbname=APPDB, user=SCRAM_ROLE, password=SCRAM_PW)
+    other = b.connect(dbname=APPDB, user=SCRAM_ROLE, password=SCRAM_PW, autocommit=True)
+    assert other.execute("SELECT current_user").fetchone() == (SCRAM_ROLE,)
+    b.run_as.write(b.userlist, setup.userlist_line + '\n"pgbouncer" "new admin pw"\n', mode=0o600)
+    b.reload()
+
+    def reloaded():
+        try:
+            with b.admin(password="new admin pw"):
+                return True
+        except psycopg.OperationalError:
+            return False
+
+    wait_for(reloaded, "the reload to take the new auth_file")
+    holder.execute("SELECT 1")  # its transaction keeps the pool's one server
+    # a second server: logged in with the keys from before the reload
+    assert other.execute("SELECT current_user").fetchone() == (SCRAM_ROLE,)
+    holder.rollback()
+    with b.admin(password="new admin pw") as admin:
+        servers = [r for r in admin.execute("SHOW SERVERS").fetchall() if r[1] == SCRAM_ROLE]
+    assert len(servers) == 2, servers
+
+
 # ---------------------------------------------------------------------------
 # a broken set-up: what the log says and how the bootstrap repairs it
 

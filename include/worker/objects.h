@@ -115,6 +115,7 @@ typedef struct PgUser {
 	ScramSecret *adhoc_scram; /* verifier built from a plain password (cached) */
 	bool from_auth_query;     /* secret came from auth_query: looked up again at each login */
 	bool from_pam;            /* secret is the password PAM last accepted (for server logins) */
+	bool in_auth_file;        /* listed in the auth_file as last read */
 	int client_count;         /* current client connections of this login user */
 	int server_count;         /* current server connections of this pool user */
 	BudgetRef budget;         /* its global server count (max_user_connections) */

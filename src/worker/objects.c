@@ -397,18 +397,26 @@ void objects_load_userlist(bool force)
 	char err[256];
 	if (!userlist_load(&ul, path, err, sizeof(err)))
 		log_warning("%s", err); /* users read before the broken line are kept */
-	/* all known passwords are cleared first: removed users can no longer log in */
-	list_for_each(i, &wk.users)
-	{
-		PgUser *u = container_of(i, PgUser, node);
-		if (u != wk.admin_user || !userlist_find(&ul, u->name))
-			user_set_secret(u, NULL, SECRET_EMPTY);
-	}
+	/*
+	 * The passwords of users the file no longer lists are cleared: removed
+	 * users can no longer log in. A secret that auth_query or PAM gave is
+	 * not the file's to remove, and a user whose secret stays the same
+	 * keeps its SCRAM pass-through keys (user_set_secret()): clients logged
+	 * in before the reload still get server connections.
+	 */
+	list_for_each(i, &wk.users) container_of(i, PgUser, node)->in_auth_file = false;
 	for (int k = 0; k < ul.n_users; k++) {
 		PgUser *u = user_add(ul.users[k].name);
 		user_set_secret(u, ul.users[k].secret, ul.users[k].kind);
 		u->from_auth_query = false;
 		u->from_pam = false;
+		u->in_auth_file = true;
+	}
+	list_for_each(i, &wk.users)
+	{
+		PgUser *u = container_of(i, PgUser, node);
+		if (!u->in_auth_file && !u->from_auth_query && !u->from_pam)
+			user_set_secret(u, NULL, SECRET_EMPTY);
 	}
 	userlist_free(&wk.userlist);
 	wk.userlist = ul;
