@@ -11,8 +11,9 @@ import psycopg
 import pytest
 
 from conftest import wait_for
-from helpers import assert_cancels, pool_row, rows, states, worker_of, workers
-from pgwire import CANCEL_REQUEST, PgWire, data_row, error_fields, message, query_message, request_packet
+from helpers import assert_cancels, conn_on, pool_row, rows, states, two_workers, worker_of, workers
+from pgwire import (CANCEL_REQUEST, SSL_REQUEST, PgWire, data_row, error_fields, message, query_message,
+                    request_packet)
 from test_auth_query import apg, setup  # noqa: F401 (fixtures)
 
 # One worker to start with; the tests raise min_workers to add the second.
@@ -513,5 +514,68 @@ def test_moved_client_does_not_bring_back_an_old_secret(bouncer, apg, setup):
             if landed == {0, 1}:
                 break
         assert landed == {0, 1}
+    finally:
+        apg.sql(pgsql.SQL("DROP ROLE IF EXISTS {}").format(pgsql.Identifier(role)))
+
+
+def login_where_answered(b, user, password, database):
+    """A raw login on whichever worker answers at once (an SSLRequest first):
+    a connection that a stopped worker would take is closed unanswered, before
+    it has sent that worker a startup packet."""
+    for _ in range(200):
+        w = PgWire(b.port)
+        w.send(request_packet(SSL_REQUEST))
+        w.sock.settimeout(0.3)
+        try:
+            answer = w.sock.recv(1)
+        except socket.timeout:
+            w.close()
+            continue
+        w.sock.settimeout(30)
+        assert answer == b"N"
+        w.login(user=user, database=database, password=password)
+        return w
+    pytest.fail("no worker answered")
+
+
+def test_moved_client_brings_a_newer_auth_query_secret(bouncer, apg, setup, monkeypatch):
+    """Worker 0 found a role's secret through auth_query; then the password
+    changes in PostgreSQL, and clients log in with the new one on worker 1
+    alone (worker 0 stopped meanwhile). A drain moves them to worker 0,
+    which must log in to PostgreSQL for them with the secret they brought
+    (and its SCRAM keys), not with its own from before the change."""
+    import signal
+    from psycopg import sql as pgsql
+    from test_auth_query import APPDB, start
+    monkeypatch.setenv("PGPASSWORD", "pgbouncer")  # the console's password, for the helpers
+    role = "authq_rb_newer"
+    apg.create_role(role, password="old pw")
+    try:
+        b = start(bouncer, apg, setup, auth_type="scram-sha-256",
+                  ini={**BASE, "pool_mode": "transaction", "min_workers": 2, "max_workers": 2})
+        two_workers(b)
+        old = conn_on(b, 0, dbname=APPDB, user=role, password="old pw")
+        assert old.execute("SELECT current_user").fetchone() == (role,)
+        old.close()
+        apg.sql(pgsql.SQL("ALTER ROLE {} PASSWORD 'new pw'").format(pgsql.Identifier(role)))
+        # the servers logged in with the old password go: the moved clients need new ones
+        apg.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", [role])
+        pid0 = worker_row(b, 0)["pid"]
+        os.kill(pid0, signal.SIGSTOP)
+        try:
+            clients = [login_where_answered(b, role, "new pw", APPDB) for _ in range(4)]
+        finally:
+            os.kill(pid0, signal.SIGCONT)
+        for w in clients:
+            assert w.simple_query("SELECT current_user") == ([[role]], None)
+        apg.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", [role])
+        wait_for(lambda: not apg.sql("SELECT 1 FROM pg_stat_activity WHERE usename = %s", [role]),
+                 "the role's servers to be gone")
+        b.update(min_workers=1, max_workers=1)
+        b.write_ini()
+        b.reload()
+        wait_for(lambda: clients_of_db_on(b, 0, APPDB) == 4, "the clients to move to worker 0")
+        for w in clients:  # worker 0 logs in to PostgreSQL for them
+            assert w.simple_query("SELECT current_user") == ([[role]], None)
     finally:
         apg.sql(pgsql.SQL("DROP ROLE IF EXISTS {}").format(pgsql.Identifier(role)))

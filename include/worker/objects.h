@@ -116,6 +116,7 @@ typedef struct PgUser {
 	bool from_auth_query;     /* secret came from auth_query: looked up again at each login */
 	bool from_pam;            /* secret is the password PAM last accepted (for server logins) */
 	bool in_auth_file;        /* listed in the auth_file as last read */
+	usec_t secret_time;       /* when auth_query or PAM last gave the secret (0: unknown) */
 	int client_count;         /* current client connections of this login user */
 	int server_count;         /* current server connections of this pool user */
 	BudgetRef budget;         /* its global server count (max_user_connections) */

@@ -281,6 +281,7 @@ static void conclude(AuthQuery *q)
 		else
 			user_set_secret(u, q->secret, userlist_secret_kind(q->secret));
 		u->from_auth_query = true;
+		u->secret_time = get_time_usec(); /* the newest wins when a client moves in (migrate.c) */
 	}
 	c->login_user = u;
 	free_lookup(q);

@@ -203,6 +203,8 @@ bool migrate_pack(const PgSocket *c, const int *moved, PktBuf *pb)
 	uint32_t pending = c->state == CL_WAITING ? c->sb.end - c->sb.pos : 0;
 	put_blob(pb, pending ? c->sb.buf + c->sb.pos : NULL, pending);
 	put_u64(pb, pending ? (uint64_t)c->wait_start : 0);
+	/* when auth_query or PAM gave the secret: a receiver keeps the newer of its own and this one */
+	put_u64(pb, (u->from_auth_query || u->from_pam) ? (uint64_t)u->secret_time : 0);
 
 	/*
 	 * A tail of fixed size, read from the end, so that a receiver that
@@ -543,17 +545,29 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, bool same_tree,
 		snprintf(err, errlen, "malformed waiting request");
 		goto fail;
 	}
+	uint64_t secret_time = 0; /* absent from a giver that did not send it */
+	if (pktreader_remaining(&r) > 0 && !get_u64(&r, &secret_time)) {
+		snprintf(err, errlen, "malformed secret time");
+		goto fail;
+	}
 	PgUser *u = user_add(uname);
 	/*
 	 * A secret we lack is taken with its origin, even for a user we know
 	 * without one (a [users] entry): one from auth_query is looked up again
 	 * at the next login here too, never kept as if from the auth_file, and
-	 * the password PAM accepted stays for server logins only.
+	 * the password PAM accepted stays for server logins only. One that
+	 * auth_query or PAM gave here too is replaced by a newer one: ours,
+	 * found before the password changed, would fail the server logins the
+	 * client needs (doc/workers.md "Rebalancing long-lived clients").
 	 */
-	if (!u->secret && has_secret) {
+	bool newer = has_secret && u->secret && strcmp(u->secret, secret) != 0 &&
+	             ((from_aq && u->from_auth_query) || (from_pam && u->from_pam)) &&
+	             (usec_t)secret_time > u->secret_time;
+	if ((!u->secret && has_secret) || newer) {
 		user_set_secret(u, secret, (SecretKind)kind);
 		u->from_auth_query = from_aq != 0;
 		u->from_pam = from_pam != 0;
+		u->secret_time = (usec_t)secret_time;
 	}
 	/* keys made with another secret than ours would log in with a password the server may no longer take */
 	if (!u->has_scram_keys && has_keys && has_secret && u->secret && strcmp(u->secret, secret) == 0) {

@@ -202,6 +202,7 @@ static void finish(PamRequest *r)
 	if (!u->secret || u->from_pam) {
 		user_set_secret(u, r->password, SECRET_PLAIN);
 		u->from_pam = true;
+		u->secret_time = get_time_usec(); /* the newest wins when a client moves in (migrate.c) */
 	}
 	free_request(r);
 	auth_login_complete(c);
