@@ -3,7 +3,9 @@ long-lived clients"): a scale-up splits persistent clients, a drain hands them
 over, and a moved client keeps its prepared statements, parameters and cancel key."""
 
 import os
+import shutil
 import socket
+import subprocess
 import struct
 import time
 
@@ -405,6 +407,28 @@ def test_client_too_large_to_move_stays_untouched(bouncer):
     wait_for(lambda: states(b) == ["active"], "the drain to end once the client left")
 
 
+def stop_worker_1_before_it_takes_clients(b, mark, before_stop=None):
+    """SIGSTOP worker 1, added since log mark, once it serves and before the
+    master's order to take clients reaches it; returns its pid."""
+    import signal
+    pid = int(b.wait_log(r"worker 1 started, pid (\d+)", after=mark).group(1))
+    # Worker 1 takes clients only once it serves ("active"), and the master
+    # orders the move at its next tick: the master waits meanwhile, so that
+    # worker 1 is stopped after it comes up and before the order reaches it.
+    os.kill(b.pid, signal.SIGSTOP)
+    try:
+        def worker_1_active():
+            with private_console(b, 0, password="pgbouncer") as con:
+                return [r["state"] for r in rows(con, "SHOW WORKERS") if r["worker"] == 1] == ["active"]
+        wait_for(worker_1_active, "worker 1 serving")
+        if before_stop:
+            before_stop()
+        os.kill(pid, signal.SIGSTOP)
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
+    return pid
+
+
 def test_moved_clients_keep_their_place_in_max_client_conn(bouncer):
     """A client on its way to another worker still counts: the giver hands
     its units over to the receiver before it sends it. Here the receiver
@@ -416,19 +440,7 @@ def test_moved_clients_keep_their_place_in_max_client_conn(bouncer):
     held = [b.connect(autocommit=True) for _ in range(20)]
     mark = b.log_mark()
     add_second_worker(b)
-    pid = int(b.wait_log(r"worker 1 started, pid (\d+)", after=mark).group(1))
-    # Worker 1 takes clients only once it serves ("active"), and the master
-    # orders the move at its next tick: the master waits meanwhile, so that
-    # worker 1 is stopped after it comes up and before the order reaches it.
-    os.kill(b.pid, signal.SIGSTOP)
-    try:
-        def worker_1_active():
-            with private_console(b, 0, password="pgbouncer") as con:
-                return [r["state"] for r in rows(con, "SHOW WORKERS") if r["worker"] == 1] == ["active"]
-        wait_for(worker_1_active, "worker 1 serving")
-        os.kill(pid, signal.SIGSTOP)
-    finally:
-        os.kill(b.pid, signal.SIGCONT)
+    pid = stop_worker_1_before_it_takes_clients(b, mark)
     try:
         b.wait_log(r"moved [1-9]\d* clients to worker 1", after=mark)
         # worker 0 answers; a login the kernel queues for the stopped worker 1 times out and is tried again
@@ -579,3 +591,55 @@ def test_moved_client_brings_a_newer_auth_query_secret(bouncer, apg, setup, monk
             assert w.simple_query("SELECT current_user") == ([[role]], None)
     finally:
         apg.sql(pgsql.SQL("DROP ROLE IF EXISTS {}").format(pgsql.Identifier(role)))
+
+
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit (util-linux)")
+def test_clients_whose_socket_did_not_come_free_their_place(bouncer, run_as):
+    """The receiving worker is out of file descriptors: the clients it is
+    sent arrive without their socket (the kernel closes their connection).
+    Their place in max_client_conn and max_db_client_connections, handed
+    over with them, must come back: the pooler may take as many clients
+    again as before."""
+    import signal
+    b = bouncer(ini_overrides={**BASE, "pool_mode": "transaction", "max_client_conn": 20,
+                               "max_db_client_connections": 20, "log_connections": 1})
+    held = [b.connect(autocommit=True) for _ in range(20)]
+    mark = b.log_mark()
+    add_second_worker(b)
+
+    def open_its_log():  # a login logs: worker 1 opens its log file now, not when it has no descriptor left
+        with private_console(b, 1, password="pgbouncer"):
+            pass
+    pid = stop_worker_1_before_it_takes_clients(b, mark, before_stop=open_its_log)
+
+    def nofile(soft):
+        subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={soft}:{hard}"], check=True, **run_as.popen_kwargs())
+    with open(f"/proc/{pid}/limits") as f:
+        hard = next(line.split()[4] for line in f if line.startswith("Max open files"))
+    in_use = {int(fd) for fd in os.listdir(f"/proc/{pid}/fd")}
+    # room for one more descriptor: the socket pair of the move, not the clients
+    nofile(next(n for n in range(1, 1 << 16) if n not in in_use) + 1)
+    try:
+        b.wait_log(r"moved [1-9]\d* clients to worker 1", after=mark)
+        os.kill(pid, signal.SIGCONT)
+        b.wait_log(r"took 0 clients from worker 0; [1-9]\d* could not be taken", after=mark)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        nofile(hard)
+    alive = []
+    for c in held:
+        try:
+            assert c.execute("SELECT 1").fetchone() == (1,)
+            alive.append(c)
+        except psycopg.OperationalError:
+            pass
+    assert 0 < len(alive) < 20
+    wait_for(lambda: even(b, len(alive)), "an even split of the clients left")
+    more = [b.connect(autocommit=True) for _ in range(20 - len(alive))]
+    for i, c in enumerate(alive + more):
+        assert c.execute("SELECT %s::int", (i,)).fetchone() == (i,)
+    with pytest.raises(psycopg.OperationalError, match="max_client_conn"):
+        b.connect(autocommit=True)
+    with b.admin() as con:
+        (db,) = [r for r in rows(con, "SHOW DATABASES") if r["name"] == "postgres"]
+    assert db["current_client_connections"] == 20

@@ -421,25 +421,33 @@ static void refuse(int fd, const char *why)
 	close(fd);
 }
 
+/* The state's tail, if it has one: its flags and units; returns the length of the state before it. */
+static size_t read_tail(const uint8_t *data, size_t len, uint8_t *flags, int moved[2])
+{
+	*flags = 0;
+	moved[0] = moved[1] = -1;
+	if (len < MIGRATE_TAIL_LEN)
+		return len;
+	PktReader t;
+	uint32_t magic = 0, idx0, idx1;
+	pktreader_init(&t, data + len - MIGRATE_TAIL_LEN, MIGRATE_TAIL_LEN);
+	if (!pktreader_get_u8(&t, flags) || !pktreader_get_u32(&t, &idx0) || !pktreader_get_u32(&t, &idx1) ||
+	    !pktreader_get_u32(&t, &magic) || magic != MIGRATE_TAIL) {
+		*flags = 0;
+		return len;
+	}
+	moved[0] = (int32_t)idx0;
+	moved[1] = (int32_t)idx1;
+	return len - MIGRATE_TAIL_LEN;
+}
+
 PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, bool same_tree, char *err, size_t errlen)
 {
 	PktReader r;
 	/* the tail first: units moved here for the client must be given back should it not be taken */
-	uint8_t flags = 0;
-	int moved[2] = {-1, -1};
-	if (len >= MIGRATE_TAIL_LEN) {
-		PktReader t;
-		uint32_t magic = 0, idx0, idx1;
-		pktreader_init(&t, data + len - MIGRATE_TAIL_LEN, MIGRATE_TAIL_LEN);
-		if (pktreader_get_u8(&t, &flags) && pktreader_get_u32(&t, &idx0) && pktreader_get_u32(&t, &idx1) &&
-		    pktreader_get_u32(&t, &magic) && magic == MIGRATE_TAIL) {
-			len -= MIGRATE_TAIL_LEN;
-			moved[0] = (int32_t)idx0;
-			moved[1] = (int32_t)idx1;
-		} else {
-			flags = 0;
-		}
-	}
+	uint8_t flags;
+	int moved[2];
+	len = read_tail(data, len, &flags, moved);
 	bool units = same_tree && (flags & TAIL_UNITS_MOVED);
 	pktreader_init(&r, data, len);
 	uint32_t magic = 0, version = 0, nvars, nstmts, key_len, remote_len, local_len;
@@ -659,7 +667,23 @@ static void on_intake(evutil_socket_t fd, short what, void *arg)
 			return;
 		}
 		if (cfd < 0) {
+			/*
+			 * The state came without its socket: the kernel closed the
+			 * connection, having no descriptor for it here (the process's
+			 * limit). The units the giver moved here for it go back, or
+			 * max_client_conn would count it for as long as we run.
+			 */
+			uint8_t flags;
+			int moved[2];
+			if (len > 0 && len <= MIGRATE_MAX_STATE) {
+				(void)read_tail(intake_buf, len, &flags, moved);
+				if (!in->old_tree && (flags & TAIL_UNITS_MOVED))
+					pool_drop_moved_client_budget(moved);
+			}
 			in->failed++;
+			log_warning("could not take a client from worker %d: its socket did not come (out of file "
+			            "descriptors?)",
+			            in->from);
 			continue;
 		}
 		char err[128];
