@@ -639,6 +639,28 @@ def test_auto_database(bouncer, pg):
     b.wait_log(r"registered new auto-database: pgb_autodb")
 
 
+@pytest.mark.parametrize("extra", ["pool_size=7", "pool_mode=transaction", "max_db_connections=5",
+                                   "application_name=reloaded"])
+def test_reload_keeps_servers_of_an_entry_whose_connection_is_the_same(bouncer, pg, extra):
+    """Only a change of how servers connect (dbname, host, port, user, connect_query,
+    auth_dbname, auth_query, load_balance_hosts) replaces them on RELOAD (doc/pgbouncer.5.md
+    "RELOADING"); a new pool size, pool_mode or limit keeps the session's server."""
+    b = bouncer()
+    conn = b.connect(autocommit=True)
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    b.databases["postgres"] = f"{pg.connstr('postgres')} {extra}"
+    b.write_ini()
+    with b.admin() as admin:
+        admin.execute("RELOAD")
+        assert [r["close_needed"] for r in show(admin, "SERVERS")] == [0]
+    assert conn.execute("SELECT pg_backend_pid()").fetchone()[0] == pid
+    conn.close()
+    wait_server_idle(b)
+    with b.connect(autocommit=True) as conn:
+        assert conn.execute("SELECT pg_backend_pid()").fetchone()[0] == pid
+    assert "database configuration changed" not in b.log_text()
+
+
 def test_unknown_database(bouncer):
     b = bouncer()
     with pytest.raises(psycopg.OperationalError, match=re.escape("no such database: nosuchdb")):

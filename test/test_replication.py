@@ -346,6 +346,36 @@ def test_reconnect_closes_replication_servers_at_once(repl_bouncer):
     wait_for(lambda: all(s["replication"] == "none" for s in servers(admin)), "the replication server to go")
 
 
+def test_reload_of_pool_settings_keeps_the_stream(bouncer, pg, table):
+    """A RELOAD that changes only pool settings of the entry (size, mode, limits) leaves a
+    streaming replication client alone; one that changes where its servers connect ends the
+    stream with an error at once (doc/pgbouncer.1.md "REPLICATION CONNECTIONS")."""
+    b = bouncer()
+    w, _ = repl_wire(b, "database")
+    rows, err = w.simple_query("CREATE_REPLICATION_SLOT reload_slot TEMPORARY LOGICAL test_decoding")
+    assert err is None, err
+    w.send(query_message("START_REPLICATION SLOT reload_slot LOGICAL 0/0"))
+    assert w.read_msg()[0] == b"W"
+    deadline = time.monotonic() + DEADLINE
+    base = pg.connstr("postgres")
+    b.databases["postgres"] = f"{base} pool_size=7 pool_mode=transaction max_db_connections=5"
+    b.write_ini()
+    admin = b.admin(prepare_threshold=None)
+    admin.execute("RELOAD")
+    assert [(s["replication"], s["close_needed"]) for s in servers(admin)] == [("logical", 0)]
+    time.sleep(1)  # a few janitor rounds, which close a marked replication server
+    pg.sql("INSERT INTO repl_t VALUES (4, 'after the reload')")
+    assert "v[text]:'after the reload'" in read_copy_data(w, "'after the reload'", deadline)
+    assert [s["replication"] for s in servers(admin)] == ["logical"]
+    b.databases["postgres"] = f"host=localhost port={pg.port} dbname=postgres"
+    b.write_ini()
+    admin.execute("RELOAD")
+    m = w.read_until(b"E")
+    assert m and m[-1][0] == b"E", m
+    assert error_fields(m[-1][1])["M"] == "database configuration changed"
+    assert w.at_eof()
+
+
 def test_hba_replication_keyword_is_physical_only(bouncer, run_as, pg):
     b = bouncer(ini_overrides={"auth_type": "hba"}, start=False)
     hba = run_as.write(b.dir / "hba.conf",

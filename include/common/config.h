@@ -200,7 +200,7 @@ typedef struct CfDatabase {
 	char *timezone;
 	char *application_name;
 	int query_wait_timeout; /* seconds; CF_UNSET = inherit */
-	char *connstr;          /* the raw connection string, for change detection */
+	char *connstr;          /* the raw connection string, as written */
 	int line;               /* where it was defined */
 } CfDatabase;
 

@@ -522,6 +522,27 @@ PgDatabase *db_register_auto(const char *name)
 
 static void kill_database_pools(PgDatabase *db, const char *reason);
 
+static bool same_str(const char *a, const char *b)
+{
+	return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+/*
+ * Whether a reloaded entry changes how its servers connect: only then are
+ * they replaced (doc/pgbouncer.5.md "RELOADING"). Pool sizes, limits,
+ * pool_mode and the startup parameters take effect without closing
+ * anything, so a reload that raises pool_size does not cut a session or a
+ * replication stream. A removed user= is kept (see below), so it changes
+ * nothing.
+ */
+static bool db_definition_changed(const CfDatabase *old, const CfDatabase *cf)
+{
+	return !same_str(old->dbname, cf->dbname) || !same_str(old->host, cf->host) || old->port != cf->port ||
+	       (cf->user && !same_str(old->user, cf->user)) || !same_str(old->connect_query, cf->connect_query) ||
+	       !same_str(old->auth_dbname, cf->auth_dbname) || !same_str(old->auth_query, cf->auth_query) ||
+	       old->load_balance_hosts != cf->load_balance_hosts;
+}
+
 void objects_load_databases(void)
 {
 	/* add or update every configured database */
@@ -530,8 +551,7 @@ void objects_load_databases(void)
 		if (strcmp(cf->name, "*") == 0)
 			continue;
 		PgDatabase *db = db_find(cf->name);
-		bool changed =
-		    db && !db->admin && (!db->cf.connstr || !cf->connstr || strcmp(db->cf.connstr, cf->connstr) != 0);
+		bool changed = db && !db->admin && db_definition_changed(&db->cf, cf);
 		if (db && db->cf.user && !cf->user) {
 			log_warning("losing forced user not supported, keeping old setting");
 			CfDatabase keep = *cf;
