@@ -661,6 +661,27 @@ def test_reload_keeps_servers_of_an_entry_whose_connection_is_the_same(bouncer, 
     assert "database configuration changed" not in b.log_text()
 
 
+def test_reload_applies_a_changed_star_entry_to_auto_databases(bouncer, pg):
+    """A changed `*` entry replaces the servers of the automatically created databases, and
+    their new servers use the new definition (doc/pgbouncer.5.md "RELOADING")."""
+    star = f"host={pg.host} port={pg.port}"
+    b = bouncer(databases={"*": star})
+    conn = b.connect(autocommit=True)
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    b.databases["*"] = f"{star} dbname=template1"
+    b.write_ini()
+    with b.admin() as admin:
+        admin.execute("RELOAD")
+        assert [r["close_needed"] for r in show(admin, "SERVERS")] == [1]
+        assert {r["name"]: r["database"] for r in show(admin, "DATABASES")}["postgres"] == "template1"
+    # the session keeps its server until it ends
+    assert conn.execute("SELECT pg_backend_pid(), current_database()").fetchone() == (pid, "postgres")
+    conn.close()
+    wait_for(lambda: backend_state(pg, pid) is None, "the replaced server to close")
+    with b.connect(autocommit=True) as conn:
+        assert conn.execute("SELECT current_database()").fetchone() == ("template1",)
+
+
 def test_unknown_database(bouncer):
     b = bouncer()
     with pytest.raises(psycopg.OperationalError, match=re.escape("no such database: nosuchdb")):

@@ -543,6 +543,36 @@ static bool db_definition_changed(const CfDatabase *old, const CfDatabase *cf)
 	       old->load_balance_hosts != cf->load_balance_hosts;
 }
 
+/* Add or update a database from its (new) entry. */
+static PgDatabase *db_load(PgDatabase *db, const CfDatabase *cf)
+{
+	bool changed = db && !db->admin && db_definition_changed(&db->cf, cf);
+	if (db && db->cf.user && !cf->user) {
+		log_warning("losing forced user not supported, keeping old setting");
+		CfDatabase keep = *cf;
+		char *u = xstrdup(db->cf.user);
+		keep.user = u;
+		db = db_add(&keep);
+		free(u);
+	} else {
+		db = db_add(cf);
+	}
+	if (changed) {
+		/* servers of a changed definition are closed when released */
+		List *i;
+		list_for_each(i, &wk.pools)
+		{
+			PgPool *pool = container_of(i, PgPool, node);
+			if (pool->db != db)
+				continue;
+			pool_mark_close_needed(pool);
+			pool->welcome_ready = false;
+			pool->welcome_cache_gen = 0;
+		}
+	}
+	return db;
+}
+
 void objects_load_databases(void)
 {
 	/* add or update every configured database */
@@ -550,36 +580,23 @@ void objects_load_databases(void)
 		const CfDatabase *cf = &wk.cf.dbs[k];
 		if (strcmp(cf->name, "*") == 0)
 			continue;
-		PgDatabase *db = db_find(cf->name);
-		bool changed = db && !db->admin && db_definition_changed(&db->cf, cf);
-		if (db && db->cf.user && !cf->user) {
-			log_warning("losing forced user not supported, keeping old setting");
-			CfDatabase keep = *cf;
-			keep.user = db->cf.user;
-			char *u = xstrdup(db->cf.user);
-			keep.user = u;
-			db = db_add(&keep);
-			free(u);
-		} else {
-			db = db_add(cf);
-		}
-		db->auto_db = false;
-		if (changed) {
-			/* servers of a changed definition are closed when released */
-			List *i;
-			list_for_each(i, &wk.pools)
-			{
-				PgPool *pool = container_of(i, PgPool, node);
-				if (pool->db != db)
-					continue;
-				pool_mark_close_needed(pool);
-				pool->welcome_ready = false;
-				pool->welcome_cache_gen = 0;
-			}
-		}
+		db_load(db_find(cf->name), cf)->auto_db = false;
+	}
+	/* the automatically created ones follow the "*" entry, as db_register_auto() made them */
+	const CfDatabase *star = config_find_db(&wk.cf, "*");
+	List *i, *tmp;
+	list_for_each(i, &wk.databases)
+	{
+		PgDatabase *db = container_of(i, PgDatabase, node);
+		if (!db->auto_db || !star)
+			continue;
+		CfDatabase cf = *star;
+		cf.name = db->name;
+		if (!cf.dbname)
+			cf.dbname = db->name;
+		(void)db_load(db, &cf);
 	}
 	/* databases removed from the file are dropped */
-	List *i, *tmp;
 	list_for_each_safe(i, &wk.databases, tmp)
 	{
 		PgDatabase *db = container_of(i, PgDatabase, node);
