@@ -20,7 +20,8 @@ import psycopg
 import pytest
 
 from conftest import wait_for
-from helpers import build_has_pam
+from helpers import backend_state, build_has_pam
+from test_auth import pwpg  # noqa: F401 (fixture)
 from pgwire import PgWire
 
 SERVICE = Path("/etc/pam.d/pgbouncer")
@@ -220,3 +221,32 @@ def test_login_timeout_during_check(bouncer, pam_check):
     b.wait_log(r"DEBUG PAM: answer for a client that is gone, dropped$", after=mark)
     assert who(b, PAM_USER, PAM_PASSWORD) == PAM_USER
     assert not re.search(rf"{SLOW}@\S+ PAM authentication ok", b.log_text())
+
+
+def test_reload_keeps_the_password_pam_accepted(bouncer, pam_check, pwpg, run_as):
+    """The servers of a user that only PAM knows log in with the password PAM accepted. A
+    reload that re-reads a changed auth_file keeps it: it did not come from the file, and the
+    next server login of that user needs it."""
+    with pwpg.connect() as c:
+        c.execute(f"DROP ROLE IF EXISTS {PAM_USER}")
+        c.execute("SET password_encryption = 'scram-sha-256'")
+        c.execute(f"CREATE ROLE {PAM_USER} LOGIN PASSWORD '{PAM_PASSWORD}'")
+        c.commit()
+    b = bouncer(ini_overrides={"auth_type": "hba", "max_workers": 1, "pool_mode": "transaction",
+                               "server_lifetime": 1},
+                databases={"postgres": pwpg.connstr("postgres")}, start=False)
+    hba = run_as.write(b.dir / "hba.conf", f"host all {PAM_USER} 127.0.0.1/32 pam\nlocal all all trust\n")
+    b.update(auth_hba_file=str(hba))
+    b.write_ini()
+    b.start()
+    conn = b.connect(user=PAM_USER, password=PAM_PASSWORD, autocommit=True)
+    first = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    run_as.write(b.userlist, '"postgres" "postgres"\n"pgbouncer" "pgbouncer"\n"pgb_pam_other" "x"\n', mode=0o600)
+    with b.admin(host=str(b.dir)) as admin:
+        admin.execute("RELOAD")
+    wait_for(lambda: backend_state(pwpg, first) is None, "server_lifetime to close the first server")
+    # a new server, logged in with the password PAM accepted
+    pid, user = conn.execute("SELECT pg_backend_pid(), current_user").fetchone()
+    assert pid != first and user == PAM_USER
+    assert "server login failed" not in b.log_text()
+    assert who(b, PAM_USER, PAM_PASSWORD) == PAM_USER
