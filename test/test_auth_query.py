@@ -255,6 +255,24 @@ def test_auth_file_reload_keeps_looked_up_secrets(bouncer, apg, setup):
     assert len(servers) == 2, servers
 
 
+@pytest.mark.parametrize("role,password", [(MD5_ROLE, MD5_PW), (SCRAM_ROLE, SCRAM_PW)])
+def test_reload_of_auth_file_keeps_the_fetched_secret(bouncer, apg, setup, role, password):
+    """The servers of a user found by auth_query log in with what the lookup fetched. A reload
+    that re-reads a changed auth_file keeps it: it did not come from the file, and the session's
+    next server login needs it."""
+    b = start(bouncer, apg, setup, ini={"pool_mode": "transaction", "server_lifetime": 1})
+    conn = b.connect(dbname=APPDB, user=role, password=password, autocommit=True)
+    first = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    b.run_as.write(b.userlist, b.userlist.read_text() + '"authq_someone" "x"\n', mode=0o600)
+    with b.admin(password="pgbouncer") as admin:
+        admin.execute("RELOAD")
+    wait_for(lambda: not apg.sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [first]),
+             "server_lifetime to close the first server")
+    pid, user = conn.execute("SELECT pg_backend_pid(), current_user").fetchone()
+    assert pid != first and user == role
+    assert "server login failed" not in b.log_text()
+
+
 # ---------------------------------------------------------------------------
 # a broken set-up: what the log says and how the bootstrap repairs it
 
