@@ -682,6 +682,30 @@ def test_reload_applies_a_changed_star_entry_to_auto_databases(bouncer, pg):
         assert conn.execute("SELECT current_database()").fetchone() == ("template1",)
 
 
+def test_removed_database_leaves_show_pools(bouncer, pg):
+    """RELOAD without an entry drops the database: its clients get "database removed", and
+    its pools leave SHOW POOLS and SHOW STATS; the entry added again gets one pool again."""
+    dbs = {"postgres": pg.connstr("postgres"), "dropme": pg.connstr("postgres")}
+    b = bouncer(databases=dbs)
+    conn = b.connect(dbname="dropme", autocommit=True)
+    conn.execute("SELECT 1")
+    admin = b.admin(prepare_threshold=None)
+    b.databases = {"postgres": dbs["postgres"]}
+    b.write_ini()
+    admin.execute("RELOAD")
+    with pytest.raises(psycopg.OperationalError, match="database removed"):
+        conn.execute("SELECT 1")
+    assert "dropme" not in [r["database"] for r in show(admin, "POOLS")]
+    assert "dropme" not in [r["database"] for r in show(admin, "STATS")]
+    b.databases = dbs
+    b.write_ini()
+    admin.execute("RELOAD")
+    with b.connect(dbname="dropme", autocommit=True) as again:
+        again.execute("SELECT 1")
+        assert [(r["user"], r["cl_active"]) for r in show(admin, "POOLS") if r["database"] == "dropme"] == \
+            [("postgres", 1)]
+
+
 def test_unknown_database(bouncer):
     b = bouncer()
     with pytest.raises(psycopg.OperationalError, match=re.escape("no such database: nosuchdb")):

@@ -374,6 +374,8 @@ void pool_settings_refresh(PgPool *pool); /* the cached settings after a config 
 int pool_server_count(const PgPool *pool);
 /* Clients of the pool in this worker, in any state. */
 int pool_client_count(const PgPool *pool);
+/* No clients, no servers, no cancel request, no auth_query lookup: the pool may be freed. */
+bool pool_unused(const PgPool *pool);
 /* Log a line prefixed with the socket's C-/S- name, db/user@addr:port. */
 void slog(LogLevel level, const PgSocket *s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /*

@@ -207,17 +207,20 @@ static void open_forced_user_pools(void)
 	}
 }
 
-static bool pool_unused(const PgPool *pool)
-{
-	return pool_client_count(pool) == 0 && pool_server_count(pool) == 0 && list_empty(&pool->active_cancel_req) &&
-	       list_empty(&pool->waiting_cancel_req) && list_empty(&pool->active_cancel_servers) &&
-	       !auth_query_waiting(pool);
-}
-
-/* pool_idle_timeout: free a pool that has had no clients and no servers for that long. */
+/*
+ * pool_idle_timeout: free a pool that has had no clients and no servers for
+ * that long. The pools of a database that a reload removed go as soon as
+ * they are unused: SHOW POOLS and SHOW STATS no longer list them, and the
+ * database added again gets pools of its own.
+ */
 static void check_pool_idle(PgPool *pool)
 {
 	const PgDatabase *db = pool->db;
+	if (db->placeholder && !db->admin && pool_unused(pool)) {
+		log_debug("pool %s/%s of a removed database freed", db->name, pool->user->name);
+		pool_free(pool);
+		return;
+	}
 	/* the console's pool, and a forced-user pool that min_pool_size keeps filling, stay */
 	bool kept = db->admin || (db->forced_user == pool->user && db_min_pool_size(db) > 0);
 	if (wk.cf.g.pool_idle_timeout <= 0 || kept || !pool_unused(pool)) {

@@ -628,6 +628,9 @@ static void kill_database_pools(PgDatabase *db, const char *reason)
 			list_for_each_safe(j, slists[l], t2)
 			    disconnect_server(container_of(j, PgSocket, node), true, "%s", reason);
 		}
+		/* gone from SHOW POOLS now; one still busy with a cancel goes with the janitor (check_pool_idle()) */
+		if (pool_unused(pool))
+			pool_free(pool);
 	}
 	db->placeholder = true; /* hidden from lookups; freed with its pools later */
 	list_del(&db->node);
@@ -711,6 +714,13 @@ int pool_client_count(const PgPool *pool)
 {
 	const int *n = pool->n_state;
 	return n[CL_ACTIVE] + n[CL_WAITING] + n[CL_WAITING_LOGIN];
+}
+
+bool pool_unused(const PgPool *pool)
+{
+	return pool_client_count(pool) == 0 && pool_server_count(pool) == 0 && list_empty(&pool->active_cancel_req) &&
+	       list_empty(&pool->waiting_cancel_req) && list_empty(&pool->active_cancel_servers) &&
+	       !auth_query_waiting(pool);
 }
 
 /* ---- sockets ---- */
