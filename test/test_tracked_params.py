@@ -4,6 +4,8 @@ A client's startup values must reach PostgreSQL as values, never as SQL: each
 tracked parameter is tried with a value that would run a statement if it were
 pasted into the SET unquoted."""
 
+import os
+import socket
 import uuid
 
 import pytest
@@ -85,4 +87,25 @@ def test_application_name_with_backslash_and_quote(tracking):
     w = PgWire(b.port)
     w.login(password="postgres", application_name=value)
     assert w.simple_query("SHOW application_name") == ([[value]], None)
+    w.close()
+
+
+def test_application_name_add_host_names_a_client_that_sent_none(bouncer):
+    """application_name_add_host gives a client that sent no application_name
+    `app - ADDRESS`, and a Unix socket's address names this machine
+    (doc/pgbouncer.5.md); the server runs under that name too."""
+    b = bouncer(ini_overrides={"pool_mode": "transaction", "default_pool_size": 1, "application_name_add_host": 1})
+    named = b.connect(autocommit=True, application_name="named")
+    w = PgWire(b.port)
+    w.login(password="postgres")
+    local_port = w.sock.getsockname()[1]
+    expected = f"app - 127.0.0.1:{local_port}"
+    assert w.simple_query("SHOW application_name") == ([[expected]], None)
+    over_unix = b.connect(autocommit=True, host=str(b.dir))
+    unix_name = f"app - unix({os.getpid()}@{socket.gethostname()}):{b.port}"
+    for _ in range(2):
+        assert named.execute("SHOW application_name").fetchone()[0].startswith("named - 127.0.0.1:")
+        assert w.simple_query("SHOW application_name") == ([[expected]], None)
+        assert over_unix.execute("SHOW application_name").fetchone() == (unix_name,)
+    assert over_unix.info.parameter_status("application_name") == unix_name
     w.close()

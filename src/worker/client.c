@@ -126,6 +126,15 @@ static SBufAction client_tls_ready(PgSocket *c)
 	return SB_CONSUMED;
 }
 
+/* The machine's name, for application_name_add_host on a Unix socket ("localhost" if it has none). */
+static const char *local_hostname(void)
+{
+	static char name[256];
+	if (!name[0] && (gethostname(name, sizeof(name) - 1) != 0 || !name[0]))
+		strcpy(name, "localhost");
+	return name;
+}
+
 /* ---- the welcome ---- */
 
 /*
@@ -412,9 +421,10 @@ static SBufAction handle_startup_params(PgSocket *c, const StartupParam *params,
 		char host[80], buf[512];
 		int port;
 		socket_remote_text(c, host, sizeof(host), &port);
-		const char *app = c->vars[app_idx].value ? c->vars[app_idx].value : "";
+		/* `app` for a client that sent none, and this machine's name for a Unix socket (doc/pgbouncer.5.md) */
+		const char *app = c->vars[app_idx].value ? c->vars[app_idx].value : "app";
 		if (c->is_unix)
-			snprintf(buf, sizeof(buf), "%s - unix(%d@localhost):%d", app, c->peer_pid, port);
+			snprintf(buf, sizeof(buf), "%s - unix(%d@%s):%d", app, c->peer_pid, local_hostname(), port);
 		else if (c->remote.sa.sa_family == AF_INET6)
 			snprintf(buf, sizeof(buf), "%s - [%s]:%d", app, host, port);
 		else
