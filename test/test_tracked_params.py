@@ -109,3 +109,23 @@ def test_application_name_add_host_names_a_client_that_sent_none(bouncer):
         assert over_unix.execute("SHOW application_name").fetchone() == (unix_name,)
     assert over_unix.info.parameter_status("application_name") == unix_name
     w.close()
+
+
+@pytest.mark.parametrize("mode", ["session", "transaction"])
+def test_connect_query_sets_the_pool_defaults(bouncer, pg, mode):
+    """A tracked parameter that the database's connect_query sets is every
+    server's value, so it is the default clients are told and get, as with
+    PgBouncer; a client's own value still wins, and a client that comes
+    after it on the same server gets the connect_query's value back."""
+    conninfo = pg.connstr("postgres") + " connect_query='SET TimeZone = ''Asia/Tokyo''; SET DateStyle = German'"
+    b = bouncer(ini_overrides={"pool_mode": mode, "default_pool_size": 1}, databases={"postgres": conninfo})
+    sql = "SELECT current_setting('TimeZone'), current_setting('DateStyle'), '2020-01-02 03:04:05+00'::timestamptz::text"
+    tokyo = ("Asia/Tokyo", "German, DMY", "02.01.2020 12:04:05 JST")
+    for _ in range(2):
+        plain = b.connect(autocommit=True)
+        assert plain.execute(sql).fetchone() == tokyo
+        assert (plain.info.parameter_status("TimeZone"), plain.info.parameter_status("DateStyle")) == tokyo[:2]
+        plain.close()
+        own = b.connect(autocommit=True, options="-c TimeZone=Europe/Paris")
+        assert own.execute(sql).fetchone() == ("Europe/Paris", "German, DMY", "02.01.2020 04:04:05 CET")
+        own.close()

@@ -292,6 +292,7 @@ struct PgSocket {
 	bool held_for_flush;   /* client: its next message waits until the pooler's answers to it are sent (client.c) */
 	bool request_counted;  /* client: the message held by SB_WAIT was counted (count_request()) already */
 	bool resetting;        /* server: running reset/check query */
+	bool welcome_pending;  /* server: its connect_query's ParameterStatus still make its pool's welcome */
 	bool lent;             /* server: given out since its login or its last check (server_check_delay = 0) */
 	bool checking;         /* server: running server_check_query for a waiting client */
 	bool close_needed;     /* server: close when released */

@@ -411,6 +411,15 @@ bool server_param_status(PgSocket *s, const uint8_t *body, uint32_t len)
 	return handle_param_status(s, body, len, false);
 }
 
+/* A server's login (and connect_query) is over: its ParameterStatus make its pool's welcome, if none had. */
+static void welcome_done(PgSocket *s)
+{
+	if (!s->pool->welcome_ready) {
+		s->pool->welcome_ready = true;
+		s->pool->welcome_cache_gen = 0;
+	}
+}
+
 /*
  * Login packets are held whole to be parsed; none of a real server (auth
  * requests, ParameterStatus, errors) comes near this, so a bigger one is
@@ -493,11 +502,13 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 			pool_replication_ready(s);
 			return s->state == SV_JUSTFREE ? SB_CLOSED : SB_CONSUMED;
 		}
-		if (!s->pool->welcome_ready) {
-			s->pool->welcome_ready = true;
-			s->pool->welcome_cache_gen = 0;
-		}
 		if (s->pool->db->cf.connect_query && *s->pool->db->cf.connect_query) {
+			/*
+			 * What connect_query sets is part of every server's
+			 * session, so its tracked values are the pool's defaults
+			 * too: the welcome waits for its answer (doc/pgbouncer.5.md).
+			 */
+			s->welcome_pending = !s->pool->welcome_ready;
 			PktBuf pb;
 			pktbuf_init(&pb, 128);
 			pktbuf_start_msg(&pb, 'Q');
@@ -511,6 +522,7 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 			change_state(s, SV_TESTED);
 			return SB_CONSUMED;
 		}
+		welcome_done(s);
 		pool_server_ready(s);
 		return s->state == SV_JUSTFREE ? SB_CLOSED : SB_CONSUMED;
 	default:
@@ -525,7 +537,7 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 		if (avail < hdr->len)
 			return SB_NEED_FULL;
 		if (hdr->type == 'S') {
-			if (!handle_param_status(s, data + 5, hdr->len - 5, false))
+			if (!handle_param_status(s, data + 5, hdr->len - 5, s->welcome_pending))
 				return server_protocol_violation(s, "malformed ParameterStatus");
 		} else {
 			const char *sev, *code, *msg;
@@ -587,6 +599,10 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 	s->resetting = false;
 	s->checking = false;
 	s->ready = true;
+	if (s->welcome_pending) {
+		s->welcome_pending = false;
+		welcome_done(s);
+	}
 	pool_server_ready(s);
 	return s->state == SV_JUSTFREE ? SB_CLOSED : SB_CONSUMED;
 }
