@@ -661,6 +661,29 @@ def test_reload_keeps_servers_of_an_entry_whose_connection_is_the_same(bouncer, 
     assert "database configuration changed" not in b.log_text()
 
 
+def test_welcome_names_each_parameter_once_after_reloads(bouncer, pg):
+    """A reload that changes how servers connect makes the pool's welcome
+    again from the next server login: a client is told each server
+    parameter once, however many such reloads came before."""
+    b = bouncer()
+
+    def welcome_names():
+        w = PgWire(b.port)
+        msgs = w.login()
+        w.close()
+        return [body.split(b"\0")[0].decode() for t, body in msgs if t == b"S"]
+
+    first = welcome_names()
+    assert len(first) == len(set(first)) and "server_version" in first
+    for k in range(3):
+        b.databases["postgres"] = f"{pg.connstr('postgres')} connect_query='SELECT {k}'"
+        b.write_ini()
+        with b.admin() as admin:
+            admin.execute("RELOAD")
+        names = welcome_names()
+        assert sorted(names) == sorted(first), names
+
+
 def test_reload_applies_a_changed_star_entry_to_auto_databases(bouncer, pg):
     """A changed `*` entry replaces the servers of the automatically created databases, and
     their new servers use the new definition (doc/pgbouncer.5.md "RELOADING")."""

@@ -566,8 +566,10 @@ static PgDatabase *db_load(PgDatabase *db, const CfDatabase *cf)
 			if (pool->db != db)
 				continue;
 			pool_mark_close_needed(pool);
+			/* the next server login says the parameters again: none twice in a welcome */
 			pool->welcome_ready = false;
 			pool->welcome_cache_gen = 0;
+			pktbuf_reset(&pool->welcome_params);
 		}
 	}
 	return db;

@@ -360,6 +360,29 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
  * A ParameterStatus from the server: update the server's (and its client's)
  * tracked values. False when the body is not two NUL-terminated strings.
  */
+/*
+ * Set `name` in the pool's welcome: servers logging in at once all report
+ * their parameters, and a connect_query's report comes after the login's.
+ * The last value counts and each name is there once.
+ */
+static void welcome_set(PktBuf *pb, const char *name, const char *value)
+{
+	size_t n = strlen(name);
+	for (size_t pos = 0; pos + 5 <= pb->len;) {
+		uint32_t len = ((uint32_t)pb->buf[pos + 1] << 24) | ((uint32_t)pb->buf[pos + 2] << 16) |
+		               ((uint32_t)pb->buf[pos + 3] << 8) | (uint32_t)pb->buf[pos + 4];
+		if (len < 4 || pos + 1 + len > pb->len)
+			break;
+		if (len - 4 > n && memcmp(pb->buf + pos + 5, name, n) == 0 && pb->buf[pos + 5 + n] == '\0') {
+			memmove(pb->buf + pos, pb->buf + pos + 1 + len, pb->len - (pos + 1 + len));
+			pb->len -= 1 + len;
+			break;
+		}
+		pos += 1 + len;
+	}
+	pktbuf_write_param_status(pb, name, value);
+}
+
 static bool handle_param_status(PgSocket *s, const uint8_t *body, uint32_t len, bool login)
 {
 	const char *name, *value;
@@ -391,7 +414,7 @@ static bool handle_param_status(PgSocket *s, const uint8_t *body, uint32_t len, 
 		}
 		pktbuf_write_param_status(s->repl_params, name, value);
 	} else if (login && !s->pool->welcome_ready) {
-		pktbuf_write_param_status(&s->pool->welcome_params, name, value);
+		welcome_set(&s->pool->welcome_params, name, value);
 	}
 	return true;
 }
