@@ -1,7 +1,9 @@
 // pgx v5 with its default statement cache (QueryExecModeCacheStatement: every
 // query is prepared once per connection under a name derived from its text,
-// so all clients use the same names) through the pooler; and a transaction
-// abandoned when its context times out.
+// so all clients use the same names) through the pooler; pgconn's pipeline
+// (several Syncs in one write, an error in the middle, a name closed and
+// parsed again); a savepoint rolled back and a CopyFrom inside a
+// transaction; and a transaction abandoned when its context times out.
 //
 // Environment: PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE, DRV_CLIENTS
 // concurrent connections, DRV_ITERATIONS per connection, DRV_SHARED=1: fail
@@ -11,6 +13,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -59,6 +62,95 @@ func distinct(ctx context.Context, conn *pgx.Conn, c, i int) error {
 		}
 	}
 	return nil
+}
+
+// pipeline sends, in one write, statements p0..p5 (the same names on every
+// client, the texts this client's own) in three Syncs, their executions in
+// two more, a division by zero that makes the server skip the rest of its
+// part, then p2 closed and parsed again with another text; and checks every
+// answer.
+func pipeline(ctx context.Context, conn *pgx.Conn, c, i int) error {
+	arg := func(v int) [][]byte { return [][]byte{[]byte(strconv.Itoa(v))} }
+	p := conn.PgConn().StartPipeline(ctx)
+	for k := 0; k < 6; k++ {
+		p.SendPrepare(fmt.Sprintf("p%d", k), fmt.Sprintf("SELECT $1::int + %d", c*100+k), nil)
+		if k%2 == 1 {
+			p.SendPipelineSync()
+		}
+	}
+	for k := 0; k < 6; k++ {
+		p.SendQueryPrepared(fmt.Sprintf("p%d", k), arg(i), nil, nil)
+		if k%3 == 2 {
+			p.SendPipelineSync()
+		}
+	}
+	p.SendQueryParams("SELECT 1 / $1::int", arg(0), nil, nil, nil)
+	p.SendQueryPrepared("p1", arg(i), nil, nil) // skipped by the server
+	p.SendPipelineSync()
+	p.SendDeallocate("p2")
+	p.SendPrepare("p2", fmt.Sprintf("SELECT $1::int * -1 - %d", c), nil)
+	p.SendQueryPrepared("p2", arg(i), nil, nil)
+	for k := 0; k < 6; k++ {
+		p.SendDeallocate(fmt.Sprintf("p%d", k))
+	}
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		p.Close()
+		return err
+	}
+	// what each result must be: "prepare", "sync", "closed", "error CODE" or a number
+	var want []string
+	for k := 0; k < 6; k++ {
+		want = append(want, "prepare")
+		if k%2 == 1 {
+			want = append(want, "sync")
+		}
+	}
+	for k := 0; k < 6; k++ {
+		want = append(want, strconv.Itoa(i+c*100+k))
+		if k%3 == 2 {
+			want = append(want, "sync")
+		}
+	}
+	want = append(want, "error 22012", "sync", "closed", "prepare", strconv.Itoa(-i-c))
+	for k := 0; k < 6; k++ {
+		want = append(want, "closed")
+	}
+	want = append(want, "sync")
+	for n, w := range want {
+		r, err := p.GetResults()
+		got := ""
+		var pe *pgconn.PgError
+		switch v := r.(type) {
+		case nil:
+			if !errors.As(err, &pe) {
+				p.Close()
+				return fmt.Errorf("pipeline %d: want %s: %v", n, w, err)
+			}
+			got = "error " + pe.Code
+		case *pgconn.StatementDescription:
+			got = "prepare"
+		case *pgconn.PipelineSync:
+			got = "sync"
+		case *pgconn.CloseComplete:
+			got = "closed"
+		case *pgconn.ResultReader:
+			res := v.Read()
+			if errors.As(res.Err, &pe) {
+				got = "error " + pe.Code
+			} else if res.Err != nil || len(res.Rows) != 1 {
+				p.Close()
+				return fmt.Errorf("pipeline %d: want %s: %v %q", n, w, res.Err, res.Rows)
+			} else {
+				got = string(res.Rows[0][0])
+			}
+		}
+		if got != w {
+			p.Close()
+			return fmt.Errorf("pipeline %d: got %s, want %s", n, got, w)
+		}
+	}
+	return p.Close()
 }
 
 // abandon runs a transaction whose context times out in the middle of a
@@ -154,6 +246,9 @@ func client(ctx context.Context, c, iterations int) (map[int32]bool, error) {
 		if n != i+1 {
 			return nil, fmt.Errorf("iteration %d: long: got %d, want %d", i, n, i+1)
 		}
+		if err := pipeline(ctx, conn, c, i); err != nil {
+			return nil, fmt.Errorf("iteration %d: pipeline: %w", i, err)
+		}
 		if err := conn.Ping(ctx); err != nil { // an empty query
 			return nil, fmt.Errorf("iteration %d: ping: %w", i, err)
 		}
@@ -163,11 +258,30 @@ func client(ctx context.Context, c, iterations int) (map[int32]bool, error) {
 		}
 		pids[pid] = true
 
-		// a transaction: prepared statements inside it, then COMMIT
+		// a transaction: prepared statements inside it, a savepoint rolled
+		// back after an error, a CopyFrom of rows that do not count, then COMMIT
 		v := c*1000 + i
 		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (client, iter, v) VALUES ($1, $2, $3)", c, i, v); err != nil {
 				return fmt.Errorf("insert: %w", err)
+			}
+			sp, err := tx.Begin(ctx)
+			if err != nil {
+				return fmt.Errorf("savepoint: %w", err)
+			}
+			if _, err := sp.Exec(ctx, "INSERT INTO "+table+" (client, iter, v) VALUES ($1, $2, $3)", c, i, 1000000); err != nil {
+				return fmt.Errorf("insert after savepoint: %w", err)
+			}
+			var pe *pgconn.PgError
+			if _, err := sp.Exec(ctx, "SELECT 1 / $1::int", 0); !errors.As(err, &pe) || pe.Code != "22012" {
+				return fmt.Errorf("division by zero after savepoint: %v", err)
+			}
+			if err := sp.Rollback(ctx); err != nil {
+				return fmt.Errorf("rollback to savepoint: %w", err)
+			}
+			rows := [][]any{{-c, i, 1}, {-c, i, 2}, {-c, i, 3}}
+			if n, err := tx.CopyFrom(ctx, pgx.Identifier{table}, []string{"client", "iter", "v"}, pgx.CopyFromRows(rows)); err != nil || n != 3 {
+				return fmt.Errorf("copy: %d rows: %v", n, err)
 			}
 			var count int
 			if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE client = $1", c).Scan(&count); err != nil {
@@ -200,6 +314,13 @@ func client(ctx context.Context, c, iterations int) (map[int32]bool, error) {
 	}
 	if total != sum {
 		return nil, fmt.Errorf("final sum: got %d, want %d", total, sum)
+	}
+	var copied int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE client = $1", -c).Scan(&copied); err != nil {
+		return nil, fmt.Errorf("copied rows: %w", err)
+	}
+	if copied != 3*iterations {
+		return nil, fmt.Errorf("copied rows: got %d, want %d", copied, 3*iterations)
 	}
 	return pids, nil
 }
