@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import SANITIZE_DIR
+from conftest import pid_alive, SANITIZE_DIR, wait_for
 from helpers import check_unharmed, workers
 from pgwire import (
     CANCEL_REQUEST, error_fields, GSSENC_REQUEST, message, PgWire, PROTO_V2, PROTO_V3,
@@ -613,6 +613,54 @@ def test_file_limit_reached_by_idle_connections(with_bystander, run_as):
             s.close()
         set_soft_limit(soft)
     check_unharmed(b, bystander)
+
+
+def test_file_limit_reached_at_a_reload(with_bystander, run_as):
+    """A worker with one file descriptor to spare gets a RELOAD, which opens
+    its log file again (rotation); then connections take every descriptor
+    left. The worker must go on writing its log (here: that it cannot
+    accept), not stop at its next log line for want of a descriptor to
+    open the file with, taking its clients along."""
+    b, bystander = with_bystander(min_workers=1, max_workers=1)
+    pid = int(workers(b)[0]["pid"])
+    logfile = os.path.realpath(b.dir / "pgbouncer.log")
+
+    def set_soft_limit(n):
+        subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={n}:"], check=True, capture_output=True,
+                       **run_as.popen_kwargs())
+
+    def log_fds():
+        fds = set()
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == logfile:
+                    fds.add(int(fd))
+            except FileNotFoundError:
+                pass
+        return fds
+
+    with open(f"/proc/{pid}/limits") as f:
+        soft = next(int(line.split()[3]) for line in f if line.startswith("Max open files"))
+    in_use = {int(fd) for fd in os.listdir(f"/proc/{pid}/fd")}
+    before = log_fds()
+    assert before, "the worker has its log file open"
+    set_soft_limit(next(n for n in range(1 << 16) if n not in in_use) + 1)  # one descriptor to spare
+    mark = b.log_mark()
+    idle = []
+    try:
+        b.reload()
+        wait_for(lambda: log_fds() != before, "the worker to open its log file again")
+        for _ in range(4):  # each takes a descriptor, until the worker can accept no more
+            idle.append(socket.create_connection(("127.0.0.1", b.port), timeout=10))
+        b.wait_log(rf"\[{pid}\] WARNING accept\(\) failed: Too many open files", after=mark)
+        assert pid_alive(pid)
+        assert bystander.execute("SELECT 'served meanwhile'").fetchone() == ("served meanwhile",)
+    finally:
+        for s in idle:
+            s.close()
+        set_soft_limit(soft)
+    check_unharmed(b, bystander)
+    assert int(workers(b)[0]["pid"]) == pid
 
 
 def check_unharmed_after_tls(b, bystander):

@@ -65,12 +65,27 @@ static void replace_str(char **dst, const char *src)
 	*dst = (src && *src) ? strdup(src) : NULL;
 }
 
+static int open_log_path(const char *path)
+{
+	return open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+}
+
 void log_configure(const LogSettings *s)
 {
-	/* the file is closed here and reopened at the next message (rotation) */
+	/*
+	 * The file is opened again (rotation): the same path now, so that a
+	 * process at its file descriptor limit keeps the one it has instead of
+	 * finding none at its next message, which would stop it (a worker,
+	 * with its clients); another path at the next message, whose failure
+	 * stops the process as at start-up.
+	 */
 	if (logfile_fd >= 0) {
-		close(logfile_fd);
-		logfile_fd = -1;
+		bool same = logfile_path && s->logfile && strcmp(logfile_path, s->logfile) == 0;
+		int fd = same ? open_log_path(logfile_path) : -1;
+		if (fd >= 0 || !same || (errno != EMFILE && errno != ENFILE)) {
+			close(logfile_fd);
+			logfile_fd = fd;
+		}
 	}
 	replace_str(&logfile_path, s->logfile);
 	to_stderr = s->to_stderr;
@@ -110,7 +125,7 @@ void log_set_fatal_hook(void (*hook)(void))
 
 static bool open_logfile(void)
 {
-	logfile_fd = open(logfile_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	logfile_fd = open_log_path(logfile_path);
 	return logfile_fd >= 0;
 }
 
