@@ -95,6 +95,32 @@ def test_show_clients_and_servers_of_both_workers(bouncer, console_worker):
         assert len(sockets) == 5
 
 
+def test_show_clients_and_sockets_keep_one_poolers_row_order(bouncer):
+    """The merged rows come pool by pool, sorted by (database, user), and
+    within a pool by state (spec: active, waiting, ...; servers after the
+    clients in SOCKETS), not worker after worker: a console on worker 1 is
+    listed before the clients of postgres, the active client of worker 1
+    before the waiting one of worker 0."""
+    b = two_workers({"default_pool_size": 1})(bouncer)
+    for w in (0, 1):  # each worker's pool has had a server: logins need none below
+        with on_worker(b, w) as c:
+            c.execute("SELECT 1")
+    holder = on_worker(b, 1, autocommit=True, application_name="holder")
+    holder.execute("SELECT 1")  # session mode: keeps the only server
+    waiter = on_worker(b, 0, autocommit=True, application_name="waiter")
+    waiting = Background(lambda: waiter.execute("SELECT 2").fetchone())
+    conn = on_worker(b, 1, admin=True)
+    wait_for(lambda: next(r for r in rows(conn, "SHOW POOLS") if r["database"] == "postgres")["cl_waiting"] == 1,
+             "the waiter to queue")
+    cl = [(r["database"], r["state"], r["application_name"]) for r in rows(conn, "SHOW CLIENTS")]
+    assert cl == [("pgbouncer", "idle", ""), ("postgres", "active", "holder"), ("postgres", "waiting", "waiter")]
+    so = [(r["database"], r["type"], r["state"]) for r in rows(conn, "SHOW SOCKETS")]
+    assert so == [("pgbouncer", "C", "cl_active"), ("postgres", "C", "cl_active"), ("postgres", "C", "cl_waiting"),
+                  ("postgres", "S", "sv_active")]
+    holder.close()
+    assert waiting.result() == (2,)
+
+
 def test_show_pools_and_stats_sum_both_workers(bouncer):
     b = two_workers({"stats_period": 1})(bouncer)
     c0 = [on_worker(b, 0, autocommit=True) for _ in range(2)]

@@ -10,7 +10,7 @@
 
 typedef enum FanoutMerge {
 	FM_COMMAND,   /* process command: one tag once every worker has completed */
-	FM_CONCAT,    /* rows of every worker, worker by worker (CLIENTS, SERVERS, SOCKETS) */
+	FM_CONCAT,    /* rows of every worker in one PgBouncer's order (CLIENTS, SERVERS, SOCKETS) */
 	FM_POOLS,     /* one row per (database, user): counts summed, maxwait maxed */
 	FM_DATABASES, /* one row per database: connection counts summed, paused/disabled or-ed */
 	FM_USERS,     /* one row per user: connection counts summed */

@@ -445,6 +445,54 @@ static int merged_cmp_name(const void *x, const void *y)
 	return c ? c : a->seq - b->seq;
 }
 
+/*
+ * SHOW CLIENTS, SERVERS, SOCKETS: where a row goes in one PgBouncer's order.
+ * Logging-in clients come first (SOCKETS), then the pools by (database, user),
+ * each with its clients and then its servers in list order, then the
+ * peer-forwarding entries; columns 1, 2 and 4 are user, database and state.
+ */
+static int socket_row_group(char **v)
+{
+	if (v[4] && strcmp(v[4], "cl_login") == 0)
+		return 0;
+	return v[2] && strcmp(v[2], "(nodb)") == 0 ? 2 : 1;
+}
+
+static int socket_row_rank(char **v)
+{
+	static const char *const client_states[] = {"active", "waiting", "active_cancel_req", "waiting_cancel_req"};
+	static const char *const server_states[] = {"active", "idle",          "used",          "tested",
+	                                            "new",    "active_cancel", "being_canceled"};
+	bool server = v[0] && strcmp(v[0], "S") == 0;
+	const char *const *states = server ? server_states : client_states;
+	int n = server ? 7 : 4, base = server ? 4 : 0; /* a pool's clients before its servers */
+	const char *st = v[4] ? v[4] : "";
+	if (strncmp(st, "cl_", 3) == 0 || strncmp(st, "sv_", 3) == 0)
+		st += 3; /* SOCKETS' names */
+	if (!server && strcmp(st, "idle") == 0)
+		st = "active"; /* an idle client is on the active list */
+	if (server && strcmp(st, "login") == 0)
+		st = "new";
+	for (int k = 0; k < n; k++)
+		if (strcmp(states[k], st) == 0)
+			return base + k;
+	return base + n;
+}
+
+static int merged_cmp_sockets(const void *x, const void *y)
+{
+	const MergedRow *a = x, *b = y;
+	int c = socket_row_group(a->v) - socket_row_group(b->v);
+	if (c == 0 && socket_row_group(a->v) == 1) {
+		c = strcmp(a->v[2] ? a->v[2] : "", b->v[2] ? b->v[2] : "");
+		if (c == 0)
+			c = strcmp(a->v[1] ? a->v[1] : "", b->v[1] ? b->v[1] : "");
+		if (c == 0)
+			c = socket_row_rank(a->v) - socket_row_rank(b->v);
+	}
+	return c ? c : a->seq - b->seq;
+}
+
 /* Rows of every answering worker, merged by the command's rule, into pb. */
 static void write_merged_rows(AdminFanout *fo, PktBuf *pb, int ncols)
 {
@@ -473,7 +521,9 @@ static void write_merged_rows(AdminFanout *fo, PktBuf *pb, int ncols)
 			mg.n++;
 		}
 	}
-	if (fo->merge == FM_POOLS)
+	if (fo->merge == FM_CONCAT && ncols > 4)
+		qsort(mg.rows, (size_t)mg.n, sizeof(*mg.rows), merged_cmp_sockets);
+	else if (fo->merge == FM_POOLS)
 		qsort(mg.rows, (size_t)mg.n, sizeof(*mg.rows), merged_cmp_pools);
 	else if (fo->merge == FM_DATABASES || fo->merge == FM_USERS || fo->merge == FM_DNS)
 		qsort(mg.rows, (size_t)mg.n, sizeof(*mg.rows), merged_cmp_name);
