@@ -653,12 +653,17 @@ def test_extended_protocol_is_refused_and_closes(bouncer):
     assert [m[0] for m in msgs[1:]] in (["EOF"], ["Z", "EOF"])
 
 
-def test_unknown_message_type_is_refused_and_closes(bouncer):
+@pytest.mark.parametrize("mtype,body", [("F", b"\0\0\0\0\0\0\0\0\0\0"), ("S", b""), ("H", b""),
+                                        ("D", b"S\0"), ("C", b"S\0")])
+def test_unknown_message_type_is_refused_and_closes(bouncer, mtype, body):
+    """Only Parse, Bind and Execute are "extended query protocol"; any other
+    message but Query and Terminate, Sync included, is an unsupported type."""
     b = bouncer()
     raw = Raw(b)
-    raw.send("F", b"\0\0\0\0\0\0\0\0\0\0")
+    raw.send(mtype, body)
     msgs = raw.until_eof()
-    assert msgs[0] == ("E", b"SERROR\0C08P01\0Munsupported packet type for admin console: 70\0\0")
+    want = f"unsupported packet type for admin console: {ord(mtype)}".encode()
+    assert msgs[0] == ("E", b"SERROR\0C08P01\0M" + want + b"\0\0")
     assert [m[0] for m in msgs[1:]] in (["EOF"], ["Z", "EOF"])
 
 

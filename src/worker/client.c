@@ -616,10 +616,7 @@ static SBufAction handle_admin_packet(PgSocket *c, const PktHdr *hdr, const uint
 	case 'P':
 	case 'B':
 	case 'E':
-	case 'D':
-	case 'S':
-	case 'C':
-	case 'H':
+		/* these three only; Sync, Flush, Describe, Close are "unsupported packet type" (doc/pgbouncer.1.md) */
 		client_send_error(c, false, "08P01", "extended query protocol not supported by admin console");
 		disconnect_client(c, false, "bad packet");
 		return SB_CLOSED;
