@@ -629,6 +629,48 @@ def test_kill_client_on_the_other_worker(bouncer):
         assert exc.value.diag.message_primary == "client not found"
 
 
+def test_kill_client_logs_only_what_failed(bouncer):
+    """KILL_CLIENT of a client on the other worker succeeds: the console's
+    worker, which did not have it, logs no "client not found". An id no
+    worker has is logged once."""
+    b = two_workers()(bouncer)
+    victim = on_worker(b, 1, application_name="victim")
+    with on_worker(b, 0, admin=True) as conn:
+        vid = next(r["id"] for r in rows(conn, "SHOW CLIENTS") if r["application_name"] == "victim")
+        mark = b.log_mark()
+        conn.execute(f"KILL_CLIENT {vid}")
+        with pytest.raises(psycopg.OperationalError):
+            victim.execute("SELECT 1")
+        with pytest.raises(psycopg.errors.ProtocolViolation):
+            conn.execute("KILL_CLIENT 99999999")
+        b.wait_log(r"ERROR client not found$", after=mark)
+        conn.execute("SHOW VERSION")  # the log lines of the KILL_CLIENTs are written by now
+    log = b.log_text()[mark:]
+    assert (log.count("ERROR client not found"), log.count("pooler error: client not found")) == (1, 1), log
+
+
+def test_kill_client_never_reaches_a_consoles_peer_connection(bouncer):
+    """A console's connections to the other workers (for fanned-out
+    commands) have ids from the same counter but are nobody's clients:
+    SHOW CLIENTS hides them, and KILL_CLIENT of their id finds no client
+    (it used to close them, each time the command went through one)."""
+    b = two_workers()(bouncer)
+    keep = [on_worker(b, w, autocommit=True) for w in (0, 1)]
+    with on_worker(b, 0, admin=True) as conn:
+        shown = {r["id"] for r in rows(conn, "SHOW CLIENTS")}  # the peer connection exists from here on
+        mark = b.log_mark()
+        for cid in range(1, max(shown) + 20):
+            if cid in shown:
+                continue
+            with pytest.raises(psycopg.errors.ProtocolViolation) as exc:
+                conn.execute(f"KILL_CLIENT {cid}")
+            assert exc.value.diag.message_primary == "client not found"
+        assert {r["id"] for r in rows(conn, "SHOW CLIENTS")} == shown
+    assert "admin forced disconnect" not in b.log_text()[mark:]
+    for c in keep:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+
+
 def test_disable_enable_and_reconnect_apply_everywhere(bouncer):
     b = two_workers()(bouncer)
     with b.admin() as conn:

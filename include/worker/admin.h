@@ -27,6 +27,8 @@ void admin_abandon_part(PgSocket *c, const char *query, bool done_here);
  * command it is no refusal when another worker did act (doc/workers.md).
  */
 bool admin_error_is_absence(const char *msg);
+/* Log a console command's error as refused commands are (the ERROR line, and log_pooler_errors' WARNING). */
+void admin_log_error(PgSocket *c, const char *msg);
 /*
  * The pooler's console state from the master (CH_CONSOLE_SYNC), after a
  * console command left this worker out: pause, suspend or resume as it

@@ -101,6 +101,15 @@ static bool send_simple(PgSocket *c, const char *tag)
 }
 
 /* ERROR (S, C, M only) + ReadyForQuery; logged like every pooler error. */
+static bool in_fanout(const PgSocket *c);
+
+void admin_log_error(PgSocket *c, const char *msg)
+{
+	log_error("%s", msg);
+	if (wk.cf.g.log_pooler_errors)
+		slog(LG_WARNING, c, "pooler error: %s", msg);
+}
+
 static bool admin_error(PgSocket *c, const char *sqlstate, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static bool admin_error(PgSocket *c, const char *sqlstate, const char *fmt, ...)
 {
@@ -109,9 +118,9 @@ static bool admin_error(PgSocket *c, const char *sqlstate, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	log_error("%s", msg);
-	if (wk.cf.g.log_pooler_errors)
-		slog(LG_WARNING, c, "pooler error: %s", msg);
+	/* in a fan-out, "nothing here" is one worker's part: logged once if no worker had anything (admin_fanout.c) */
+	if (!(in_fanout(c) && admin_error_is_absence(msg)))
+		admin_log_error(c, msg);
 	PktBuf pb;
 	pktbuf_init(&pb, 64 + strlen(msg));
 	pktbuf_write_error(&pb, "ERROR", sqlstate ? sqlstate : "08P01", msg);
@@ -1660,7 +1669,7 @@ static PgSocket *find_client_by_id(uint64_t id)
 			list_for_each(j, cl[l])
 			{
 				PgSocket *s = container_of(j, PgSocket, node);
-				if (s->id == id)
+				if (s->id == id && !s->is_internal) /* a console's peer connection is nobody's client */
 					return s;
 			}
 		}

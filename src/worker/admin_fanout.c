@@ -934,6 +934,8 @@ static void write_command_outcome(AdminFanout *fo, PktBuf *pb)
 	} else if (absence >= 0) {
 		/* no worker had anything to act on: this worker's error says why (the others say the same) */
 		pktbuf_put_bytes(pb, fo->ans[absence].error.buf, fo->ans[absence].error.len);
+		if (fo->console)
+			admin_log_error(fo->console, message_text(&fo->ans[absence].error, 0));
 	}
 }
 
