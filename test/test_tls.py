@@ -536,6 +536,36 @@ def test_reload_with_bad_certificate_keeps_the_old_one(bouncer, tls_files):
         check_tls_select(conn)
 
 
+def test_console_reload_with_bad_certificate_fails(bouncer, tls_files):
+    """RELOAD on the console says when the TLS files did not load (spec/admin.md
+    RELOAD: F0000 on a TLS error), where it used to answer RELOAD as if the new
+    certificate were in use. The other settings are taken, the old TLS set-up stays;
+    once the files are fixed, RELOAD succeeds and serves the new certificate."""
+    b, key, cert = reload_bouncer(bouncer, tls_files)
+    old, new = tls_files.der(tls_files.server_cert), tls_files.der(tls_files.server2_cert)
+    established = tls_connect(b, tls_files, autocommit=True)
+    check_tls_select(established)
+    mark = b.log_mark()
+    cert.write_bytes(tls_files.server2_cert.read_bytes())  # the renewed certificate, the key not yet
+    b.update(server_login_retry=7)
+    b.write_ini()
+    with psycopg.connect(host=str(b.dir), port=b.port, dbname="pgbouncer", user="pgbouncer",
+                         autocommit=True) as admin:
+        with pytest.raises(psycopg.Error) as e:
+            admin.execute("RELOAD")
+        assert e.value.sqlstate == "F0000", e.value
+        assert e.value.diag.message_primary == "RELOAD failed, see logs for additional details"
+        b.wait_log(rf"TLS configuration not changed: .*{re.escape(str(key))} does not match", after=mark)
+        cfg = {r[0]: r[1] for r in admin.execute("SHOW CONFIG").fetchall()}
+        assert cfg["server_login_retry"] == "7"
+        assert every_new_connection_sees(b, old)
+        check_tls_select(established)
+        key.write_bytes(tls_files.server2_key.read_bytes())
+        assert admin.execute("RELOAD").statusmessage == "RELOAD"
+    assert every_new_connection_sees(b, new)
+    check_tls_select(established)
+
+
 TLS_NOT_APPLIED = "TLS settings could not be applied, still using old configuration"
 
 

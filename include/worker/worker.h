@@ -80,6 +80,7 @@ typedef struct Worker {
 	int client_count;     /* all client connections (for max_client_conn) */
 	int private_clients;  /* of which came in on the private socket (peer consoles) */
 	uint64_t reloads;     /* SIGHUPs handled (RELOAD waits for the master's) */
+	bool reload_failed;   /* the last SIGHUP's config file or TLS set-up did not load (RELOAD answers an error) */
 	uint32_t cf_gen;      /* bumped whenever the running config changes (reload, console SET) */
 	usec_t now;           /* time at the start of the current callback */
 	usec_t start_time;

@@ -1230,6 +1230,7 @@ static bool suspend_flushed(void);
 
 #define RELOAD_WAIT_MAX (5 * USEC_PER_SEC)       /* a stopped or hung process does not hold a console's RELOAD longer */
 static const char RELOAD_NOT_DONE[] = "!RELOAD"; /* wait_outcome(): answer with an error */
+static const char RELOAD_FAILED[] = "!RELOAD failed"; /* wait_outcome(): reloaded, but not all of it loaded */
 
 /* Every running worker has reloaded to this worker's configuration generation (or the wait is over). */
 static bool workers_reloaded(const ConsoleWait *w)
@@ -1271,8 +1272,12 @@ static const char *wait_outcome(const ConsoleWait *w)
 			return "";
 		return suspend_flushed() ? "SUSPEND" : NULL;
 	case WAIT_RELOAD:
-		if (wk.reloads > w->reloads)
-			return workers_reloaded(w) ? "RELOAD" : NULL;
+		if (wk.reloads > w->reloads) {
+			if (!workers_reloaded(w))
+				return NULL;
+			/* the TLS files are read by every process alike: this worker's outcome is theirs (doc/tls.md) */
+			return wk.reload_failed ? RELOAD_FAILED : "RELOAD";
+		}
 		/* the master has not reloaded us: stopped, or its own load of the file failed after our check */
 		return wk.now - w->since > RELOAD_WAIT_MAX ? RELOAD_NOT_DONE : NULL;
 	}
@@ -1308,6 +1313,8 @@ static void check_waits(void)
 		if (tag == RELOAD_NOT_DONE) {
 			log_warning("RELOAD: the master did not reload within %d s",
 			            (int)(RELOAD_WAIT_MAX / USEC_PER_SEC));
+			(void)admin_error(c, "F0000", "RELOAD failed, see logs for additional details");
+		} else if (tag == RELOAD_FAILED) {
 			(void)admin_error(c, "F0000", "RELOAD failed, see logs for additional details");
 		} else if (*tag)
 			(void)send_simple(c, tag);

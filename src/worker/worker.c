@@ -247,6 +247,7 @@ void worker_reload(void)
 	Config next;
 	char err[CF_ERRMSG_LEN];
 	const char *path = wk.cf.g.conffile ? wk.cf.g.conffile : wk.cf.path;
+	wk.reload_failed = true; /* until everything below has loaded */
 	config_init(&next);
 	next.g.verbose = wk.cmdline_verbose;
 	if (!config_load(&next, path, err, sizeof(err))) {
@@ -266,8 +267,11 @@ void worker_reload(void)
 	wk.cf_gen++; /* again: closes during the loading above may have cached values of the half-loaded state */
 	worker_tune_listeners();
 	char terr[TLS_ERR_LEN];
-	if (!worker_tls_reload(terr, sizeof(terr)))
+	if (!worker_tls_reload(terr, sizeof(terr))) {
 		log_error("TLS configuration not changed: %s", terr);
+		return;
+	}
+	wk.reload_failed = false;
 }
 
 void worker_tell_master_set(const char *name, const char *value)
