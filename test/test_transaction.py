@@ -954,6 +954,30 @@ def test_statement_mode_refuses_transaction_block(bouncer, pg):
         assert c.execute("SELECT 'still served'").fetchone() == ("still served",)
 
 
+def test_statement_mode_refuses_block_inside_pipeline(bouncer, pg):
+    """A transaction block opened by one request of a pipeline and closed by a
+    later one (a Query per statement sent together, or extended-protocol
+    segments each ending in a Sync) is refused at the first ReadyForQuery that
+    says 'T' or 'E', as with PgBouncer: statement mode must not let a
+    multi-statement transaction through because the client pipelined it."""
+    app = "stmt_pipe"
+    b = tx_bouncer(bouncer, pg, app, mode=STMT, default_pool_size=1)
+    pipelines = [
+        query_message("BEGIN") + query_message("SELECT 2") + query_message("COMMIT"),
+        query_message("BEGIN") + query_message(DIV_ZERO) + query_message("ROLLBACK"),
+        extended("BEGIN") + SYNC + extended("SELECT 2") + SYNC + extended("COMMIT") + SYNC,
+    ]
+    for data in pipelines:
+        w = PgWire(b.port)
+        w.login()
+        w.send(data)
+        w.expect_fatal(STMT_ERROR, alone=True)
+    wait_for(lambda: not backends(pg, app, "idle in transaction%"), "no server left in a transaction")
+    with client(b) as c:
+        assert c.execute("SELECT 'still served'").fetchone() == ("still served",)
+        assert c.info.transaction_status == TransactionStatus.IDLE
+
+
 # ---------------------------------------------------------------------------
 # 3. pool_mode per database, per user, on the console
 

@@ -154,9 +154,16 @@ ReleaseDecision reqqueue_release_decision(int pool_mode, char status, const ReqQ
 {
 	if (pool_mode == POOL_SESSION)
 		return RELEASE_KEEP;
+	/*
+	 * Statement mode refuses a transaction block at any ReadyForQuery, one
+	 * in the middle of a pipeline too: the rest of the pipeline would run
+	 * inside the block (doc/transaction.md, "Statement mode").
+	 */
+	if (status != 'I' && pool_mode == POOL_STATEMENT)
+		return RELEASE_VIOLATION;
 	if (q->count > 0)
 		return RELEASE_KEEP; /* a pipeline: the last ReadyForQuery releases */
 	if (status != 'I')
-		return pool_mode == POOL_STATEMENT ? RELEASE_VIOLATION : RELEASE_KEEP;
+		return RELEASE_KEEP;
 	return q->copy_in ? RELEASE_KEEP : RELEASE_RETURN;
 }

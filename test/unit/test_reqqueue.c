@@ -106,6 +106,9 @@ static void test_simple_query(void **state)
 	check(POOL_SESSION, "Q", "TDCZI", "k");
 	check(POOL_STATEMENT, "Q", "TDCZI", "r");
 	check(POOL_STATEMENT, "Q", "CZT", "v");
+	/* a block opened in the middle of a pipeline is refused at once */
+	check(POOL_STATEMENT, "QQQ", "CZT", "v");
+	check(POOL_STATEMENT, "PBESPBES", "12CZT", "v");
 	/* two statements in one Query: only the last ReadyForQuery counts */
 	check(POOL_TRANSACTION, "QQ", "CZICZI", "kr");
 }
