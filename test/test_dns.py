@@ -52,3 +52,17 @@ def test_host_list_disable_moves_on_after_a_failure(bouncer, pg):
     assert [r[5] for r in servers] == ["127.0.0.1"]
     assert dbs["pair"][10] == "disable"
     b.wait_log(r"connect failed")
+
+
+def test_name_answered_at_once_opens_one_server(bouncer, pg):
+    """`localhost` is answered from /etc/hosts inside the lookup call itself:
+    the launch that asked uses that answer, and the pool does not start a
+    second connection meanwhile (one login in flight per pool)."""
+    b = bouncer(databases={"bydns": f"host=localhost port={pg.port} dbname=postgres application_name=dns_once"},
+                ini_overrides={"pool_mode": "transaction", "min_workers": 1, "max_workers": 1})
+    with b.connect(dbname="bydns") as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    with b.admin() as admin:
+        servers = admin.execute("SHOW SERVERS").fetchall()
+    assert len(servers) == 1, servers
+    assert pg.sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dns_once'") == [(1,)]

@@ -39,6 +39,8 @@ typedef struct DnsEntry {
 
 static ares_channel channel;
 static List entries;
+/* inside ares_getaddrinfo(): an answer now is the caller's own (e.g. from /etc/hosts) */
+static bool looking_up;
 static struct event *timer;
 static struct {
 	int fd;
@@ -163,7 +165,13 @@ static void on_answer(void *arg, int status, int timeouts, struct ares_addrinfo 
 		log_warning("%s", e->err);
 		e->expires = now + wk.cf.g.dns_nxdomain_ttl;
 	}
-	wake_pools();
+	/*
+	 * An answer given at once goes to the launch that asked (dns_lookup()
+	 * returns it); waking the pools from here would start a second
+	 * connection of that pool before the first one exists.
+	 */
+	if (!looking_up)
+		wake_pools();
 }
 
 DnsResult dns_lookup(const char *name, int port, struct sockaddr_storage *ss, socklen_t *len, char *err, size_t errlen)
@@ -198,7 +206,9 @@ DnsResult dns_lookup(const char *name, int port, struct sockaddr_storage *ss, so
 	}
 	e->pending = true;
 	struct ares_addrinfo_hints hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+	looking_up = true;
 	ares_getaddrinfo(channel, name, NULL, &hints, on_answer, e);
+	looking_up = false;
 	if (e->pending) {
 		arm_timer();
 		return DNS_PENDING;
