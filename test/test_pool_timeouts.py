@@ -232,3 +232,28 @@ def test_pool_idle_timeout_frees_an_unused_pool(bouncer, pg):
     with b.connect(autocommit=True) as conn:
         assert conn.execute("SELECT 'pool again'").fetchone() == ("pool again",)
         assert pool_row(b) is not None
+
+
+def test_reload_of_a_new_host_ends_the_login_retry_wait(bouncer, pg):
+    """A failed connect makes new clients fail at once for server_login_retry;
+    a RELOAD that points the database at a working host ends that: the next
+    client is served from the new host instead of getting the old host's
+    cached error until the retry time is over."""
+    b = bouncer(ini_overrides={"server_login_retry": 60, "query_wait_timeout": 2, "min_workers": 1,
+                               "max_workers": 1},
+                # PostgreSQL listens on 127.0.0.1 only: 127.0.0.2 refuses
+                databases={"moving": f"host=127.0.0.2 port={pg.port} dbname=postgres"})
+    with pytest.raises(psycopg.OperationalError, match="query_wait_timeout"):
+        b.connect(dbname="moving")
+    with pytest.raises(psycopg.OperationalError, match="server login has been failing"):
+        b.connect(dbname="moving")
+    b.databases["moving"] = f"host=127.0.0.1 port={pg.port} dbname=postgres"
+    b.write_ini()
+    b.reload()
+
+    def reloaded():
+        with b.admin() as admin:
+            return {r[0]: r[1] for r in admin.execute("SHOW DATABASES").fetchall()}["moving"] == "127.0.0.1"
+    wait_for(reloaded, "the new host in SHOW DATABASES")
+    with b.connect(dbname="moving", autocommit=True) as conn:
+        assert conn.execute("SELECT inet_server_addr()::text").fetchone() == ("127.0.0.1/32",)

@@ -566,6 +566,8 @@ static PgDatabase *db_load(PgDatabase *db, const CfDatabase *cf)
 			if (pool->db != db)
 				continue;
 			pool_mark_close_needed(pool);
+			/* a failure of the old definition says nothing of the new one: it gets a try at once */
+			pool->last_login_failed = false;
 			/* the next server login says the parameters again: none twice in a welcome */
 			pool->welcome_ready = false;
 			pool->welcome_cache_gen = 0;
