@@ -1,7 +1,17 @@
 """Server host names resolved asynchronously (c-ares), cached, shown in SHOW DNS_HOSTS."""
 
+import os
+import random
+import socket
+import struct
+import threading
+import time
+
 import psycopg
 import pytest
+
+from conftest import wait_for
+from helpers import backend_state
 
 
 def test_host_name_resolves_and_is_cached(bouncer, pg):
@@ -66,3 +76,98 @@ def test_name_answered_at_once_opens_one_server(bouncer, pg):
         servers = admin.execute("SHOW SERVERS").fetchall()
     assert len(servers) == 1, servers
     assert pg.sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dns_once'") == [(1,)]
+
+
+class FakeDns:
+    """A UDP name server on a loopback address of its own, port 53 (c-ares takes no
+    other port from a resolv.conf): A records from `zone`, NXDOMAIN for other names."""
+
+    def __init__(self, zone):
+        self.zone = zone
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for _ in range(20):
+            self.addr = f"127.53.{random.randint(1, 254)}.{random.randint(1, 254)}"
+            try:
+                self.sock.bind((self.addr, 53))
+                break
+            except OSError:
+                continue
+        else:
+            raise AssertionError("no loopback address free for port 53")
+        self.sock.settimeout(0.2)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while not self.stop.is_set():
+            try:
+                data, peer = self.sock.recvfrom(512)
+            except socket.timeout:
+                continue
+            pos, labels = 12, []
+            while data[pos]:
+                labels.append(data[pos + 1:pos + 1 + data[pos]].decode())
+                pos += 1 + data[pos]
+            qtype = struct.unpack("!H", data[pos + 1:pos + 3])[0]
+            pos += 5
+            ips = self.zone.get(".".join(labels).lower())
+            answers = [socket.inet_aton(ip) for ip in ips or ()] if qtype == 1 else []
+            header = struct.pack("!HHHHHH", struct.unpack("!H", data[:2])[0], 0x8180 if ips else 0x8183, 1,
+                                 len(answers), 0, 0)
+            body = b"".join(b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 1, 4) + a for a in answers)
+            self.sock.sendto(header + data[12:pos] + body, peer)
+
+    def close(self):
+        self.stop.set()
+        self.thread.join()
+        self.sock.close()
+
+
+@pytest.fixture
+def fake_dns():
+    if os.geteuid() != 0:
+        pytest.skip("binding port 53 needs root")
+    servers = []
+
+    def make(zone):
+        servers.append(FakeDns(zone))
+        return servers[-1]
+    yield make
+    for s in servers:
+        s.close()
+
+
+def test_server_of_an_address_gone_from_dns_is_closed(bouncer, pg, fake_dns):
+    """A name that resolves to another address after dns_max_ttl (a failover
+    that moved it): servers connected to the old address get close_needed and
+    are closed once their client is done, as with PgBouncer, instead of
+    serving on from the old address until server_lifetime."""
+    zone = {"db.example.test": ["127.0.0.1"]}
+    dns = fake_dns(zone)
+    b = bouncer(databases={"moved": f"host=db.example.test port={pg.port} dbname=postgres"}, start=False,
+                ini_overrides={"pool_mode": "transaction", "dns_max_ttl": 1, "query_wait_timeout": 2,
+                               "min_workers": 1, "max_workers": 1})
+    resolv = b.dir / "resolv.conf"
+    b.run_as.write(resolv, f"nameserver {dns.addr}\noptions timeout:1 attempts:1\n")
+    b.update(resolv_conf=str(resolv))
+    b.write_ini()
+    b.start()
+    holder = b.connect(dbname="moved", autocommit=True)
+    holder.execute("BEGIN")
+    pid = holder.execute("SELECT pg_backend_pid()").fetchone()[0]
+    zone["db.example.test"] = ["127.0.0.2"]  # PostgreSQL listens on 127.0.0.1 only: this one refuses
+    time.sleep(1.5)  # the cached answer expires
+    # a second client needs a server: the name is looked up again, and its new address refuses
+    with b.connect(dbname="moved", autocommit=True) as second:
+        with pytest.raises(psycopg.OperationalError):
+            second.execute("SELECT 1")
+    with b.admin() as admin:
+        servers = admin.execute("SHOW SERVERS").fetchall()
+        hosts = admin.execute("SHOW DNS_HOSTS").fetchall()
+    assert [(r[5], r[13]) for r in servers] == [("127.0.0.1", 1)], servers
+    assert [(r[0], r[2]) for r in hosts] == [("db.example.test", "127.0.0.2")], hosts
+    holder.execute("COMMIT")  # released: closed, not put back in the pool
+    wait_for(lambda: backend_state(pg, pid) is None, "the server of the old address to be closed")
+    b.wait_log(r"closing because: server address no longer in DNS")
+    holder.close()

@@ -297,6 +297,7 @@ struct PgSocket {
 	bool checking;         /* server: running server_check_query for a waiting client */
 	bool close_needed;     /* server: close when released */
 	bool stale_stmt;       /* server: close_needed because a prepared statement's result type changed */
+	bool addr_gone;        /* server: close_needed because its host name no longer resolves to its address */
 	bool ready;            /* server: saw ReadyForQuery, no query running */
 	bool wait_notice_sent; /* query_wait_notify NOTICE sent */
 	char link_mode;        /* server: POOL_* in force when it was linked to its client; holds until released */
@@ -422,7 +423,9 @@ void socket_set_server_key(PgSocket *s, const uint8_t *key, uint32_t len);
 /* The reason logged when a server marked close_needed closes. */
 static inline const char *close_needed_reason(const PgSocket *s)
 {
-	return s->stale_stmt ? "a prepared statement's result type changed" : "database configuration changed";
+	if (s->stale_stmt)
+		return "a prepared statement's result type changed";
+	return s->addr_gone ? "server address no longer in DNS" : "database configuration changed";
 }
 
 #endif

@@ -138,10 +138,78 @@ static void wake_pools(void)
 	cancel_peers_wake();
 }
 
+/* Whether a is one of the n addresses of set (the port aside). */
+static bool addr_in(const struct sockaddr_storage *set, int n, const PeerAddr *a)
+{
+	for (int k = 0; k < n; k++) {
+		if (set[k].ss_family != a->sa.sa_family)
+			continue;
+		if (a->sa.sa_family == AF_INET &&
+		    ((const struct sockaddr_in *)&set[k])->sin_addr.s_addr == a->in.sin_addr.s_addr)
+			return true;
+		if (a->sa.sa_family == AF_INET6 && memcmp(&((const struct sockaddr_in6 *)&set[k])->sin6_addr,
+		                                          &a->in6.sin6_addr, sizeof(a->in6.sin6_addr)) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* Whether name is an entry of a comma-separated host list. */
+static bool host_list_has(const char *list, const char *name)
+{
+	size_t nl = strlen(name);
+	for (const char *p = list; p && *p;) {
+		size_t l = strcspn(p, ",");
+		const char *q = p;
+		while (l > 0 && *q == ' ')
+			q++, l--;
+		while (l > 0 && q[l - 1] == ' ')
+			l--;
+		if (l == nl && memcmp(q, name, nl) == 0)
+			return true;
+		p += strcspn(p, ",");
+		if (*p)
+			p++;
+	}
+	return false;
+}
+
+/*
+ * The name now resolves to other addresses: servers connected to one it
+ * lost reconnect once they are free (doc/pgbouncer.5.md, dns_max_ttl).
+ */
+static void mark_moved_servers(const DnsEntry *e, const struct sockaddr_storage *old, int n_old)
+{
+	List *i;
+	list_for_each(i, &wk.pools)
+	{
+		PgPool *pool = container_of(i, PgPool, node);
+		if (!host_list_has(pool->db->cf.host, e->name))
+			continue;
+		List *lists[] = {&pool->active_servers, &pool->idle_servers, &pool->used_servers, &pool->tested_servers,
+		                 &pool->new_servers};
+		for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++) {
+			List *j;
+			list_for_each(j, lists[l])
+			{
+				PgSocket *s = container_of(j, PgSocket, node);
+				if (!s->close_needed && addr_in(old, n_old, &s->remote) &&
+				    !addr_in(e->addrs, e->n_addrs, &s->remote)) {
+					s->close_needed = true;
+					s->addr_gone = true;
+				}
+			}
+		}
+	}
+}
+
 static void on_answer(void *arg, int status, int timeouts, struct ares_addrinfo *res)
 {
 	DnsEntry *e = arg;
 	usec_t now = get_time_usec();
+	struct sockaddr_storage old[DNS_MAX_ADDRS];
+	int n_old = e->n_addrs;
+	memcpy(old, e->addrs, sizeof(old));
 	e->pending = false;
 	e->n_addrs = 0;
 	if (status == ARES_SUCCESS && res) {
@@ -158,6 +226,8 @@ static void on_answer(void *arg, int status, int timeouts, struct ares_addrinfo 
 	if (e->n_addrs > 0) {
 		e->failed = false;
 		e->expires = now + wk.cf.g.dns_max_ttl;
+		if (n_old > 0)
+			mark_moved_servers(e, old, n_old);
 	} else {
 		e->failed = true;
 		snprintf(e->err, sizeof(e->err), "could not resolve host \"%s\": %s", e->name,
