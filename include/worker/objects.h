@@ -251,7 +251,9 @@ struct PgSocket {
 	                                   command): undoing that part leaves it paused */
 	char txn_status;                 /* last ReadyForQuery status: I, T, E */
 	bool copy_mode;                  /* COPY in progress */
-	int auth_method;                 /* AUTH_* used for this client */
+	uint8_t auth_method;             /* AUTH_* used for this client (in a byte: no padding) */
+	bool welcome_pending;            /* server: its connect_query's ParameterStatus still make its pool's welcome */
+	bool addr_gone; /* server: close_needed because its host name no longer resolves to its address */
 
 	usec_t connect_time; /* when connected */
 	usec_t request_time; /* last client request / server activity */
@@ -292,12 +294,10 @@ struct PgSocket {
 	bool held_for_flush;   /* client: its next message waits until the pooler's answers to it are sent (client.c) */
 	bool request_counted;  /* client: the message held by SB_WAIT was counted (count_request()) already */
 	bool resetting;        /* server: running reset/check query */
-	bool welcome_pending;  /* server: its connect_query's ParameterStatus still make its pool's welcome */
 	bool lent;             /* server: given out since its login or its last check (server_check_delay = 0) */
 	bool checking;         /* server: running server_check_query for a waiting client */
 	bool close_needed;     /* server: close when released */
 	bool stale_stmt;       /* server: close_needed because a prepared statement's result type changed */
-	bool addr_gone;        /* server: close_needed because its host name no longer resolves to its address */
 	bool ready;            /* server: saw ReadyForQuery, no query running */
 	bool wait_notice_sent; /* query_wait_notify NOTICE sent */
 	char link_mode;        /* server: POOL_* in force when it was linked to its client; holds until released */

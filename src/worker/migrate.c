@@ -490,7 +490,7 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, bool same_tree,
 	if (!pktreader_get_u32(&r, &pid) || !pktreader_get_u32(&r, &uid) || !get_u64(&r, &connect_time) ||
 	    !get_u64(&r, &request_time) || !pktreader_get_u32(&r, &auth_method) || !get_blob(&r, &key, &key_len) ||
 	    key_len != CANCEL_KEY_LEN || !pktreader_get_string(&r, &app) || !get_u64(&r, &bytes_in) ||
-	    !get_u64(&r, &bytes_out) || !pktreader_get_u32(&r, &nvars)) {
+	    !get_u64(&r, &bytes_out) || !pktreader_get_u32(&r, &nvars) || auth_method > AUTH_REJECT) {
 		snprintf(err, errlen, "malformed state");
 		goto fail;
 	}
@@ -498,7 +498,7 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, bool same_tree,
 	c->peer_uid = (uid_t)uid;
 	c->connect_time = (usec_t)connect_time;
 	c->request_time = (usec_t)request_time;
-	c->auth_method = (int)auth_method;
+	c->auth_method = (uint8_t)auth_method;
 	memcpy(c->cancel_key, key, CANCEL_KEY_LEN);
 	c->cancel_key_len = CANCEL_KEY_LEN;
 	c->app_name_raw = *app ? xstrdup(app) : NULL;
