@@ -26,7 +26,7 @@ def test_host_name_resolves_and_is_cached(bouncer, pg):
     name, ttl, addrs = rows[0]
     assert name == "localhost"
     assert 0 < ttl <= 30
-    assert "127.0.0.1" in addrs.split(",") or "::1" in addrs.split(",")
+    assert "127.0.0.1:0" in addrs.split(",") or "[::1]:0" in addrs.split(",")  # PgBouncer's form
     assert lists["dns_names"] == 1
 
 
@@ -166,7 +166,7 @@ def test_server_of_an_address_gone_from_dns_is_closed(bouncer, pg, fake_dns):
         servers = admin.execute("SHOW SERVERS").fetchall()
         hosts = admin.execute("SHOW DNS_HOSTS").fetchall()
     assert [(r[5], r[13]) for r in servers] == [("127.0.0.1", 1)], servers
-    assert [(r[0], r[2]) for r in hosts] == [("db.example.test", "127.0.0.2")], hosts
+    assert [(r[0], r[2]) for r in hosts] == [("db.example.test", "127.0.0.2:0")], hosts
     holder.execute("COMMIT")  # released: closed, not put back in the pool
     wait_for(lambda: backend_state(pg, pid) is None, "the server of the old address to be closed")
     b.wait_log(r"closing because: server address no longer in DNS")

@@ -300,12 +300,13 @@ void dns_foreach_host(void (*fn)(void *arg, const char *name, long long ttl, con
 		size_t off = 0;
 		for (int k = 0; k < e->n_addrs && off < sizeof(addrs); k++) {
 			char host[INET6_ADDRSTRLEN] = "";
+			int port;
 			const struct sockaddr_storage *a = &e->addrs[k];
-			if (a->ss_family == AF_INET)
-				inet_ntop(AF_INET, &((const struct sockaddr_in *)a)->sin_addr, host, sizeof(host));
-			else
-				inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)a)->sin6_addr, host, sizeof(host));
-			off += (size_t)snprintf(addrs + off, sizeof(addrs) - off, "%s%s", k ? "," : "", host);
+			/* with the port (0: the cache has none), IPv6 in brackets, as PgBouncer shows them */
+			sockaddr_host_port((const struct sockaddr *)a, host, sizeof(host), &port);
+			off += (size_t)snprintf(addrs + off, sizeof(addrs) - off,
+			                        a->ss_family == AF_INET6 ? "%s[%s]:%d" : "%s%s:%d", k ? "," : "", host,
+			                        port);
 		}
 		long long ttl = e->expires > now ? (e->expires - now) / USEC_PER_SEC : 0;
 		fn(arg, e->name, ttl, addrs);
