@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from conftest import parent_pid, pg_bindir, pid_alive, record_kills, stop_pooler, wait_for
-from helpers import assert_cancels, conn_on, pool_row, rows, scram_salt, two_workers, workers
+from helpers import assert_cancels, Background, conn_on, pool_row, rows, scram_salt, two_workers, workers
 from test_auth_query import apg, setup  # noqa: F401 (fixtures)
 
 QUIET = {"log_connections": 0, "log_disconnections": 0}
@@ -234,6 +234,31 @@ def test_pool_limits_count_the_old_tree(bouncer, old_trees):
             c.close()
         waiter.join(timeout=60)
     wait_for(lambda: not pid_alive(old_pid), "the old master to exit with its last client")
+
+
+def test_new_workers_share_the_room_the_old_tree_leaves(bouncer, old_trees):
+    """The old tree's servers count against the new tree's limits, and the new workers share what
+    is left between them: an idle server of one new worker goes to the other one's waiting client
+    (doc/workers.md "Limits span all workers"), as it would without the old tree. It stayed with
+    its worker, the limit counted as not reached, and the client got query_wait_timeout."""
+    b = bouncer(ini_overrides={**TWO, "pool_mode": "transaction", "default_pool_size": 3,
+                               "query_wait_timeout": 8})
+    two_workers(b)
+    held = b.connect()
+    held.execute("SELECT 1")  # inside a transaction: stays on the old tree with its server
+    old_pid, _ = upgrade(b, old_trees)
+    idle = conn_on(b, 1)
+    assert idle.execute("SELECT 1").fetchone() == (1,)  # worker 1's server, idle from now on
+    busy = conn_on(b, 0)
+    busy.execute("BEGIN")
+    busy.execute("SELECT 2")  # worker 0's server: the 2 the old tree leaves are taken
+    waiter = conn_on(b, 0)
+    answer = Background(lambda: waiter.execute("SELECT 3").fetchone())
+    assert answer.result(timeout=20) == (3,)
+    assert pid_alive(old_pid)
+    busy.execute("COMMIT")
+    held.commit()
+    wait_for(lambda: not pid_alive(old_pid), "the old tree to exit once its client has moved")
 
 
 def backlogs(port):

@@ -92,6 +92,22 @@ static int foreign(int e)
 	return budget_foreign_count(gbudget(), e);
 }
 
+/*
+ * The part of limit that this tree can use: what the old tree of an online
+ * restart holds (foreign()) is not ours to share among our workers. Fair
+ * shares and give-backs are reckoned on it, as take_units() does, or a
+ * worker would keep servers "below the limit" while another one's clients
+ * wait for room the old tree holds. At least 1, so that a limit the old
+ * tree fills alone still counts as reached; 0 (no limit) stays 0.
+ */
+static int tree_limit(int e, int limit)
+{
+	if (limit <= 0 || e < 0)
+		return limit;
+	int room = limit - foreign(e);
+	return room > 0 ? room : 1;
+}
+
 int pool_global_servers(PgPool *pool)
 {
 	int e = pool_entry(pool);
@@ -311,12 +327,14 @@ static __attribute__((noinline)) bool pool_should_yield_slow(PgPool *pool, usec_
 	if (needs && !waiting && idle_for >= YIELD_IDLE_USEC)
 		needs = false;
 	int e;
-	if ((e = pool_entry(pool)) >= 0 && budget_should_yield(gb, wk.id, e, pool_effective_size(pool), needs))
+	if ((e = pool_entry(pool)) >= 0 &&
+	    budget_should_yield(gb, wk.id, e, tree_limit(e, pool_effective_size(pool)), needs))
 		return true;
-	if ((e = db_entry(pool->db)) >= 0 && budget_should_yield(gb, wk.id, e, db_max_connections(pool->db), needs))
+	if ((e = db_entry(pool->db)) >= 0 &&
+	    budget_should_yield(gb, wk.id, e, tree_limit(e, db_max_connections(pool->db)), needs))
 		return true;
 	if ((e = user_entry(pool->user)) >= 0 &&
-	    budget_should_yield(gb, wk.id, e, user_max_connections(pool->user), needs))
+	    budget_should_yield(gb, wk.id, e, tree_limit(e, user_max_connections(pool->user)), needs))
 		return true;
 	return false;
 }
@@ -840,7 +858,7 @@ static bool can_launch(PgPool *pool, bool for_replication, BudgetHold *hold)
 	int idx[3] = {pool_entry(pool), db_entry(pool->db), user_entry(pool->user)};
 	int limits[3] = {limit, max_db, max_user};
 	for (int k = 0; k < 3; k++)
-		if (idx[k] >= 0 && budget_over_share(gb, wk.id, idx[k], limits[k])) {
+		if (idx[k] >= 0 && budget_over_share(gb, wk.id, idx[k], tree_limit(idx[k], limits[k]))) {
 			log_noise("pool %s/%s: no launch: another worker waits for this room", pool->db->name,
 			          pool->user->name);
 			budget_set_want(refs[k], true);
