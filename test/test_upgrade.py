@@ -203,6 +203,45 @@ def test_failed_new_master_leaves_old_tree_serving(bouncer, old_trees):
     wait_for(lambda: not pid_alive(old_pid), "the old master to exit")
 
 
+@pytest.mark.parametrize("how", ["SIGUSR1", "PAUSE", "PAUSE postgres", "SUSPEND"])
+def test_reboot_refused_while_paused(bouncer, old_trees, run_pgbouncer, how):
+    """-R while the pooler is paused is refused, as PgBouncer's: the clients waiting in the old
+    tree could not move (nothing moves from a paused worker) and, once the new tree had the
+    sockets, no console could resume them; they waited until query_wait_timeout. The old tree
+    serves on, a RESUME lets them through, and -R works then."""
+    b = bouncer(ini_overrides={**TWO, "pool_mode": "transaction", "max_prepared_statements": 10})
+    two_workers(b)
+    clients = [b.connect(autocommit=True, prepare_threshold=0) for _ in range(4)]
+    for c in clients:
+        c.execute("SELECT %s::int", (1,))
+    admin = b.admin(prepare_threshold=None)
+    mark = b.log_mark()
+    if how == "SIGUSR1":
+        b.send_signal(signal.SIGUSR1)
+        b.wait_log(r"got SIGUSR1, pausing all activity", after=mark)
+    else:
+        admin.execute(how)
+    waiting = [Background(lambda c=c: c.execute("SELECT %s::int + 1", (5,)).fetchone())
+               for c in clients] if how != "SUSPEND" else []
+    run = run_pgbouncer(["-R", b.ini_path])
+    assert run.rc == 1, run
+    why = {"SUSPEND": r"the pooler is suspended \(SUSPEND\)",
+           "PAUSE postgres": r"database postgres is paused \(PAUSE postgres\)"}.get(
+        how, r"the pooler is paused \(PAUSE\)")
+    b.wait_log(rf"online restart refused: {why}; RESUME first", after=mark)
+    assert "refused the hand-over" in run.stderr
+    assert int(b.pidfile.read_text()) == b.pid
+    assert b.alive()
+    admin.execute("RESUME postgres" if how == "PAUSE postgres" else "RESUME")
+    for w in waiting:
+        assert w.result(timeout=20) == (6,)
+    admin.close()  # a console connection would keep the old tree
+    old_pid, _ = upgrade(b, old_trees)
+    wait_for(lambda: not pid_alive(old_pid), "the old tree to exit once its clients have moved")
+    for c in clients:
+        assert c.execute("SELECT %s::int * 2", (4,)).fetchone() == (8,)
+
+
 def test_pool_limits_count_the_old_tree(bouncer, old_trees):
     """While the old tree finishes, its server connections count against the new tree's limits,
     and it gives back those its remaining clients cannot use."""

@@ -65,6 +65,14 @@ void supervisor_on_console_set(void (*fn)(const char *name, const char *value));
 /* The running config changed without a reload (a console SET): the scaler takes it up. */
 void supervisor_settings_changed(void);
 
+/*
+ * Why an online restart cannot take over now, or NULL: the pooler is paused
+ * or suspended, or a database is paused (PAUSE db). Its waiting clients could
+ * not move, and no console could resume them once the new tree had the
+ * sockets (doc/workers.md "Upgrading"). buf holds the text.
+ */
+const char *supervisor_paused_why(char *buf, size_t len);
+
 /* SIGUSR1 (pause) or SIGUSR2: the pause workers started later take over (doc/workers.md "Console state"). */
 void supervisor_console_signal(bool pause);
 

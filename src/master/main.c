@@ -219,6 +219,12 @@ static int export_listeners(int conn)
 		log_warning("online restart refused: this process is shutting down");
 		return -1;
 	}
+	char why[128];
+	if (conn >= 0 && supervisor_paused_why(why, sizeof(why))) {
+		/* its waiting clients could not move, nor be resumed (doc/workers.md "Upgrading") */
+		log_warning("online restart refused: %s; RESUME first", why);
+		return -1;
+	}
 	return supervisor_export(conn);
 }
 

@@ -570,6 +570,25 @@ static void console_left_out(int from, uint64_t mask)
 		close(fd);
 }
 
+const char *supervisor_paused_why(char *buf, size_t len)
+{
+	char pause = console_state_pause(&sv.console);
+	if (pause != CS_RUNNING) {
+		snprintf(buf, len, "the pooler is %s",
+		         pause == CS_SUSPENDED ? "suspended (SUSPEND)" : "paused (PAUSE)");
+		return buf;
+	}
+	size_t pos = 0;
+	char kind;
+	const char *name;
+	while (console_state_next(&sv.console, &pos, &kind, &name))
+		if (kind == CS_DB_PAUSED) {
+			snprintf(buf, len, "database %s is paused (PAUSE %s)", name, name);
+			return buf;
+		}
+	return NULL;
+}
+
 void supervisor_console_signal(bool pause)
 {
 	/* every worker gets the signal too; this is for the ones started later */
