@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -476,6 +477,39 @@ def test_client_in_a_transaction_moves_once_it_ends(bouncer, old_trees):
         held = [r for r in rows(admin, "SHOW CLIENTS") if r["database"] == "postgres"]
     assert len(held) == 1, held
     busy.close()
+
+
+def test_busy_client_moves_between_two_transactions(bouncer, old_trees):
+    """A client that runs one transaction after another is between two of
+    them only for an instant, which a check at each tick (0.1 s) almost
+    never sees: it must move all the same (at the end of one of its
+    transactions), so that the old tree and its servers go while the client
+    keeps working."""
+    b = bouncer(ini_overrides={**TWO, "pool_mode": "transaction"})
+    two_workers(b)
+    conn = b.connect(autocommit=True)
+    stop = threading.Event()
+    errors = []
+
+    def loop():
+        try:
+            deadline = time.monotonic() + 30
+            while not stop.is_set() and time.monotonic() < deadline:
+                with conn.transaction():
+                    conn.execute("SELECT pg_sleep(0.005)")
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    t = threading.Thread(target=loop)
+    t.start()
+    try:
+        old_pid, _ = upgrade(b, old_trees)
+        wait_for(lambda: not pid_alive(old_pid), "the old tree to exit while the client loops", timeout=10)
+    finally:
+        stop.set()
+        t.join()
+    assert not errors, errors
+    assert conn.execute("SELECT 7").fetchone() == (7,)
 
 
 @pytest.mark.parametrize("mode", ["transaction", "session"])

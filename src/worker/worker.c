@@ -665,7 +665,17 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *
 		atomic_store(&wk.slot->state, SLOT_ACTIVE);
 	/* one pass at a time: the sends a pass queued are submitted together at its end (worker/sendq.h) */
 	sbuf_init_sends();
-	while (event_base_loop(wk.base, EVLOOP_ONCE) == 0)
+	while (event_base_loop(wk.base, EVLOOP_ONCE) == 0) {
 		sendq_flush();
+		/*
+		 * Retiring (-R): a client between two transactions is offered to
+		 * the new tree now that its answer is sent; a client that runs one
+		 * after another is seldom between two at a tick (on_publish()).
+		 */
+		if (wk.handoff_due) {
+			wk.handoff_due = false;
+			migrate_handoff_tick();
+		}
+	}
 	return 0;
 }
