@@ -69,7 +69,14 @@ void migrate_give(int sock, int to, int64_t count);
  * over it now and at each migrate_handoff_tick() until this worker exits.
  */
 void migrate_handoff_start(int sock);
+/*
+ * Draining: give the clients that have become movable (a transaction
+ * ended in this loop pass) to the worker of the master's last move order,
+ * over its socket, which a draining worker keeps (migrate_give()).
+ */
+void migrate_drain_due(void);
 void migrate_handoff_tick(void);
+void migrate_handoff_due(void); /* the same at the end of a loop pass in which a transaction ended */
 
 /*
  * CH_ADOPT: read clients from worker `from` over sock until EOF, in the

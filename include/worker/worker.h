@@ -101,7 +101,9 @@ typedef struct Worker {
 	struct event *drain_timeout_ev; /* worker_drain_timeout */
 	bool retiring;                  /* draining because a new tree took over (-R): idle servers go early */
 	int handoff_fd;                 /* retiring: socket to a new tree's worker for our clients (-1 = none) */
-	bool handoff_due;               /* retiring: a client's transaction ended in this loop pass (txn_release) */
+	int drain_fd;                   /* draining: the socket of the master's last move order, kept (-1 = none) */
+	int drain_to;                   /* draining: the worker that order named */
+	bool handoff_due;               /* retiring or draining: a client's transaction ended in this loop pass */
 	usec_t accept_rest_until;       /* accept() lacked a resource: listeners rest until then (0 = not resting) */
 } Worker;
 

@@ -673,6 +673,8 @@ static void save_count(void)
 		log_warning("could not write worker_state_file: %s", err);
 }
 
+static bool order_move(int from, int to, int count);
+
 static void drain(int i)
 {
 	WorkerProc *w = &sv.w[i];
@@ -687,6 +689,14 @@ static void drain(int i)
 	ChannelMsg m = {.type = CH_DRAIN, .arg = timeout_ms};
 	if (!channel_send(w->ctl, &m, -1))
 		log_warning("could not tell worker %d to drain: %s", i, strerror(errno));
+	/*
+	 * An order for no client at once: the draining worker keeps its socket,
+	 * and a client goes over it at the end of one of its transactions
+	 * (migrate_drain_due()); busy clients are seldom movable at the ticks
+	 * that bring the other orders.
+	 */
+	if (s >= 0)
+		(void)order_move(i, s, 0);
 }
 
 /* ---- rebalancing (doc/workers.md, "Rebalancing long-lived clients") ---- */

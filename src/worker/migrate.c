@@ -359,9 +359,24 @@ void migrate_give(int sock, int to, int64_t count)
 	const char *why = NULL;
 	bool gone;
 	int moved = give_batch(sock, to, count, &failed, &why, &gone);
-	close(sock);
+	if (wk.run_state == RUN_DRAINING && !gone) {
+		/*
+		 * Draining: the order's socket is kept until the next order, so
+		 * that a client that runs one transaction after another goes at
+		 * the end of one of them (migrate_drain_due()), not only if an
+		 * order comes at the instant it is between two.
+		 */
+		if (wk.drain_fd >= 0)
+			close(wk.drain_fd);
+		wk.drain_fd = sock;
+		wk.drain_to = to;
+	} else {
+		close(sock);
+	}
 	wk.moved_out += (uint64_t)moved;
 	wk.move_failed += (uint64_t)failed;
+	if (count == 0 && moved == 0 && failed == 0)
+		return; /* a drain's channel only (supervisor.c's drain()): nothing to say */
 	uint32_t movable, unmovable;
 	migrate_count(&movable, &unmovable);
 	if (failed)
@@ -374,6 +389,27 @@ void migrate_give(int sock, int to, int64_t count)
 	worker_check_shutdown(); /* a draining worker may have nobody left */
 }
 
+void migrate_drain_due(void)
+{
+	if (wk.drain_fd < 0)
+		return;
+	int failed = 0;
+	const char *why = NULL;
+	bool gone;
+	int moved = give_batch(wk.drain_fd, wk.drain_to, INT64_MAX, &failed, &why, &gone);
+	wk.move_failed += (uint64_t)failed;
+	if (gone) {
+		close(wk.drain_fd);
+		wk.drain_fd = -1; /* the next order brings another */
+	}
+	if (moved == 0)
+		return;
+	wk.moved_out += (uint64_t)moved;
+	log_info("moved %d clients to worker %d at the end of a transaction", moved, wk.drain_to);
+	worker_publish();
+	worker_check_shutdown(); /* nobody left: exit, which closes our end */
+}
+
 void migrate_handoff_start(int sock)
 {
 	if (wk.handoff_fd >= 0)
@@ -383,7 +419,8 @@ void migrate_handoff_start(int sock)
 	migrate_handoff_tick();
 }
 
-void migrate_handoff_tick(void)
+/* Hand what is movable to the new tree: at a tick, or at the end of a loop pass in which a transaction ended. */
+static void handoff_give(bool at_tick)
 {
 	if (wk.handoff_fd < 0)
 		return;
@@ -403,9 +440,21 @@ void migrate_handoff_tick(void)
 	wk.moved_out += (uint64_t)moved;
 	uint32_t movable, unmovable;
 	migrate_count(&movable, &unmovable);
-	log_info("handed %d clients to the new process (%u not movable now)", moved, unmovable);
+	/* at most one line per client: each goes once */
+	log_info("handed %d clients to the new process%s (%u not movable now)", moved,
+	         at_tick ? "" : " at the end of a transaction", unmovable);
 	worker_publish();
 	worker_check_shutdown(); /* nobody left: exit, which closes our end (the new worker reads to EOF) */
+}
+
+void migrate_handoff_tick(void)
+{
+	handoff_give(true);
+}
+
+void migrate_handoff_due(void)
+{
+	handoff_give(false);
 }
 
 /* ---- taking ---- */

@@ -701,8 +701,8 @@ void txn_release(PgSocket *s)
 		sbuf_forward_own(&s->sb, NULL, 0, true);
 		c->link = NULL;
 		c->sb.dst = NULL;
-		/* retiring (-R): between two transactions it may move, once its answer is sent (worker.c's loop) */
-		if (wk.handoff_fd >= 0)
+		/* retiring (-R) or draining: between two transactions it may move, once its answer is sent (worker.c) */
+		if (wk.handoff_fd >= 0 || wk.drain_fd >= 0)
 			wk.handoff_due = true;
 	}
 	s->link = NULL;

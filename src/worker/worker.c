@@ -617,6 +617,7 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *
 	wk.listeners = xcalloc(WORKER_MAX_LISTENERS, sizeof(*wk.listeners));
 	wk.master_fd = master_fd;
 	wk.handoff_fd = -1;
+	wk.drain_fd = -1;
 	wk.shm = shm;
 	wk.slot = shm && shm->magic == SHM_MAGIC && shm->slot_size == sizeof(WorkerSlot) ? &shm->slots[id] : NULL;
 	wk.schedstat_fd = wk.slot ? schedstat_open_self() : -1;
@@ -668,13 +669,15 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *
 	while (event_base_loop(wk.base, EVLOOP_ONCE) == 0) {
 		sendq_flush();
 		/*
-		 * Retiring (-R): a client between two transactions is offered to
-		 * the new tree now that its answer is sent; a client that runs one
-		 * after another is seldom between two at a tick (on_publish()).
+		 * Retiring (-R) or draining: a client between two transactions is
+		 * offered to the new tree or the other worker now that its answer
+		 * is sent; a client that runs one after another is seldom between
+		 * two at a tick (on_publish(), the master's move orders).
 		 */
 		if (wk.handoff_due) {
 			wk.handoff_due = false;
-			migrate_handoff_tick();
+			migrate_handoff_due();
+			migrate_drain_due();
 		}
 	}
 	return 0;
