@@ -501,6 +501,56 @@ def test_console_that_does_not_read(with_bystander):
     check_unharmed(b, bystander)
 
 
+def _bind_execute_unnamed():
+    return message(b"B", b"\0\0" + b"\0\0" * 3) + message(b"E", b"\0\0\0\0\0")
+
+
+def _read_types(w, until, count):
+    """Message types up to the count-th message of type `until`."""
+    types, seen = [], 0
+    while seen < count:
+        m = w.read_msg()
+        assert m is not None, f"closed after {types[-5:]}"
+        types.append(m[0])
+        seen += m[0] == until
+    return types
+
+
+def test_pipeline_behind_a_long_query_that_the_pooler_answers(with_bystander):
+    """A client pipelines a long query, then tens of thousands of messages the
+    pooler answers itself in transaction mode (Close of a statement it never
+    prepared: CloseComplete in order, behind the query's answers) and does not
+    read. Each used to be queued as it came, without bound while the query ran
+    (80 bytes of the worker per 9-byte message): the client's input now waits
+    once 4,000 requests are owed. Then everything is answered, in order; and a
+    short pipeline whose only server answer PostgreSQL keeps until a Flush or
+    Sync is answered too."""
+    b, bystander = with_bystander(pool_mode="transaction", min_workers=1, max_workers=1)
+    (worker,) = workers(b)
+    w = PgWire(b.port)
+    w.login()
+    assert w.simple_query("SELECT 1") == ([["1"]], None)
+    before = _rss_kb(worker["pid"])
+    closes = 60_000
+    w.send(message(b"P", b"\0SELECT pg_sleep(2)\0\0\0") + _bind_execute_unnamed()
+           + message(b"C", b"Snope\0") * closes + message(b"S"))
+    peak, until = before, time.monotonic() + 1.5
+    while time.monotonic() < until:  # the query still runs
+        peak = max(peak, _rss_kb(worker["pid"]))
+        time.sleep(0.05)
+    if not SANITIZE_DIR:
+        assert peak - before < 2_000, f"the worker grew by {peak - before} kB for a client that does not read"
+    assert bystander.execute("SELECT 'meanwhile'").fetchone() == ("meanwhile",)
+    types = _read_types(w, b"Z", 1)
+    assert types == [b"1", b"2", b"D", b"C"] + [b"3"] * closes + [b"Z"], (types[:6], len(types))
+    # PostgreSQL keeps the ParseComplete until a Flush: the pooler asks for it when it holds the client
+    w.send(message(b"P", b"\0SELECT 1\0\0\0") + message(b"C", b"Snope\0") * 5000 + message(b"S"))
+    types = _read_types(w, b"Z", 1)
+    assert types == [b"1"] + [b"3"] * 5000 + [b"Z"], (types[:6], len(types))
+    assert w.simple_query("SELECT 2") == ([["2"]], None)
+    check_unharmed(b, bystander)
+
+
 def test_disconnect_mid_packet(with_bystander):
     """A client that dies halfway through a query must not leave a half
     message on a server that is then given to the next client."""

@@ -73,6 +73,7 @@ typedef struct ReqQueue {
 	uint32_t cap;  /* 0 or a power of two */
 	bool skipping; /* the server had an error and ignores everything up to the next Sync */
 	bool copy_in;  /* the client is sending COPY data the server waits for */
+	bool full;     /* the client's next message waits until answers make room (txn.c, QUEUE_HOLD) */
 } ReqQueue;
 
 /* What the answer to a server message did to the queue. */

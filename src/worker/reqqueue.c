@@ -87,6 +87,7 @@ void reqqueue_clear(ReqQueue *q, void (*dropped)(Request *r, void *arg), void *a
 	q->head = 0;
 	q->skipping = false;
 	q->copy_in = false;
+	q->full = false;
 }
 
 void reqqueue_free(ReqQueue *q)

@@ -601,6 +601,34 @@ static SBufAction guard_unnamed(PgSocket *c, PgSocket *s, const PktHdr *hdr, con
 	return SB_FORWARD;
 }
 
+/*
+ * Requests a linked server may owe answers to before its client's next
+ * message waits (the queue's full), and how few let it go on. Without a
+ * bound a client that sends and does not read would make the queue grow
+ * as fast as it sends while a query runs ahead: the requests the pooler
+ * answers itself (a Close of an unknown name, a Parse the server has
+ * already) never reach the server, whose socket would push back. A client
+ * message adds a few requests (its own, and a Close, Parse and Describe
+ * of the pooler's): the ring stays within 4096 entries, about 300 kB.
+ */
+#define QUEUE_HOLD   4000
+#define QUEUE_RESUME 1024
+
+/*
+ * The client's message waits for answers. The server is sent a Flush, so
+ * that it sends the answers it keeps until a Sync, a Flush or a full
+ * buffer: they may be all that the queue waits for.
+ */
+static __attribute__((noinline)) SBufAction hold_until_answered(PgSocket *c, PgSocket *s)
+{
+	static const uint8_t flush[] = {'H', 0, 0, 0, 4};
+	if (!s->rq.full) {
+		pktbuf_put_bytes(server_msg(c), flush, sizeof(flush));
+		s->rq.full = true;
+	}
+	return SB_WAIT;
+}
+
 SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
 {
 	PgSocket *s = c->link;
@@ -611,6 +639,10 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 			q->copy_in = false;
 		return SB_SKIP;
 	}
+	/* COPY data and Flush add no request; during COPY FROM STDIN the server waits for the client */
+	if (__builtin_expect(q->count >= QUEUE_HOLD, 0) && !q->copy_in && hdr->type != 'd' && hdr->type != 'c' &&
+	    hdr->type != 'f' && hdr->type != 'H')
+		return hold_until_answered(c, s);
 	switch (hdr->type) {
 	case 'Q':
 	case 'F':
@@ -972,12 +1004,20 @@ static void described(PgSocket *s, const Request *req, const uint8_t *data, uint
 		result_type_changed(s, req, ps, desc);
 }
 
-/* The client's message that waited for an ANS_CHECK goes on (the request was answered or skipped). */
+/* The client's message that waited for an ANS_CHECK, or for room in the queue, goes on. */
 static void resume_held(PgSocket *s)
 {
 	s->held_for_check = false;
+	s->rq.full = false;
 	if (s->link)
 		sbuf_continue(&s->link->sb);
+}
+
+/* After the pooler's own answers: a client message held for room in the queue goes on. */
+static void resume_if_room(PgSocket *s)
+{
+	if (__builtin_expect(s->rq.full, 0) && s->rq.count <= QUEUE_RESUME)
+		resume_held(s);
 }
 
 /* The answer goes to the client, then whatever the pooler answers itself after it. */
@@ -985,6 +1025,7 @@ static SBufAction deliver_then_own(PgSocket *s, const uint8_t *data, uint32_t le
 {
 	to_client(s, data, len);
 	answer_own_requests(s);
+	resume_if_room(s);
 	return SB_CONSUMED;
 }
 
@@ -1051,6 +1092,8 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 	}
 	if (!resume && s->held_for_check && changes_unnamed(&req))
 		resume = true; /* a Bind of the unnamed statement waited for this (unnamed_unsettled()) */
+	if (__builtin_expect(s->rq.full, 0) && s->rq.count <= QUEUE_RESUME)
+		resume = true; /* the queue has room again (hold_until_answered()) */
 	if (req.error)
 		free(req.error);
 	if (req.stmt_name)
@@ -1069,6 +1112,7 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 		return deliver_then_own(s, data, hdr->len);
 	if (act == SB_CONSUMED) {
 		answer_own_requests(s);
+		resume_if_room(s);
 		return SB_CONSUMED;
 	}
 	if (t != 'Z' || !c)
