@@ -75,6 +75,8 @@ void migrate_handoff_start(int sock);
  * over its socket, which a draining worker keeps (migrate_give()).
  */
 void migrate_drain_due(void);
+/* Draining (each publish tick): the kept socket is closed once the worker it leads to drains too or is gone. */
+void migrate_drain_check(void);
 void migrate_handoff_tick(void);
 void migrate_handoff_due(void); /* the same at the end of a loop pass in which a transaction ended */
 

@@ -389,9 +389,34 @@ void migrate_give(int sock, int to, int64_t count)
 	worker_check_shutdown(); /* a draining worker may have nobody left */
 }
 
-void migrate_drain_due(void)
+/*
+ * The worker the kept socket leads to drains or is gone: it would pass the
+ * clients on again, and the socket would hold up its own exit (its
+ * intake). Closed; the master's next order brings another.
+ */
+static bool drain_target_gone(void)
 {
 	if (wk.drain_fd < 0)
+		return true;
+	if (!wk.shm || wk.drain_to < 0 || wk.drain_to >= SHM_MAX_WORKERS)
+		return false;
+	const WorkerSlot *s = &wk.shm->slots[wk.drain_to];
+	uint32_t st = atomic_load(&s->state);
+	if (atomic_load(&s->pid) > 0 && (st == SLOT_ACTIVE || st == SLOT_STARTING))
+		return false;
+	close(wk.drain_fd);
+	wk.drain_fd = -1;
+	return true;
+}
+
+void migrate_drain_check(void)
+{
+	(void)drain_target_gone();
+}
+
+void migrate_drain_due(void)
+{
+	if (drain_target_gone())
 		return;
 	int failed = 0;
 	const char *why = NULL;

@@ -459,6 +459,7 @@ static void on_publish(evutil_socket_t fd, short what, void *arg)
 	if (wk.pause_mode != P_SUSPEND)
 		pool_budget_tick();
 	migrate_handoff_tick(); /* retiring (-R): clients that became movable go to the new tree */
+	migrate_drain_check();
 	worker_publish();
 }
 
