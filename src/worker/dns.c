@@ -296,7 +296,7 @@ void dns_foreach_host(void (*fn)(void *arg, const char *name, long long ttl, con
 		DnsEntry *e = container_of(i, DnsEntry, node);
 		if (e->pending)
 			continue;
-		char addrs[DNS_MAX_ADDRS * 48] = "";
+		char addrs[DNS_MAX_ADDRS * (INET6_ADDRSTRLEN + 8)] = ""; /* "[addr]:0," each */
 		size_t off = 0;
 		for (int k = 0; k < e->n_addrs && off < sizeof(addrs); k++) {
 			char host[INET6_ADDRSTRLEN] = "";
