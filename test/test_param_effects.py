@@ -4,10 +4,13 @@ The effect of [pgbouncer] settings that no other test shows
 """
 import contextlib
 import socket
+import struct
 import time
 
 import psycopg
 import pytest
+
+from pgwire import CANCEL_REQUEST
 
 
 @contextlib.contextmanager
@@ -49,3 +52,20 @@ def test_server_connect_timeout(bouncer):
                    timeout=1)
         assert time.monotonic() - t0 < 4.5
 
+
+def test_cancel_wait_timeout(bouncer):
+    """A cancel that cannot be passed on (here to a peer whose connects
+    hang) is dropped after cancel_wait_timeout: the requester, which waits
+    for the pooler to close its connection, is let go."""
+    with blackhole() as port:
+        b = bouncer(ini_overrides={"peer_id": 1, "cancel_wait_timeout": 1}, start=False)
+        b.write_ini(text=b.render_ini() + f"[peers]\n2 = host=127.0.0.1 port={port}\n")
+        b.start()
+        key = bytes([0x11, 2, 0, 0, 0x22, 0x33, 0x44, 0x57])  # peer 2's key, TTL bits 11
+        mark = b.log_mark()
+        t0 = time.monotonic()
+        with socket.create_connection(("127.0.0.1", b.port), timeout=5) as s:
+            s.sendall(struct.pack("!II", 16, CANCEL_REQUEST) + key)
+            assert s.recv(1) == b""
+        assert 0.8 < time.monotonic() - t0 < 3.5
+        b.wait_log(r"cancel request for peer 2 dropped: not forwarded within cancel_wait_timeout", after=mark)

@@ -13,6 +13,7 @@ void cancel_gen_key(PgSocket *c);
 void cancel_server_gone(PgSocket *server); /* cancels on their way for it no longer point at it */
 int cancel_peer_queue_count(void);         /* [peers] entries a cancel was forwarded to (SHOW MEM) */
 size_t cancel_peer_queue_size(void);
-void cancel_peers_wake(void); /* a name lookup ended: queued forwards to peers may go */
+void cancel_peers_wake(void);     /* a name lookup ended: queued forwards to peers may go */
+void cancel_check_timeouts(void); /* cancel_wait_timeout (the janitor) */
 
 #endif

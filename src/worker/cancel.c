@@ -166,10 +166,11 @@ static SBufAction cancel_conn_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, cons
  * cancel only once it has been delivered, so a client's next query cannot
  * meet its own late cancel.
  */
-static PgSocket *cancel_conn_new(const struct sockaddr_storage *remote, socklen_t len, int hold_fd)
+static PgSocket *cancel_conn_new(const struct sockaddr_storage *remote, socklen_t len, int hold_fd, usec_t since)
 {
 	PgSocket *cs = socket_new(true);
 	cs->pool = NULL;
+	cs->connect_time = since; /* when the request came: cancel_wait_timeout counts from there */
 	socket_set_remote(cs, (const struct sockaddr *)remote, len);
 	cs->cancel_hold_fd = hold_fd;
 	list_append(&inflight, &cs->node);
@@ -204,7 +205,7 @@ static const char *cancel_by_key(const uint8_t *key, int hold_fd)
 	}
 	struct sockaddr_storage ss;
 	socklen_t len = socket_remote(server, &ss);
-	PgSocket *cs = cancel_conn_new(&ss, len, hold_fd);
+	PgSocket *cs = cancel_conn_new(&ss, len, hold_fd, wk.now);
 	cs->db = server->db;
 	cs->login_user = server->login_user;
 	cs->cancel_server_pid = server->backend_pid;
@@ -226,6 +227,7 @@ typedef struct PeerQueue {
 	int head, count;
 	uint8_t keys[PEER_QUEUE_MAX][CANCEL_KEY_LEN];
 	int hold_fds[PEER_QUEUE_MAX]; /* the requesters' sockets (cancel_conn_new) */
+	usec_t since[PEER_QUEUE_MAX]; /* when each came (cancel_wait_timeout) */
 } PeerQueue;
 
 static PeerQueue **peer_queues;
@@ -261,7 +263,7 @@ static int peer_max_connections(const CfPeer *p)
 }
 
 /* Open one connection to the peer and send it the key. False: the address is not known yet. */
-static bool peer_connect(PeerQueue *q, const CfPeer *p, const uint8_t *key, int hold_fd)
+static bool peer_connect(PeerQueue *q, const CfPeer *p, const uint8_t *key, int hold_fd, usec_t since)
 {
 	struct sockaddr_storage ss;
 	socklen_t len;
@@ -274,7 +276,7 @@ static bool peer_connect(PeerQueue *q, const CfPeer *p, const uint8_t *key, int 
 		hold_release(hold_fd);
 		return true;
 	}
-	PgSocket *cs = cancel_conn_new(&ss, len, hold_fd);
+	PgSocket *cs = cancel_conn_new(&ss, len, hold_fd, since);
 	cs->cancel_peer = p->id;
 	/* the packet is the key itself: its first half where a backend pid goes, the rest as the secret */
 	cs->cancel_server_pid =
@@ -299,7 +301,7 @@ static void peer_drain(PeerQueue *q)
 		return;
 	}
 	while (q->count > 0 && q->active < peer_max_connections(p)) {
-		if (!peer_connect(q, p, q->keys[q->head], q->hold_fds[q->head]))
+		if (!peer_connect(q, p, q->keys[q->head], q->hold_fds[q->head], q->since[q->head]))
 			return; /* the lookup's end calls cancel_peers_wake() */
 		q->head = (q->head + 1) % PEER_QUEUE_MAX;
 		q->count--;
@@ -340,6 +342,7 @@ static const char *peer_forward(const uint8_t *key, int owner, int hold_fd, char
 	memcpy(q->keys[at], key, CANCEL_KEY_LEN);
 	q->keys[at][7]--; /* the TTL bits are not 00: this only counts them down */
 	q->hold_fds[at] = hold_fd;
+	q->since[at] = wk.now;
 	q->count++;
 	peer_drain(q);
 	snprintf(why, whylen, "cancel request forwarded to peer %d", owner);
@@ -386,6 +389,42 @@ void cancel_handle_request(PgSocket *req, const uint8_t *key_in)
 		return;
 	}
 	disconnect_client(req, false, "%s", cancel_by_key(key, hold_of(req)));
+}
+
+/*
+ * cancel_wait_timeout: a cancel not passed on within it, still queued for
+ * a peer or still connecting, is dropped and its requester let go
+ * (doc/pgbouncer.5.md). One that has been sent waits for the receiver to
+ * close, as in PgBouncer. The queues go first: a dropped connection lets
+ * the next queued cancel go.
+ */
+void cancel_check_timeouts(void)
+{
+	usec_t limit = wk.cf.g.cancel_wait_timeout;
+	if (limit <= 0)
+		return;
+	for (int k = 0; k < n_peer_queues; k++) {
+		PeerQueue *q = peer_queues[k];
+		while (q->count > 0 && wk.now - q->since[q->head] > limit) {
+			log_info("cancel request for peer %d dropped: not forwarded within cancel_wait_timeout", q->id);
+			hold_release(q->hold_fds[q->head]);
+			q->head = (q->head + 1) % PEER_QUEUE_MAX;
+			q->count--;
+		}
+	}
+	List *i, *tmp;
+	list_for_each_safe(i, &inflight, tmp)
+	{
+		PgSocket *cs = container_of(i, PgSocket, node);
+		if (!cs->sb.connecting || wk.now - cs->connect_time <= limit)
+			continue;
+		if (cs->cancel_peer)
+			log_info("cancel request for peer %d dropped: not forwarded within cancel_wait_timeout",
+			         cs->cancel_peer);
+		else
+			log_info("cancel request dropped: not forwarded within cancel_wait_timeout");
+		cancel_conn_done(cs);
+	}
 }
 
 void cancel_forwarded(const uint8_t *key, int hold_fd)

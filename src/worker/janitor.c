@@ -14,6 +14,7 @@
 #include "common/util.h"
 #include "worker/admin.h"
 #include "worker/auth_query.h"
+#include "worker/cancel.h"
 #include "worker/janitor.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
@@ -298,6 +299,7 @@ void janitor_run(void)
 			check_pool_idle(pool);
 		}
 		check_autodb();
+		cancel_check_timeouts();
 	}
 	admin_pause_done_check();
 	admin_wait_close_check();
