@@ -3,6 +3,7 @@ The effect of [pgbouncer] settings that no other test shows
 (doc/pgbouncer.5.md): each test sets one and shows what a client sees.
 """
 import contextlib
+import re
 import socket
 import struct
 import time
@@ -69,3 +70,19 @@ def test_cancel_wait_timeout(bouncer):
             assert s.recv(1) == b""
         assert 0.8 < time.monotonic() - t0 < 3.5
         b.wait_log(r"cancel request for peer 2 dropped: not forwarded within cancel_wait_timeout", after=mark)
+
+
+def test_so_reuseport_off_refuses_a_taken_port(bouncer):
+    """so_reuseport = 0 (the default): a second pgbouncer on a port the
+    first listens on fails to start, as PgBouncer does, instead of taking
+    half of its connections. With so_reuseport = 1 on both, it starts."""
+    a = bouncer()
+    b = bouncer(ini_overrides={"listen_port": a.port}, start=False)
+    b.start(wait=False)
+    assert b.wait_exit() == 1
+    assert re.search(rf"cannot listen on 127\.0\.0\.1:{a.port}: bind\(\): Address already in use", b.log_text())
+    assert "failed to listen on any address" in b.log_text()
+    a.stop()
+    c = bouncer(ini_overrides={"listen_port": a.port, "so_reuseport": 1})
+    d = bouncer(ini_overrides={"listen_port": a.port, "so_reuseport": 1})
+    assert c.alive() and d.alive()

@@ -189,6 +189,30 @@ static int open_tcp(const ListenAddr *a, const CfGlobals *g, char *err, size_t e
 	return fd;
 }
 
+/*
+ * Our own sockets always carry SO_REUSEPORT (one per worker), so binding
+ * them would succeed beside another process's SO_REUSEPORT socket and
+ * split the port's connections with it. Without so_reuseport, as in
+ * PgBouncer, a port another process listens on is refused: a socket
+ * without the option cannot bind there (doc/pgbouncer.5.md "so_reuseport").
+ */
+static bool tcp_port_taken(const ListenAddr *a, char *err, size_t errlen)
+{
+	int fd = socket(a->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return false; /* open_tcp() reports it */
+	int on = 1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+	if (a->sa.ss_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof(on));
+	bool taken = bind(fd, (const struct sockaddr *)&a->sa, a->salen) < 0 && errno == EADDRINUSE;
+	if (taken)
+		snprintf(err, errlen, "bind(): %s (another process listens there; so_reuseport = 1 allows it)",
+		         strerror(EADDRINUSE));
+	close(fd);
+	return taken;
+}
+
 int listen_open_slot(const ListenSet *ls, int addr_index, const CfGlobals *g)
 {
 	if (ls->addrs[addr_index].inherited_fd >= 0) {
@@ -288,6 +312,8 @@ static void setup_tcp_item(ListenSet *ls, const char *item, const CfGlobals *g, 
 		bool taken = fd >= 0;
 		if (taken)
 			listen_apply_options(fd, g);
+		else if (!g->so_reuseport && tcp_port_taken(&a, err, sizeof(err)))
+			fd = -1;
 		else
 			fd = open_tcp(&a, g, err, sizeof(err));
 		if (fd < 0) {
