@@ -3,6 +3,8 @@ The effect of [pgbouncer] settings that no other test shows
 (doc/pgbouncer.5.md): each test sets one and shows what a client sees.
 """
 import contextlib
+import grp
+import os
 import re
 import socket
 import struct
@@ -11,6 +13,7 @@ import time
 import psycopg
 import pytest
 
+from conftest import wait_for
 from pgwire import CANCEL_REQUEST
 
 
@@ -86,3 +89,73 @@ def test_so_reuseport_off_refuses_a_taken_port(bouncer):
     c = bouncer(ini_overrides={"listen_port": a.port, "so_reuseport": 1})
     d = bouncer(ini_overrides={"listen_port": a.port, "so_reuseport": 1})
     assert c.alive() and d.alive()
+
+
+@pytest.mark.parametrize("on", [1, 0])
+def test_log_pooler_errors(bouncer, on):
+    """An error the pooler sends a client is logged as "pooler error" only
+    with log_pooler_errors; the client gets it either way."""
+    b = bouncer(ini_overrides={"log_pooler_errors": on})
+    mark = b.log_mark()
+    with pytest.raises(psycopg.OperationalError, match="no such database: nodb"):
+        psycopg.connect(host="127.0.0.1", port=b.port, dbname="nodb", user="postgres")
+    b.wait_log(r"closing because: no such database", after=mark)
+    logged = re.search(r'pooler error: no such database: nodb', b.log_text()[mark:]) is not None
+    assert logged == bool(on)
+
+
+@pytest.mark.parametrize("rr", [0, 1])
+def test_server_round_robin(bouncer, rr):
+    """Two idle server connections: by default (LIFO) the last one used is
+    handed out again; with server_round_robin they take turns (FIFO)."""
+    b = bouncer(ini_overrides={"server_round_robin": rr, "pool_mode": "transaction"})
+    c1, c2 = b.connect(autocommit=True), b.connect(autocommit=True)
+    c1.execute("BEGIN")
+    c2.execute("BEGIN")  # two server connections now
+    first, second = (c.execute("SELECT pg_backend_pid()").fetchone()[0] for c in (c1, c2))
+    c1.execute("COMMIT")
+    c2.execute("COMMIT")  # idle: first, then second (the most recent)
+    pids = [c1.execute("SELECT pg_backend_pid()").fetchone()[0] for _ in range(4)]
+    assert {first, second} == {pids[0], pids[1]} or rr == 0
+    if rr:
+        assert pids[0] == first and pids[1] == second and pids[2] == first, (first, second, pids)
+    else:
+        assert pids == [second] * 4, (first, second, pids)
+
+
+def test_autodb_idle_timeout(bouncer, pg):
+    """A database made from the `*` entry is freed once unused for
+    autodb_idle_timeout: SHOW DATABASES no longer lists it."""
+    b = bouncer(ini_overrides={"autodb_idle_timeout": 1, "server_idle_timeout": 1},
+                databases={"*": f"host={pg.host} port={pg.port}"})
+    with b.connect(dbname="template1") as conn:
+        conn.execute("SELECT 1")
+
+    def listed():
+        with b.admin() as adm:
+            return "template1" in [r[0] for r in adm.execute("SHOW DATABASES").fetchall()]
+
+    assert listed()
+    wait_for(lambda: not listed(), "the auto-database freed", timeout=6)
+
+
+def test_unix_socket_group(bouncer, run_as):
+    """unix_socket_group: the socket file gets that group, not the one it
+    would inherit from its directory (a setgid directory of another group)."""
+    if not run_as.root:
+        pytest.skip("needs root to make a directory of another group")
+    b = bouncer(ini_overrides={"unix_socket_group": grp.getgrgid(run_as.gid).gr_name}, start=False)
+    sockdir = b.dir / "sock"
+    sockdir.mkdir()
+    os.chown(sockdir, run_as.uid, 0)
+    os.chmod(sockdir, 0o2775)
+    b.update(unix_socket_dir=str(sockdir))
+    b.write_ini()
+    b.start()
+    st = os.stat(sockdir / f".s.PGSQL.{b.port}")
+    assert st.st_gid == run_as.gid
+    b.stop()
+    b.update(unix_socket_group=None)
+    b.write_ini()
+    b.start()
+    assert os.stat(sockdir / f".s.PGSQL.{b.port}").st_gid == 0, "without it, the directory's group"

@@ -1144,6 +1144,20 @@ def pooler_end_option(b, client, level, option):
     raise AssertionError(f"no worker holds the pooler's end of {want}")
 
 
+def test_tcp_keepcnt_and_user_timeout_applied(bouncer):
+    """tcp_keepcnt, tcp_keepintvl and tcp_user_timeout reach the pooler's
+    end of a client connection (they are not inherited from the listener)."""
+    b = bouncer(ini_overrides={"tcp_keepcnt": 7, "tcp_keepintvl": 11, "tcp_user_timeout": 4321})
+    w = PgWire(b.port)
+    try:
+        w.login()
+        assert pooler_end_option(b, w.sock, socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 7
+        assert pooler_end_option(b, w.sock, socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 11
+        assert pooler_end_option(b, w.sock, socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 4321
+    finally:
+        w.close()
+
+
 def test_client_sockets_follow_tcp_keepalive_and_nodelay_across_reloads(bouncer):
     """Accepted client sockets have TCP_NODELAY, and SO_KEEPALIVE as
     tcp_keepalive says: the pooler sets both on its listening sockets, where
