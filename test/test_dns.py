@@ -171,3 +171,28 @@ def test_server_of_an_address_gone_from_dns_is_closed(bouncer, pg, fake_dns):
     wait_for(lambda: backend_state(pg, pid) is None, "the server of the old address to be closed")
     b.wait_log(r"closing because: server address no longer in DNS")
     holder.close()
+
+
+def test_failed_lookup_is_cached_for_dns_nxdomain_ttl(bouncer, pg, fake_dns):
+    """A name that did not resolve is not looked up again before
+    dns_nxdomain_ttl: clients fail at once meanwhile; after it, the name
+    (now in the zone) is found."""
+    zone = {}
+    dns = fake_dns(zone)
+    b = bouncer(databases={"late": f"host=db.example.test port={pg.port} dbname=postgres"}, start=False,
+                ini_overrides={"dns_nxdomain_ttl": 2, "server_login_retry": 0.1, "query_wait_timeout": 5})
+    resolv = b.dir / "resolv.conf"
+    b.run_as.write(resolv, f"nameserver {dns.addr}\noptions timeout:1 attempts:1\n")
+    b.update(resolv_conf=str(resolv))
+    b.write_ini()
+    b.start()
+    with pytest.raises(psycopg.OperationalError, match="could not resolve host"):
+        b.connect(dbname="late")
+    t0 = time.monotonic()
+    zone["db.example.test"] = ["127.0.0.1"]
+    with pytest.raises(psycopg.OperationalError, match="could not resolve host"):
+        b.connect(dbname="late")  # the failure is still cached
+    assert time.monotonic() - t0 < 1.5
+    time.sleep(max(0.0, 2.3 - (time.monotonic() - t0)))
+    with b.connect(dbname="late") as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
