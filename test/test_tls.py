@@ -979,3 +979,30 @@ def test_transaction_pooling_with_tls_on_both_sides(bouncer, pg_ssl, tls_files):
     finally:
         for conn in conns:
             conn.close()
+
+
+def test_client_tls_ciphers(bouncer, tls_files):
+    """client_tls_ciphers (TLS 1.2 and older) picks what a client gets."""
+    b = tls_bouncer(bouncer, tls_files, client_tls_protocols="tlsv1.2",
+                    client_tls_ciphers="ECDHE+CHACHA20:DHE+CHACHA20")
+    w = tls_wire(b.port, client_context(max_version=ssl.TLSVersion.TLSv1_2))
+    assert "CHACHA20" in w.sock.cipher()[0], w.sock.cipher()
+    w.login()
+    w.close()
+
+
+def server_tls_text(b):
+    with b.connect(autocommit=True) as conn:
+        return conn.execute("SELECT version, cipher FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()
+
+
+def test_server_tls_protocols_and_ciphers(bouncer, pg_ssl, tls_files):
+    """server_tls_protocols, server_tls_ciphers and server_tls13_ciphers
+    decide what the pooler offers PostgreSQL: its pg_stat_ssl row shows it."""
+    b = server_tls_bouncer(bouncer, pg_ssl, tls_files, "require", server_tls_protocols="tlsv1.2",
+                           server_tls_ciphers="ECDHE+CHACHA20:DHE+CHACHA20")
+    version, cipher = server_tls_text(b)
+    assert version == "TLSv1.2" and "CHACHA20" in cipher, (version, cipher)
+    b2 = server_tls_bouncer(bouncer, pg_ssl, tls_files, "require", server_tls_protocols="tlsv1.3",
+                            server_tls13_ciphers="TLS_CHACHA20_POLY1305_SHA256")
+    assert server_tls_text(b2) == ("TLSv1.3", "TLS_CHACHA20_POLY1305_SHA256")
