@@ -6,6 +6,9 @@ import contextlib
 import grp
 import os
 import re
+import shutil
+import signal
+import subprocess
 import socket
 import struct
 import time
@@ -159,3 +162,35 @@ def test_unix_socket_group(bouncer, run_as):
     b.write_ini()
     b.start()
     assert os.stat(sockdir / f".s.PGSQL.{b.port}").st_gid == 0, "without it, the directory's group"
+
+
+@pytest.mark.parametrize("loopcnt", [1, 0])
+def test_sbuf_loopcnt(bouncer, loopcnt):
+    """sbuf_loopcnt bounds the reads on one connection per event: with 1
+    the worker goes back to its event loop after every read of a large
+    result, with 0 (no limit) it reads on while there is data. strace
+    counts the worker's reads and its event-loop waits."""
+    if not shutil.which("strace"):
+        pytest.skip("needs strace")
+    b = bouncer(ini_overrides={"sbuf_loopcnt": loopcnt, "min_workers": 1, "max_workers": 1})
+    conn = b.connect(autocommit=True)
+    conn.execute("SELECT 1")
+    (worker,) = [int(p) for p in open(f"/proc/{b.pid}/task/{b.pid}/children").read().split()]
+    st = subprocess.Popen(["strace", "-c", "-e", "trace=epoll_wait,recvfrom", "-p", str(worker)],
+                          stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)  # attached
+        rows = conn.execute("SELECT repeat('x', 1000) FROM generate_series(1, 5000)").fetchall()
+        assert len(rows) == 5000
+    finally:
+        st.send_signal(signal.SIGINT)
+        out = st.communicate(timeout=10)[1]
+    calls = {line.split()[-1]: int(line.split()[3]) for line in out.splitlines()
+             if line.split() and line.split()[-1] in ("epoll_wait", "recvfrom")}
+    if "recvfrom" not in calls:
+        pytest.skip(f"strace could not trace the worker: {out}")
+    ratio = calls.get("epoll_wait", 0) / calls["recvfrom"]
+    if loopcnt == 1:
+        assert ratio > 0.8, calls
+    else:
+        assert ratio < 0.12, calls

@@ -112,6 +112,13 @@ struct SBuf {
 void sbuf_set_wake_hook(void (*hook)(void));
 
 /*
+ * Where the limit of reads per socket event is kept (sbuf_loopcnt,
+ * doc/pgbouncer.5.md): read at each event, so a reload or SET applies at
+ * once. Unset or 0: read until the socket is empty.
+ */
+void sbuf_set_loopcnt(const int *setting);
+
+/*
  * Attach an accepted socket and start reading. The socket must be
  * non-blocking already (accept4() with SOCK_NONBLOCK makes it so without
  * two fcntl() calls per login; sbuf_set_nonblocking() for other sources).

@@ -33,6 +33,9 @@ typedef enum Step {
 	STEP_TLS,     /* the owner switched the socket to TLS: run the handshake */
 } Step;
 
+/* Reads per event before others get their turn, 0 = no limit (sbuf_set_loopcnt). */
+static const int *loopcnt;
+
 /* Run at the start of each socket event (sbuf_set_wake_hook). */
 static void (*wake_hook)(void);
 
@@ -47,6 +50,11 @@ static void enable_write(SBuf *sb);
 void sbuf_set_wake_hook(void (*hook)(void))
 {
 	wake_hook = hook;
+}
+
+void sbuf_set_loopcnt(const int *setting)
+{
+	loopcnt = setting;
 }
 
 void sbuf_set_nonblocking(int fd)
@@ -810,7 +818,8 @@ static void sbuf_process(SBuf *sb, bool do_read)
 		if (st == STEP_NEED)
 			break;
 		/* a short read emptied the socket: the event loop tells us when there is more */
-		do_read = filled && ++loops < 5;
+		++loops;
+		do_read = filled && (!loopcnt || *loopcnt <= 0 || loops < *loopcnt);
 	}
 	sb->in_process = false;
 	if (sb->give_back && !sb->dst) {

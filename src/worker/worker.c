@@ -630,6 +630,7 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *
 	if (!wk.base)
 		fatal("event_base_new() failed");
 	sbuf_set_wake_hook(worker_clock_tick);
+	sbuf_set_loopcnt(&wk.cf.g.sbuf_loopcnt);
 	objects_init();
 	auth_load_hba();
 	dns_init();
