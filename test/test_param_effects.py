@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from conftest import wait_for
-from pgwire import CANCEL_REQUEST
+from pgwire import CANCEL_REQUEST, PgWire
 
 
 @contextlib.contextmanager
@@ -194,3 +194,18 @@ def test_sbuf_loopcnt(bouncer, loopcnt):
         assert ratio > 0.8, calls
     else:
         assert ratio < 0.12, calls
+
+
+def test_disable_pqexec(bouncer):
+    """disable_pqexec: a simple Query message ends the session with
+    "PQexec disallowed"; the extended protocol works."""
+    b = bouncer(ini_overrides={"disable_pqexec": 1})
+    with b.connect(autocommit=True) as conn:
+        assert conn.execute("SELECT %s::int", (5,)).fetchone() == (5,)
+    w = PgWire(b.port)
+    try:
+        w.login(password="postgres")
+        rows, err = w.simple_query("SELECT 1; SELECT 2")
+        assert rows == [] and err["S"] == "FATAL" and err["M"] == "PQexec disallowed", err
+    finally:
+        w.close()

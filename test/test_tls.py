@@ -1006,3 +1006,14 @@ def test_server_tls_protocols_and_ciphers(bouncer, pg_ssl, tls_files):
     b2 = server_tls_bouncer(bouncer, pg_ssl, tls_files, "require", server_tls_protocols="tlsv1.3",
                             server_tls13_ciphers="TLS_CHACHA20_POLY1305_SHA256")
     assert server_tls_text(b2) == ("TLSv1.3", "TLS_CHACHA20_POLY1305_SHA256")
+
+
+def test_client_tls_ecdhcurve(bouncer, tls_files):
+    """client_tls_ecdhcurve names the key-exchange group a TLS client gets;
+    the tls column of SHOW CLIENTS shows it."""
+    b = tls_bouncer(bouncer, tls_files, client_tls_ecdhcurve="secp384r1")
+    w = tls_wire(b.port)
+    w.login(application_name="ecdh-client")
+    row = next(r for r in show(b, "CLIENTS") if r["application_name"] == "ecdh-client")
+    assert row["tls"].endswith("/ECDH=secp384r1"), row["tls"]
+    w.close()
