@@ -393,3 +393,22 @@ def test_reload_with_broken_config_keeps_running(bouncer, case):
     b.wait_log(r"got SIGHUP, re-reading config", after=b.log_text().index("got SIGHUP", mark) + 1)
     assert "config file loading failed" not in b.log_text()[mark:]
     assert b.alive()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs to be started as root")
+def test_user_setting_drops_root(bouncer, run_pgbouncer, run_as):
+    """Started as root with `user` set, pgbouncer switches to that user
+    (doc/pgbouncer.5.md "user") and serves as it."""
+    b = bouncer(ini_overrides={"user": run_as.name}, start=False)
+    run = run_pgbouncer(["-d", b.ini_path], as_root=True)
+    assert run.rc == 0, run
+    wait_for(lambda: b.pidfile.exists() and b.pidfile.read_text().strip(), "the pidfile")
+    pid = int(b.pidfile.read_text())
+    try:
+        uids = next(line for line in open(f"/proc/{pid}/status") if line.startswith("Uid:")).split()[1:]
+        assert {int(u) for u in uids} == {run_as.uid}, uids
+        with b.connect(autocommit=True) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}"), "pgbouncer to stop")
