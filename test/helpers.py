@@ -6,6 +6,7 @@ unharmed. Fixtures live in conftest.py; the raw protocol client in pgwire.py.
 
 import subprocess
 import threading
+import time
 
 import psycopg
 import pytest
@@ -120,6 +121,36 @@ class Background:
         if self._error is not None:
             raise self._error
         return self._value
+
+
+class BusyTransactions:
+    """Each connection (autocommit) runs one short transaction after another
+    in a thread of its own, for at most `seconds`, until stop(); stop()
+    joins them and raises the first error any of them met. Such a client is
+    between two transactions only for an instant."""
+
+    def __init__(self, conns, seconds=40):
+        self._stop = threading.Event()
+        self._errors = []
+        self._threads = [threading.Thread(target=self._loop, args=(c, seconds), daemon=True) for c in conns]
+        for t in self._threads:
+            t.start()
+
+    def _loop(self, conn, seconds):
+        deadline = time.monotonic() + seconds
+        try:
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                with conn.transaction():
+                    conn.execute("SELECT pg_sleep(0.005)")
+        except Exception as e:  # noqa: B902 - handed to the test thread by stop()
+            self._errors.append(e)
+
+    def stop(self):
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+        if self._errors:
+            raise self._errors[0]
 
 
 def wait_running(pg, sql_prefix):

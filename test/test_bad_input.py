@@ -630,6 +630,23 @@ def test_reload_to_unloadable_tls_keeps_running_config(with_bystander):
     check_unharmed_after_tls(b, bystander)
 
 
+class SoftFileLimit:
+    """A process's soft limit of open files, changed with prlimit (as the
+    pooler's user) and put back by restore()."""
+
+    def __init__(self, pid, run_as):
+        self.pid, self.run_as = pid, run_as
+        with open(f"/proc/{pid}/limits") as f:
+            self.soft = next(int(line.split()[3]) for line in f if line.startswith("Max open files"))
+
+    def set(self, n):
+        subprocess.run(["prlimit", f"--pid={self.pid}", f"--nofile={n}:"], check=True, capture_output=True,
+                       **self.run_as.popen_kwargs())
+
+    def restore(self):
+        self.set(self.soft)
+
+
 def test_file_limit_reached_by_idle_connections(with_bystander, run_as):
     """Connections that send nothing until the worker has no file descriptor
     left: accept() fails with EMFILE, the connection stays queued and the
@@ -639,14 +656,8 @@ def test_file_limit_reached_by_idle_connections(with_bystander, run_as):
     descriptors are free."""
     b, bystander = with_bystander(min_workers=1, max_workers=1)
     pid = int(workers(b)[0]["pid"])
-
-    def set_soft_limit(n):
-        subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={n}:"], check=True, capture_output=True,
-                       **run_as.popen_kwargs())
-
-    with open(f"/proc/{pid}/limits") as f:
-        soft = next(int(line.split()[3]) for line in f if line.startswith("Max open files"))
-    set_soft_limit(len(os.listdir(f"/proc/{pid}/fd")) + 4)
+    limit = SoftFileLimit(pid, run_as)
+    limit.set(len(os.listdir(f"/proc/{pid}/fd")) + 4)
     mark = b.log_mark()
     idle = []
     try:
@@ -661,7 +672,7 @@ def test_file_limit_reached_by_idle_connections(with_bystander, run_as):
     finally:
         for s in idle:
             s.close()
-        set_soft_limit(soft)
+        limit.restore()
     check_unharmed(b, bystander)
 
 
@@ -674,10 +685,7 @@ def test_file_limit_reached_at_a_reload(with_bystander, run_as):
     b, bystander = with_bystander(min_workers=1, max_workers=1)
     pid = int(workers(b)[0]["pid"])
     logfile = os.path.realpath(b.dir / "pgbouncer.log")
-
-    def set_soft_limit(n):
-        subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={n}:"], check=True, capture_output=True,
-                       **run_as.popen_kwargs())
+    limit = SoftFileLimit(pid, run_as)
 
     def log_fds():
         fds = set()
@@ -689,12 +697,10 @@ def test_file_limit_reached_at_a_reload(with_bystander, run_as):
                 pass
         return fds
 
-    with open(f"/proc/{pid}/limits") as f:
-        soft = next(int(line.split()[3]) for line in f if line.startswith("Max open files"))
     in_use = {int(fd) for fd in os.listdir(f"/proc/{pid}/fd")}
     before = log_fds()
     assert before, "the worker has its log file open"
-    set_soft_limit(next(n for n in range(1 << 16) if n not in in_use) + 1)  # one descriptor to spare
+    limit.set(next(n for n in range(1 << 16) if n not in in_use) + 1)  # one descriptor to spare
     mark = b.log_mark()
     idle = []
     try:
@@ -708,7 +714,7 @@ def test_file_limit_reached_at_a_reload(with_bystander, run_as):
     finally:
         for s in idle:
             s.close()
-        set_soft_limit(soft)
+        limit.restore()
     check_unharmed(b, bystander)
     assert int(workers(b)[0]["pid"]) == pid
 

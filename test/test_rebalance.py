@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 from conftest import wait_for
-from helpers import assert_cancels, conn_on, pool_row, rows, states, two_workers, worker_of, workers
+from helpers import (assert_cancels, BusyTransactions, conn_on, pool_row, rows, states, two_workers, worker_of,
+                     workers)
 from pgwire import (CANCEL_REQUEST, SSL_REQUEST, PgWire, data_row, error_fields, message, query_message,
                     request_packet)
 from test_auth_query import apg, setup  # noqa: F401 (fixtures)
@@ -368,7 +369,6 @@ def test_drain_hands_busy_clients_over(bouncer):
     for an instant, which a move order seldom meets: a draining worker
     gives each at the end of one of its transactions, so the drain ends
     (without worker_drain_timeout) while they keep working."""
-    import threading
     b = bouncer(ini_overrides={**BASE, "pool_mode": "transaction", "min_workers": 2, "max_workers": 2,
                                "worker_drain_timeout": 0})
     wait_for(lambda: states(b) == ["active", "active"], "two workers")
@@ -376,21 +376,7 @@ def test_drain_hands_busy_clients_over(bouncer):
     for c in clients:
         c.execute("SELECT 1")
     assert any(worker_of(c) == 1 for c in clients), "the kernel put no client on worker 1"
-    stop = threading.Event()
-    errors = []
-
-    def loop(conn):
-        try:
-            deadline = time.monotonic() + 40
-            while not stop.is_set() and time.monotonic() < deadline:
-                with conn.transaction():
-                    conn.execute("SELECT pg_sleep(0.005)")
-        except Exception as e:  # reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=loop, args=(c,)) for c in clients]
-    for t in threads:
-        t.start()
+    busy = BusyTransactions(clients)
     try:
         mark = b.log_mark()
         b.update(min_workers=1, max_workers=1)
@@ -399,10 +385,7 @@ def test_drain_hands_busy_clients_over(bouncer):
         b.wait_log(r"draining worker 1", after=mark)
         b.wait_log(r"worker 1 drained, exiting", after=mark, timeout=15)
     finally:
-        stop.set()
-        for t in threads:
-            t.join()
-    assert not errors, errors
+        busy.stop()
     for i, c in enumerate(clients):
         assert c.execute("SELECT %s::int", (i,)).fetchone() == (i,)
     assert clients_of(b, 0) == 8

@@ -8,12 +8,12 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 
 import pytest
 
 from conftest import parent_pid, pg_bindir, pid_alive, record_kills, stop_pooler, wait_for
-from helpers import assert_cancels, Background, conn_on, pool_row, rows, scram_salt, two_workers, workers
+from helpers import (assert_cancels, Background, BusyTransactions, conn_on, pool_row, rows, scram_salt,
+                     two_workers, workers)
 from test_auth_query import apg, setup  # noqa: F401 (fixtures)
 
 QUIET = {"log_connections": 0, "log_disconnections": 0}
@@ -488,27 +488,12 @@ def test_busy_client_moves_between_two_transactions(bouncer, old_trees):
     b = bouncer(ini_overrides={**TWO, "pool_mode": "transaction"})
     two_workers(b)
     conn = b.connect(autocommit=True)
-    stop = threading.Event()
-    errors = []
-
-    def loop():
-        try:
-            deadline = time.monotonic() + 30
-            while not stop.is_set() and time.monotonic() < deadline:
-                with conn.transaction():
-                    conn.execute("SELECT pg_sleep(0.005)")
-        except Exception as e:  # reported below
-            errors.append(e)
-
-    t = threading.Thread(target=loop)
-    t.start()
+    busy = BusyTransactions([conn], seconds=30)
     try:
         old_pid, _ = upgrade(b, old_trees)
         wait_for(lambda: not pid_alive(old_pid), "the old tree to exit while the client loops", timeout=10)
     finally:
-        stop.set()
-        t.join()
-    assert not errors, errors
+        busy.stop()
     assert conn.execute("SELECT 7").fetchone() == (7,)
 
 
