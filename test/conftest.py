@@ -155,11 +155,12 @@ def parent_pid(pid):
         return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
-def live_group(pgid):
+def live_group(pgid, states=None):
     """{pid: parent pid} of the processes of process group `pgid` that have not
     exited. Zombies do not count: a worker that outlives its master is
     reparented to PID 1, which may reap late or never (kill(-pgid, 0) still
-    succeeds while the group holds only zombies)."""
+    succeeds while the group holds only zombies). With `states` (a string of
+    /proc state letters), only the processes in one of those states."""
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -170,7 +171,7 @@ def live_group(pgid):
         except (OSError, IndexError):
             continue
         # fields: state, ppid, pgrp, ...
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X") and (states is None or fields[0] in states):
             found[int(entry)] = int(fields[1])
     return found
 
@@ -200,10 +201,12 @@ def stop_pooler(master, pgid, master_stopping=False, grace=STOP_GRACE):
     initial = live_group(pgid)
     if not initial:
         return killed
-    try:
-        os.killpg(pgid, signal.SIGCONT)  # a process a test left stopped (SIGSTOP) could not exit
-    except (ProcessLookupError, PermissionError):
-        pass
+    # A process a test left stopped (SIGSTOP, state T) could not exit. Only those
+    # get SIGCONT: one to the whole group could reach a worker that is already
+    # exiting while LeakSanitizer attaches to it (ptrace), discard the SIGSTOP of
+    # that attach, and leave the sanitizer waiting for a stop that never comes.
+    for pid in live_group(pgid, states="T"):
+        _signal(pid, signal.SIGCONT)
     if master is not None and not master_stopping:
         _signal(master, signal.SIGTERM)
     start = time.monotonic()
