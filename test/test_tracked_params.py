@@ -129,3 +129,42 @@ def test_connect_query_sets_the_pool_defaults(bouncer, pg, mode):
         own = b.connect(autocommit=True, options="-c TimeZone=Europe/Paris")
         assert own.execute(sql).fetchone() == ("Europe/Paris", "German, DMY", "02.01.2020 04:04:05 CET")
         own.close()
+
+
+def test_values_stay_each_clients_own_while_hundreds_come_and_go(tracking):
+    """Clients with the same values share them in the pooler, and a client's
+    change is its own (doc/architecture.md, "Tracked parameters"): clients
+    that stay keep their values, and get them on the one server, while 300
+    others with values of their own log in, change one and leave, and those
+    that stay change theirs too."""
+    b = tracking
+    stay = []
+    for i in range(8):
+        w = PgWire(b.port)
+        # pairs of clients with the same values
+        w.login(password="postgres", application_name=f"stay{i // 2}", search_path=f"s{i // 2}, public")
+        stay.append(w)
+
+    def check(round_):
+        for i, w in enumerate(stay):
+            app = f"stay{i // 2}" if i % 2 == 0 or round_ == 0 else f"moved{i}-{round_}"
+            assert w.simple_query("SELECT current_setting('application_name'), current_setting('search_path')") \
+                == ([[app, f"s{i // 2}, public"]], None), (i, round_)
+
+    check(0)
+    for round_ in range(1, 4):
+        for k in range(100):
+            w = PgWire(b.port)
+            w.login(password="postgres", application_name=f"passing{round_}-{k}",
+                    IntervalStyle="iso_8601" if k % 2 else "postgres")
+            assert w.simple_query("SET search_path = pg_catalog") == ([], None)
+            assert w.simple_query("SELECT current_setting('application_name'), current_setting('search_path')") \
+                == ([[f"passing{round_}-{k}", "pg_catalog"]], None)
+            w.close()
+        # one of each pair takes a name of its own: its twin keeps the shared one
+        for i, w in enumerate(stay):
+            if i % 2:
+                assert w.simple_query(f"SET application_name = 'moved{i}-{round_}'") == ([], None)
+        check(round_)
+    for w in stay:
+        w.close()

@@ -83,6 +83,25 @@ typedef struct VarValue {
 	char *value; /* NULL = none; interned by var_set(): equal values are equal pointers */
 } VarValue;
 
+/*
+ * A socket's tracked values: one interned tuple of interned texts, shared
+ * by every socket with the same values (doc/architecture.md, "Tracked
+ * parameters"). A socket carries a pointer to it (NULL: nothing set) rather
+ * than MAX_TRACKED of them, and a client and a server agree when their
+ * pointers are equal. Read with sock_var(), changed with sock_var_set().
+ */
+typedef struct VarSet {
+	char *v[MAX_TRACKED]; /* interned texts; NULL = not set. Only the first var_count() exist */
+} VarSet;
+
+/*
+ * A pool's last sock_vars_fill(): a client with the tuple `from` got `to`
+ * (a reference to each). Cleared when the pool's defaults change.
+ */
+typedef struct VarFill {
+	const VarSet *from, *to;
+} VarFill;
+
 /* A [databases] entry as the worker uses it (or an auto-database, or the admin db). */
 typedef struct PgDatabase {
 	List node;                  /* in databases list (sorted by name) */
@@ -183,6 +202,7 @@ struct PgPool {
 	PktBuf welcome_cache;
 	VarValue welcome_vals[MAX_TRACKED];
 	uint32_t welcome_cache_gen;
+	VarFill last_fill; /* the clients of a pool mostly start with the same values */
 
 	bool last_login_failed; /* within server_login_retry of a failure */
 	usec_t last_failed_time;
@@ -215,7 +235,7 @@ typedef union PeerAddr {
 
 /*
  * A client or server connection. Every client carries one, so the fields
- * are ordered for as little padding as the compiler needs (856 bytes on
+ * are ordered for as little padding as the compiler needs (736 bytes on
  * x86-64; doc/benchmarks.md, "Memory per idle client"): keep it so when
  * adding one.
  */
@@ -262,8 +282,8 @@ struct PgSocket {
 	usec_t wait_start;   /* when it started waiting for a server */
 	usec_t queued_start; /* the request it waited with began then: its query_start (count_request()) */
 
-	/* tracked parameters: clients their wish, servers their current value */
-	VarValue vars[MAX_TRACKED];
+	/* tracked parameters: clients their wish, servers their current value (sock_var()) */
+	const VarSet *vars;
 	char *app_name_raw; /* application_name as given (before add_host) */
 
 	uint8_t cancel_key[CANCEL_KEY_LEN]; /* clients: our key */
@@ -406,9 +426,20 @@ uint32_t var_names_gen(void);   /* changes when a tracked name's spelling change
 const char *var_ident(int idx); /* var_name() as pktbuf_put_sql_ident() quotes it, made once per spelling */
 void var_set(VarValue *v, const char *value);      /* interns a copy (NULL clears): equal texts, equal pointers */
 void var_copy(VarValue *dst, const VarValue *src); /* dst takes src's interned text (or NULL) */
-void tune_tcp_socket(int fd);                      /* a server socket: every TCP option of the config */
-void tune_tcp_listener(int fd);                    /* a client listener: the options accepted sockets inherit */
-void tune_accepted_socket(int fd);                 /* a client socket: the options it did not inherit */
+/* A socket's tracked value idx (interned text), or NULL. */
+static inline const char *sock_var(const PgSocket *s, int idx)
+{
+	return s->vars ? s->vars->v[idx] : NULL;
+}
+void sock_var_set(PgSocket *s, int idx, const char *value); /* interns a copy of value (NULL clears) */
+void sock_var_copy(PgSocket *s, int idx, const char *text); /* text: another socket's or pool's, already interned */
+/* Each value s has not set, from defaults; last: the pool's previous filling, reused for the same values. */
+void sock_vars_fill(PgSocket *s, const VarValue *defaults, VarFill *last);
+void var_fill_clear(VarFill *last);
+void sock_vars_clear(PgSocket *s);
+void tune_tcp_socket(int fd);      /* a server socket: every TCP option of the config */
+void tune_tcp_listener(int fd);    /* a client listener: the options accepted sockets inherit */
+void tune_accepted_socket(int fd); /* a client socket: the options it did not inherit */
 /* Set s->remote from sa (a server's Unix socket path is copied to remote_path). */
 void socket_set_remote(PgSocket *s, const struct sockaddr *sa, socklen_t len);
 /* s->remote as a full address again; returns its length for connect(). */

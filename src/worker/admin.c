@@ -357,10 +357,10 @@ static void socket_row(Reply *r, PgSocket *s, bool sockets)
 		state = "idle";
 	int app = var_index("application_name");
 	const char *appname = "";
-	if (!s->is_server && s->vars[app].value)
-		appname = s->vars[app].value;
-	else if (s->is_server && s->link && s->link->vars[app].value)
-		appname = s->link->vars[app].value;
+	if (!s->is_server && sock_var(s, app))
+		appname = sock_var(s, app);
+	else if (s->is_server && s->link && sock_var(s->link, app))
+		appname = sock_var(s->link, app);
 	int remote_pid = 0;
 	if (s->is_server)
 		remote_pid = (int)s->backend_pid;
@@ -1007,7 +1007,7 @@ static void fds_row(Reply *r, int fd, const char *task, const PgSocket *s, const
 		const char **dst[] = {&enc, &std, &ds, &tz};
 		for (int k = 0; k < 4; k++)
 			if (idx[k] >= 0)
-				*dst[k] = s->vars[idx[k]].value;
+				*dst[k] = sock_var(s, idx[k]);
 	}
 	const char *v[] = {fmt_int(fd), task, user, db, addr, fmt_int(port), cancel, fmt_int(link),
 	                   enc,         std,  ds,   tz, NULL, NULL,          NULL};

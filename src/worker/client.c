@@ -149,12 +149,10 @@ static void put_pool_params(PktBuf *pb, PgSocket *c)
 	PgPool *pool = c->pool;
 	int n = var_count();
 	bool same = pool->welcome_ready && pool->welcome_cache_gen == var_names_gen() + 1;
-	for (int i = 0; i < n; i++) {
-		/* what the client is told is what it gets: servers are SET to it when they differ */
-		if (!c->vars[i].value && pool->defaults[i].value)
-			var_copy(&c->vars[i], &pool->defaults[i]);
-		same = same && c->vars[i].value == pool->welcome_vals[i].value;
-	}
+	/* what the client is told is what it gets: servers are SET to it when they differ */
+	sock_vars_fill(c, pool->defaults, &pool->last_fill);
+	for (int i = 0; i < n && same; i++)
+		same = sock_var(c, i) == pool->welcome_vals[i].value;
 	if (!same) {
 		PktBuf *wc = &pool->welcome_cache;
 		if (!wc->buf)
@@ -162,9 +160,10 @@ static void put_pool_params(PktBuf *pb, PgSocket *c)
 		pktbuf_reset(wc);
 		pktbuf_put_bytes(wc, pool->welcome_params.buf, pool->welcome_params.len);
 		for (int i = 0; i < n; i++) {
-			if (c->vars[i].value)
-				pktbuf_write_param_status(wc, var_name(i), c->vars[i].value);
-			var_copy(&pool->welcome_vals[i], &c->vars[i]);
+			const char *v = sock_var(c, i);
+			if (v)
+				pktbuf_write_param_status(wc, var_name(i), v);
+			var_copy(&pool->welcome_vals[i], &(VarValue){(char *)v});
 		}
 		/* before welcome_ready the pool's parameters may still grow: build again next time */
 		pool->welcome_cache_gen = pool->welcome_ready ? var_names_gen() + 1 : 0;
@@ -190,16 +189,16 @@ bool client_send_welcome(PgSocket *c)
 		for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
 			pktbuf_write_param_status(&pb, fixed[i][0], fixed[i][1]);
 		for (int i = 0; i < var_count(); i++)
-			if (c->vars[i].value)
-				pktbuf_write_param_status(&pb, var_name(i), c->vars[i].value);
+			if (sock_var(c, i))
+				pktbuf_write_param_status(&pb, var_name(i), sock_var(c, i));
 	} else if (c->replication != REPLICATION_NONE && c->link) {
 		/* what its dedicated server said at login; tracked values came through to c->vars */
 		const PktBuf *params = c->link->repl_params;
 		if (params)
 			pktbuf_put_bytes(&pb, params->buf, params->len);
 		for (int i = 0; i < var_count(); i++)
-			if (c->vars[i].value)
-				pktbuf_write_param_status(&pb, var_name(i), c->vars[i].value);
+			if (sock_var(c, i))
+				pktbuf_write_param_status(&pb, var_name(i), sock_var(c, i));
 	} else {
 		put_pool_params(&pb, c);
 	}
@@ -289,7 +288,7 @@ static bool apply_options_words(PgSocket *c, const char *opts, char *word)
 				*q = '_';
 		int idx = var_index(setting);
 		if (idx >= 0)
-			var_set(&c->vars[idx], eq + 1);
+			sock_var_set(c, idx, eq + 1);
 		else if (!ignore_unknown && !config_list_contains(wk.cf.g.ignore_startup_parameters, setting)) {
 			client_send_error(c, true, "08P01", "unsupported startup parameter in options: %s", setting);
 			return false;
@@ -389,7 +388,7 @@ static SBufAction handle_startup_params(PgSocket *c, const StartupParam *params,
 		} else if (k[0] == '_' && strncmp(k, "_pq_.", 5) == 0) {
 			has_pq = true;
 		} else if ((idx = var_index(k)) >= 0) {
-			var_set(&c->vars[idx], v);
+			sock_var_set(c, idx, v);
 		} else if (config_list_contains(wk.cf.g.ignore_startup_parameters, k)) {
 			continue;
 		} else {
@@ -422,14 +421,14 @@ static SBufAction handle_startup_params(PgSocket *c, const StartupParam *params,
 		int port;
 		socket_remote_text(c, host, sizeof(host), &port);
 		/* `app` for a client that sent none, and this machine's name for a Unix socket (doc/pgbouncer.5.md) */
-		const char *app = c->vars[app_idx].value ? c->vars[app_idx].value : "app";
+		const char *app = sock_var(c, app_idx) ? sock_var(c, app_idx) : "app";
 		if (c->is_unix)
 			snprintf(buf, sizeof(buf), "%s - unix(%d@%s):%d", app, c->peer_pid, local_hostname(), port);
 		else if (c->remote.sa.sa_family == AF_INET6)
 			snprintf(buf, sizeof(buf), "%s - [%s]:%d", app, host, port);
 		else
 			snprintf(buf, sizeof(buf), "%s - %s:%d", app, host, port);
-		var_set(&c->vars[app_idx], buf);
+		sock_var_set(c, app_idx, buf);
 	}
 	if (!c->is_unix && !socket_is_tls(c) && wk.tls.client_sslmode >= SSLMODE_REQUIRE) {
 		disconnect_client(c, true, "SSL required");

@@ -159,13 +159,13 @@ bool migrate_pack(const PgSocket *c, const int *moved, PktBuf *pb)
 	/* tracked parameters by name: the receiver's table may list them in another order */
 	uint32_t nvars = 0;
 	for (int i = 0; i < var_count(); i++)
-		if (c->vars[i].value)
+		if (sock_var(c, i))
 			nvars++;
 	pktbuf_put_u32(pb, nvars);
 	for (int i = 0; i < var_count(); i++)
-		if (c->vars[i].value) {
+		if (sock_var(c, i)) {
 			pktbuf_put_string(pb, var_name(i));
-			pktbuf_put_string(pb, c->vars[i].value);
+			pktbuf_put_string(pb, sock_var(c, i));
 		}
 
 	/*
@@ -584,7 +584,7 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, bool same_tree,
 		}
 		int idx = var_index(name);
 		if (idx >= 0)
-			var_set(&c->vars[idx], value);
+			sock_var_set(c, idx, value);
 	}
 	if (!pktreader_get_u32(&r, &nstmts)) {
 		snprintf(err, errlen, "malformed state");

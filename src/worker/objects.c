@@ -137,15 +137,19 @@ static void var_release(char *value)
 	free(t);
 }
 
+static void var_ref(char *value)
+{
+	if (value)
+		((VarText *)(void *)(value - offsetof(VarText, text)))->refs++;
+}
+
 void var_copy(VarValue *dst, const VarValue *src)
 {
 	/* the same interned text: a reference more, no hashing */
 	if (dst->value == src->value)
 		return;
 	char *old = dst->value;
-	dst->value = src->value;
-	if (dst->value)
-		((VarText *)(void *)(dst->value - offsetof(VarText, text)))->refs++;
+	var_ref(dst->value = src->value);
 	var_release(old);
 }
 
@@ -156,6 +160,167 @@ void var_set(VarValue *v, const char *value)
 	char *old = v->value;
 	v->value = value ? var_intern(value) : NULL; /* before the release: value may be old's text */
 	var_release(old);
+}
+
+/*
+ * Sockets' tuples of tracked values, interned like the texts (VarSet in
+ * worker/objects.h; doc/architecture.md, "Tracked parameters"), keyed by
+ * their pointers. An entry holds var_count() of them, not MAX_TRACKED:
+ * nothing reads a tuple past var_count(), which is fixed for the worker's
+ * life. A tuple no socket uses any more stays for the next login that
+ * builds it (the values of a startup packet before the pool's defaults are
+ * added, say); the oldest of more than SPARE_SETS is freed.
+ */
+typedef struct VarSetEntry {
+	UT_hash_handle hh; /* in var_sets */
+	List spare;        /* in spare_sets while refs == 0 */
+	uint32_t refs;     /* sockets pointing at set */
+	VarSet set;        /* last: only var_count() of its pointers are allocated */
+} VarSetEntry;
+
+#define SPARE_SETS 64
+
+static VarSetEntry *var_sets;                        /* uthash head */
+static List spare_sets = {&spare_sets, &spare_sets}; /* oldest first */
+static unsigned n_spare;
+
+/* What s has (the first var_count() entries of dst, the only ones read). */
+static void varset_load(VarSet *dst, const PgSocket *s)
+{
+	for (int i = 0; i < n_vars; i++)
+		dst->v[i] = s->vars ? s->vars->v[i] : NULL;
+}
+
+static void varset_release(const VarSet *set)
+{
+	if (!set)
+		return;
+	VarSetEntry *e = container_of(set, VarSetEntry, set);
+	if (--e->refs > 0)
+		return;
+	list_append(&spare_sets, &e->spare);
+	if (++n_spare <= SPARE_SETS)
+		return;
+	VarSetEntry *old = container_of(list_first(&spare_sets), VarSetEntry, spare);
+	list_del(&old->spare);
+	n_spare--;
+	HASH_DELETE(hh, var_sets, old);
+	for (int i = 0; i < n_vars; i++)
+		var_release(old->set.v[i]);
+	free(old);
+}
+
+static bool varset_equal(const VarSet *a, const VarSet *b)
+{
+	for (int i = 0; i < n_vars; i++)
+		if (a->v[i] != b->v[i])
+			return false;
+	return true;
+}
+
+/*
+ * s takes the tuple of want's texts (interned ones, not given: the tuple
+ * takes its own references). like: a tuple that may be the one, tried
+ * before the hash (the linked socket's: a server mostly takes on what its
+ * client asked for).
+ */
+static void varset_assign(PgSocket *s, const VarSet *want, const VarSet *like)
+{
+	size_t keylen = (size_t)n_vars * sizeof(want->v[0]);
+	VarSetEntry *e = NULL;
+	/* the hash mixes the pointers word by word: uthash's own (Jenkins) goes byte by byte, 450 instructions for five */
+	uint64_t h = 0;
+	uintptr_t any = 0;
+	if (like && varset_equal(like, want)) {
+		e = container_of(like, VarSetEntry, set); /* in use by its socket: refs > 0 */
+		e->refs++;
+	} else {
+		for (int i = 0; i < n_vars; i++) {
+			any |= (uintptr_t)want->v[i];
+			h = (h ^ (uint64_t)(uintptr_t)want->v[i]) * UINT64_C(0x9E3779B97F4A7C15);
+		}
+	}
+	if (any) {
+		unsigned hash = (unsigned)(h >> 32);
+		HASH_FIND_BYHASHVALUE(hh, var_sets, want->v, keylen, hash, e);
+		if (!e) {
+			e = xcalloc(1, offsetof(VarSetEntry, set) + keylen);
+			list_init(&e->spare);
+			for (int i = 0; i < n_vars; i++)
+				var_ref(e->set.v[i] = want->v[i]);
+			HASH_ADD_KEYPTR_BYHASHVALUE(hh, var_sets, e->set.v, keylen, hash, e);
+		} else if (e->refs == 0) {
+			list_del(&e->spare);
+			n_spare--;
+		}
+		e->refs++;
+	}
+	const VarSet *old = s->vars;
+	s->vars = e ? &e->set : NULL;
+	varset_release(old);
+}
+
+void sock_var_set(PgSocket *s, int idx, const char *value)
+{
+	const char *cur = sock_var(s, idx);
+	if (cur == value || (cur && value && strcmp(cur, value) == 0))
+		return;
+	VarSet want;
+	varset_load(&want, s);
+	want.v[idx] = value ? var_intern(value) : NULL; /* value may be a text of s's tuple: before the release */
+	varset_assign(s, &want, s->link ? s->link->vars : NULL);
+	var_release(want.v[idx]);
+}
+
+void sock_var_copy(PgSocket *s, int idx, const char *text)
+{
+	if (sock_var(s, idx) == text)
+		return;
+	VarSet want;
+	varset_load(&want, s);
+	want.v[idx] = (char *)text;
+	varset_assign(s, &want, s->link ? s->link->vars : NULL);
+}
+
+static const VarSet *varset_ref(const VarSet *set)
+{
+	if (set)
+		container_of(set, VarSetEntry, set)->refs++;
+	return set;
+}
+
+void var_fill_clear(VarFill *last)
+{
+	varset_release(last->from);
+	varset_release(last->to);
+	last->from = last->to = NULL;
+}
+
+void sock_vars_fill(PgSocket *s, const VarValue *defaults, VarFill *last)
+{
+	if (last->to && s->vars == last->from) {
+		/* what the last client of the pool with these values got (the defaults did not change since) */
+		const VarSet *old = s->vars;
+		s->vars = varset_ref(last->to);
+		varset_release(old);
+		return;
+	}
+	VarSet want;
+	varset_load(&want, s);
+	for (int i = 0; i < n_vars; i++)
+		if (!want.v[i] && defaults[i].value)
+			want.v[i] = defaults[i].value;
+	const VarSet *from = varset_ref(s->vars);
+	varset_assign(s, &want, s->vars);
+	var_fill_clear(last);
+	last->from = from;
+	last->to = varset_ref(s->vars);
+}
+
+void sock_vars_clear(PgSocket *s)
+{
+	varset_release(s->vars);
+	s->vars = NULL;
 }
 
 static void vars_init(const char *extra)
@@ -697,6 +862,7 @@ void pool_free(PgPool *pool)
 		var_set(&pool->defaults[k], NULL);
 		var_set(&pool->welcome_vals[k], NULL);
 	}
+	var_fill_clear(&pool->last_fill);
 	free(pool);
 }
 
@@ -833,8 +999,7 @@ void pool_check_counts(const PgPool *p)
 static void free_socket(PgSocket *s)
 {
 	pgb_assert(s->counted_in == NULL && !s->link);
-	for (int i = 0; i < MAX_TRACKED; i++)
-		var_set(&s->vars[i], NULL);
+	sock_vars_clear(s);
 	free(s->app_name_raw);
 	free(s->repl_options);
 	if (s->repl_params) {

@@ -466,12 +466,12 @@ static bool replay_vars(PgSocket *c, PgSocket *s)
 {
 	int n = var_count();
 	/* values are interned: the same values are the same pointers, the common case at every link */
-	if (memcmp(c->vars, s->vars, (size_t)n * sizeof(VarValue)) == 0)
+	if (c->vars == s->vars)
 		return false;
 	int first = -1;
 	bool pipeline = c->sb.dst == &s->sb;
 	for (int i = 0; i < n; i++) {
-		const char *want = c->vars[i].value, *have = s->vars[i].value;
+		const char *want = sock_var(c, i), *have = sock_var(s, i);
 		if (want == have || !want || (have && strcasecmp(want, have) == 0))
 			continue;
 		if (first < 0)
@@ -489,7 +489,7 @@ static bool replay_vars(PgSocket *c, PgSocket *s)
 	}
 	pktbuf_start_msg(q, 'Q');
 	for (int i = first; i < n; i++) {
-		const char *want = c->vars[i].value, *have = s->vars[i].value;
+		const char *want = sock_var(c, i), *have = sock_var(s, i);
 		if (want == have || !want || (have && strcasecmp(want, have) == 0))
 			continue;
 		append_set(q, i, want);

@@ -104,7 +104,7 @@ static void send_startup(PgSocket *s)
 	                          {"application_name", db->cf.application_name}};
 	for (size_t i = 0; i < 4; i++) {
 		int idx = var_index(extra[i][0]);
-		if (extra[i][1] && !(repl && idx >= 0 && repl->vars[idx].value)) {
+		if (extra[i][1] && !(repl && idx >= 0 && sock_var(repl, idx))) {
 			pktbuf_put_string(&pb, extra[i][0]);
 			pktbuf_put_string(&pb, extra[i][1]);
 		}
@@ -115,9 +115,9 @@ static void send_startup(PgSocket *s)
 	}
 	if (repl) {
 		for (int i = 0; i < var_count(); i++)
-			if (repl->vars[i].value) {
+			if (sock_var(repl, i)) {
 				pktbuf_put_string(&pb, var_name(i));
-				pktbuf_put_string(&pb, repl->vars[i].value);
+				pktbuf_put_string(&pb, sock_var(repl, i));
 			}
 		if (repl->repl_options) {
 			pktbuf_put_string(&pb, "options");
@@ -396,17 +396,19 @@ static bool handle_param_status(PgSocket *s, const uint8_t *body, uint32_t len, 
 	if (idx >= 0) {
 		var_learn_name(idx, name);
 		/* mostly the value its client asked for (a SET) or the pool's default (a reset): no hashing then */
-		const VarValue *known = s->link ? &s->link->vars[idx] : NULL;
-		if (known && known->value && strcmp(known->value, value) == 0)
-			var_copy(&s->vars[idx], known);
+		const char *known = s->link ? sock_var(s->link, idx) : NULL;
+		if (known && strcmp(known, value) == 0)
+			sock_var_copy(s, idx, known);
 		else if (s->pool && s->pool->defaults[idx].value && strcmp(s->pool->defaults[idx].value, value) == 0)
-			var_copy(&s->vars[idx], &s->pool->defaults[idx]);
+			sock_var_copy(s, idx, s->pool->defaults[idx].value);
 		else
-			var_set(&s->vars[idx], value);
+			sock_var_set(s, idx, value);
 		if (s->link)
-			var_copy(&s->link->vars[idx], &s->vars[idx]);
-		if (login && !repl && !s->pool->welcome_ready)
-			var_copy(&s->pool->defaults[idx], &s->vars[idx]);
+			sock_var_copy(s->link, idx, sock_var(s, idx));
+		if (login && !repl && !s->pool->welcome_ready && s->pool->defaults[idx].value != sock_var(s, idx)) {
+			var_copy(&s->pool->defaults[idx], &(VarValue){(char *)sock_var(s, idx)});
+			var_fill_clear(&s->pool->last_fill);
+		}
 	} else if (login && repl) {
 		if (!s->repl_params) {
 			s->repl_params = xmalloc(sizeof(*s->repl_params));

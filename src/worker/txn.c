@@ -283,7 +283,7 @@ const uint8_t *txn_client_env(const PgSocket *c, size_t *len)
 		app = var_index("application_name");
 	pktbuf_reset(&pb);
 	for (int i = 0; i < var_count(); i++) {
-		const char *v = c->vars[i].value;
+		const char *v = sock_var(c, i);
 		if (i == app)
 			continue;
 		pktbuf_put_u8(&pb, v != NULL);
