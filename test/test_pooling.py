@@ -3,10 +3,12 @@ of every protocol flavour pass through intact, servers are reused and reset,
 pool limits and timeouts act as documented, and the pool recovers when a
 server dies."""
 
+import concurrent.futures
 import errno
 import hashlib
 import os
 import re
+import signal
 import socket
 import threading
 import time
@@ -162,6 +164,53 @@ def test_connections_work_after_giving_their_buffers_back(bouncer, mode):
             assert [c.fetchone()[0] for c in curs] == list(range(30))
         time.sleep(1.5)
         assert used.execute("SELECT 'small after idle'").fetchone() == ("small after idle",)
+
+
+@pytest.mark.parametrize("mode", ["session", "transaction"])
+def test_many_busy_connections_give_their_buffers_back_between_events(bouncer, mode):
+    """Beyond 128 sockets holding an input buffer, linked clients and servers
+    give theirs back at the end of every event too (doc/benchmarks.md, "Memory
+    per active client"): 100 clients at once, each in a transaction on its own
+    server, pass packets larger than pkt_buf, partial packets, COPY both ways
+    and pipelines intact through buffers taken anew at each event."""
+    b = bouncer(ini_overrides={"pool_mode": mode, "pkt_buf": "512", "default_pool_size": "105",
+                               "min_workers": "1", "max_workers": "1"})
+    payload = "0123456789abcdef" * 4096  # 64 KB: more than a buffer, forwarded in parts
+    conns = [b.connect() for _ in range(100)]
+    start = threading.Barrier(len(conns))
+
+    def work(i):
+        conn = conns[i]
+        conn.execute("CREATE TEMP TABLE t (i int, s text)")  # the transaction: linked from now on
+        start.wait(timeout=DEADLINE)  # every client holds a server and a buffer before the rest
+        for rnd in range(3):
+            assert conn.execute("SELECT length(%s), md5(%s)", [payload, payload]).fetchone() == (
+                len(payload), hashlib.md5(payload.encode()).hexdigest())
+            assert conn.execute("SELECT repeat('xy', 20000)").fetchone()[0] == "xy" * 20000
+            with conn.pipeline():
+                curs = [conn.execute("SELECT %s::int + %s", [i, k]) for k in range(10)]
+            assert [c.fetchone()[0] for c in curs] == [i + k for k in range(10)]
+            with conn.cursor().copy("COPY t FROM STDIN") as cp:
+                for k in range(100):
+                    cp.write_row((k, f"row {k} of client {i}"))
+            with conn.cursor().copy("COPY (SELECT * FROM t ORDER BY i, s) TO STDOUT") as cp:
+                out = b"".join(bytes(data) for data in cp)
+            assert out.count(b"\n") == 100 * (rnd + 1) and out.endswith(f"row 99 of client {i}\n".encode())
+        conn.rollback()
+        assert conn.execute("SELECT 'after'").fetchone() == ("after",)
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(conns)) as pool:
+            futures = [pool.submit(work, i) for i in range(len(conns))]
+            _, stuck = concurrent.futures.wait(futures, timeout=DEADLINE)
+            if stuck:
+                b.send_signal(signal.SIGQUIT)  # the stuck clients get EOF, so that their threads end
+            assert not stuck, f"{len(stuck)} clients got no answer within {DEADLINE}s"
+            for f in futures:
+                f.result()
+    finally:
+        for conn in conns:
+            conn.close()
 
 
 def test_copy_in_and_out(bouncer):

@@ -67,7 +67,8 @@ static void check_client_timeouts(PgPool *pool)
 		/*
 		 * Connections idle for a second give their buffers back
 		 * (doc/benchmarks.md, "Memory per idle client"); busy ones keep
-		 * them, not to take them again at once.
+		 * them, not to take them again at once, while few sockets hold
+		 * one ("Memory per active client").
 		 */
 		if (now - c->request_time >= USEC_PER_SEC)
 			sbuf_trim(&c->sb);

@@ -240,6 +240,15 @@ static ssize_t io_send(SBuf *sb, const void *buf, size_t len)
 #define BUF_CACHE_MAX 64
 static uint8_t *buf_cache[BUF_CACHE_MAX];
 static int buf_cache_n;
+/*
+ * Sockets holding an input buffer. Up to KEEP_BUFFERS of them (512 KB at
+ * the default pkt_buf), a busy socket keeps its buffer between events, so
+ * that the hot path of a few hundred connections does not pay a cache get
+ * and put per event; beyond, every socket gives an empty buffer back at
+ * the end of its event (doc/benchmarks.md, "Memory per active client").
+ */
+#define KEEP_BUFFERS 128
+static unsigned buffers_held;
 static uint32_t buf_cache_size; /* the size of the cached buffers (pkt_buf may change on reload) */
 
 static uint8_t *buf_get(uint32_t size)
@@ -274,6 +283,7 @@ static inline void release_input(SBuf *sb)
 	else
 		free(sb->buf); /* grown for one large packet */
 	sb->buf = NULL;
+	buffers_held--;
 	sb->size = sb->pos = sb->end = 0;
 }
 
@@ -351,6 +361,7 @@ void sbuf_preload(SBuf *sb, const void *data, uint32_t len)
 	pgb_assert(!sb->buf && sb->fd >= 0);
 	uint32_t size = len > sb->base_size ? len : sb->base_size;
 	sb->buf = size == sb->base_size ? buf_get(size) : xmalloc(size);
+	buffers_held++;
 	sb->size = size;
 	memcpy(sb->buf, data, len);
 	sb->pos = 0;
@@ -679,6 +690,7 @@ static Step read_some(SBuf *sb, bool *filled)
 		if (sb->size != sb->base_size && !sb->buf) {
 			sb->buf = buf_get(sb->base_size);
 			sb->size = sb->base_size;
+			buffers_held++;
 		} else if (sb->size > sb->base_size && sb->pkt_remain == 0) {
 			/* give back a buffer that grew for one large packet */
 			free(sb->buf);
@@ -822,13 +834,14 @@ static void sbuf_process(SBuf *sb, bool do_read)
 		do_read = filled && (!loopcnt || *loopcnt <= 0 || loops < *loopcnt);
 	}
 	sb->in_process = false;
-	if (sb->give_back && !sb->dst) {
+	if ((sb->give_back && !sb->dst) || buffers_held > KEEP_BUFFERS) {
 		/*
 		 * A client not linked to a server keeps no input buffer while it
-		 * is idle. Linked clients and servers keep theirs, so that the
-		 * hot path does not pay for it (a transaction-mode server would
-		 * give its buffer back at every release); the janitor trims them
-		 * (sbuf_trim) once they are idle.
+		 * is idle. Linked clients and servers keep theirs while few
+		 * sockets hold one, so that the hot path does not pay for it (a
+		 * transaction-mode server would give its buffer back at every
+		 * release), and the janitor trims them (sbuf_trim) once they are
+		 * idle; with more, they give it back too.
 		 */
 		release_input(sb);
 	}
