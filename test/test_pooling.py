@@ -168,12 +168,13 @@ def test_connections_work_after_giving_their_buffers_back(bouncer, mode):
 
 @pytest.mark.parametrize("mode", ["session", "transaction"])
 def test_many_busy_connections_give_their_buffers_back_between_events(bouncer, mode):
-    """Beyond 128 sockets holding an input buffer, linked clients and servers
+    """Beyond 512 KB of input buffers held, linked clients and servers
     give theirs back at the end of every event too (doc/benchmarks.md, "Memory
     per active client"): 100 clients at once, each in a transaction on its own
     server, pass packets larger than pkt_buf, partial packets, COPY both ways
     and pipelines intact through buffers taken anew at each event."""
-    b = bouncer(ini_overrides={"pool_mode": mode, "pkt_buf": "512", "default_pool_size": "105",
+    # 16 KB buffers: the bound is 32 of them, which the 200 sockets cross
+    b = bouncer(ini_overrides={"pool_mode": mode, "pkt_buf": "16384", "default_pool_size": "105",
                                "min_workers": "1", "max_workers": "1"})
     payload = "0123456789abcdef" * 4096  # 64 KB: more than a buffer, forwarded in parts
     conns = [b.connect() for _ in range(100)]

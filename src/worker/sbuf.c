@@ -241,14 +241,15 @@ static ssize_t io_send(SBuf *sb, const void *buf, size_t len)
 static uint8_t *buf_cache[BUF_CACHE_MAX];
 static int buf_cache_n;
 /*
- * Sockets holding an input buffer. Up to KEEP_BUFFERS of them (512 KB at
- * the default pkt_buf), a busy socket keeps its buffer between events, so
- * that the hot path of a few hundred connections does not pay a cache get
- * and put per event; beyond, every socket gives an empty buffer back at
- * the end of its event (doc/benchmarks.md, "Memory per active client").
+ * Sockets holding an input buffer. While they hold up to KEEP_BYTES (128
+ * buffers at the default pkt_buf), a busy socket keeps its buffer between
+ * events, so that the hot path of a few hundred connections does not pay a
+ * cache get and put per event; beyond, every socket gives an empty buffer
+ * back at the end of its event (doc/benchmarks.md, "Memory per active
+ * client").
  */
-#define KEEP_BUFFERS 128
-static unsigned buffers_held;
+#define KEEP_BYTES (512 * 1024)
+static size_t buffers_held;
 static uint32_t buf_cache_size; /* the size of the cached buffers (pkt_buf may change on reload) */
 
 static uint8_t *buf_get(uint32_t size)
@@ -834,7 +835,7 @@ static void sbuf_process(SBuf *sb, bool do_read)
 		do_read = filled && (!loopcnt || *loopcnt <= 0 || loops < *loopcnt);
 	}
 	sb->in_process = false;
-	if ((sb->give_back && !sb->dst) || buffers_held > KEEP_BUFFERS) {
+	if ((sb->give_back && !sb->dst) || buffers_held * sb->base_size > KEEP_BYTES) {
 		/*
 		 * A client not linked to a server keeps no input buffer while it
 		 * is idle. Linked clients and servers keep theirs while few
