@@ -67,7 +67,6 @@ struct SBuf {
 	bool startup;              /* packets have no type byte (startup phase) */
 	bool paused;               /* owner asked to stop reading (SB_WAIT or sbuf_pause) */
 	bool notify_flush;         /* owner wants SBEV_FLUSHED */
-	bool give_back;            /* accepted (a client): give the input buffer back when idle and unlinked */
 	bool in_process;           /* guards against re-entering sbuf_process */
 	bool resume_pending;       /* sbuf_continue() was called from inside a callback */
 	bool raw_byte;             /* deliver the next input byte as SBEV_RAW_BYTE (SSLRequest answer) */
@@ -75,6 +74,7 @@ struct SBuf {
 	bool tls_handshake;        /* the TLS handshake is in progress */
 	bool tls_read_wants_write; /* SSL_read needs the socket writable */
 	bool tls_failed;           /* a fatal TLS error: no close_notify at close */
+	bool give_back;            /* accepted (a client): give the input buffer back when idle and unlinked */
 	bool pkt_forward;          /* the current packet is forwarded (else skipped) */
 	bool marked_mid_pkt;       /* [send_pos, send_end) starts inside a packet whose head went out already */
 

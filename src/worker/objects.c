@@ -224,37 +224,41 @@ static bool varset_equal(const VarSet *a, const VarSet *b)
  * before the hash (the linked socket's: a server mostly takes on what its
  * client asked for).
  */
-static void varset_assign(PgSocket *s, const VarSet *want, const VarSet *like)
+/* The interned tuple of want's texts, made if none has them (NULL: all unset). */
+static VarSetEntry *varset_lookup(const VarSet *want)
 {
 	size_t keylen = (size_t)n_vars * sizeof(want->v[0]);
-	VarSetEntry *e = NULL;
 	/* the hash mixes the pointers word by word: uthash's own (Jenkins) goes byte by byte, 450 instructions for five */
 	uint64_t h = 0;
 	uintptr_t any = 0;
-	if (like && varset_equal(like, want)) {
-		e = container_of(like, VarSetEntry, set); /* in use by its socket: refs > 0 */
-		e->refs++;
-	} else {
-		for (int i = 0; i < n_vars; i++) {
-			any |= (uintptr_t)want->v[i];
-			h = (h ^ (uint64_t)(uintptr_t)want->v[i]) * UINT64_C(0x9E3779B97F4A7C15);
-		}
+	for (int i = 0; i < n_vars; i++) {
+		any |= (uintptr_t)want->v[i];
+		h = (h ^ (uint64_t)(uintptr_t)want->v[i]) * UINT64_C(0x9E3779B97F4A7C15);
 	}
-	if (any) {
-		unsigned hash = (unsigned)(h >> 32);
-		HASH_FIND_BYHASHVALUE(hh, var_sets, want->v, keylen, hash, e);
-		if (!e) {
-			e = xcalloc(1, offsetof(VarSetEntry, set) + keylen);
-			list_init(&e->spare);
-			for (int i = 0; i < n_vars; i++)
-				var_ref(e->set.v[i] = want->v[i]);
-			HASH_ADD_KEYPTR_BYHASHVALUE(hh, var_sets, e->set.v, keylen, hash, e);
-		} else if (e->refs == 0) {
-			list_del(&e->spare);
-			n_spare--;
-		}
-		e->refs++;
+	if (!any)
+		return NULL;
+	unsigned hash = (unsigned)(h >> 32);
+	VarSetEntry *e;
+	HASH_FIND_BYHASHVALUE(hh, var_sets, want->v, keylen, hash, e);
+	if (!e) {
+		e = xcalloc(1, offsetof(VarSetEntry, set) + keylen);
+		list_init(&e->spare);
+		for (int i = 0; i < n_vars; i++)
+			var_ref(e->set.v[i] = want->v[i]);
+		HASH_ADD_KEYPTR_BYHASHVALUE(hh, var_sets, e->set.v, keylen, hash, e);
+	} else if (e->refs == 0) {
+		list_del(&e->spare);
+		n_spare--;
 	}
+	return e;
+}
+
+static void varset_assign(PgSocket *s, const VarSet *want, const VarSet *like)
+{
+	/* like is in use by its socket: refs > 0 */
+	VarSetEntry *e = like && varset_equal(like, want) ? container_of(like, VarSetEntry, set) : varset_lookup(want);
+	if (e)
+		e->refs++;
 	const VarSet *old = s->vars;
 	s->vars = e ? &e->set : NULL;
 	varset_release(old);
@@ -265,11 +269,9 @@ void sock_var_set(PgSocket *s, int idx, const char *value)
 	const char *cur = sock_var(s, idx);
 	if (cur == value || (cur && value && strcmp(cur, value) == 0))
 		return;
-	VarSet want;
-	varset_load(&want, s);
-	want.v[idx] = value ? var_intern(value) : NULL; /* value may be a text of s's tuple: before the release */
-	varset_assign(s, &want, s->link ? s->link->vars : NULL);
-	var_release(want.v[idx]);
+	char *text = value ? var_intern(value) : NULL; /* value may be a text of s's tuple: before the release */
+	sock_var_copy(s, idx, text);
+	var_release(text);
 }
 
 void sock_var_copy(PgSocket *s, int idx, const char *text)
