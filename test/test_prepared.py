@@ -1529,6 +1529,46 @@ def test_refused_duplicate_leaves_the_unnamed_statement(bouncer, pg):
     assert (got.errors, got.rows) == ([], [["5"]]), got
 
 
+def parses_of_one_name(w):
+    """A name whose Parse is still unanswered when the client parses it
+    again: whether that is a duplicate (42P05) depends on the first Parse's
+    fate, decided by the server, so each pipeline is answered as
+    PostgreSQL answers it."""
+    replies = [
+        # failed, then the same text again behind a Sync: the same error twice
+        exchange(w, parse("s1", "SELEC 1"), SYNC, parse("s1", "SELEC 1"), SYNC),
+        # and a Bind of the name after both: it does not exist
+        exchange(w, parse("s2", "SELECT 1/0"), bind("s2"), execute(), SYNC, parse("s3", "SELEC 2"), SYNC,
+                 parse("s3", "SELEC 2"), SYNC, bind("s3"), execute(), SYNC),
+        # prepared, then again behind a Sync: a duplicate
+        exchange(w, parse("s4", "SELECT 4"), SYNC, parse("s4", "SELECT 4"), SYNC, bind("s4"), execute(), SYNC),
+        # in one part of the pipeline: a duplicate, or skipped with the first
+        exchange(w, parse("s5", "SELECT 5"), parse("s5", "SELECT 6"), SYNC),
+        exchange(w, parse("s6", "SELEC 6"), parse("s6", "SELEC 6"), SYNC),
+        # a statement the server has already (answered by the pooler), behind a failing part
+        exchange(w, parse("s7", "SELEC 7"), SYNC, parse("s8", "SELECT 8"), SYNC, parse("s8", "SELECT 8"), SYNC,
+                 bind("s8"), execute(), SYNC),
+        # skipped with an error ahead of it, then parsed again: the name was free
+        exchange(w, parse("s9", "SELECT 1/0"), bind("s9"), execute(), parse("s10", "SELECT 10"), SYNC,
+                 parse("s10", "SELECT 10"), SYNC, bind("s10"), execute(), SYNC),
+    ]
+    return [(r.types, r.errors, r.rows) for r in replies]
+
+
+def test_parse_again_of_a_name_whose_parse_is_unanswered(bouncer, pg):
+    direct = PgWire(pg.port)
+    direct.login()
+    want = parses_of_one_name(direct)
+    direct.close()
+    assert [e[1] for e in want[0][1]] == ["42601", "42601"]
+    assert [e[1] for e in want[2][1]] == ["42P05"] and want[2][2] == [["4"]]
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    other = raw_client(b)
+    # the one server has SELECT 8 prepared already: s8's first Parse is answered by the pooler
+    assert exchange(other, parse("x", "SELECT 8"), SYNC).errors == []
+    assert parses_of_one_name(raw_client(b)) == want
+
+
 @pytest.mark.parametrize("limit", [200, 0])
 def test_unnamed_statement_of_another_client_is_never_bound(bouncer, limit):
     """pgx's QueryExecModeDescribeExec parses and describes the unnamed

@@ -127,6 +127,27 @@ static bool changes_unnamed(const Request *r)
 	return r->kind == REQ_CLOSE && r->answer == ANS_SWALLOW && !r->stmt_id;
 }
 
+/*
+ * Whether what a client's next message depends on is still unanswered in
+ * an earlier part of the pipeline (before a Sync): the Parse that made
+ * the client's name mapping `map_gen`, or (map_gen 0) what made the client
+ * the owner of the server's unnamed statement. An error there has the
+ * server skip it: the name is free again, the unnamed statement someone
+ * else's. In the same part the message shares its fate.
+ */
+static bool unsettled(const ReqQueue *q, uint64_t map_gen)
+{
+	bool behind_sync = false;
+	for (uint32_t i = q->count; i-- > 0;) {
+		const Request *r = reqqueue_at(q, i);
+		if (r->kind == REQ_SYNC)
+			behind_sync = true;
+		else if (map_gen ? r->kind == REQ_PARSE && r->map_gen == map_gen : changes_unnamed(r))
+			return behind_sync;
+	}
+	return false;
+}
+
 /* A request the server will never answer: what it prepared never happened. */
 static void request_dropped(Request *r, void *arg)
 {
@@ -322,8 +343,14 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 		reqqueue_push(&s->rq, REQ_PARSE, ANS_CLIENT);
 		return SB_FORWARD;
 	}
+	ClientStmt *taken = prepare_client_find(&c->stmts, name);
+	if (taken && unsettled(&s->rq, prepare_client_gen(taken))) {
+		/* the Parse that took the name may yet fail: PostgreSQL's answer depends on it */
+		s->held_for_check = true; /* offered again once that is answered or skipped */
+		return SB_WAIT;
+	}
 	c->pool->stats.client_parse_count++;
-	if (prepare_client_find(&c->stmts, name)) {
+	if (taken) {
 		/* PostgreSQL's own answer, 42P05, with the error state it brings */
 		char err[160];
 		snprintf(err, sizeof(err), "42P05prepared statement \"%.100s\" already exists", name);
@@ -545,25 +572,6 @@ static SBufAction unnamed_of_another(PgSocket *c, PgSocket *s, ReqKind kind, con
 	return SB_CONSUMED;
 }
 
-/*
- * Whether what made the client the owner of the server's unnamed statement
- * is still unanswered in an earlier part of the pipeline (before a Sync):
- * an error there has the server skip it, and the statement is someone
- * else's. In the same part a Bind shares its fate.
- */
-static bool unnamed_unsettled(const ReqQueue *q)
-{
-	bool behind_sync = false;
-	for (uint32_t i = q->count; i-- > 0;) {
-		const Request *r = reqqueue_at(q, i);
-		if (r->kind == REQ_SYNC)
-			behind_sync = true;
-		else if (changes_unnamed(r))
-			return behind_sync;
-	}
-	return false;
-}
-
 /* Whether a Bind (in avail bytes of len) or Describe names the unnamed statement: -1 when more bytes are needed. */
 static int names_unnamed_stmt(char type, const uint8_t *data, uint32_t avail, uint32_t len)
 {
@@ -582,7 +590,7 @@ static int names_unnamed_stmt(char type, const uint8_t *data, uint32_t avail, ui
 /*
  * A Bind or Describe that may name the unnamed statement while it is
  * another client's (unnamed_of_another()) or while what made it this
- * client's may yet be skipped (unnamed_unsettled()): SB_FORWARD when it
+ * client's may yet be skipped (unsettled()): SB_FORWARD when it
  * does not, or neither is the case.
  */
 static SBufAction guard_unnamed(PgSocket *c, PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
@@ -594,7 +602,7 @@ static SBufAction guard_unnamed(PgSocket *c, PgSocket *s, const PktHdr *hdr, con
 		return SB_FORWARD;
 	if (s->unnamed_owner != c->id)
 		return unnamed_of_another(c, s, hdr->type == 'B' ? REQ_BIND : REQ_DESCRIBE, data, avail, hdr->len);
-	if (unnamed_unsettled(&s->rq)) {
+	if (unsettled(&s->rq, 0)) {
 		s->held_for_check = true; /* offered again once that is answered or skipped */
 		return SB_WAIT;
 	}
@@ -1020,6 +1028,25 @@ static void resume_if_room(PgSocket *s)
 		resume_held(s);
 }
 
+/*
+ * Whether answer `req`, with the pooler's own answers that follow it
+ * (answer_own_requests()), settles a Parse a held message may wait for
+ * (unsettled()).
+ */
+static bool settles_parse(const PgSocket *s, const Request *req)
+{
+	if (changes_unnamed(req) || (req->kind == REQ_PARSE && req->map_gen))
+		return true;
+	for (uint32_t i = 0; i < s->rq.count; i++) {
+		const Request *r = reqqueue_at(&s->rq, i);
+		if (r->answer != ANS_POOLER)
+			break;
+		if (r->kind == REQ_PARSE && r->map_gen)
+			return true;
+	}
+	return false;
+}
+
 /* The answer goes to the client, then whatever the pooler answers itself after it. */
 static SBufAction deliver_then_own(PgSocket *s, const uint8_t *data, uint32_t len)
 {
@@ -1090,8 +1117,8 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 		act = SB_CONSUMED;
 		resume = req.answer == ANS_CHECK;
 	}
-	if (!resume && s->held_for_check && changes_unnamed(&req))
-		resume = true; /* a Bind of the unnamed statement waited for this (unnamed_unsettled()) */
+	if (!resume && s->held_for_check && settles_parse(s, &req) && !reqqueue_has_answer(&s->rq, ANS_CHECK))
+		resume = true; /* a message waited for this Parse (unsettled()), not for a description */
 	if (__builtin_expect(s->rq.full, 0) && s->rq.count <= QUEUE_RESUME)
 		resume = true; /* the queue has room again (hold_until_answered()) */
 	if (req.error)
