@@ -42,7 +42,8 @@ typedef struct Request {
 	uint8_t kind;       /* ReqKind */
 	uint8_t answer;     /* ReqAnswer */
 	bool copy_end;      /* the client ended a COPY FROM STDIN right after this, before the server began it */
-	bool dropped_ahead; /* eviction Close: a DEALLOCATE ALL / DISCARD ALL ahead of it dropped the statement */
+	bool dropped_ahead; /* eviction Close: the statement is gone ahead of it (a DEALLOCATE ALL / DISCARD ALL, or
+	                       its Parse failed or was skipped): if skipped, nothing is put back */
 	char short_name[REQ_SHORT_NAME]; /* the client's name of a renamed Bind/Describe when it fits, else "" */
 	uint64_t stmt_id;                /* Parse: registry id recorded on the server by it; Bind: the one bound;
 	                                    Describe (the client's, ANS_LEARN, ANS_CHECK): the statement described

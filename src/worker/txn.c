@@ -129,23 +129,123 @@ static bool changes_unnamed(const Request *r)
 
 /*
  * Whether what a client's next message depends on is still unanswered in
- * an earlier part of the pipeline (before a Sync): the Parse that made
- * the client's name mapping `map_gen`, or (map_gen 0) what made the client
- * the owner of the server's unnamed statement. An error there has the
- * server skip it: the name is free again, the unnamed statement someone
- * else's. In the same part the message shares its fate.
+ * an earlier part of the pipeline (before a Sync): an error there has the
+ * server skip it, and PostgreSQL's answer to the message depends on that.
+ * With `name`, the last request that changed what the client's statement
+ * of that name is: the Parse that made its mapping `cs` (a failed Parse
+ * leaves the name free) or a Close of it (a skipped Close leaves the
+ * statement). Without, what made the client the owner of the server's
+ * unnamed statement (skipped, the statement is someone else's). In the
+ * same part the message shares its fate.
  */
-static bool unsettled(const ReqQueue *q, uint64_t map_gen)
+static bool unsettled(const ReqQueue *q, const char *name, const ClientStmt *cs)
+{
+	uint64_t gen = cs ? prepare_client_gen(cs) : 0;
+	bool behind_sync = false;
+	for (uint32_t i = q->count; i-- > 0;) {
+		const Request *r = reqqueue_at(q, i);
+		if (r->kind == REQ_SYNC)
+			behind_sync = true;
+		else if (!name
+		             ? changes_unnamed(r)
+		             : (gen && r->kind == REQ_PARSE && r->map_gen == gen) ||
+		                   (r->kind == REQ_CLOSE && r->closed && !strcmp(prepare_client_name(r->closed), name)))
+			return behind_sync;
+	}
+	return false;
+}
+
+/* Whether an earlier part of the pipeline (up to a Sync or Query) is still unanswered. */
+static bool part_unanswered(const ReqQueue *q)
+{
+	for (uint32_t i = 0; i < q->count; i++) {
+		uint8_t kind = reqqueue_at(q, i)->kind;
+		if (kind == REQ_SYNC || kind == REQ_QUERY)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Whether the Parse at position `at` of client name `name` creates
+ * statement `id` on a server that does not have it: sent there (not
+ * answered by the pooler, not unnamed for a statement the server has),
+ * with no Close of the statement ahead in its part of the pipeline
+ * (client_parse()) and none of the name (skipped, it gives the name its
+ * old statement back). Then the name exists exactly when that Parse
+ * succeeded, on PostgreSQL and through the pooler alike.
+ */
+static bool parse_makes_stmt(const ReqQueue *q, uint32_t at, uint64_t id, const char *name)
+{
+	const Request *p = reqqueue_at(q, at);
+	if (p->answer != ANS_CLIENT || p->stmt_id != id)
+		return false;
+	for (uint32_t i = at; i-- > 0;) {
+		const Request *r = reqqueue_at(q, i);
+		if (r->kind == REQ_SYNC)
+			break;
+		if (r->kind == REQ_CLOSE &&
+		    (r->stmt_id == id || (r->closed && !strcmp(prepare_client_name(r->closed), name))))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Whether the server's copy of statement `id` (PGBOUNCER_<id>) is still
+ * in question: the last Parse or Close of it the pooler queued (its own:
+ * an eviction, a preparation again) is unanswered in an earlier part of
+ * the pipeline, which an error may have the server skip. Deciding now
+ * whether to prepare it could send a Parse of a statement the server kept
+ * (42P05 under the pooler's name) or a Bind of one it never got. The
+ * Parse that made client mapping `gen` itself is no question when it
+ * creates the statement (parse_makes_stmt()): should it fail, the name
+ * fails with it, as on PostgreSQL.
+ */
+static bool stmt_unsettled(const ReqQueue *q, uint64_t id, uint64_t gen, const char *name)
 {
 	bool behind_sync = false;
 	for (uint32_t i = q->count; i-- > 0;) {
 		const Request *r = reqqueue_at(q, i);
 		if (r->kind == REQ_SYNC)
 			behind_sync = true;
-		else if (map_gen ? r->kind == REQ_PARSE && r->map_gen == map_gen : changes_unnamed(r))
+		else if (gen && r->kind == REQ_PARSE && r->map_gen == gen)
+			return behind_sync && !parse_makes_stmt(q, i, id, name);
+		else if ((r->kind == REQ_PARSE || r->kind == REQ_CLOSE) && r->stmt_id == id)
 			return behind_sync;
 	}
 	return false;
+}
+
+/* The same for client statement `cs` (a Bind or Describe of it). */
+static bool client_stmt_unsettled(const ReqQueue *q, const ClientStmt *cs)
+{
+	return stmt_unsettled(q, prepare_stmt_id(prepare_client_stmt(cs)), prepare_client_gen(cs),
+	                      prepare_client_name(cs));
+}
+
+/*
+ * A Parse of statement `id` prepared nothing: the pooler's Closes of it
+ * in later parts of the pipeline (evictions) find nothing on the server,
+ * and if the server skips them, nothing is left to put back
+ * (request_dropped()); up to a later Parse of it, which prepares it anew.
+ * What is left in the queue of the Parse's own part comes before it
+ * (reqqueue_server_special() drops the last first).
+ */
+static void closes_find_nothing(ReqQueue *q, uint64_t id)
+{
+	uint32_t i = 0;
+	while (i < q->count && reqqueue_at(q, i)->kind != REQ_SYNC)
+		i++;
+	for (; i < q->count; i++) {
+		Request *r = reqqueue_at(q, i);
+		if (r->stmt_id != id)
+			continue;
+		if (r->kind == REQ_PARSE)
+			break;
+		if (r->kind == REQ_CLOSE)
+			r->dropped_ahead = true;
+	}
 }
 
 /* A request the server will never answer: what it prepared never happened. */
@@ -187,8 +287,10 @@ static void request_dropped(Request *r, void *arg)
 	}
 	if (r->kind != REQ_PARSE)
 		return;
-	if (r->stmt_id)
+	if (r->stmt_id) {
 		prepare_server_remove_id(&s->sstmts, r->stmt_id);
+		closes_find_nothing(&s->rq, r->stmt_id);
+	}
 	if (r->map_gen && s->link)
 		prepare_client_remove_gen(&s->link->stmts, r->map_gen);
 }
@@ -344,23 +446,46 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 		return SB_FORWARD;
 	}
 	ClientStmt *taken = prepare_client_find(&c->stmts, name);
-	if (taken && unsettled(&s->rq, prepare_client_gen(taken))) {
-		/* the Parse that took the name may yet fail: PostgreSQL's answer depends on it */
+	if (unsettled(&s->rq, name, taken)) {
+		/* whether the name is taken: the server's answer to a Parse or Close of it ahead decides */
 		s->held_for_check = true; /* offered again once that is answered or skipped */
 		return SB_WAIT;
-	}
-	c->pool->stats.client_parse_count++;
-	if (taken) {
-		/* PostgreSQL's own answer, 42P05, with the error state it brings */
-		char err[160];
-		snprintf(err, sizeof(err), "42P05prepared statement \"%.100s\" already exists", name);
-		refuse(c, s, "pgbouncer_duplicate_prepared_statement", err);
-		return SB_CONSUMED;
 	}
 	size_t keylen = (size_t)(body + blen - (nul + 1));
 	size_t envlen;
 	const uint8_t *env = txn_client_env(c, &envlen);
 	PreparedStmt *ps = prepare_stmt_get_in(body + (blen - keylen), keylen, env, envlen);
+	if (stmt_unsettled(&s->rq, prepare_stmt_id(ps), 0, NULL)) {
+		prepare_stmt_unref(ps);
+		s->held_for_check = true; /* whether the server has the statement: its answer decides */
+		return SB_WAIT;
+	}
+	if (s->txn_status == 'T' && prepare_server_has(&s->sstmts, ps, false) && part_unanswered(&s->rq)) {
+		/*
+		 * The pooler would answer this Parse itself, but an error ahead
+		 * fails the transaction, and PostgreSQL then refuses it (25P02).
+		 */
+		prepare_stmt_unref(ps);
+		s->held_for_check = true;
+		return SB_WAIT;
+	}
+	c->pool->stats.client_parse_count++;
+	if (taken) {
+		/*
+		 * PostgreSQL's own answer, 42P05, with the error state it brings.
+		 * It parses the text before it looks at the name, so a text that
+		 * fails (syntax, an unknown table, a failed transaction) gets its
+		 * own error instead: one the server does not have is prepared
+		 * there first, its success swallowed, its error the client's.
+		 */
+		if (!prepare_server_has(&s->sstmts, ps, false))
+			send_parse(c, s, ps, ANS_SWALLOW, 0);
+		prepare_stmt_unref(ps);
+		char err[160];
+		snprintf(err, sizeof(err), "42P05prepared statement \"%.100s\" already exists", name);
+		refuse(c, s, "pgbouncer_duplicate_prepared_statement", err);
+		return SB_CONSUMED;
+	}
 	ClientStmt *cs = prepare_client_add(&c->stmts, name, ps);
 	if (s->txn_status == 'E' && !may_drop_statements(&s->rq)) {
 		/*
@@ -449,6 +574,11 @@ static SBufAction client_bind(PgSocket *c, PgSocket *s, const uint8_t *data, uin
 		reqqueue_push(&s->rq, REQ_BIND, ANS_CLIENT);
 		return SB_FORWARD;
 	}
+	if (cs ? client_stmt_unsettled(&s->rq, cs) : unsettled(&s->rq, stmt, NULL)) {
+		s->held_for_check =
+		    true; /* a Parse or Close of the name ahead may yet be skipped: its answer decides */
+		return SB_WAIT;
+	}
 	Prepared st;
 	const char *name = server_name(c, s, cs, &st); /* may queue a Parse first: before the message is written */
 	if (st == PREP_WAIT)
@@ -495,6 +625,11 @@ static SBufAction client_describe_close(PgSocket *c, PgSocket *s, const PktHdr *
 	}
 	ClientStmt *cs;
 	bool rename = renamed(c, name, &cs);
+	if (kind == REQ_CLOSE || !cs ? unsettled(&s->rq, name, cs) : client_stmt_unsettled(&s->rq, cs)) {
+		/* a Parse or Close of the name ahead may yet be skipped: the server's answer decides */
+		s->held_for_check = true;
+		return SB_WAIT;
+	}
 	if (kind == REQ_CLOSE) {
 		/* the name is the client's only: the server keeps the statement for others */
 		if (cs)
@@ -602,7 +737,7 @@ static SBufAction guard_unnamed(PgSocket *c, PgSocket *s, const PktHdr *hdr, con
 		return SB_FORWARD;
 	if (s->unnamed_owner != c->id)
 		return unnamed_of_another(c, s, hdr->type == 'B' ? REQ_BIND : REQ_DESCRIBE, data, avail, hdr->len);
-	if (unsettled(&s->rq, 0)) {
+	if (unsettled(&s->rq, NULL, NULL)) {
 		s->held_for_check = true; /* offered again once that is answered or skipped */
 		return SB_WAIT;
 	}
@@ -1028,25 +1163,6 @@ static void resume_if_room(PgSocket *s)
 		resume_held(s);
 }
 
-/*
- * Whether answer `req`, with the pooler's own answers that follow it
- * (answer_own_requests()), settles a Parse a held message may wait for
- * (unsettled()).
- */
-static bool settles_parse(const PgSocket *s, const Request *req)
-{
-	if (changes_unnamed(req) || (req->kind == REQ_PARSE && req->map_gen))
-		return true;
-	for (uint32_t i = 0; i < s->rq.count; i++) {
-		const Request *r = reqqueue_at(&s->rq, i);
-		if (r->answer != ANS_POOLER)
-			break;
-		if (r->kind == REQ_PARSE && r->map_gen)
-			return true;
-	}
-	return false;
-}
-
 /* The answer goes to the client, then whatever the pooler answers itself after it. */
 static SBufAction deliver_then_own(PgSocket *s, const uint8_t *data, uint32_t len)
 {
@@ -1117,8 +1233,9 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 		act = SB_CONSUMED;
 		resume = req.answer == ANS_CHECK;
 	}
-	if (!resume && s->held_for_check && settles_parse(s, &req) && !reqqueue_has_answer(&s->rq, ANS_CHECK))
-		resume = true; /* a message waited for this Parse (unsettled()), not for a description */
+	if (!resume && s->held_for_check && !reqqueue_has_answer(&s->rq, ANS_CHECK))
+		resume =
+		    true; /* a message waits for answers ahead (unsettled()), not for a description: it looks again */
 	if (__builtin_expect(s->rq.full, 0) && s->rq.count <= QUEUE_RESUME)
 		resume = true; /* the queue has room again (hold_until_answered()) */
 	if (req.error)
