@@ -104,7 +104,7 @@ void prepare_server_add(ServerStmt **set, PreparedStmt *ps);
  * and unrefs it) or NULL when within the limit.
  */
 PreparedStmt *prepare_server_evict(ServerStmt **set, unsigned max, const PreparedStmt *keep);
-void prepare_server_remove_id(ServerStmt **set, uint64_t id);        /* its Parse failed */
+void prepare_server_remove_id(ServerStmt **set, uint64_t id);        /* its Parse failed (or a stand-in of it) */
 PreparedStmt *prepare_server_find_id(ServerStmt **set, uint64_t id); /* the server's statement numbered id, or NULL */
 /*
  * The server's statement of ps has another result type than ps: ps is no
@@ -116,10 +116,11 @@ void prepare_server_orphan(ServerStmt **set, PreparedStmt *ps);
 /*
  * The server still has statement PGBOUNCER_<id> although nobody uses it any
  * more (its registry entry is gone: a Close of it was skipped after an
- * error): a stand-in with that name joins the set, so that the statement
- * counts against max_prepared_statements and is closed when evicted.
+ * error): a stand-in with that name (or `name`, that of a stand-in whose
+ * Close was skipped) joins the set, so that the statement counts against
+ * max_prepared_statements and is closed when evicted.
  */
-void prepare_server_add_stand_in(ServerStmt **set, uint64_t id);
+void prepare_server_add_stand_in(ServerStmt **set, uint64_t id, const char *name);
 void prepare_server_clear(ServerStmt **set);
 /* The same, but for the statements keep() says to keep (by their id). */
 void prepare_server_clear_except(ServerStmt **set, bool (*keep)(uint64_t id, void *arg), void *arg);

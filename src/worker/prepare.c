@@ -403,19 +403,32 @@ void prepare_server_orphan(ServerStmt **set, PreparedStmt *ps)
 	prepare_stmt_unref(ps);
 }
 
-void prepare_server_add_stand_in(ServerStmt **set, uint64_t id)
+void prepare_server_add_stand_in(ServerStmt **set, uint64_t id, const char *name)
 {
-	char name[PREPARE_NAME_LEN];
-	snprintf(name, sizeof(name), PREPARE_NAME_PREFIX "%llu", (unsigned long long)id);
+	char own[PREPARE_NAME_LEN];
+	if (!name) {
+		snprintf(own, sizeof(own), PREPARE_NAME_PREFIX "%llu", (unsigned long long)id);
+		name = own;
+	}
 	prepare_server_add(set, stand_in(name));
 }
 
 void prepare_server_remove_id(ServerStmt **set, uint64_t id)
 {
-	ServerStmt *ss;
+	ServerStmt *ss, *tmp;
 	HASH_FIND(hh, *set, &id, sizeof(id), ss);
-	if (!ss)
-		return;
+	if (!ss) {
+		/* a stand-in that took its place has an id of its own, and its name (prepare_server_add_stand_in()) */
+		char name[PREPARE_NAME_LEN];
+		snprintf(name, sizeof(name), PREPARE_NAME_PREFIX "%llu", (unsigned long long)id);
+		HASH_ITER(hh, *set, ss, tmp)
+		{
+			if (ss->ps->retired && strcmp(ss->ps->name, name) == 0)
+				break;
+		}
+		if (!ss)
+			return;
+	}
 	HASH_DELETE(hh, *set, ss);
 	prepare_stmt_unref(ss->ps);
 	free(ss);

@@ -271,7 +271,7 @@ static void request_dropped(Request *r, void *arg)
 			 * stays all the same, to be counted and closed in due
 			 * course, or each such skip leaves one more behind.
 			 */
-			prepare_server_add_stand_in(&s->sstmts, r->stmt_id);
+			prepare_server_add_stand_in(&s->sstmts, r->stmt_id, request_name(r));
 		else if (!prepare_server_has(&s->sstmts, ps, false))
 			prepare_server_add(&s->sstmts, ps);
 		return;
@@ -303,6 +303,9 @@ static void evict_statements(PgSocket *c, PgSocket *s, const PreparedStmt *keep)
 		put_simple_msg(server_msg(c), 'C', 'S', prepare_stmt_name(old));
 		reqqueue_push(&s->rq, REQ_CLOSE, ANS_SWALLOW);
 		reqqueue_tail(&s->rq)->stmt_id = prepare_stmt_id(old); /* put back if the server skips the Close */
+		if (prepare_stmt_retired(old))
+			/* a stand-in's name is not its id's: put back under its name (request_dropped()) */
+			request_set_name(reqqueue_tail(&s->rq), prepare_stmt_name(old));
 		prepare_stmt_unref(old);
 	}
 }

@@ -368,6 +368,28 @@ static void test_server_lru(void **state)
 	assert_int_equal(prepare_registry_count(), 0);
 }
 
+/*
+ * Stand-ins (a skipped eviction of a statement nobody holds): under the
+ * name given, else the id's; a failed Parse of that id takes its
+ * stand-in out too.
+ */
+static void test_stand_in(void **state)
+{
+	ServerStmt *set = NULL;
+	prepare_server_add_stand_in(&set, 7, NULL);
+	prepare_server_add_stand_in(&set, 8, PREPARE_NAME_PREFIX "3");
+	assert_int_equal(prepare_server_count(&set), 2);
+	PreparedStmt *first = prepare_server_evict(&set, 1, NULL);
+	assert_string_equal(prepare_stmt_name(first), PREPARE_NAME_PREFIX "7");
+	assert_true(prepare_stmt_retired(first));
+	prepare_stmt_unref(first);
+	prepare_server_remove_id(&set, 9); /* neither */
+	assert_int_equal(prepare_server_count(&set), 1);
+	prepare_server_remove_id(&set, 3);
+	assert_int_equal(prepare_server_count(&set), 0);
+	assert_int_equal(prepare_registry_count(), 0);
+}
+
 /* A statement whose text now has another result type: retired, a stand-in keeps its name on the server. */
 static void test_retired_statement(void **state)
 {
@@ -489,6 +511,7 @@ int main(void)
 	    cmocka_unit_test(test_client_map),
 	    cmocka_unit_test(test_client_map_last),
 	    cmocka_unit_test(test_server_lru),
+	    cmocka_unit_test(test_stand_in),
 	    cmocka_unit_test(test_retired_statement),
 	    cmocka_unit_test(test_row_desc_hash),
 	    cmocka_unit_test(test_has_answer),
