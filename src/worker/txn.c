@@ -225,27 +225,70 @@ static bool client_stmt_unsettled(const ReqQueue *q, const ClientStmt *cs)
 }
 
 /*
- * A Parse of statement `id` prepared nothing: the pooler's Closes of it
- * in later parts of the pipeline (evictions) find nothing on the server,
- * and if the server skips them, nothing is left to put back
- * (request_dropped()); up to a later Parse of it, which prepares it anew.
- * What is left in the queue of the Parse's own part comes before it
- * (reqqueue_server_special() drops the last first).
+ * Where the later parts of the pipeline begin in the queue, for a request
+ * being dropped: what is left of its own part comes before it
+ * (reqqueue_server_special() drops the last first), so at the first Sync.
  */
-static void closes_find_nothing(ReqQueue *q, uint64_t id)
+static uint32_t later_parts(const ReqQueue *q)
 {
 	uint32_t i = 0;
 	while (i < q->count && reqqueue_at(q, i)->kind != REQ_SYNC)
 		i++;
-	for (; i < q->count; i++) {
+	return i;
+}
+
+/*
+ * A Parse of statement `id` prepared nothing: the pooler's Closes of it
+ * in later parts (evictions) find nothing on the server, and if the
+ * server skips them, nothing is left to put back (request_dropped()); up
+ * to a later Parse of it, which prepares it anew. Unless a Close of it
+ * ahead of the Parse in its part was skipped too: then the server kept
+ * it. Returns whether such a later Parse is queued: the server's set has
+ * that Parse's entry.
+ */
+static bool parse_came_to_nothing(ReqQueue *q, uint64_t id)
+{
+	uint32_t later = later_parts(q);
+	bool kept = false;
+	for (uint32_t i = 0; i < later; i++) {
+		const Request *r = reqqueue_at(q, i);
+		if (r->kind == REQ_CLOSE && r->stmt_id == id)
+			kept = true;
+	}
+	for (uint32_t i = later; i < q->count; i++) {
 		Request *r = reqqueue_at(q, i);
 		if (r->stmt_id != id)
 			continue;
 		if (r->kind == REQ_PARSE)
-			break;
-		if (r->kind == REQ_CLOSE)
+			return true;
+		if (r->kind == REQ_CLOSE && !kept)
 			r->dropped_ahead = true;
 	}
+	return false;
+}
+
+/*
+ * Whether a later part closes statement `id` again: that Close decides
+ * whether the server has it, and puts it back itself if skipped.
+ */
+static bool closed_later(const ReqQueue *q, uint64_t id)
+{
+	for (uint32_t i = later_parts(q); i < q->count; i++) {
+		const Request *r = reqqueue_at(q, i);
+		if (r->kind == REQ_CLOSE && r->stmt_id == id)
+			return true;
+	}
+	return false;
+}
+
+/* Whether a later part changes the unnamed statement again. */
+static bool unnamed_changed_later(const ReqQueue *q)
+{
+	for (uint32_t i = later_parts(q); i < q->count; i++) {
+		if (changes_unnamed(reqqueue_at(q, i)))
+			return true;
+	}
+	return false;
 }
 
 /* A request the server will never answer: what it prepared never happened. */
@@ -260,7 +303,7 @@ static void request_dropped(Request *r, void *arg)
 	}
 	if (r->kind == REQ_CLOSE && r->stmt_id) {
 		/* an eviction the server skipped: the statement is still there, unless dropped ahead of it */
-		if (r->dropped_ahead)
+		if (r->dropped_ahead || closed_later(&s->rq, r->stmt_id))
 			return;
 		PreparedStmt *ps = prepare_stmt_by_id(r->stmt_id);
 		if (!ps)
@@ -280,16 +323,18 @@ static void request_dropped(Request *r, void *arg)
 		/*
 		 * Skipped, the server's unnamed statement is still whoever's it
 		 * was (a failed Parse leaves none): nobody's, a later Bind of it
-		 * closes it first.
+		 * closes it first. Unless a later part of the pipeline changes
+		 * it again: what the pooler recorded for that one holds.
 		 */
-		s->unnamed_owner = 0;
+		if (!unnamed_changed_later(&s->rq))
+			s->unnamed_owner = 0;
 		return;
 	}
 	if (r->kind != REQ_PARSE)
 		return;
 	if (r->stmt_id) {
-		prepare_server_remove_id(&s->sstmts, r->stmt_id);
-		closes_find_nothing(&s->rq, r->stmt_id);
+		if (!parse_came_to_nothing(&s->rq, r->stmt_id))
+			prepare_server_remove_id(&s->sstmts, r->stmt_id);
 	}
 	if (r->map_gen && s->link)
 		prepare_client_remove_gen(&s->link->stmts, r->map_gen);
@@ -1076,17 +1121,30 @@ static void check_stale_statement(PgSocket *s, const Request *req, const uint8_t
 	slog(LG_LOG, s, "a prepared statement's result type changed (0A000): closing the server at release");
 }
 
+/* Whether a Parse of statement `id` is queued (the pooler prepares it again behind the failed message). */
+static bool parse_queued(const ReqQueue *q, uint64_t id)
+{
+	for (uint32_t i = 0; i < q->count; i++) {
+		const Request *r = reqqueue_at(q, i);
+		if (r->kind == REQ_PARSE && r->stmt_id == id)
+			return true;
+	}
+	return false;
+}
+
 /*
  * A renamed Bind or Describe failed with 26000: the server no longer has
  * the statement the pooler listed there, dropped where the pooler cannot
  * see it (EXECUTE 'DEALLOCATE ALL' in a function or DO block, whose
  * CommandComplete says DO; an SQL DEALLOCATE of the server-side name). It
  * leaves the server's list, so that the next Bind of it, this client's or
- * another's, prepares it again: one error, not one at every use.
+ * another's, prepares it again: one error, not one at every use. Unless a
+ * Parse of it is queued already (a later part of the pipeline prepares it
+ * again): the server will have it.
  */
 static void check_lost_statement(PgSocket *s, const Request *req, const uint8_t *data, uint32_t len)
 {
-	if (req->stmt_id && strcmp(txn_error_sqlstate(data, len), "26000") == 0)
+	if (req->stmt_id && strcmp(txn_error_sqlstate(data, len), "26000") == 0 && !parse_queued(&s->rq, req->stmt_id))
 		prepare_server_remove_id(&s->sstmts, req->stmt_id);
 }
 
