@@ -140,6 +140,8 @@ static bool changes_unnamed(const Request *r)
  */
 static bool unsettled(const ReqQueue *q, const char *name, const ClientStmt *cs)
 {
+	if (!q->count)
+		return false;
 	uint64_t gen = cs ? prepare_client_gen(cs) : 0;
 	bool behind_sync = false;
 	for (uint32_t i = q->count; i-- > 0;) {
@@ -217,11 +219,11 @@ static bool stmt_unsettled(const ReqQueue *q, uint64_t id, uint64_t gen, const c
 	return false;
 }
 
-/* The same for client statement `cs` (a Bind or Describe of it). */
-static bool client_stmt_unsettled(const ReqQueue *q, const ClientStmt *cs)
+/* The same for client statement `cs` (a Bind or Describe of it); an empty queue, the usual, settles it at once. */
+static inline bool client_stmt_unsettled(const ReqQueue *q, const ClientStmt *cs)
 {
-	return stmt_unsettled(q, prepare_stmt_id(prepare_client_stmt(cs)), prepare_client_gen(cs),
-	                      prepare_client_name(cs));
+	return q->count && stmt_unsettled(q, prepare_stmt_id(prepare_client_stmt(cs)), prepare_client_gen(cs),
+	                                  prepare_client_name(cs));
 }
 
 /*
@@ -503,7 +505,7 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 	size_t envlen;
 	const uint8_t *env = txn_client_env(c, &envlen);
 	PreparedStmt *ps = prepare_stmt_get_in(body + (blen - keylen), keylen, env, envlen);
-	if (stmt_unsettled(&s->rq, prepare_stmt_id(ps), 0, NULL)) {
+	if (s->rq.count && stmt_unsettled(&s->rq, prepare_stmt_id(ps), 0, NULL)) {
 		prepare_stmt_unref(ps);
 		s->held_for_check = true; /* whether the server has the statement: its answer decides */
 		return SB_WAIT;
