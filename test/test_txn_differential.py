@@ -3,8 +3,8 @@
 Random pipelines of extended-protocol and simple-query messages, with
 named and unnamed statements, failures at Parse, Bind and Execute,
 transactions and DEALLOCATE ALL, are sent by two clients that share the
-pooler's one server, and the same pipelines by two direct connections to
-PostgreSQL: every reply through the pooler must be the one PostgreSQL
+pooler's one server (or three that share two), and the same pipelines
+by as many direct connections to PostgreSQL: every reply through the pooler must be the one PostgreSQL
 gave (message types, rows, SQLSTATE and text of each error, transaction
 status). The seeds are fixed, so a failure is reproduced by its seed and
 step, which the assertion names.
@@ -114,22 +114,22 @@ def same(got, want):
     return all(g == w or (g[1] == "25P02" and w[1] == "08P01") for g, w in zip(got[2], want[2]))
 
 
-def run_seed(b, pg, seed, steps):
+def run_seed(b, pg, seed, steps, clients):
     rng = random.Random(seed)
-    gens = [Client(rng), Client(rng)]
-    pooled = [raw_client(b), raw_client(b)]
+    gens = [Client(rng) for _ in range(clients)]
+    pooled = [raw_client(b) for _ in range(clients)]
     direct = []
-    for _ in range(2):
+    for _ in range(clients):
         d = PgWire(pg.port)
         d.login()
         direct.append(d)
+    servers = clients - 1  # default_pool_size: one client is always left waiting, unless it holds one
     history = []
     try:
         for step in range(steps):
-            # with one server, a client may go only while the other is outside a transaction
-            who = rng.randrange(2)
-            if gens[1 - who].in_txn:
-                who = 1 - who
+            # a client in a transaction holds its server: the others go only while one is left
+            holding = [i for i in range(clients) if gens[i].in_txn]
+            who = rng.choice(holding if len(holding) >= servers else range(clients))
             data, said = gens[who].pipeline()
             history.append(f"step {step} client {who}: {said}")
             want = answer(exchange(direct[who], data))  # a generator's mistake shows as a timeout here
@@ -139,7 +139,7 @@ def run_seed(b, pg, seed, steps):
                 raise AssertionError(f"seed {seed}, step {step}, client {who}: {e!r}\n  postgres {want}\n"
                                      "  history:\n    " + "\n    ".join(history[-12:])) from None
             assert same(got, want), (f"seed {seed}, step {step}, client {who}:\n  sent {said}\n  pooler {got}\n"
-                                 f"  postgres {want}\n  history:\n    " + "\n    ".join(history[-12:]))
+                                     f"  postgres {want}\n  history:\n    " + "\n    ".join(history[-12:]))
             gens[who].in_txn = want[3] in ("T", "E")
     finally:
         for w in pooled + direct:
@@ -151,11 +151,13 @@ SEEDS = int(os.environ.get("PGB_DIFF_SEEDS", "6"))
 STEPS = int(os.environ.get("PGB_DIFF_STEPS", "150"))
 
 
+@pytest.mark.parametrize("clients", [2, 3])
 @pytest.mark.parametrize("limit", [100, 2])
 @pytest.mark.parametrize("seed", range(SEEDS))
-def test_pipelines_answered_as_postgres_answers_them(bouncer, pg, seed, limit):
-    """max_prepared_statements 2 makes the pooler evict and prepare again
-    behind the clients' backs; 100 keeps every statement."""
-    b = bouncer(ini_overrides=dict(pool_mode="transaction", default_pool_size=1, max_prepared_statements=limit,
-                                   query_wait_timeout=10))
-    run_seed(b, pg, seed * 1000 + limit, STEPS)
+def test_pipelines_answered_as_postgres_answers_them(bouncer, pg, seed, limit, clients):
+    """Two clients on one server, or three on two (which of them a client
+    gets varies). max_prepared_statements 2 makes the pooler evict and
+    prepare again behind the clients' backs; 100 keeps every statement."""
+    b = bouncer(ini_overrides=dict(pool_mode="transaction", default_pool_size=clients - 1,
+                                   max_prepared_statements=limit, query_wait_timeout=10))
+    run_seed(b, pg, seed * 1000 + limit + clients * 100000, STEPS, clients)
