@@ -201,20 +201,24 @@ static bool parse_makes_stmt(const ReqQueue *q, uint32_t at, uint64_t id, const 
  * whether to prepare it could send a Parse of a statement the server kept
  * (42P05 under the pooler's name) or a Bind of one it never got. The
  * Parse that made client mapping `gen` itself is no question when it
- * creates the statement (parse_makes_stmt()): should it fail, the name
- * fails with it, as on PostgreSQL.
+ * creates the statement (parse_makes_stmt()) and nothing after it closes
+ * or prepares the statement again: should it fail, the name fails with
+ * it, as on PostgreSQL.
  */
 static bool stmt_unsettled(const ReqQueue *q, uint64_t id, uint64_t gen, const char *name)
 {
-	bool behind_sync = false;
+	bool behind_sync = false, touched_later = false;
 	for (uint32_t i = q->count; i-- > 0;) {
 		const Request *r = reqqueue_at(q, i);
-		if (r->kind == REQ_SYNC)
+		if (r->kind == REQ_SYNC) {
 			behind_sync = true;
-		else if (gen && r->kind == REQ_PARSE && r->map_gen == gen)
-			return behind_sync && !parse_makes_stmt(q, i, id, name);
-		else if ((r->kind == REQ_PARSE || r->kind == REQ_CLOSE) && r->stmt_id == id)
-			return behind_sync;
+		} else if (gen && r->kind == REQ_PARSE && r->map_gen == gen) {
+			return behind_sync && (touched_later || !parse_makes_stmt(q, i, id, name));
+		} else if ((r->kind == REQ_PARSE || r->kind == REQ_CLOSE) && r->stmt_id == id) {
+			if (behind_sync || !gen)
+				return behind_sync;
+			touched_later = true; /* in this part: the statement's fate is no longer the name's */
+		}
 	}
 	return false;
 }
