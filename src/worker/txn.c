@@ -629,8 +629,8 @@ static SBufAction client_bind(PgSocket *c, PgSocket *s, const uint8_t *data, uin
 		return SB_FORWARD;
 	}
 	if (cs ? client_stmt_unsettled(&s->rq, cs) : unsettled(&s->rq, stmt, NULL)) {
-		s->held_for_check =
-		    true; /* a Parse or Close of the name ahead may yet be skipped: its answer decides */
+		/* a Parse or Close of the name ahead may yet be skipped: its answer decides */
+		s->held_for_check = true;
 		return SB_WAIT;
 	}
 	Prepared st;
@@ -1300,9 +1300,14 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 		act = SB_CONSUMED;
 		resume = req.answer == ANS_CHECK;
 	}
-	if (!resume && s->held_for_check && !reqqueue_has_answer(&s->rq, ANS_CHECK))
-		resume =
-		    true; /* a message waits for answers ahead (unsettled()), not for a description: it looks again */
+	/*
+	 * A message waiting for answers ahead (unsettled()), not for a
+	 * description, looks again at each answer; at a ReadyForQuery only if
+	 * statement mode does not refuse the transaction block there (below).
+	 */
+	if (!resume && s->held_for_check && !reqqueue_has_answer(&s->rq, ANS_CHECK) &&
+	    (t != 'Z' || reqqueue_release_decision(s->link_mode, s->txn_status, &s->rq) != RELEASE_VIOLATION))
+		resume = true;
 	if (__builtin_expect(s->rq.full, 0) && s->rq.count <= QUEUE_RESUME)
 		resume = true; /* the queue has room again (hold_until_answered()) */
 	if (req.error)
