@@ -1555,6 +1555,25 @@ def parses_of_one_name(w):
     return [(r.types, r.errors, r.rows) for r in replies]
 
 
+def deallocate_then_parse(w):
+    """DEALLOCATE ALL through the extended protocol (as psycopg 3 sends
+    it), then, in the same pipeline, a Parse of a name the client had: on
+    PostgreSQL the name is free by then."""
+    assert exchange(w, parse("s1", "SELECT 1"), SYNC).errors == []
+    r = exchange(w, parse("", "DEALLOCATE ALL"), bind(""), execute(), parse("s1", "SELECT 2"), run("s1"), SYNC)
+    return r.types, r.errors, r.rows
+
+
+def test_parse_of_a_name_behind_deallocate_all_in_the_pipeline(bouncer, pg):
+    direct = PgWire(pg.port)
+    direct.login()
+    want = deallocate_then_parse(direct)
+    direct.close()
+    assert want == ("12C12DCZ", [], [["2"]])
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    assert deallocate_then_parse(raw_client(b)) == want
+
+
 def test_parse_again_of_a_name_whose_parse_is_unanswered(bouncer, pg):
     direct = PgWire(pg.port)
     direct.login()

@@ -505,6 +505,17 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 		s->held_for_check = true; /* offered again once that is answered or skipped */
 		return SB_WAIT;
 	}
+	if (taken && may_drop_statements(&s->rq)) {
+		/*
+		 * The same for a Query or Execute ahead: a DEALLOCATE ALL or
+		 * DISCARD ALL frees every name. It may be in this part of the
+		 * pipeline, not yet ended by a Sync: a Flush has the server
+		 * answer it.
+		 */
+		s->held_for_check = true;
+		pktbuf_put_bytes(server_msg(c), (const uint8_t[]){'H', 0, 0, 0, 4}, 5);
+		return SB_WAIT;
+	}
 	size_t keylen = (size_t)(body + blen - (nul + 1));
 	size_t envlen;
 	const uint8_t *env = txn_client_env(c, &envlen);
