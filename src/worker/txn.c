@@ -115,6 +115,19 @@ static void answer_own_requests(PgSocket *s)
 	}
 }
 
+/* A Flush: the server sends what it keeps until a Sync (the pooler's, when a message waits for answers). */
+static const uint8_t FLUSH_MSG[] = {'H', 0, 0, 0, 4};
+
+/* Whether a request of one of `kinds` (a bit per ReqKind) is queued. */
+static bool queued(const ReqQueue *q, unsigned kinds)
+{
+	for (uint32_t i = 0; i < q->count; i++) {
+		if (kinds & (1u << reqqueue_at(q, i)->kind))
+			return true;
+	}
+	return false;
+}
+
 /*
  * A request that changes which unnamed statement the server has: the
  * client's Parse of it (with max_prepared_statements = 0, any of its
@@ -160,12 +173,7 @@ static bool unsettled(const ReqQueue *q, const char *name, const ClientStmt *cs)
 /* Whether an earlier part of the pipeline (up to a Sync or Query) is still unanswered. */
 static bool part_unanswered(const ReqQueue *q)
 {
-	for (uint32_t i = 0; i < q->count; i++) {
-		uint8_t kind = reqqueue_at(q, i)->kind;
-		if (kind == REQ_SYNC || kind == REQ_QUERY)
-			return true;
-	}
-	return false;
+	return queued(q, 1u << REQ_SYNC | 1u << REQ_QUERY);
 }
 
 /*
@@ -416,7 +424,6 @@ typedef enum Prepared {
  */
 static __attribute__((noinline)) Prepared prepare_again(PgSocket *c, PgSocket *s, PreparedStmt *ps)
 {
-	static const uint8_t flush[] = {'H', 0, 0, 0, 4};
 	if (prepare_stmt_retired(ps)) {
 		refuse_changed(c, s);
 		return PREP_REFUSED;
@@ -429,7 +436,7 @@ static __attribute__((noinline)) Prepared prepare_again(PgSocket *c, PgSocket *s
 	 * error ahead of it.
 	 */
 	send_describe(c, s, ps, ANS_CHECK);
-	pktbuf_put_bytes(server_msg(c), flush, sizeof(flush));
+	pktbuf_put_bytes(server_msg(c), FLUSH_MSG, sizeof(FLUSH_MSG));
 	s->held_for_check = true;
 	return PREP_WAIT;
 }
@@ -478,12 +485,7 @@ const uint8_t *txn_client_env(const PgSocket *c, size_t *len)
  */
 static bool may_drop_statements(ReqQueue *q)
 {
-	for (uint32_t i = 0; i < q->count; i++) {
-		uint8_t kind = reqqueue_at(q, i)->kind;
-		if (kind == REQ_QUERY || kind == REQ_EXECUTE)
-			return true;
-	}
-	return false;
+	return queued(q, 1u << REQ_QUERY | 1u << REQ_EXECUTE);
 }
 
 /* Parse with a statement name: map it, and prepare it on the server unless it is there already. */
@@ -513,7 +515,7 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 		 * answer it.
 		 */
 		s->held_for_check = true;
-		pktbuf_put_bytes(server_msg(c), (const uint8_t[]){'H', 0, 0, 0, 4}, 5);
+		pktbuf_put_bytes(server_msg(c), FLUSH_MSG, sizeof(FLUSH_MSG));
 		return SB_WAIT;
 	}
 	size_t keylen = (size_t)(body + blen - (nul + 1));
@@ -829,9 +831,8 @@ static SBufAction guard_unnamed(PgSocket *c, PgSocket *s, const PktHdr *hdr, con
  */
 static __attribute__((noinline)) SBufAction hold_until_answered(PgSocket *c, PgSocket *s)
 {
-	static const uint8_t flush[] = {'H', 0, 0, 0, 4};
 	if (!s->rq.full) {
-		pktbuf_put_bytes(server_msg(c), flush, sizeof(flush));
+		pktbuf_put_bytes(server_msg(c), FLUSH_MSG, sizeof(FLUSH_MSG));
 		s->rq.full = true;
 	}
 	return SB_WAIT;
