@@ -93,6 +93,9 @@ typedef struct WorkerSlot {
 	/* ScalerView.config_gen of the configuration this worker runs; a console's RELOAD waits until every
 	   worker has caught up [worker] */
 	_Atomic uint64_t config_gen;
+	/* the master's view of the worker (doc/workers.md, "When a worker hangs") */
+	_Atomic uint64_t listener_mask; /* bit k: it accepts on listener slot k [master] */
+	_Atomic uint32_t hung;          /* 1: its loop has not published for worker_watchdog_timeout [master] */
 } WorkerSlot;
 
 /* "starting", "active", "draining", "exiting" ("free" for anything else): SHOW WORKERS and /metrics */
@@ -110,6 +113,15 @@ static inline const char *slot_state_name(uint32_t st)
 	default:
 		return "free";
 	}
+}
+
+/* slot_state_name(), but "hung" for a serving worker the watchdog has flagged: SHOW WORKERS and /metrics */
+static inline const char *worker_slot_state_name(WorkerSlot *s)
+{
+	uint32_t st = atomic_load(&s->state);
+	if ((st == SLOT_ACTIVE || st == SLOT_DRAINING) && atomic_load(&s->hung))
+		return "hung";
+	return slot_state_name(st);
 }
 
 /* The scaler's decisions: made by the master (master/scaler.h), shown by the workers' SHOW SCALER. */

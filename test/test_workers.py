@@ -55,9 +55,9 @@ def test_show_workers_columns_and_idle_busy(bouncer):
         assert [d.name for d in cur.description] == [
             "worker", "pid", "state", "busy", "busy_avg", "cl_active", "cl_waiting", "sv_active", "sv_idle",
             "accepted", "tls_handshakes", "xact_count", "query_count", "started", "uptime", "wait", "wait_avg",
-            "moved_in", "moved_out", "not_movable", "move_failed"]
+            "moved_in", "moved_out", "not_movable", "move_failed", "listeners"]
         assert [d.type_code for d in cur.description] == [
-            23, 23, 25, 1700, 1700, 23, 23, 23, 23, 20, 20, 20, 20, 25, 20, 1700, 1700, 20, 20, 23, 20]
+            23, 23, 25, 1700, 1700, 23, 23, 23, 23, 20, 20, 20, 20, 25, 20, 1700, 1700, 20, 20, 23, 20, 25]
     # an idle pooler reads below 0.05 (wait for a couple of scaler samples first)
     time.sleep(2.5)
     rows = workers(b)

@@ -170,6 +170,7 @@ typedef struct CfGlobals {
 	int worker_scale_up_samples;
 	double worker_scale_up_threshold;
 	char *worker_state_file;
+	usec_t worker_watchdog_timeout;
 } CfGlobals;
 
 /* Sentinel for "not set in this entry; inherit the global value". */

@@ -245,6 +245,7 @@ const CfParam cf_params[] = {
     PARAM_INT(worker_scale_up_samples, "2", RELOAD, 1, WORKER_SAMPLES_MAX),
     PARAM_ABOVE(worker_scale_up_threshold, CF_REAL, "0.75", RELOAD, 0, 1),
     PARAM(worker_state_file, CF_STRING, "", RELOAD),
+    PARAM_TIME(worker_watchdog_timeout, "5", RELOAD),
     {.name = NULL},
 };
 

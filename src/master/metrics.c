@@ -567,7 +567,8 @@ static void put_workers(struct evbuffer *o)
 		uint32_t st = atomic_load(&m.shm->slots[i].state);
 		if (st == SLOT_FREE)
 			continue;
-		evbuffer_add_printf(o, "pgbouncer_worker_state{worker=\"%d\",state=\"%s\"}", i, slot_state_name(st));
+		evbuffer_add_printf(o, "pgbouncer_worker_state{worker=\"%d\",state=\"%s\"}", i,
+		                    worker_slot_state_name(&m.shm->slots[i]));
 		put_value(o, 1);
 	}
 }

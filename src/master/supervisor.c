@@ -55,6 +55,9 @@ typedef struct WorkerProc {
 	Saturation sat;  /* at the last tick with a reading: busy, wait, load (the scaler's input) */
 	double busy_avg; /* exponential moving averages */
 	double wait_avg;
+	uint64_t holds;   /* bit k: it was given listener slot k and not told to drop it */
+	bool hung;        /* the watchdog found its loop silent; its slots went to another worker */
+	bool hung_killed; /* still silent: SIGKILL sent, the reaper respawns the slot */
 } WorkerProc;
 
 /* How far above the old tree's ids a new tree's start (-R). */
@@ -86,6 +89,9 @@ static struct {
 	int rb_fresh;         /* ticks left in which a plan runs at once: a worker was just added */
 	bool rb_now;          /* plan at this tick whatever the history (a drain started) */
 	ConsoleState console; /* the console's pause and database flags, for workers started later */
+	bool starting;        /* supervisor_start() forks the first workers: each takes its own slot only */
+	struct event *watchdog_ev;
+	int64_t watchdog_last_us; /* monotonic time of the last watchdog pass */
 } sv;
 
 /* ---- moved clients' cancel keys ---- */
@@ -209,6 +215,8 @@ static void slot_reset(int i)
 	atomic_store(&s->moved_in, 0);
 	atomic_store(&s->moved_out, 0);
 	atomic_store(&s->move_failed, 0);
+	atomic_store(&s->hung, 0);
+	atomic_store(&s->listener_mask, 0);
 	atomic_store(&sv.shm->scaler.busy_milli[i], 0);
 	atomic_store(&sv.shm->scaler.busy_avg_milli[i], 0);
 	atomic_store(&sv.shm->scaler.wait_milli[i], 0);
@@ -260,16 +268,29 @@ static int wanted_count(void)
 	return n;
 }
 
-/* The live, non-draining worker with the lowest slot other than `except`; -1 if none. */
+/* Active and not flagged by the watchdog: it can accept on a listener slot. */
+static bool is_serving(int i)
+{
+	return is_active(i) && !sv.w[i].hung;
+}
+
+/* The live, non-draining, responsive worker with the lowest slot other than `except`; -1 if none. */
 static int survivor(int except)
 {
 	for (int i = 0; i < SHM_MAX_WORKERS; i++)
-		if (i != except && is_active(i))
+		if (i != except && is_serving(i))
 			return i;
 	return -1;
 }
 
 /* ---- listener slots ---- */
+
+/* Each worker's listener slots into its shm slot: SHOW WORKERS `listeners`. */
+static void publish_listeners(void)
+{
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		atomic_store(&sv.shm->slots[i].listener_mask, sv.w[i].pid > 0 ? sv.w[i].holds : 0);
+}
 
 static bool ensure_listener_slot(int k)
 {
@@ -295,6 +316,8 @@ static void hand_over(int k, int to)
 			log_warning("could not hand listener slot %d to worker %d: %s", k, to, strerror(errno));
 	}
 	sv.served_by[k] = to;
+	sv.w[to].holds |= UINT64_C(1) << k;
+	publish_listeners();
 }
 
 static void take_back(int k, int from)
@@ -307,16 +330,30 @@ static void take_back(int k, int from)
 			log_warning("could not take listener slot %d back from worker %d: %s", k, from,
 			            strerror(errno));
 	}
+	sv.w[from].holds &= ~(UINT64_C(1) << k);
+	publish_listeners();
+}
+
+/*
+ * Listener slot k has nobody accepting on it: no worker was ever given it,
+ * or the one that accepts on it is gone, draining or hung. Such a slot is
+ * given to a worker being started (spawn()) or to a survivor
+ * (adopt_orphans()), so that its accept queue never waits for nobody
+ * (doc/workers.md, "Listener slots").
+ */
+static bool slot_orphaned(int k)
+{
+	if (n_addrs() > 0 && sv.lfd[k][0] < 0)
+		return false;
+	int by = sv.served_by[k];
+	return by < 0 || !is_serving(by);
 }
 
 /* Give every listener slot nobody serves to a survivor. */
 static void adopt_orphans(void)
 {
 	for (int k = 0; k < SHM_MAX_WORKERS; k++) {
-		if (sv.lfd[k][0] < 0 && n_addrs() > 0)
-			continue;
-		int by = sv.served_by[k];
-		if (by >= 0 && is_active(by))
+		if (!slot_orphaned(k))
 			continue;
 		int s = survivor(-1);
 		if (s < 0)
@@ -371,6 +408,7 @@ static void pin_to_core(int i)
 /* ---- fork ---- */
 
 static void on_ctl(evutil_socket_t fd, short what, void *arg);
+static void arm_watchdog(void);
 
 static bool spawn(int i)
 {
@@ -386,6 +424,16 @@ static bool spawn(int i)
 	slot_reset(i);
 	atomic_store(&sv.shm->slots[i].state, SLOT_STARTING);
 	atomic_store(&sv.shm->slots[i].start_time_us, (uint64_t)get_time_usec());
+	/*
+	 * Its own slot, and every slot nobody accepts on: after a drain the
+	 * drained worker's slot went to the survivor, and if that survivor is
+	 * the worker being replaced here, the slot would otherwise keep its
+	 * queue with no acceptor (doc/workers.md, "Listener slots").
+	 */
+	uint64_t takes = UINT64_C(1) << i;
+	for (int k = 0; k < SHM_MAX_WORKERS && !sv.starting; k++)
+		if (k != i && sv.w[k].pid == 0 && slot_orphaned(k))
+			takes |= UINT64_C(1) << k;
 	pid_t pid = fork();
 	if (pid < 0) {
 		log_error("fork() failed: %s", strerror(errno));
@@ -417,7 +465,7 @@ static bool spawn(int i)
 			for (int a = 0; a < MAX_ADDRS; a++) {
 				if (sv.lfd[s][a] < 0)
 					continue;
-				if (s == i)
+				if (takes >> s & 1)
 					wl[k++] = (WorkerSocket){.fd = sv.lfd[s][a], .id = listener_id(s, a)};
 				else
 					close(sv.lfd[s][a]);
@@ -439,13 +487,22 @@ static bool spawn(int i)
 	event_add(sv.w[i].ctl_ev, NULL);
 	sv.w[i].draining = false;
 	sv.w[i].wanted = true;
+	sv.w[i].hung = sv.w[i].hung_killed = false;
+	sv.w[i].holds = takes;
 	atomic_store(&sv.shm->slots[i].pid, pid);
 	/* this slot's listeners were served by a survivor meanwhile: take them back */
 	int prev = sv.served_by[i];
 	if (prev >= 0 && prev != i && sv.w[prev].pid > 0)
 		take_back(i, prev);
-	sv.served_by[i] = i;
-	log_info("worker %d started, pid %d", i, (int)pid);
+	for (int k = 0; k < SHM_MAX_WORKERS; k++)
+		if (takes >> k & 1)
+			sv.served_by[k] = i;
+	publish_listeners();
+	if (takes != UINT64_C(1) << i)
+		log_info("worker %d started, pid %d; it also accepts on listener slots nobody served (mask 0x%llx)", i,
+		         (int)pid, (unsigned long long)(takes & ~(UINT64_C(1) << i)));
+	else
+		log_info("worker %d started, pid %d", i, (int)pid);
 	sv.rb_fresh = REBALANCE_FRESH_TICKS; /* its share of the long-lived clients goes to it at once */
 	return true;
 }
@@ -681,10 +738,12 @@ static void drain(int i)
 	w->draining = true;
 	w->wanted = false;
 	atomic_store(&sv.shm->slots[i].state, SLOT_DRAINING);
-	/* someone else accepts on its listener slot before it stops */
+	/* someone else accepts on its listener slots (its own and any it stood in for) before it stops */
 	int s = survivor(i);
 	if (s >= 0 && n_addrs() > 0)
-		hand_over(i, s);
+		adopt_orphans();
+	w->holds = 0; /* it closes them when it starts draining */
+	publish_listeners();
 	int64_t timeout_ms = sv.cf->g.worker_drain_timeout / 1000;
 	ChannelMsg m = {.type = CH_DRAIN, .arg = timeout_ms};
 	if (!channel_send(w->ctl, &m, -1))
@@ -743,8 +802,8 @@ static void rebalance_tick(bool now)
 	bool drain = false;
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
 		WorkerProc *w = &sv.w[i];
-		if (w->pid <= 0 || w->ctl < 0)
-			continue;
+		if (w->pid <= 0 || w->ctl < 0 || w->hung)
+			continue; /* a hung worker neither gives nor takes: its counts are stale */
 		WorkerSlot *slot = &sv.shm->slots[i];
 		uint32_t st = atomic_load(&slot->state);
 		if (st != SLOT_ACTIVE && st != SLOT_DRAINING)
@@ -963,8 +1022,10 @@ void supervisor_start(int takeover_count)
 			log_info("warm start: %s; starting %d workers (min_workers)", err, count);
 		}
 	}
+	sv.starting = true;
 	for (int i = 0; i < count; i++)
 		spawn(i);
+	sv.starting = false;
 	/* listener slots taken over (-R) beyond our workers: served by one of ours */
 	adopt_orphans();
 	save_count();
@@ -972,6 +1033,7 @@ void supervisor_start(int takeover_count)
 	atomic_store(&sv.shm->scaler.target, (uint32_t)count);
 	publish_reason(SCALE_HOLD, "start");
 	arm_tick();
+	arm_watchdog();
 }
 
 void supervisor_config_changed(Config *cf)
@@ -1038,6 +1100,110 @@ static void on_respawn(evutil_socket_t fd, short what, void *arg)
 	int i = (int)(intptr_t)arg;
 	if (!sv.shutting_down && !sv.retiring && sv.w[i].wanted && sv.w[i].pid == 0)
 		spawn(i);
+}
+
+/* ---- the watchdog (doc/workers.md, "When a worker hangs") ---- */
+
+#define WATCHDOG_PERIOD_US 250000 /* how often the master looks at the workers' heartbeats */
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Worker i's loop has been silent too long: its listener slots go to a responsive worker. */
+static void watchdog_flag(int i, double silent_s)
+{
+	WorkerProc *w = &sv.w[i];
+	w->hung = true;
+	atomic_store(&sv.shm->slots[i].hung, 1);
+	int s = survivor(i);
+	if (s < 0) {
+		log_warning("worker %d (pid %d) has not run its event loop for %.1f s, and no other worker can take "
+		            "its connections",
+		            i, (int)w->pid, silent_s);
+		return;
+	}
+	log_warning("worker %d (pid %d) has not run its event loop for %.1f s: new connections go to worker %d", i,
+	            (int)w->pid, silent_s, s);
+	if (n_addrs() > 0)
+		adopt_orphans();
+}
+
+/* Worker i runs again: its own slot comes back to it, slots it stood in for stay where they went. */
+static void watchdog_clear(int i, double silent_s)
+{
+	WorkerProc *w = &sv.w[i];
+	w->hung = false;
+	atomic_store(&sv.shm->slots[i].hung, 0);
+	log_info("worker %d (pid %d) runs again after %.1f s", i, (int)w->pid, silent_s);
+	for (int k = 0; k < SHM_MAX_WORKERS && n_addrs() > 0; k++) {
+		int by = sv.served_by[k];
+		if (!(w->holds >> k & 1) || by == i)
+			continue;
+		if (k == i) {
+			if (by >= 0 && sv.w[by].pid > 0)
+				take_back(k, by);
+			sv.served_by[k] = i;
+		} else {
+			take_back(k, i);
+		}
+	}
+	/* a slot nobody could take while it hung (it was the only worker) is its own again */
+	for (int k = 0; k < SHM_MAX_WORKERS; k++)
+		if (w->holds >> k & 1)
+			sv.served_by[k] = i;
+	adopt_orphans();
+	publish_listeners();
+}
+
+static void on_watchdog(evutil_socket_t fd, short what, void *arg)
+{
+	int64_t now_us = mono_us();
+	int64_t late_us = sv.watchdog_last_us ? now_us - sv.watchdog_last_us - WATCHDOG_PERIOD_US : 0;
+	sv.watchdog_last_us = now_us;
+	usec_t limit = sv.cf->g.worker_watchdog_timeout;
+	if (sv.shutting_down || sv.retiring)
+		return;
+	/* we were stopped ourselves (or the whole machine was): give the workers a period to publish */
+	if (late_us > (int64_t)WATCHDOG_PERIOD_US * 4)
+		return;
+	int64_t now = mono_ns();
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		WorkerProc *w = &sv.w[i];
+		if (w->pid <= 0)
+			continue;
+		WorkerSlot *slot = &sv.shm->slots[i];
+		uint32_t st = atomic_load(&slot->state);
+		uint64_t seen = atomic_load(&slot->sample_time_ns);
+		double silent_s = seen && now > (int64_t)seen ? (double)(now - (int64_t)seen) / 1e9 : 0;
+		bool serving = st == SLOT_ACTIVE || st == SLOT_DRAINING;
+		if (!serving || limit == 0 || silent_s * USEC_PER_SEC < (double)limit) {
+			if (w->hung && !w->hung_killed)
+				watchdog_clear(i, silent_s);
+			continue;
+		}
+		if (!w->hung) {
+			watchdog_flag(i, silent_s);
+		} else if (!w->hung_killed && silent_s * USEC_PER_SEC >= 2.0 * (double)limit) {
+			log_error("worker %d (pid %d) has not run its event loop for %.1f s: killing it, the slot "
+			          "gets a new worker",
+			          i, (int)w->pid, silent_s);
+			w->hung_killed = true;
+			kill(w->pid, SIGKILL);
+		}
+	}
+}
+
+static void arm_watchdog(void)
+{
+	if (sv.watchdog_ev)
+		return;
+	struct timeval tv = {0, WATCHDOG_PERIOD_US};
+	sv.watchdog_ev = event_new(sv.base, -1, EV_PERSIST, on_watchdog, NULL);
+	event_add(sv.watchdog_ev, &tv);
 }
 
 /* ---- online restart (-R) ---- */
@@ -1192,7 +1358,10 @@ bool supervisor_reap(bool shutting_down)
 		}
 		close(w->ctl);
 		w->ctl = -1;
+		w->holds = 0;
+		w->hung = w->hung_killed = false;
 		slot_reset(i);
+		publish_listeners();
 		moved_forget_slot(i);
 		/* whatever it held (servers it can no longer close, clients) goes back to the others */
 		budget_reset_worker(&sv.shm->budget, i);

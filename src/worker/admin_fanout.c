@@ -1279,6 +1279,7 @@ void admin_fanout_begin(PgSocket *c, const char *query, FanoutMerge merge, int w
 	}
 	fo->ans[wk.id].involved = true;
 	fo->ans[wk.id].pid = (int32_t)getpid();
+	uint64_t hung = 0;
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
 		Peer *p = &fo->peers[i];
 		int32_t pid = 0;
@@ -1290,6 +1291,10 @@ void admin_fanout_begin(PgSocket *c, const char *query, FanoutMerge merge, int w
 		}
 		fo->ans[i].involved = true;
 		fo->ans[i].pid = pid;
+		if (atomic_load(&wk.shm->slots[i].hung)) {
+			hung |= UINT64_C(1) << i; /* left out below, without waiting FANOUT_TIMEOUT_SEC for it */
+			continue;
+		}
 		if (p->bev && p->pid != pid)
 			peer_close(p); /* the slot has a new process */
 		if (!p->bev && !peer_connect(p, pid)) {
@@ -1299,6 +1304,10 @@ void admin_fanout_begin(PgSocket *c, const char *query, FanoutMerge merge, int w
 			continue;
 		}
 	}
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		if (hung >> i & 1)
+			leave_out(fo, i, "worker %d (pid %d) is left out: it is hung (worker_watchdog_timeout)", i,
+			          (int)fo->ans[i].pid);
 	struct timeval tv = {FANOUT_TIMEOUT_SEC, 0};
 	evtimer_add(fo->timer, &tv);
 }

@@ -31,17 +31,29 @@ static bool send_and_free(PgSocket *c, PktBuf *pb)
 	return ok;
 }
 
+/* A listener slot mask as "0,3": the slots in increasing order, "" for none. */
+static void format_slots(uint64_t mask, char *buf, size_t len)
+{
+	size_t off = 0;
+	buf[0] = '\0';
+	for (int k = 0; k < SHM_MAX_WORKERS && off < len; k++)
+		if (mask >> k & 1)
+			off += (size_t)snprintf(buf + off, len - off, "%s%d", off ? "," : "", k);
+}
+
 bool admin_show_workers(PgSocket *c)
 {
 	static const char *const names[] = {"worker", "pid", "state", "busy", "busy_avg", "cl_active", "cl_waiting",
 	                                    "sv_active", "sv_idle", "accepted", "tls_handshakes", "xact_count",
 	                                    "query_count", "started", "uptime", "wait", "wait_avg",
 	                                    /* rebalancing (doc/workers.md): added at the end */
-	                                    "moved_in", "moved_out", "not_movable", "move_failed"};
+	                                    "moved_in", "moved_out", "not_movable", "move_failed",
+	                                    /* the listener slots it accepts on (doc/workers.md, "Listener slots") */
+	                                    "listeners"};
 	enum { NCOL = sizeof(names) / sizeof(names[0]) };
 	PktBuf pb;
 	pktbuf_init(&pb, 1024);
-	pktbuf_write_row_description(&pb, "iiTNNiiiiqqqqTqNNqqiq", names);
+	pktbuf_write_row_description(&pb, "iiTNNiiiiqqqqTqNNqqiqT", names);
 	ShmSegment *shm = wk.shm;
 	uint64_t now = (uint64_t)get_time_usec();
 	for (int i = 0; shm && i < SHM_MAX_WORKERS; i++) {
@@ -59,7 +71,7 @@ bool admin_show_workers(PgSocket *c)
 		uint64_t started = atomic_load(&s->start_time_us);
 		snprintf(v[0], 64, "%d", i);
 		snprintf(v[1], 64, "%d", (int)pid);
-		snprintf(v[2], 64, "%s", slot_state_name(st));
+		snprintf(v[2], 64, "%s", st == SLOT_FREE ? "free" : worker_slot_state_name(s));
 		snprintf(v[3], 64, "%.3f", atomic_load(&shm->scaler.busy_milli[i]) / 1000.0);
 		snprintf(v[4], 64, "%.3f", atomic_load(&shm->scaler.busy_avg_milli[i]) / 1000.0);
 		snprintf(v[5], 64, "%u", atomic_load(&s->cl_active));
@@ -80,6 +92,7 @@ bool admin_show_workers(PgSocket *c)
 		snprintf(v[18], 64, "%llu", (unsigned long long)atomic_load(&s->moved_out));
 		snprintf(v[19], 64, "%u", atomic_load(&s->cl_unmovable));
 		snprintf(v[20], 64, "%llu", (unsigned long long)atomic_load(&s->move_failed));
+		format_slots(atomic_load(&s->listener_mask), v[21], 64);
 		const char *row[NCOL];
 		for (int k = 0; k < NCOL; k++)
 			row[k] = v[k];

@@ -465,12 +465,22 @@ static void on_publish(evutil_socket_t fd, short what, void *arg)
 
 static WorkerListener *add_listener(int fd, uint32_t id, bool is_unix)
 {
-	if (wk.n_listeners >= WORKER_MAX_LISTENERS) {
+	for (int i = 0; !is_unix && i < wk.n_listeners; i++)
+		if (wk.listeners[i].fd >= 0 && !wk.listeners[i].is_unix && wk.listeners[i].id == id) {
+			close(fd); /* already accepting on it: the master's hand-over crossed our own */
+			return &wk.listeners[i];
+		}
+	WorkerListener *l = NULL;
+	for (int i = 0; i < wk.n_listeners && !l; i++)
+		if (wk.listeners[i].fd < 0 && !wk.listeners[i].active)
+			l = &wk.listeners[i]; /* one dropped before: slots come and go with hand-overs */
+	if (!l && wk.n_listeners >= WORKER_MAX_LISTENERS) {
 		log_warning("too many listeners; closing the handed-over one");
 		close(fd);
 		return NULL;
 	}
-	WorkerListener *l = &wk.listeners[wk.n_listeners++];
+	if (!l)
+		l = &wk.listeners[wk.n_listeners++];
 	*l = (WorkerListener){.fd = fd, .id = id, .is_unix = is_unix};
 	if (!is_unix)
 		tune_tcp_listener(fd);

@@ -161,6 +161,7 @@ static const ExpectedParam expected_params[] = {
     {"worker_scale_up_samples", "2", "yes", false},
     {"worker_scale_up_threshold", "0.75", "yes", false},
     {"worker_state_file", "", "yes", false},
+    {"worker_watchdog_timeout", "5", "yes", false},
 };
 
 #define N_EXPECTED (sizeof(expected_params) / sizeof(expected_params[0]))

@@ -1,0 +1,139 @@
+"""No single process takes the pooler down (doc/workers.md, "Listener slots",
+"When a worker hangs"): every listener slot has a live acceptor after drains
+and crashes, and a worker whose event loop stops gets no new clients and is
+replaced."""
+
+import os
+import signal
+
+import psycopg
+
+from conftest import wait_for
+from helpers import rows, worker_of
+
+TWO = {"min_workers": 2, "max_workers": 2, "log_connections": 0, "log_disconnections": 0}
+
+
+def private_console(b, worker):
+    """A console on one given worker, through its private socket (never through a hung worker)."""
+    return psycopg.connect(host=str(b.dir / f"pgbouncer-workers.{b.port}" / f"worker.{worker}"), port=b.port,
+                           user="pgbouncer", dbname="pgbouncer", autocommit=True, connect_timeout=10)
+
+
+def show_workers(b, via=0):
+    """SHOW WORKERS by worker id, from worker `via` ({} while it is being replaced)."""
+    try:
+        with private_console(b, via) as c:
+            return {r["worker"]: r for r in rows(c, "SHOW WORKERS")}
+    except psycopg.OperationalError:
+        return {}
+
+
+def states(b):
+    return [w["state"] for w in show_workers(b).values()]
+
+
+def logins(b, n, timeout=5):
+    """n new logins over TCP, each with a connect timeout; returns the workers that served them."""
+    served = []
+    for _ in range(n):
+        with psycopg.connect(host="127.0.0.1", port=b.port, dbname="postgres", user="postgres",
+                             connect_timeout=timeout) as c:
+            assert c.execute("SELECT 1").fetchone() == (1,)
+            served.append(worker_of(c))
+    return served
+
+
+def test_drain_then_crash_keeps_every_listener_served(bouncer):
+    """Worker 1 drains and hands its listener slot to worker 0; worker 0 is
+    then killed. The respawned worker 0 accepts on both slots: every new
+    login is served, none waits in a queue nobody accepts from."""
+    b = bouncer(ini_overrides=TWO)
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    assert show_workers(b)[0]["listeners"] == "0"
+    assert show_workers(b)[1]["listeners"] == "1"
+
+    b.update(max_workers=1, min_workers=1)
+    b.write_ini()
+    b.reload()
+    wait_for(lambda: list(show_workers(b)) == [0], "worker 1 drained and gone")
+    assert show_workers(b)[0]["listeners"] == "0,1"
+
+    victim = show_workers(b)[0]["pid"]
+    os.kill(victim, signal.SIGKILL)
+    b.wait_log(rf"worker 0 \(pid {victim}\) was terminated by signal 9")
+    wait_for(lambda: (lambda w: 0 in w and w[0]["pid"] != victim and w[0]["state"] == "active")(show_workers(b)),
+             "worker 0 respawned")
+    assert show_workers(b)[0]["listeners"] == "0,1"
+    b.wait_log(r"worker 0 started, pid \d+; it also accepts on listener slots nobody served")
+    # the kernel spreads new connections over both slots' queues: each must be served
+    assert logins(b, 10) == [0] * 10
+
+
+def test_crash_with_a_survivor_hands_the_slot_over_and_back(bouncer):
+    """Worker 1 dies: its slot goes to worker 0 at once, and back to the new worker 1."""
+    b = bouncer(ini_overrides=TWO)
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    victim = show_workers(b)[1]["pid"]
+    os.kill(victim, signal.SIGKILL)
+    wait_for(lambda: (lambda w: 1 in w and w[1]["pid"] != victim and w[1]["state"] == "active")(show_workers(b)),
+             "worker 1 respawned")
+    wait_for(lambda: {k: w["listeners"] for k, w in show_workers(b).items()} == {0: "0", 1: "1"},
+             "each worker on its own slot again")
+    assert sorted(set(logins(b, 20))) in ([0, 1], [0], [1])
+
+
+def test_hung_worker_gets_no_new_clients_and_is_replaced(bouncer):
+    """Worker 1 is stopped (SIGSTOP) for longer than worker_watchdog_timeout:
+    it is shown as hung, its listener slot goes to worker 0 (so every new
+    login succeeds, all on worker 0), the console leaves it out at once
+    instead of waiting for it, and once it stays silent for twice the
+    timeout it is killed and its slot gets a new worker."""
+    b = bouncer(ini_overrides=dict(TWO, worker_watchdog_timeout=2))
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    stopped = show_workers(b)[1]["pid"]
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        wait_for(lambda: states(b) == ["active", "hung"], "worker 1 shown as hung")
+        assert show_workers(b)[0]["listeners"] == "0,1"
+        b.wait_log(rf"worker 1 \(pid {stopped}\) has not run its event loop for \d+\.\d s: "
+                   r"new connections go to worker 0")
+        assert logins(b, 10) == [0] * 10
+        # the merged console does not wait for the hung worker: it says so
+        notices = []
+        with b.admin(connect_timeout=5) as c:  # its private socket would answer for worker 0 alone
+            assert worker_of(c) == 0
+            c.add_notice_handler(lambda d: notices.append(d.message_primary))
+            rows(c, "SHOW POOLS")
+        assert any("worker 1" in n and "hung" in n for n in notices), notices
+        wait_for(lambda: show_workers(b).get(1, {}).get("pid") not in (None, stopped), "worker 1 replaced",
+                 timeout=30)
+    finally:
+        try:
+            os.kill(stopped, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    b.wait_log(rf"worker 1 \(pid {stopped}\) has not run its event loop for \d+\.\d s: killing it")
+    wait_for(lambda: show_workers(b)[1]["state"] == "active", "the new worker 1 active")
+    wait_for(lambda: {k: w["listeners"] for k, w in show_workers(b).items()} == {0: "0", 1: "1"},
+             "each worker on its own slot again")
+    served = logins(b, 20)
+    assert set(served) <= {0, 1}
+
+
+def test_worker_that_runs_again_gets_its_slot_back(bouncer):
+    """A worker stopped for longer than the timeout but shorter than twice it
+    is flagged, then recovers: it is active again with its own slot, not killed."""
+    b = bouncer(ini_overrides=dict(TWO, worker_watchdog_timeout=3))
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    pid = show_workers(b)[1]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: states(b) == ["active", "hung"], "worker 1 shown as hung")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    b.wait_log(rf"worker 1 \(pid {pid}\) runs again after \d+\.\d s")
+    wait_for(lambda: {k: (w["pid"], w["state"], w["listeners"]) for k, w in show_workers(b).items()}[1]
+             == (pid, "active", "1"), "worker 1 active on its own slot")
+    assert show_workers(b)[0]["listeners"] == "0"
+    assert "killing it" not in b.log_text()
