@@ -572,3 +572,135 @@ def test_handed_over_auth_query_secret_is_looked_up_again(bouncer, old_trees, ap
                 assert c.execute("SELECT current_user").fetchone() == (role,)
     finally:
         apg.sql(pgsql.SQL("DROP ROLE IF EXISTS {}").format(pgsql.Identifier(role)))
+
+
+def test_upgrade_finds_the_fallback_private_directory(bouncer, old_trees, run_as, session_dir):
+    """unix_socket_dir is world-writable and another user holds the private
+    directory's usual name: the pooler works from a directory with a random
+    suffix, and `-R` finds the running tree there (not `unix socket is in use`)."""
+    shared = session_dir / f"shared-{os.getpid()}-{threading.get_ident()}"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)  # like /tmp
+    b = bouncer(ini_overrides={**QUIET, "unix_socket_dir": str(shared)}, start=False)
+    taken = shared / f"pgbouncer-workers.{b.port}"
+    taken.mkdir()  # root's, not the pooler user's
+    b.start()
+    b.wait_log(r"is not a directory of this user .*: using .*pgbouncer-workers\.\d+\.\w{6} instead")
+    with b.connect() as c:
+        c.execute("SELECT 1")
+    old_pid, _ = upgrade(b, old_trees)
+    assert "unix socket is in use" not in b.log_text()
+    b.wait_log(r"online restart: the running process uses the private directory .*pgbouncer-workers\.\d+\.\w{6}")
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit")
+    with b.connect() as c, b.connect(host=str(shared)) as unix:
+        assert c.execute("SELECT 2").fetchone() == (2,)
+        assert unix.execute("SELECT 3").fetchone() == (3,)
+    serving_tree(b)
+
+
+class Writer:
+    """Commits numbered rows through the pooler, one per transaction, reconnecting after an error;
+    `committed` holds the ids whose COMMIT succeeded."""
+
+    def __init__(self, b, pg, table):
+        pg.sql(f"CREATE TABLE {table} (id int PRIMARY KEY)")
+        self.b, self.table = b, table
+        self.committed, self.errors = [], 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+
+    def run(self):
+        import psycopg
+        n, conn = 0, None
+        while not self.stop.is_set():
+            try:
+                if conn is None:
+                    conn = psycopg.connect(host="127.0.0.1", port=self.b.port, dbname="postgres",
+                                           user="postgres", autocommit=True, connect_timeout=5)
+                n += 1
+                conn.execute(f"INSERT INTO {self.table} VALUES (%s)", [n])
+                self.committed.append(n)
+            except Exception:
+                self.errors += 1
+                if conn is not None:
+                    conn.close()
+                conn = None
+                self.stop.wait(0.05)
+        if conn is not None:
+            conn.close()
+
+    def finish(self, pg):
+        self.stop.set()
+        self.thread.join(timeout=30)
+        stored = {r[0] for r in pg.sql(f"SELECT id FROM {self.table}")}
+        lost = [i for i in self.committed if i not in stored]
+        assert lost == [], f"{len(lost)} committed rows lost"
+        assert self.committed, "the writer committed nothing"
+        return len(self.committed)
+
+
+@pytest.mark.parametrize("when", ["early", "after_handover", "in_grace"])
+def test_new_master_killed_during_upgrade_leaves_a_serving_pooler(bouncer, old_trees, pg, when):
+    """The new master of `-R` is killed (kill -9) as soon as it asks for the
+    sockets, right after the old one confirmed the hand-over, or during the
+    grace period:
+    the old tree still serves, the pidfile names it again, nothing
+    committed is lost, and a later `-R` works."""
+    b = bouncer(ini_overrides={**TWO, "pool_mode": "transaction"})
+    writer = Writer(b, pg, f"upgrade_kill_{when}")
+    old_proc, old_pid = b.proc, b.pid
+    old_trees.append((old_pid, os.getpgid(old_pid)))
+    wait_for(lambda: len(writer.committed) > 20, "the writer to commit")
+    mark = b.log_mark()
+    b.proc = None
+    b.start(["-R"], wait=False)
+    new = b.proc
+    old_trees.append((new.pid, new.pid))
+    if when == "early":
+        b.wait_log(r"online restart: pid \d+ asks for the listening sockets", after=mark)
+    else:
+        b.wait_log(r"online restart: pid \d+ stopped accepting and finishes its clients", after=mark)
+        if when == "in_grace":
+            b.wait_log(r"process up", after=mark)
+            threading.Event().wait(1.5)
+    os.kill(new.pid, signal.SIGKILL)
+    new.wait(timeout=30)
+    b.proc, b._pgid = old_proc, os.getpgid(old_pid)
+    if when == "early":
+        # the kill lands before or after the commit, as it happens: either way the old tree carries on
+        b.wait_log(rf"(online restart by pid {new.pid} abandoned; carrying on|online restart: pid {new.pid} went "
+                   r"away \d+\.\d s after taking over)", after=mark)
+    else:
+        b.wait_log(rf"online restart: pid {new.pid} went away \d+\.\d s after taking over, within the grace "
+                   r"period \(\d+ s\): this process carries on", after=mark)
+    assert "not accepting any more" not in b.log_text()[mark:]
+    wait_for(lambda: b._read_pidfile() == old_pid, "the pidfile to name the old master again")
+    before = len(writer.committed)
+    wait_for(lambda: len(writer.committed) > before + 20, "the writer to commit on the old tree")
+    for _ in range(10):
+        with b.connect(connect_timeout=5) as c:
+            assert c.execute("SELECT 1").fetchone() == (1,)
+    writer.finish(pg)
+    # the old master listens for -R again
+    upgrade(b, old_trees)
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit")
+
+
+def test_reboot_while_the_old_master_is_being_killed(bouncer, old_trees):
+    """`-R` right after the running master was killed: its pidfile names a
+    process that is dying (not reaped yet here); `-R` starts a new pooler
+    instead of failing with `pidfile exists`."""
+    b = bouncer(ini_overrides=QUIET)
+    old = b.proc
+    old_trees.append((old.pid, os.getpgid(old.pid)))
+    mark = b.log_mark()
+    os.kill(old.pid, signal.SIGKILL)
+    b.proc = None
+    b.start(["-R"])
+    old.wait(timeout=30)
+    assert "another instance running" not in b.log_text()[mark:]
+    assert b._read_pidfile() == b.pid
+    for _ in range(5):
+        with b.connect(connect_timeout=5) as c:
+            assert c.execute("SELECT 1").fetchone() == (1,)

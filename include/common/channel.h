@@ -108,6 +108,13 @@ typedef enum ChannelMsgType {
 	CH_UP_SEGMENT = 22,
 	CH_UP_HANDOFF = 23,
 	CH_UP_PRED = 24,
+	/*
+	 * new->old, during the old master's grace period after CH_UP_DONE
+	 * (doc/workers.md "Upgrading"): the new master stops on purpose (a
+	 * shutdown signal), so its end of the connection closing is no crash
+	 * to recover from: the old tree retires at once instead of serving on.
+	 */
+	CH_UP_BYE = 25,
 } ChannelMsgType;
 
 /*

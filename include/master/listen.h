@@ -56,6 +56,9 @@ int listen_take_inherited(void);
 /* Boot step 4: fatal "unix socket is in use, cannot continue" if another process answers. */
 void listen_check_unix_in_use(const CfGlobals *g);
 
+/* Whether a process accepts on the configured unix socket (what listen_check_unix_in_use() refuses). */
+bool listen_unix_in_use(const CfGlobals *g);
+
 /*
  * Open every listener the config asks for; fatal when nothing works
  * (doc/pgbouncer.1.md, "EXIT STATUS"). An address (or the unix socket) that

@@ -5,8 +5,13 @@
 #ifndef PGB_MASTER_PIDFILE_H
 #define PGB_MASTER_PIDFILE_H
 
+#include <sys/types.h>
+
 /* Fatal if `path` names a live process (or cannot be read); removes a stale file. */
 void pidfile_check(const char *path);
+
+/* The pid the pidfile names if that process runs (a zombie does not), else 0; 0 without a pidfile. */
+pid_t pidfile_running(const char *path);
 
 /* Create `path` exclusively with "<pid>\n", mode 0644. Fatal on failure. */
 void pidfile_write(const char *path);

@@ -60,8 +60,29 @@ bool upgrade_forward_cancel(const ChannelMsg *m, int fd);
 /* Inherited sockets nobody took (their address is gone from listen_addr): closed, with a log line. */
 void upgrade_close_unused(Takeover *t);
 
-/* Running master: called with the new master's pid once it serves; the old tree then retires. */
+/*
+ * How long a running master keeps its tree serving after a new master took
+ * over (CH_UP_DONE) before it retires: if the new master dies within it, the
+ * old tree carries on instead of leaving nothing behind (doc/workers.md
+ * "Upgrading").
+ */
+#define UPGRADE_GRACE_S 3
+
+/* Running master: called with the new master's pid once it has served for UPGRADE_GRACE_S; the old tree then
+ * retires. */
 typedef void (*UpgradeRetireFn)(pid_t new_pid);
+
+/*
+ * Running master: the new master went away within the grace period (its
+ * control connection closed without CH_UP_BYE). The tree is serving as
+ * before and scaling again; the caller takes back its pidfile and control
+ * socket.
+ */
+typedef void (*UpgradeResumeFn)(pid_t new_pid);
+void upgrade_on_resume(UpgradeResumeFn fn);
+
+/* New master, stopping on purpose: an old master still in its grace period retires now (CH_UP_BYE). */
+void upgrade_goodbye(void);
 /*
  * Running master: called when a new master asks for the sockets; sends
  * them with upgrade_send_listener() and returns the worker count (-1 on

@@ -120,11 +120,11 @@ int listen_take_inherited(void)
 	return inherited.n;
 }
 
-void listen_check_unix_in_use(const CfGlobals *g)
+bool listen_unix_in_use(const CfGlobals *g)
 {
 	/* under socket activation the socket answering is systemd's own */
 	if (!have_unix_socket(g) || inherited.n > 0)
-		return;
+		return false;
 	struct sockaddr_un un;
 	char path[256];
 	socklen_t len = unix_sockaddr(g, &un, path, sizeof(path));
@@ -133,7 +133,12 @@ void listen_check_unix_in_use(const CfGlobals *g)
 		fatal("socket() failed: %s", strerror(errno));
 	int rc = connect(fd, (struct sockaddr *)&un, len);
 	close(fd);
-	if (rc == 0)
+	return rc == 0;
+}
+
+void listen_check_unix_in_use(const CfGlobals *g)
+{
+	if (listen_unix_in_use(g))
 		fatal("unix socket is in use, cannot continue");
 }
 

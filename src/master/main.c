@@ -174,7 +174,53 @@ static void make_private_dir(const CfGlobals *g, bool takeover)
 	master.private_dir_made = !takeover;
 }
 
+/*
+ * -R: the running tree's control socket is in its private directory, the
+ * usual name or, when another user held that name, a directory of that
+ * name with a random suffix (make_private_dir()). Only directories of this
+ * user are tried; upgrade_connect() checks the peer too. The directory
+ * found becomes ours as well.
+ */
+static bool find_running_tree(const CfGlobals *g, Takeover *tk)
+{
+	char dir[sizeof(master.private_dir)];
+	if (!private_socket_dir(g->unix_socket_dir, g->listen_port, dir, sizeof(dir)))
+		return false;
+	if (upgrade_connect(dir, tk))
+		return true;
+	char parent[sizeof(dir)], *slash;
+	pgb_strlcpy(parent, dir, sizeof(parent));
+	if (!(slash = strrchr(parent, '/')))
+		return false;
+	*slash = '\0';
+	const char *base = slash + 1;
+	size_t blen = strlen(base);
+	DIR *d = opendir(parent[0] ? parent : "/");
+	if (!d)
+		return false;
+	bool found = false;
+	struct dirent *e;
+	while (!found && (e = readdir(d)) != NULL) {
+		/* "<name>.XXXXXX", as mkdtemp() made it */
+		if (strncmp(e->d_name, base, blen) != 0 || e->d_name[blen] != '.' || strlen(e->d_name) != blen + 7)
+			continue;
+		char alt[sizeof(dir)];
+		int n = snprintf(alt, sizeof(alt), "%s/%s", parent, e->d_name);
+		if (n < 0 || (size_t)n >= sizeof(alt))
+			continue;
+		if (upgrade_connect(alt, tk)) {
+			log_info("online restart: the running process uses the private directory %s", alt);
+			private_socket_dir_override(alt);
+			found = true;
+		}
+	}
+	closedir(d);
+	return found;
+}
+
 static void master_exit(int code);
+
+#define REBOOT_WAIT_MS 5000 /* -R: how long a running process that does not answer may take to answer or exit */
 
 /* Removes what this process created; runs at fatal() and at a normal exit. */
 static void cleanup_at_exit(void)
@@ -210,6 +256,16 @@ static void retire(pid_t new_pid)
 	supervisor_retire();
 	if (supervisor_live_workers() == 0)
 		master_exit(0);
+}
+
+static int export_listeners(int conn);
+
+/* Online restart, old side: the new master died within the grace period; we are the pooler again. */
+static void resume(pid_t dead_pid)
+{
+	(void)dead_pid;
+	pidfile_replace(master.cf.g.pidfile);
+	upgrade_listen(master.base, master.private_dir, export_listeners, retire, supervisor_cancel_from_successor);
 }
 
 /* Online restart, old side: a new master asks for our sockets (conn -1: it gave up). */
@@ -428,6 +484,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 		}
 		master.shutting_down = true;
 		notify_systemd("STOPPING=1");
+		upgrade_goodbye();
 		log_info("got SIGTERM, shutting down, waiting for all clients disconnect");
 		supervisor_close_tcp();
 		forward_signal(SIGTERM);
@@ -441,6 +498,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 		}
 		master.shutting_down = true;
 		notify_systemd("STOPPING=1");
+		upgrade_goodbye();
 		log_info("got SIGINT, shutting down, waiting for all servers connections to be released");
 		supervisor_close_tcp();
 		forward_signal(SIGINT);
@@ -449,6 +507,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 		break;
 	case SIGQUIT:
 		notify_systemd("STOPPING=1");
+		upgrade_goodbye();
 		log_info("got SIGQUIT, fast exit");
 		fast_exit();
 		break;
@@ -563,9 +622,25 @@ int main(int argc, char **argv)
 	Takeover tk = {.conn = -1, .shm_fd = -1};
 	bool takeover = false;
 	if (reboot) {
-		char dir[sizeof(master.private_dir)];
-		if (private_socket_dir(master.cf.g.unix_socket_dir, master.cf.g.listen_port, dir, sizeof(dir)))
-			takeover = upgrade_connect(dir, &tk);
+		takeover = find_running_tree(&master.cf.g, &tk);
+		/*
+		 * Not found, yet its pidfile or unix socket says it runs: it may be
+		 * dying (killed just now) or not listening yet. Wait a little for
+		 * either, rather than refusing to start (doc/workers.md "Upgrading").
+		 */
+		for (int i = 0; !takeover && i < REBOOT_WAIT_MS / 50; i++) {
+			pid_t old = pidfile_running(master.cf.g.pidfile);
+			if (!old && !listen_unix_in_use(&master.cf.g))
+				break;
+			if (i == 0)
+				log_info(
+				    "online restart: the running process (pid %d) does not answer; waiting up to %d "
+				    "ms for it to answer or exit",
+				    (int)old, REBOOT_WAIT_MS);
+			struct timespec ts = {0, 50 * 1000 * 1000};
+			nanosleep(&ts, NULL);
+			takeover = find_running_tree(&master.cf.g, &tk);
+		}
 		if (!takeover)
 			log_info("old process not found, try to continue normally");
 	}
@@ -618,6 +693,7 @@ int main(int argc, char **argv)
 		master.private_dir_made = master.private_dir[0] != '\0';
 		pidfile_replace(master.cf.g.pidfile);
 	}
+	upgrade_on_resume(resume);
 	upgrade_listen(master.base, master.private_dir, export_listeners, retire, supervisor_cancel_from_successor);
 	log_info("process up: PgBouncer %s, libevent %s (%s), adns: c-ares %s, tls: %s", PACKAGE_VERSION,
 	         event_get_version(), event_base_get_method(master.base), ares_version(NULL),

@@ -20,6 +20,20 @@
 static char *written_path; /* set once our pidfile exists */
 static pid_t written_by;   /* only the writer removes it (not forked children) */
 
+/* A zombie (state Z in /proc/PID/stat) has exited: only its parent has not reaped it yet. */
+static bool is_zombie(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	char *stat = read_file(path, NULL);
+	if (!stat)
+		return false;
+	const char *p = strrchr(stat, ')'); /* after the command name, which may hold anything */
+	bool z = p && p[1] == ' ' && p[2] == 'Z';
+	free(stat);
+	return z;
+}
+
 void pidfile_check(const char *path)
 {
 	if (!path || !*path)
@@ -36,11 +50,25 @@ void pidfile_check(const char *path)
 	long pid = strtol(buf, &end, 10);
 	bool parsed = end != buf && errno == 0 && pid > 0 && (*end == '\n' || *end == '\0');
 	free(buf);
-	if (!parsed || kill((pid_t)pid, 0) == 0 || errno == EPERM)
+	if (!parsed || ((kill((pid_t)pid, 0) == 0 || errno == EPERM) && !is_zombie((pid_t)pid)))
 		fatal("pidfile '%s' exists, another instance running?", path);
 	log_info("stale pidfile, removing");
 	if (unlink(path) < 0 && errno != ENOENT)
 		fatal("could not remove stale pidfile '%s': %s", path, strerror(errno));
+}
+
+pid_t pidfile_running(const char *path)
+{
+	if (!path || !*path)
+		return 0;
+	char *buf = read_file(path, NULL);
+	if (!buf)
+		return 0;
+	long pid = strtol(buf, NULL, 10);
+	free(buf);
+	if (pid <= 0 || (kill((pid_t)pid, 0) < 0 && errno != EPERM) || is_zombie((pid_t)pid))
+		return 0;
+	return (pid_t)pid;
 }
 
 void pidfile_write(const char *path)

@@ -121,6 +121,15 @@ static void on_pred(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+void upgrade_goodbye(void)
+{
+	ChannelMsg m = {.type = CH_UP_BYE};
+	for (int i = 0; i < n_pred; i++)
+		if (!channel_send(pred[i].fd, &m, -1)) /* a master past its grace period ignores it */
+			log_debug("online restart: could not say goodbye to pid %d: %s", (int)pred[i].pid,
+			          strerror(errno));
+}
+
 /* Each older tree gets its own copy of the requester's socket; only the one with the key answers. */
 bool upgrade_forward_cancel(const ChannelMsg *m, int fd)
 {
@@ -323,7 +332,16 @@ static struct {
 	int handoff[64]; /* CH_UP_HANDOFF sockets, for our workers once we retire */
 	int n_handoff;
 	int next_handoff;
+	pid_t grace_pid;        /* the new master during our grace period, else 0 */
+	struct event *grace_ev; /* UPGRADE_GRACE_S after CH_UP_DONE: retire */
+	int64_t grace_start_us;
+	UpgradeResumeFn resume_fn;
 } up = {.lfd = -1, .conn = -1, .succ = -1};
+
+void upgrade_on_resume(UpgradeResumeFn fn)
+{
+	up.resume_fn = fn;
+}
 
 static void close_handoffs(void)
 {
@@ -354,7 +372,40 @@ static void close_conn(void)
 	}
 }
 
-/* From the master that took over: cancel requests it could not place in its tree. */
+/* The grace period is over (or the new master stops on purpose): hand the tree over as -R does. */
+static void grace_end(void)
+{
+	pid_t pid = up.grace_pid;
+	up.grace_pid = 0;
+	evtimer_del(up.grace_ev);
+	if (up.succ >= 0)
+		pass_preds_on(up.succ);
+	up.retire_fn(pid); /* its workers take the sockets with upgrade_next_handoff() */
+	close_handoffs();
+}
+
+static void on_grace(evutil_socket_t fd, short what, void *arg)
+{
+	if (up.grace_pid > 0)
+		grace_end();
+}
+
+/* The new master died within the grace period: this tree never stopped serving, it carries on. */
+static void grace_abort(void)
+{
+	pid_t pid = up.grace_pid;
+	up.grace_pid = 0;
+	evtimer_del(up.grace_ev);
+	close_handoffs(); /* the new workers they led to have exited with their master */
+	log_warning("online restart: pid %d went away %.1f s after taking over, within the grace period "
+	            "(%d s): this process carries on",
+	            (int)pid, (double)(get_mono_usec() - up.grace_start_us) / 1e6, UPGRADE_GRACE_S);
+	up.export_fn(-1); /* scaling again */
+	if (up.resume_fn)
+		up.resume_fn(pid);
+}
+
+/* From the master that took over: cancel requests it could not place in its tree, and its goodbye. */
 static void on_succ(evutil_socket_t fd, short what, void *arg)
 {
 	ChannelMsg m;
@@ -364,11 +415,17 @@ static void on_succ(evutil_socket_t fd, short what, void *arg)
 		up.cancel_fn(&m, rfd); /* the owner gets its own copy of the requester's socket */
 	if (rfd >= 0)
 		close(rfd);
+	if (r == 1 && m.type == CH_UP_BYE && up.grace_pid > 0) {
+		log_info("online restart: pid %d is stopping; this process hands over now", (int)up.grace_pid);
+		grace_end();
+	}
 	if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
 		event_free(up.succ_ev);
 		up.succ_ev = NULL;
 		close(up.succ);
 		up.succ = -1;
+		if (up.grace_pid > 0)
+			grace_abort();
 	}
 }
 
@@ -425,18 +482,36 @@ static void on_conn(evutil_socket_t fd, short what, void *arg)
 		if (!channel_send(up.conn, &done, -1))
 			log_warning("online restart: could not confirm to pid %d: %s", (int)pid, strerror(errno));
 		up.exported = false; /* so close_conn() keeps the hand-over sockets */
-		pass_preds_on(up.conn);
-		if (up.cancel_fn && up.succ < 0) {
-			/* kept open: the new tree sends the cancel requests for our clients here */
+		struct event_base *base = event_get_base(up.cev);
+		if (up.succ < 0) {
+			/*
+			 * Kept open: the new tree sends the cancel requests for our
+			 * clients here, and its closing within the grace period tells
+			 * us it died.
+			 */
 			up.succ = up.conn;
 			up.conn = -1;
-			up.succ_ev = event_new(event_get_base(up.cev), up.succ, EV_READ | EV_PERSIST, on_succ, NULL);
+			up.succ_ev = event_new(base, up.succ, EV_READ | EV_PERSIST, on_succ, NULL);
 			event_add(up.succ_ev, NULL);
 		}
 		close_conn();
 		upgrade_stop_listening();
-		up.retire_fn(pid); /* its workers take the sockets with upgrade_next_handoff() */
-		close_handoffs();
+		/*
+		 * Both trees accept on the same sockets for UPGRADE_GRACE_S; our
+		 * clients stay here until then, so that a new master that dies
+		 * now leaves a serving pooler behind (doc/workers.md "Upgrading").
+		 */
+		log_info("online restart: pid %d took over; this process keeps serving for its grace period (%d s)",
+		         (int)pid, UPGRADE_GRACE_S);
+		up.grace_pid = pid;
+		up.grace_start_us = get_mono_usec();
+		if (!up.grace_ev)
+			up.grace_ev = evtimer_new(base, on_grace, NULL);
+		struct timeval tv = {UPGRADE_GRACE_S, 0};
+		if (up.succ >= 0)
+			evtimer_add(up.grace_ev, &tv);
+		else
+			grace_end(); /* no connection to watch: nothing to wait for */
 	} else {
 		log_warning("online restart: unexpected message %u from pid %d", m.type, (int)up.peer);
 		close_conn();
