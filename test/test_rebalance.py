@@ -3,6 +3,7 @@ long-lived clients"): a scale-up splits persistent clients, a drain hands them
 over, and a moved client keeps its prepared statements, parameters and cancel key."""
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -671,3 +672,57 @@ def test_clients_whose_socket_did_not_come_free_their_place(bouncer, run_as):
     with b.admin() as con:
         (db,) = [r for r in rows(con, "SHOW DATABASES") if r["name"] == "postgres"]
     assert db["current_client_connections"] == 20
+
+
+def test_mass_move_keeps_every_cancel_key(bouncer, pg):
+    """1,000 transaction-mode clients on one worker; a second worker takes
+    about half at once and tells the master each one's cancel key, a burst
+    far beyond the control channel's socket buffer while the master does
+    not read (stopped here, as a master kept off the CPU would be). None may
+    be lost: no message dropped in the log, and a cancel for any moved
+    client, sent to the pooler's port, stops its query."""
+    import signal
+    total = 1000
+    b = bouncer(ini_overrides={**BASE, "pool_mode": "transaction", "max_client_conn": total + 100,
+                               "default_pool_size": 30})
+    clients = {}
+    for _ in range(total):
+        w = PgWire(b.port)
+        key = next(body for t, body in w.login() if t == b"K")
+        clients[w.sock.getsockname()[1]] = (w, key)
+    assert spread(b, 1) == [total]
+    mark = b.log_mark()
+    add_second_worker(b)
+    pid = stop_worker_1_before_it_takes_clients(b, mark)
+    try:
+        sent = int(b.wait_log(r"moved (\d+) clients to worker 1", after=mark).group(1))
+        assert sent >= total // 3
+        os.kill(b.pid, signal.SIGSTOP)
+        os.kill(pid, signal.SIGCONT)
+        wait_for(lambda: clients_of(b, 1) == sent, "worker 1 to take the clients")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        os.kill(b.pid, signal.SIGCONT)
+    moved = sorted(ports_of(b, 1))
+    sample = [clients[p] for p in moved[:: len(moved) // 20][:20]]
+    assert all(key[3] == 0 for _, key in sample)  # keys made by worker 0
+    for w, _ in sample:
+        w.send(query_message("SELECT pg_sleep(10)"))
+    wait_for(lambda: len(pg.sql("SELECT 1 FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(10)' "
+                                "AND state = 'active'") or []) == len(sample), "the queries to run")
+    started = time.monotonic()
+    for _, key in sample:  # to the TCP port: either worker may get it
+        c = PgWire(b.port)
+        c.send(request_packet(CANCEL_REQUEST, key))
+        c.expect_closed()
+        c.close()
+    for i, (w, _) in enumerate(sample):
+        msgs = w.read_until(b"Z")
+        errs = [error_fields(body) for t, body in msgs if t == b"E"]
+        assert errs and errs[0]["C"] == "57014", (i, msgs)
+    assert time.monotonic() - started < 8, "the cancels took as long as the queries"
+    log = b.log_text()[mark:]
+    assert "could not tell the master" not in log  # how a lost message read before the channel queued
+    assert not re.search(r"control channel to .* dropped", log)
+    for w, _ in clients.values():
+        w.close()

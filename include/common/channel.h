@@ -7,7 +7,10 @@
 #define PGB_COMMON_CHANNEL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+struct event_base;
 
 typedef enum ChannelMsgType {
 	CH_TAKE_LISTENER = 1, /* master->worker: start accepting on the attached fd (id = listener id) */
@@ -150,5 +153,58 @@ bool channel_send(int sock, const ChannelMsg *msg, int fd) __attribute__((warn_u
  * Returns 1 on a message, 0 on EOF (peer gone), -1 on error/EAGAIN (errno set).
  */
 int channel_recv(int sock, ChannelMsg *msg, int *fd);
+
+/* The message type's name for log lines ("CH_MOVED"; "message 99" for an unknown one, in a static buffer). */
+const char *channel_msg_name(uint32_t type);
+
+/*
+ * The sending side of one control channel (doc/architecture.md "Control
+ * channel"): no message is dropped because the peer reads slowly. A message
+ * goes out at once while the socket has room; once it is full, it and every
+ * later one wait in a queue, in order, and go out when the socket becomes
+ * writable again (an EV_WRITE event in the owner's loop). A queued message
+ * holds a duplicate of its fd, closed once the message is sent or dropped.
+ * The queue is capped (CHANNEL_OUT_MAX_QUEUED); being full and hitting the
+ * cap are logged once per CHANNEL_OUT_LOG_INTERVAL_US each, as are send
+ * errors. A peer gone (EPIPE, ECONNRESET) is not logged: its owner learns
+ * it from EOF on the channel; what was queued for it is dropped.
+ */
+typedef struct ChannelOut ChannelOut;
+
+#define CHANNEL_OUT_MAX_QUEUED      65536u   /* messages waiting at most (24 bytes each) */
+#define CHANNEL_OUT_LOG_INTERVAL_US 10000000 /* 10 s: one log line per kind of trouble per interval */
+
+/* A sender on non-blocking socket `sock` (not owned), events in `base`; `peer` names the other end in logs. */
+ChannelOut *channel_out_new(struct event_base *base, int sock, const char *peer);
+
+/* Drop what is still queued (closing its fds) and free the sender; the socket stays open. NULL is ignored. */
+void channel_out_free(ChannelOut *out);
+
+/*
+ * In a child forked from the owner, whose loop it no longer runs: close the
+ * fds held by queued messages (a moved-client socket pair end held here
+ * would keep its peer from ever seeing EOF), touching nothing of the loop.
+ * The memory stays (the child never frees it).
+ */
+void channel_out_forget_in_child(ChannelOut *out);
+
+/*
+ * Send `msg` with `fd` attached (-1 = none; the caller keeps its own fd
+ * either way). True when it was sent or queued behind earlier ones; false,
+ * with errno, when it is dropped: EPIPE/ECONNRESET (the peer is gone, now
+ * or earlier), ENOBUFS (the queue is at its cap), EMFILE/ENFILE (fd could
+ * not be duplicated for the queue), or another sendmsg() error.
+ */
+bool channel_out_send(ChannelOut *out, const ChannelMsg *msg, int fd);
+
+/* Messages waiting in the queue. */
+size_t channel_out_queued(const ChannelOut *out);
+
+/*
+ * Send what is queued now, waiting up to timeout_ms for room, without the
+ * loop (before the owner exits, or hands the socket on). True when nothing
+ * is left; what is left after the wait is dropped and logged.
+ */
+bool channel_out_finish(ChannelOut *out, int timeout_ms);
 
 #endif

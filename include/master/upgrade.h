@@ -57,6 +57,12 @@ void upgrade_commit(Takeover *t, UpgradeAdoptFn adopt_fn, struct event_base *bas
  */
 bool upgrade_forward_cancel(const ChannelMsg *m, int fd);
 
+/*
+ * In a worker just forked: close the fds that cancel requests queued for an
+ * older master hold (each keeps a requester waiting until it is closed).
+ */
+void upgrade_forget_in_child(void);
+
 /* Inherited sockets nobody took (their address is gone from listen_addr): closed, with a log line. */
 void upgrade_close_unused(Takeover *t);
 

@@ -11,6 +11,7 @@
 #include <event2/event_struct.h>
 #include <stdarg.h>
 
+#include "common/channel.h"
 #include "common/config.h"
 #include "common/list.h"
 #include "common/log.h"
@@ -87,6 +88,7 @@ typedef struct Worker {
 	usec_t stats_older_at;          /* when the pools' older_stats were taken (start_time before the first tick) */
 	usec_t stats_newer_at;          /* when their newer_stats were taken */
 	int master_fd;                  /* control pipe to the master (-1 = none) */
+	ChannelOut *master_out;         /* sends on master_fd, queued while it is full (NULL = none) */
 	uint64_t accepted;              /* accepted connections */
 	uint64_t moved_in;              /* clients adopted from other workers (src/worker/migrate.c) */
 	uint64_t moved_out;             /* clients handed to other workers */
@@ -131,6 +133,14 @@ void worker_start_shutdown(RunState mode); /* SIGTERM / SIGINT semantics */
 void worker_reload(void);
 void worker_tune_listeners(void); /* tcp_keepalive (reload, console SET) reaches the next logins */
 void worker_tell_master_set(const char *name, const char *value); /* a console SET, for workers started later */
+/*
+ * Send the master a message (fd attached, -1 = none; the caller keeps its
+ * own): queued behind earlier ones while the channel is full, so none is
+ * lost to a master that reads slowly (doc/architecture.md "Control
+ * channel"). False when there is no master or it is gone, or the message
+ * could not be queued (logged by the channel).
+ */
+bool worker_tell_master(const ChannelMsg *m, int fd);
 void worker_clients_add(int delta); /* client connections of this worker, also in the global count */
 int worker_global_clients(void);    /* client connections of all workers (max_client_conn) */
 void worker_publish(void);          /* publish counters and gauges to the slot now (also every 100 ms) */

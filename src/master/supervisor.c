@@ -43,11 +43,12 @@
 
 /* One worker slot as the master sees it. */
 typedef struct WorkerProc {
-	pid_t pid;     /* 0 = no process */
-	int ctl;       /* master end of the control channel, -1 = none */
-	bool draining; /* told to drain; its exit is expected */
-	bool wanted;   /* the slot should have a worker (respawn after a crash) */
-	int crashes;   /* consecutive crashes, for back-off */
+	pid_t pid;       /* 0 = no process */
+	int ctl;         /* master end of the control channel, -1 = none */
+	ChannelOut *out; /* sends on ctl, queued while the worker reads slowly (NULL = no worker) */
+	bool draining;   /* told to drain; its exit is expected */
+	bool wanted;     /* the slot should have a worker (respawn after a crash) */
+	int crashes;     /* consecutive crashes, for back-off */
 	struct event *respawn_ev;
 	struct event *ctl_ev; /* messages from the worker (forwarded cancels) */
 	SchedCounters prev;   /* the worker's counters at the previous tick */
@@ -283,6 +284,28 @@ static int survivor(int except)
 	return -1;
 }
 
+/*
+ * Send a message to worker i (doc/architecture.md "Control channel"): queued
+ * behind earlier ones while its channel is full. False when there is no
+ * worker or it is gone (EPIPE), or the message could not be queued (the
+ * channel logs that).
+ */
+static bool tell(int i, const ChannelMsg *m, int fd)
+{
+	if (sv.w[i].pid <= 0 || !sv.w[i].out) {
+		errno = EPIPE;
+		return false;
+	}
+	return channel_out_send(sv.w[i].out, m, fd);
+}
+
+/* Worker i reads orders: forked and not about to exit (it stores SLOT_EXITING before its exit). */
+static bool takes_orders(int i)
+{
+	uint32_t st = atomic_load(&sv.shm->slots[i].state);
+	return sv.w[i].pid > 0 && sv.w[i].out && st != SLOT_FREE && st != SLOT_EXITING;
+}
+
 /* ---- listener slots ---- */
 
 /* Each worker's listener slots into its shm slot: SHOW WORKERS `listeners`. */
@@ -312,8 +335,7 @@ static void hand_over(int k, int to)
 		if (sv.lfd[k][a] < 0)
 			continue;
 		ChannelMsg m = {.type = CH_TAKE_LISTENER, .id = listener_id(k, a)};
-		if (!channel_send(sv.w[to].ctl, &m, sv.lfd[k][a]))
-			log_warning("could not hand listener slot %d to worker %d: %s", k, to, strerror(errno));
+		(void)tell(to, &m, sv.lfd[k][a]); /* a failure is logged by the channel; a dead worker's is reaped */
 	}
 	sv.served_by[k] = to;
 	sv.w[to].holds |= UINT64_C(1) << k;
@@ -326,9 +348,7 @@ static void take_back(int k, int from)
 		if (sv.lfd[k][a] < 0)
 			continue;
 		ChannelMsg m = {.type = CH_DROP_LISTENER, .id = listener_id(k, a)};
-		if (sv.w[from].ctl >= 0 && !channel_send(sv.w[from].ctl, &m, -1))
-			log_warning("could not take listener slot %d back from worker %d: %s", k, from,
-			            strerror(errno));
+		(void)tell(from, &m, -1);
 	}
 	sv.w[from].holds &= ~(UINT64_C(1) << k);
 	publish_listeners();
@@ -456,9 +476,12 @@ static bool spawn(int i)
 		close(ctl[0]);
 		if (sv.shm_fd >= 0)
 			close(sv.shm_fd);
-		for (int j = 0; j < SHM_MAX_WORKERS; j++)
+		for (int j = 0; j < SHM_MAX_WORKERS; j++) {
+			channel_out_forget_in_child(sv.w[j].out); /* e.g. a move's socket end, which must see EOF */
 			if (sv.w[j].ctl >= 0)
 				close(sv.w[j].ctl);
+		}
+		upgrade_forget_in_child();
 		WorkerSocket *wl = calloc(MAX_ADDRS + 1, sizeof(*wl));
 		int k = 0;
 		for (int s = 0; s < SHM_MAX_WORKERS; s++)
@@ -481,6 +504,10 @@ static bool spawn(int i)
 	sv.w[i].pid = pid;
 	sv.w[i].ctl = ctl[0];
 	fcntl(ctl[0], F_SETFL, fcntl(ctl[0], F_GETFL) | O_NONBLOCK);
+	char peer[32];
+	snprintf(peer, sizeof(peer), "worker %d", i);
+	channel_out_free(sv.w[i].out);
+	sv.w[i].out = channel_out_new(sv.base, ctl[0], peer);
 	if (sv.w[i].ctl_ev)
 		event_free(sv.w[i].ctl_ev);
 	sv.w[i].ctl_ev = event_new(sv.base, ctl[0], EV_READ | EV_PERSIST, on_ctl, (void *)(intptr_t)i);
@@ -518,7 +545,7 @@ static void route_cancel(int from, ChannelMsg *m, int rfd)
 	if (owner < 0)
 		owner = key[3];
 	bool unknown = m->id == CANCEL_NOT_HERE && owner == from;
-	if (unknown || owner >= SHM_MAX_WORKERS || sv.w[owner].pid <= 0 || sv.w[owner].ctl < 0) {
+	if (unknown || owner >= SHM_MAX_WORKERS || sv.w[owner].pid <= 0 || !sv.w[owner].out) {
 		/* no client of this tree has the key: after -R it may be one the old tree still serves */
 		if (upgrade_forward_cancel(m, rfd))
 			log_debug("cancel request passed to the old process");
@@ -529,8 +556,8 @@ static void route_cancel(int from, ChannelMsg *m, int rfd)
 		return;
 	}
 	m->id = 0;
-	if (!channel_send(sv.w[owner].ctl, m, rfd))
-		log_warning("could not forward a cancel request to worker %d: %s", owner, strerror(errno));
+	if (!tell(owner, m, rfd))
+		log_debug("cancel request for worker %d not forwarded: %s", owner, strerror(errno));
 }
 
 void supervisor_cancel_from_successor(ChannelMsg *m, int fd)
@@ -591,8 +618,8 @@ static void console_state(int from, int fd)
 		return;
 	ChannelMsg m = {.type = CH_CONSOLE_RESUME};
 	for (int i = 0; i < SHM_MAX_WORKERS; i++)
-		if (i != from && sv.w[i].pid > 0 && sv.w[i].ctl >= 0 && !channel_send(sv.w[i].ctl, &m, -1))
-			log_warning("could not tell worker %d that the pooler resumed: %s", i, strerror(errno));
+		if (i != from)
+			(void)tell(i, &m, -1);
 }
 
 /*
@@ -614,13 +641,13 @@ static void console_left_out(int from, uint64_t mask)
 	console_state_free(&running);
 	ChannelMsg m = {.type = CH_CONSOLE_SYNC};
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
-		if (i == from || !(mask >> i & 1) || sv.w[i].pid <= 0 || sv.w[i].ctl < 0)
+		if (i == from || !(mask >> i & 1) || sv.w[i].pid <= 0)
 			continue;
-		if (!ok || !channel_send(sv.w[i].ctl, &m, fd))
-			log_warning(
-			    "could not hand worker %d the console's state it was left out of (%s): it may differ", i,
-			    ok ? strerror(errno) : "could not write it");
-		else
+		if (!ok)
+			log_warning("could not hand worker %d the console's state it was left out of (could not write "
+			            "it): it may differ",
+			            i);
+		else if (tell(i, &m, fd))
 			log_debug("worker %d was left out of a console command: sent it the pooler's state", i);
 	}
 	if (fd >= 0)
@@ -746,8 +773,7 @@ static void drain(int i)
 	publish_listeners();
 	int64_t timeout_ms = sv.cf->g.worker_drain_timeout / 1000;
 	ChannelMsg m = {.type = CH_DRAIN, .arg = timeout_ms};
-	if (!channel_send(w->ctl, &m, -1))
-		log_warning("could not tell worker %d to drain: %s", i, strerror(errno));
+	(void)tell(i, &m, -1);
 	/*
 	 * An order for no client at once: the draining worker keeps its socket,
 	 * and a client goes over it at the end of one of its transactions
@@ -760,9 +786,15 @@ static void drain(int i)
 
 /* ---- rebalancing (doc/workers.md, "Rebalancing long-lived clients") ---- */
 
-/* Order worker `from` to hand up to count clients to worker `to` over a new socket pair. */
+/*
+ * Order worker `from` to hand up to count clients to worker `to` over a new
+ * socket pair. Not to or from a worker that is exiting or has exited (its
+ * exit may not be reaped yet): the order would go nowhere.
+ */
 static bool order_move(int from, int to, int count)
 {
+	if (!takes_orders(from) || !takes_orders(to))
+		return false;
 	int sp[2];
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
 		log_warning("socketpair() for a client move failed: %s", strerror(errno));
@@ -772,12 +804,9 @@ static bool order_move(int from, int to, int count)
 	(void)setsockopt(sp[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
 	ChannelMsg take = {.type = CH_ADOPT, .id = (uint32_t)from};
 	ChannelMsg give = {.type = CH_MIGRATE, .id = (uint32_t)to, .arg = count};
-	bool ok = channel_send(sv.w[to].ctl, &take, sp[1]);
-	if (!ok)
-		log_warning("could not tell worker %d to take clients: %s", to, strerror(errno));
-	else if (!(ok = channel_send(sv.w[from].ctl, &give, sp[0])))
-		log_warning("could not tell worker %d to move clients: %s", from, strerror(errno));
-	/* the workers hold their own ends now (a failed give closes the taker's at EOF) */
+	/* a failure is logged by the channel, unless the worker has just exited */
+	bool ok = tell(to, &take, sp[1]) && tell(from, &give, sp[0]);
+	/* the workers (or the queues to them) hold their own ends now; a failed give closes the taker's at EOF */
 	close(sp[0]);
 	close(sp[1]);
 	return ok;
@@ -802,7 +831,7 @@ static void rebalance_tick(bool now)
 	bool drain = false;
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
 		WorkerProc *w = &sv.w[i];
-		if (w->pid <= 0 || w->ctl < 0 || w->hung)
+		if (!takes_orders(i) || w->hung)
 			continue; /* a hung worker neither gives nor takes: its counts are stale */
 		WorkerSlot *slot = &sv.shm->slots[i];
 		uint32_t st = atomic_load(&slot->state);
@@ -1290,16 +1319,13 @@ bool supervisor_adopt_old(int k, int fd)
 {
 	int act[SHM_MAX_WORKERS], n = 0;
 	for (int i = 0; i < SHM_MAX_WORKERS; i++)
-		if (is_active(i) && sv.w[i].ctl >= 0)
+		if (is_active(i) && takes_orders(i))
 			act[n++] = i;
 	if (n == 0)
 		return false;
 	int to = act[k % n];
 	ChannelMsg m = {.type = CH_ADOPT, .id = (uint32_t)k, .arg = 1}; /* arg 1: from the old tree */
-	if (channel_send(sv.w[to].ctl, &m, fd))
-		return true;
-	log_warning("could not tell worker %d to take the old process's clients: %s", to, strerror(errno));
-	return false;
+	return tell(to, &m, fd);
 }
 
 void supervisor_retire(void)
@@ -1317,15 +1343,14 @@ void supervisor_retire(void)
 		w->draining = true;
 		atomic_store(&sv.shm->slots[i].state, SLOT_DRAINING);
 		ChannelMsg m = {.type = CH_DRAIN, .id = 1, .arg = timeout_ms};
-		if (!channel_send(w->ctl, &m, -1))
-			log_warning("could not tell worker %d to drain: %s", i, strerror(errno));
+		(void)tell(i, &m, -1);
 		/* a socket to a new worker: our clients go there as they become movable */
 		int hfd = upgrade_next_handoff();
 		ChannelMsg h = {.type = CH_HANDOFF};
-		if (hfd >= 0 && !channel_send(w->ctl, &h, hfd))
-			log_warning("could not give worker %d its hand-over socket: %s", i, strerror(errno));
-		if (hfd >= 0)
+		if (hfd >= 0) {
+			(void)tell(i, &h, hfd);
 			close(hfd);
+		}
 	}
 	/* the new tree holds the same sockets: closing ours loses nothing queued */
 	supervisor_close_tcp();
@@ -1356,6 +1381,8 @@ bool supervisor_reap(bool shutting_down)
 			event_free(w->ctl_ev);
 			w->ctl_ev = NULL;
 		}
+		channel_out_free(w->out); /* what it did not read goes nowhere now */
+		w->out = NULL;
 		close(w->ctl);
 		w->ctl = -1;
 		w->holds = 0;

@@ -67,6 +67,7 @@ static void set_timeouts(int fd)
 static struct {
 	int fd;
 	struct event *ev;
+	ChannelOut *out; /* cancel requests to it, queued while its socket is full */
 	pid_t pid;
 } pred[UPGRADE_MAX_PRED];
 static int n_pred;
@@ -75,6 +76,7 @@ static void on_pred(evutil_socket_t fd, short what, void *arg);
 
 static void pred_close(int i)
 {
+	channel_out_free(pred[i].out);
 	event_free(pred[i].ev);
 	close(pred[i].fd);
 	pred[i] = pred[--n_pred];
@@ -94,6 +96,9 @@ static void pred_add(struct event_base *base, int fd, pid_t pid)
 	pred[n_pred].pid = pid;
 	pred[n_pred].ev = event_new(base, fd, EV_READ | EV_PERSIST, on_pred, NULL);
 	event_add(pred[n_pred].ev, NULL);
+	char peer[32];
+	snprintf(peer, sizeof(peer), "the old process (pid %d)", (int)pid);
+	pred[n_pred].out = channel_out_new(base, fd, peer);
 	n_pred++;
 }
 
@@ -137,22 +142,29 @@ bool upgrade_forward_cancel(const ChannelMsg *m, int fd)
 	c.id = 0;
 	bool sent = false;
 	for (int i = 0; i < n_pred; i++) {
-		if (channel_send(pred[i].fd, &c, fd)) {
+		if (channel_out_send(pred[i].out, &c, fd)) {
 			sent = true;
 			continue;
 		}
-		log_warning("could not pass a cancel request to the old process (pid %d): %s", (int)pred[i].pid,
-		            strerror(errno));
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			pred_close(i--);
+		/* another failure is logged by the channel */
+		if (errno == EPIPE || errno == ECONNRESET)
+			pred_close(i--); /* that master has exited */
 	}
 	return sent;
+}
+
+void upgrade_forget_in_child(void)
+{
+	for (int i = 0; i < n_pred; i++)
+		channel_out_forget_in_child(pred[i].out);
 }
 
 /* At our own retirement: the connections to older trees go to the master that replaces us. */
 static void pass_preds_on(int conn)
 {
 	while (n_pred > 0) {
+		/* the cancels still queued for it go first: the new master gets the socket, not our queue */
+		(void)channel_out_finish(pred[0].out, 1000);
 		ChannelMsg m = {.type = CH_UP_PRED, .arg = (int64_t)pred[0].pid};
 		if (!channel_send(conn, &m, pred[0].fd))
 			log_warning("online restart: could not pass on the connection to pid %d: %s", (int)pred[0].pid,

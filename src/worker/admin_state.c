@@ -72,7 +72,7 @@ void admin_state_remember(char kind, const char *name)
 
 void admin_state_report(void)
 {
-	if (wk.master_fd < 0 || (wk.run_state != RUN_ACTIVE && wk.run_state != RUN_DRAINING))
+	if (!wk.master_out || (wk.run_state != RUN_ACTIVE && wk.run_state != RUN_DRAINING))
 		return;
 	ConsoleState now = {0};
 	char pause = wk.pause_mode == P_PAUSE ? CS_PAUSED : wk.pause_mode == P_SUSPEND ? CS_SUSPENDED : CS_RUNNING;
@@ -98,10 +98,11 @@ void admin_state_report(void)
 	int fd = memfd_create("pgbouncer-console-state", MFD_CLOEXEC);
 	bool ok = fd >= 0 && now.len <= CS_MAX_LEN && write(fd, now.buf, now.len) == (ssize_t)now.len;
 	ChannelMsg m = {.type = CH_CONSOLE_STATE};
-	if (!ok || !channel_send(wk.master_fd, &m, fd))
-		log_warning("the master was not told the console's PAUSE/DISABLE state (%s): workers started later "
-		            "may not have it",
-		            ok ? strerror(errno) : "could not write it");
+	if (!ok)
+		log_warning("the master was not told the console's PAUSE/DISABLE state (could not write it): workers "
+		            "started later may not have it");
+	else
+		(void)worker_tell_master(&m, fd); /* a failure is logged by the channel */
 	if (fd >= 0)
 		close(fd);
 	console_state_free(&now);
@@ -117,14 +118,11 @@ void admin_state_master_resume(void)
 
 void admin_state_left_out(uint64_t mask)
 {
-	if (!mask || wk.master_fd < 0)
+	if (!mask || !wk.master_out)
 		return;
 	ChannelMsg m = {.type = CH_CONSOLE_LEFT_OUT};
 	memcpy(&m.arg, &mask, sizeof(mask));
-	if (!channel_send(wk.master_fd, &m, -1))
-		log_warning("the master was not told which workers a console command left out (%s): their state may "
-		            "differ",
-		            strerror(errno));
+	(void)worker_tell_master(&m, -1); /* a failure is logged by the channel */
 }
 
 void admin_state_sync(int fd)

@@ -376,12 +376,15 @@ void cancel_handle_request(PgSocket *req, const uint8_t *key_in)
 	 * "Rebalancing long-lived clients"): the master knows where it went.
 	 */
 	bool foreign = key[3] != (uint8_t)wk.id;
-	if (wk.master_fd >= 0 && (foreign || !find_client_by_key(key))) {
+	if (wk.master_out && (foreign || !find_client_by_key(key))) {
 		ChannelMsg m = {.type = CH_CANCEL, .id = foreign ? 0 : CANCEL_NOT_HERE};
 		memcpy(&m.arg, key, CANCEL_KEY_LEN);
-		/* the request's socket goes along: the owner holds it until the cancel is delivered */
-		if (!channel_send(wk.master_fd, &m, req->sb.fd))
-			log_warning("could not forward a cancel request to worker %d: %s", key[3], strerror(errno));
+		/*
+		 * The request's socket goes along (a copy, if it waits in the
+		 * channel's queue): the owner holds it until the cancel is delivered.
+		 * A failure is logged by the channel.
+		 */
+		(void)worker_tell_master(&m, req->sb.fd);
 		if (foreign)
 			disconnect_client(req, false, "cancel request forwarded to worker %d", key[3]);
 		else
@@ -429,7 +432,7 @@ void cancel_check_timeouts(void)
 
 void cancel_forwarded(const uint8_t *key, int hold_fd)
 {
-	if (wk.master_fd >= 0 && hold_fd >= 0 && !find_client_by_key(key)) {
+	if (wk.master_out && hold_fd >= 0 && !find_client_by_key(key)) {
 		/*
 		 * the master sent it here and no client has it: back to the master,
 		 * which passes it to the tree we replaced if that one still runs
@@ -437,8 +440,7 @@ void cancel_forwarded(const uint8_t *key, int hold_fd)
 		 */
 		ChannelMsg m = {.type = CH_CANCEL, .id = CANCEL_NOT_HERE};
 		memcpy(&m.arg, key, CANCEL_KEY_LEN);
-		if (!channel_send(wk.master_fd, &m, hold_fd))
-			log_warning("could not return a cancel request to the master: %s", strerror(errno));
+		(void)worker_tell_master(&m, hold_fd); /* a failure is logged by the channel */
 		hold_release(hold_fd);
 		log_debug("forwarded cancel request for unknown client: returned to the master");
 		return;

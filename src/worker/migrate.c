@@ -772,12 +772,15 @@ static void on_intake(evutil_socket_t fd, short what, void *arg)
 		}
 		in->adopted++;
 		wk.moved_in++;
-		if (wk.master_fd >= 0) {
-			/* cancel requests carry the giver's number in the key: the master will route them here */
+		if (wk.master_out) {
+			/*
+			 * Cancel requests carry the giver's number in the key: the
+			 * master will route them here. A batch tells it hundreds at
+			 * once: the channel queues what its socket has no room for.
+			 */
 			ChannelMsg m = {.type = CH_MOVED, .id = (uint32_t)wk.id};
 			memcpy(&m.arg, c->cancel_key, CANCEL_KEY_LEN);
-			if (!channel_send(wk.master_fd, &m, -1))
-				log_warning("could not tell the master about a moved client: %s", strerror(errno));
+			(void)worker_tell_master(&m, -1); /* a failure is logged by the channel */
 		}
 		if (wk.cf.g.verbose > 0)
 			slog(LG_DEBUG, c, "moved here from worker %d", in->from);
@@ -818,10 +821,9 @@ void migrate_stop_old_tree_intakes(void)
 
 void migrate_client_closed(const PgSocket *c)
 {
-	if (!c->adopted || wk.master_fd < 0 || c->cancel_key_len != CANCEL_KEY_LEN)
+	if (!c->adopted || !wk.master_out || c->cancel_key_len != CANCEL_KEY_LEN)
 		return;
 	ChannelMsg m = {.type = CH_MOVED_GONE, .id = (uint32_t)wk.id};
 	memcpy(&m.arg, c->cancel_key, CANCEL_KEY_LEN);
-	if (!channel_send(wk.master_fd, &m, -1))
-		log_debug("could not tell the master a moved client closed: %s", strerror(errno));
+	(void)worker_tell_master(&m, -1); /* a failure is logged by the channel */
 }

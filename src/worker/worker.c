@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdnoreturn.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -40,6 +41,9 @@ Worker wk;
 
 /* How long listeners rest after accept() lacked a resource (worker_accept_failed()). */
 #define ACCEPT_REST_USEC USEC_PER_SEC
+
+/* How long an exiting worker waits for room for what it still has to tell the master. */
+#define WORKER_EXIT_FLUSH_MS 1000
 
 static void listeners_arm(bool arm)
 {
@@ -159,6 +163,18 @@ static int total_servers(void)
 	return n;
 }
 
+/*
+ * Exit, after the messages still queued for the master went out (a moved
+ * client's news, a cancel to forward): the master reads them within the
+ * wait unless it is stuck or exiting itself.
+ */
+static noreturn void worker_exit(void)
+{
+	if (wk.master_out)
+		(void)channel_out_finish(wk.master_out, WORKER_EXIT_FLUSH_MS);
+	exit(0);
+}
+
 void worker_check_shutdown(void)
 {
 	/* consoles of other workers reaching this one through its private socket do not hold it up */
@@ -167,17 +183,17 @@ void worker_check_shutdown(void)
 		return; /* moved clients are on their way here: they would be lost */
 	if (wk.run_state == RUN_SHUTDOWN_CLIENTS && clients <= 0) {
 		log_info("client connections dropped, exiting");
-		exit(0);
+		worker_exit();
 	}
 	if (wk.run_state == RUN_SHUTDOWN_SERVERS && total_servers() == 0) {
 		log_info("server connections dropped, exiting");
-		exit(0);
+		worker_exit();
 	}
 	if (wk.run_state == RUN_DRAINING && clients <= 0) {
 		if (wk.slot)
 			atomic_store(&wk.slot->state, SLOT_EXITING);
 		log_info("worker %d drained, exiting", wk.id);
-		exit(0);
+		worker_exit();
 	}
 }
 
@@ -274,17 +290,29 @@ void worker_reload(void)
 	wk.reload_failed = false;
 }
 
+bool worker_tell_master(const ChannelMsg *m, int fd)
+{
+	if (!wk.master_out) {
+		errno = EPIPE;
+		return false;
+	}
+	return channel_out_send(wk.master_out, m, fd);
+}
+
 void worker_tell_master_set(const char *name, const char *value)
 {
-	if (wk.master_fd < 0)
+	if (!wk.master_out)
 		return;
 	size_t nl = strlen(name) + 1, vl = strlen(value) + 1;
 	int fd = memfd_create("pgbouncer-set", MFD_CLOEXEC);
 	bool ok = fd >= 0 && write(fd, name, nl) == (ssize_t)nl && write(fd, value, vl) == (ssize_t)vl;
 	ChannelMsg m = {.type = CH_SET};
-	if (!ok || !channel_send(wk.master_fd, &m, fd))
-		log_warning("SET %s: the master was not told (%s): workers started later use the file's value", name,
-		            strerror(errno));
+	if (!ok)
+		log_warning("SET %s: the master was not told (could not write it: %s): workers started later use the "
+		            "file's value",
+		            name, strerror(errno));
+	else
+		(void)worker_tell_master(&m, fd); /* a failure is logged by the channel */
 	if (fd >= 0)
 		close(fd);
 }
@@ -342,16 +370,16 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 		break;
 	case SIGTERM:
 		if (wk.run_state == RUN_SHUTDOWN_CLIENTS || wk.run_state == RUN_SHUTDOWN_SERVERS)
-			exit(0);
+			worker_exit();
 		worker_start_shutdown(RUN_SHUTDOWN_CLIENTS);
 		break;
 	case SIGINT:
 		if (wk.run_state == RUN_SHUTDOWN_CLIENTS || wk.run_state == RUN_SHUTDOWN_SERVERS)
-			exit(0);
+			worker_exit();
 		worker_start_shutdown(RUN_SHUTDOWN_SERVERS);
 		break;
 	case SIGQUIT:
-		exit(0);
+		worker_exit();
 	case SIGUSR1:
 		if (wk.pause_mode != P_NONE) {
 			log_info("got SIGUSR1, but already paused/suspended");
@@ -668,6 +696,7 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *
 		fcntl(master_fd, F_SETFL, fl | O_NONBLOCK);
 		wk.master_ev = event_new(wk.base, master_fd, EV_READ | EV_PERSIST, on_master, NULL);
 		event_add(wk.master_ev, NULL);
+		wk.master_out = channel_out_new(wk.base, master_fd, "the master");
 	}
 	struct timeval pt = {0, 100000};
 	wk.publish_ev = event_new(wk.base, -1, EV_PERSIST, on_publish, NULL);
