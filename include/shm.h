@@ -133,6 +133,30 @@ static inline const char *scaler_decision_name(ScaleDecision d)
 	return "unknown";
 }
 
+/* Where the CPU allowance came from (doc/workers.md, "The CPU allowance"): SHOW SCALER's cpus_from. */
+typedef enum CpusFrom {
+	CPUS_FROM_CORES = 0,    /* the physical cores among the allowed CPUs */
+	CPUS_FROM_AFFINITY = 1, /* the master's affinity mask */
+	CPUS_FROM_CPUSET = 2,   /* the cgroup's cpuset */
+	CPUS_FROM_QUOTA = 3,    /* the cgroup's CPU quota */
+} CpusFrom;
+
+/* "physical cores", "affinity", "cgroup cpuset", "cgroup quota" ("unknown" for anything else) */
+static inline const char *cpus_from_name(CpusFrom f)
+{
+	switch (f) {
+	case CPUS_FROM_CORES:
+		return "physical cores";
+	case CPUS_FROM_AFFINITY:
+		return "affinity";
+	case CPUS_FROM_CPUSET:
+		return "cgroup cpuset";
+	case CPUS_FROM_QUOTA:
+		return "cgroup quota";
+	}
+	return "unknown";
+}
+
 /* The scaler's published view, for SHOW WORKERS / SHOW SCALER [master]. */
 typedef struct ScalerView {
 	alignas(SHM_CACHELINE) _Atomic uint32_t current; /* active workers */
