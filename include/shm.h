@@ -176,6 +176,8 @@ typedef struct ScalerView {
 	_Atomic uint32_t wait_avg_milli[SHM_MAX_WORKERS]; /* moving average x1000 per slot */
 	_Atomic uint64_t config_gen; /* configurations the master has loaded: bumped by each successful reload,
 	                                before the workers are signalled [master] */
+	_Atomic uint32_t cpus_milli; /* the CPU allowance x1000 (1500 for a quota of 1.5 CPUs) [master] */
+	_Atomic uint32_t cpus_from;  /* CpusFrom: the limit that set it [master] */
 } ScalerView;
 
 typedef enum BudgetKind {
@@ -228,8 +230,9 @@ typedef struct ShmSegment {
 
 _Static_assert(sizeof(WorkerSlot) % SHM_CACHELINE == 0, "worker slots must fill whole cache lines");
 /*
- * The config_gen fields took padding: the sizes, and so every offset a
- * successor reads from a version 7 segment (-R), are those of version 7.
+ * The config_gen and cpus fields took padding: the sizes, and so every
+ * offset a successor reads from a version 7 segment (-R), are those of
+ * version 7.
  */
 _Static_assert(sizeof(WorkerSlot) == 256 && sizeof(ScalerView) == 1280, "version 7 layout changed: bump SHM_VERSION");
 _Static_assert(alignof(WorkerSlot) == SHM_CACHELINE, "worker slots must be cache-line aligned");
