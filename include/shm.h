@@ -145,6 +145,30 @@ static inline const char *scaler_decision_name(ScaleDecision d)
 	return "unknown";
 }
 
+/* Where the CPU allowance came from (doc/workers.md, "The CPU allowance"): SHOW SCALER's cpus_from. */
+typedef enum CpusFrom {
+	CPUS_FROM_CORES = 0,    /* the physical cores among the allowed CPUs */
+	CPUS_FROM_AFFINITY = 1, /* the master's affinity mask */
+	CPUS_FROM_CPUSET = 2,   /* the cgroup's cpuset */
+	CPUS_FROM_QUOTA = 3,    /* the cgroup's CPU quota */
+} CpusFrom;
+
+/* "physical cores", "affinity", "cgroup cpuset", "cgroup quota" ("unknown" for anything else) */
+static inline const char *cpus_from_name(CpusFrom f)
+{
+	switch (f) {
+	case CPUS_FROM_CORES:
+		return "physical cores";
+	case CPUS_FROM_AFFINITY:
+		return "affinity";
+	case CPUS_FROM_CPUSET:
+		return "cgroup cpuset";
+	case CPUS_FROM_QUOTA:
+		return "cgroup quota";
+	}
+	return "unknown";
+}
+
 /* The scaler's published view, for SHOW WORKERS / SHOW SCALER [master]. */
 typedef struct ScalerView {
 	alignas(SHM_CACHELINE) _Atomic uint32_t current; /* active workers */
@@ -164,6 +188,8 @@ typedef struct ScalerView {
 	_Atomic uint32_t wait_avg_milli[SHM_MAX_WORKERS]; /* moving average x1000 per slot */
 	_Atomic uint64_t config_gen; /* configurations the master has loaded: bumped by each successful reload,
 	                                before the workers are signalled [master] */
+	_Atomic uint32_t cpus_milli; /* the CPU allowance x1000 (1500 for a quota of 1.5 CPUs) [master] */
+	_Atomic uint32_t cpus_from;  /* CpusFrom: the limit that set it [master] */
 } ScalerView;
 
 typedef enum BudgetKind {
@@ -216,8 +242,9 @@ typedef struct ShmSegment {
 
 _Static_assert(sizeof(WorkerSlot) % SHM_CACHELINE == 0, "worker slots must fill whole cache lines");
 /*
- * The config_gen fields took padding: the sizes, and so every offset a
- * successor reads from a version 7 segment (-R), are those of version 7.
+ * The config_gen and cpus fields took padding: the sizes, and so every
+ * offset a successor reads from a version 7 segment (-R), are those of
+ * version 7.
  */
 _Static_assert(sizeof(WorkerSlot) == 256 && sizeof(ScalerView) == 1280, "version 7 layout changed: bump SHM_VERSION");
 _Static_assert(alignof(WorkerSlot) == SHM_CACHELINE, "worker slots must be cache-line aligned");

@@ -36,13 +36,14 @@ typedef struct WorkerBounds {
 } WorkerBounds;
 
 /*
- * Resolve the settings (already accepted by worker_bounds_check()) on a
- * machine with `cores` physical cores: max_workers = 0 stands for the
- * cores; a max_workers above WORKERS_MAX is clamped to it; a max_workers
- * of 0 below min_workers is raised to min_workers. Each clamp, and a
- * min_workers above the core count (taken as it is), is described in note
- * for the caller to log.
+ * Resolve the settings (already accepted by worker_bounds_check()) for a
+ * CPU allowance of `cpus` (rounded up; master/cpu_allowance.h), described
+ * by cpus_text ("2 physical cores", "cgroup quota of 1.5 CPUs"; NULL =
+ * "N physical cores"): max_workers = 0 stands for cpus; a max_workers
+ * above WORKERS_MAX is clamped to it; a max_workers of 0 below min_workers
+ * is raised to min_workers. Each clamp, and a min_workers above cpus
+ * (taken as it is), is described in note for the caller to log.
  */
-WorkerBounds worker_bounds_resolve(const CfGlobals *g, int cores);
+WorkerBounds worker_bounds_resolve(const CfGlobals *g, int cpus, const char *cpus_text);
 
 #endif

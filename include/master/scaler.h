@@ -19,14 +19,15 @@
 /* The settings as the decision uses them: checked by config_validate(), counts from worker_bounds_resolve(). */
 typedef struct ScalerConfig {
 	int min_workers;       /* >= 1 */
-	int max_workers;       /* resolved (0 already replaced by the core count): >= min_workers */
+	int max_workers;       /* resolved (0 already replaced by the CPU allowance): >= min_workers */
 	double up_threshold;   /* mean load above which to add */
 	int up_samples;        /* consecutive samples needed */
 	double down_threshold; /* fit-on-one-fewer ratio below which to drain */
 	int down_samples;      /* consecutive samples needed */
 	int64_t cooldown_us;   /* after any change, wait this long */
-	int cores;             /* physical cores: from this many workers on, only CPU time counts for adding one
-	                          (the run-queue wait is then the workers' own; 0 = no such limit) */
+	int cores;             /* the CPU allowance rounded up (master/cpu_allowance.h): from this many workers
+	                          on, only CPU time counts for adding one (the run-queue wait is then the
+	                          workers' own; 0 = no such limit) */
 } ScalerConfig;
 
 /*
@@ -105,9 +106,9 @@ void scaler_note_change(ScalerHistory *h, int64_t now_us);
  *  3. UP when the newest up_samples samples each have
  *     mean_busy > up_threshold, and current < max_workers; once current
  *     reaches cf->cores (when set), mean_cpu > up_threshold instead: the
- *     run-queue wait of more workers than cores is mostly their own, and
- *     counting it would add workers up to max_workers ("at the 2 physical
- *     cores: mean busy 0.50 without the run-queue wait");
+ *     run-queue wait of more workers than CPUs is mostly their own, and
+ *     counting it would add workers up to max_workers ("at the 2 CPUs
+ *     allowed: mean busy 0.50 without the run-queue wait");
  *     DOWN when the newest down_samples samples each have
  *     sum_busy / (current - 1) < down_threshold, and current > min_workers.
  *     The two cannot both hold while down_threshold < up_threshold.
@@ -120,25 +121,5 @@ void scaler_note_change(ScalerHistory *h, int64_t now_us);
  * (4): ...", "mean load 0.80 > 0.75 for 1 of 2 samples", ...).
  */
 ScalerResult scaler_decide(const ScalerHistory *h, const ScalerConfig *cf, int current, int64_t now_us);
-
-/*
- * Physical cores (hyperthread siblings counted once): the distinct
- * (physical_package_id, die_id, core_id) triples of the online CPUs under
- * /sys/devices/system/cpu. Falls back to sysconf(_SC_NPROCESSORS_ONLN) when
- * the topology cannot be read; never below 1.
- */
-int scaler_physical_cores(void);
-
-/* The same with another directory in place of /sys/devices/system/cpu (for tests). */
-int scaler_physical_cores_at(const char *sysfs_cpu_dir);
-
-/*
- * The lowest-numbered online CPU of each physical core, in CPU order: at
- * most max of them into cpus (which may be NULL to count only). Returns
- * the number of cores, 0 if the topology cannot be read. The workers are
- * pinned to these (one physical core each).
- */
-int scaler_core_cpus(int *cpus, int max);
-int scaler_core_cpus_at(const char *sysfs_cpu_dir, int *cpus, int max);
 
 #endif

@@ -44,11 +44,16 @@ static void add_note(WorkerBounds *b, const char *fmt, ...)
 	va_end(ap);
 }
 
-WorkerBounds worker_bounds_resolve(const CfGlobals *g, int cores)
+WorkerBounds worker_bounds_resolve(const CfGlobals *g, int cpus, const char *cpus_text)
 {
 	WorkerBounds b = {.min_workers = g->min_workers, .max_workers = g->max_workers};
-	if (cores < 1)
-		cores = 1;
+	if (cpus < 1)
+		cpus = 1;
+	char text[96];
+	if (cpus_text)
+		snprintf(text, sizeof(text), "%s", cpus_text);
+	else
+		snprintf(text, sizeof(text), "%d physical core%s", cpus, cpus == 1 ? "" : "s");
 	/* the loader refused these; clamp anyway so that the worker table can never overflow */
 	if (b.min_workers < 1)
 		b.min_workers = 1;
@@ -56,13 +61,12 @@ WorkerBounds worker_bounds_resolve(const CfGlobals *g, int cores)
 		b.min_workers = WORKERS_MAX;
 
 	if (g->max_workers == 0) {
-		b.max_workers = cores < WORKERS_MAX ? cores : WORKERS_MAX;
-		if (cores > WORKERS_MAX)
-			add_note(&b, "max_workers = 0 (%d physical cores) clamped to %d, the size of the worker table",
-			         cores, WORKERS_MAX);
+		b.max_workers = cpus < WORKERS_MAX ? cpus : WORKERS_MAX;
+		if (cpus > WORKERS_MAX)
+			add_note(&b, "max_workers = 0 (%s) clamped to %d, the size of the worker table", text,
+			         WORKERS_MAX);
 		if (b.max_workers < b.min_workers) {
-			add_note(&b, "max_workers = 0 (%d physical cores) raised to min_workers (%d)", b.max_workers,
-			         b.min_workers);
+			add_note(&b, "max_workers = 0 (%s) raised to min_workers (%d)", text, b.min_workers);
 			b.max_workers = b.min_workers;
 		}
 	} else if (g->max_workers > WORKERS_MAX) {
@@ -73,8 +77,8 @@ WorkerBounds worker_bounds_resolve(const CfGlobals *g, int cores)
 	if (b.max_workers < b.min_workers)
 		b.max_workers = b.min_workers; /* refused by the loader */
 
-	if (g->min_workers > cores && g->max_workers != 0)
-		add_note(&b, "min_workers = %d is above the %d physical cores; running at least %d workers anyway",
-		         b.min_workers, cores, b.min_workers);
+	if (g->min_workers > cpus && g->max_workers != 0)
+		add_note(&b, "min_workers = %d is above the %s; running at least %d workers anyway", b.min_workers,
+		         text, b.min_workers);
 	return b;
 }

@@ -589,6 +589,15 @@ static void put_scaler(struct evbuffer *o)
 		evbuffer_add_printf(o, "%s", gauges[k][0]);
 		put_value(o, vals[k]);
 	}
+	put_head(o, "pgbouncer_scaler_cpus", "gauge",
+	         "The CPU allowance: the CPUs the pooler may use, which max_workers = 0 stands for (rounded up)");
+	evbuffer_add_printf(o, "pgbouncer_scaler_cpus");
+	put_value(o, atomic_load(&sc->cpus_milli) / 1000.0);
+	put_head(o, "pgbouncer_scaler_cpus_info", "gauge",
+	         "1, with where the CPU allowance came from (physical cores, affinity, cgroup cpuset, cgroup quota)");
+	evbuffer_add_printf(o, "pgbouncer_scaler_cpus_info{from=\"%s\"}",
+	                    cpus_from_name((CpusFrom)atomic_load(&sc->cpus_from)));
+	put_value(o, 1);
 	put_head(o, "pgbouncer_scaler_decisions_total", "counter", "Scaler decisions taken, by decision");
 	for (int d = SCALE_HOLD; d <= SCALE_DOWN; d++) {
 		evbuffer_add_printf(o, "pgbouncer_scaler_decisions_total{decision=\"%s\"}",

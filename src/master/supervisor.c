@@ -28,6 +28,7 @@
 #include "common/console_state.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "master/cpu_allowance.h"
 #include "master/rebalance.h"
 #include "master/scaler.h"
 #include "master/upgrade.h"
@@ -40,6 +41,8 @@
 
 #define REBALANCE_SAMPLES     3  /* ticks a plan must stay uneven before clients move */
 #define REBALANCE_FRESH_TICKS 10 /* after a worker starts, ticks in which a plan runs at once */
+
+#define CPUS_REREAD_US INT64_C(60000000) /* the CPU allowance is read again every minute */
 
 /* One worker slot as the master sees it. */
 typedef struct WorkerProc {
@@ -79,18 +82,18 @@ static struct {
 	WorkerBounds bounds; /* as last resolved; its note (what was clamped) has been logged */
 	struct event *tick_ev;
 	bool shutting_down;
-	bool frozen;               /* a new master (-R) has our sockets: no scaling until it commits or gives up */
-	bool retiring;             /* a new master took over: our workers drain, nothing respawns */
-	int shm_fd;                /* the segment's memfd, -1 = anonymous mapping */
-	pid_t pred_pid;            /* the master we took over from (-R) while its tree runs, else 0 */
-	int cpus[SHM_MAX_WORKERS]; /* one logical CPU per physical core, for worker_cpu_affinity */
-	int n_cpus;
-	int rb_streak;        /* consecutive ticks with an uneven plan */
-	int rb_quiet;         /* ticks to wait after a move, until the counts are published again */
-	int rb_fresh;         /* ticks left in which a plan runs at once: a worker was just added */
-	bool rb_now;          /* plan at this tick whatever the history (a drain started) */
-	ConsoleState console; /* the console's pause and database flags, for workers started later */
-	bool starting;        /* supervisor_start() forks the first workers: each takes its own slot only */
+	bool frozen;           /* a new master (-R) has our sockets: no scaling until it commits or gives up */
+	bool retiring;         /* a new master took over: our workers drain, nothing respawns */
+	int shm_fd;            /* the segment's memfd, -1 = anonymous mapping */
+	pid_t pred_pid;        /* the master we took over from (-R) while its tree runs, else 0 */
+	CpuAllowance allow;    /* the CPUs we may use (doc/workers.md, "The CPU allowance") */
+	int64_t allow_read_us; /* monotonic time it was last read */
+	int rb_streak;         /* consecutive ticks with an uneven plan */
+	int rb_quiet;          /* ticks to wait after a move, until the counts are published again */
+	int rb_fresh;          /* ticks left in which a plan runs at once: a worker was just added */
+	bool rb_now;           /* plan at this tick whatever the history (a drain started) */
+	ConsoleState console;  /* the console's pause and database flags, for workers started later */
+	bool starting;         /* supervisor_start() forks the first workers: each takes its own slot only */
 	struct event *watchdog_ev;
 	int64_t watchdog_last_us; /* monotonic time of the last watchdog pass */
 } sv;
@@ -400,27 +403,12 @@ void supervisor_close_tcp(void)
 
 /* ---- CPU affinity ---- */
 
-static void find_core_cpus(void)
-{
-	/* the first logical CPU of each physical core: the scaler counts the same cores */
-	sv.n_cpus = scaler_core_cpus(sv.cpus, SHM_MAX_WORKERS);
-	if (sv.n_cpus > SHM_MAX_WORKERS)
-		sv.n_cpus = SHM_MAX_WORKERS;
-	if (sv.n_cpus == 0) {
-		/* no topology: every online CPU counts as a core */
-		long n = sysconf(_SC_NPROCESSORS_ONLN);
-		for (int cpu = 0; cpu < n && sv.n_cpus < SHM_MAX_WORKERS; cpu++)
-			sv.cpus[sv.n_cpus++] = cpu;
-	}
-	if (sv.n_cpus == 0)
-		sv.cpus[sv.n_cpus++] = 0;
-}
-
+/* Worker i gets a physical core of its own among the allowed CPUs (the same cores the allowance counts). */
 static void pin_to_core(int i)
 {
 	cpu_set_t set;
 	CPU_ZERO(&set);
-	CPU_SET(sv.cpus[i % sv.n_cpus], &set);
+	CPU_SET(sv.allow.n_core_cpus > 0 ? sv.allow.core_cpus[i % sv.allow.n_core_cpus] : 0, &set);
 	if (sched_setaffinity(0, sizeof(set), &set) < 0)
 		log_warning("sched_setaffinity() failed: %s", strerror(errno));
 }
@@ -865,12 +853,40 @@ static void rebalance_tick(bool now)
 
 /* ---- the scaler tick ---- */
 
+/*
+ * Read the CPU allowance again (at start, RELOAD, and every minute: a
+ * container can be resized while it runs); logged when it changes.
+ * Returns whether it changed.
+ */
+static bool read_cpu_allowance(void)
+{
+	CpuAllowance a;
+	cpu_allowance_read_self(&a);
+	sv.allow_read_us = mono_us();
+	bool first = sv.allow.max_workers == 0; /* never read: an allowance is at least 1 */
+	bool changed = first || a.cpus != sv.allow.cpus || a.from != sv.allow.from ||
+	               a.max_workers != sv.allow.max_workers || a.n_core_cpus != sv.allow.n_core_cpus ||
+	               memcmp(a.core_cpus, sv.allow.core_cpus, sizeof(a.core_cpus)) != 0;
+	sv.allow = a;
+	if (changed) {
+		char what[96];
+		cpu_allowance_describe(&a, what, sizeof(what));
+		log_info("CPU allowance%s: %s (max_workers = 0 means %d)", first ? "" : " changed", what,
+		         a.max_workers);
+	}
+	atomic_store(&sv.shm->scaler.cpus_milli, (uint32_t)llround(a.cpus * 1000));
+	atomic_store(&sv.shm->scaler.cpus_from, (uint32_t)a.from);
+	return changed;
+}
+
 /* The scaler's settings from the configuration; a clamp is logged when it first applies. */
 static void resolve_scaler_config(void)
 {
 	const CfGlobals *g = &sv.cf->g;
-	int cores = scaler_physical_cores();
-	WorkerBounds b = worker_bounds_resolve(g, cores);
+	int cpus = sv.allow.max_workers;
+	char what[96];
+	cpu_allowance_describe(&sv.allow, what, sizeof(what));
+	WorkerBounds b = worker_bounds_resolve(g, cpus, what);
 	if (b.note[0] && strcmp(b.note, sv.bounds.note) != 0)
 		log_warning("%s", b.note);
 	sv.bounds = b;
@@ -882,7 +898,7 @@ static void resolve_scaler_config(void)
 	                        .down_threshold = g->worker_scale_down_threshold,
 	                        .down_samples = g->worker_scale_down_samples,
 	                        .cooldown_us = g->worker_scale_cooldown,
-	                        .cores = cores};
+	                        .cores = cpus};
 	atomic_store(&sv.shm->scaler.min_workers, (uint32_t)min);
 	atomic_store(&sv.shm->scaler.max_workers, (uint32_t)max);
 }
@@ -946,6 +962,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	}
 	if (sv.shutting_down || sv.retiring || sv.frozen)
 		return;
+	if (mono_us() - sv.allow_read_us >= CPUS_REREAD_US && read_cpu_allowance())
+		resolve_scaler_config();
 	scale_tick();
 	bool now = sv.rb_now;
 	sv.rb_now = false;
@@ -1023,7 +1041,7 @@ void supervisor_init(struct event_base *base, Config *cf, const TlsContexts *tls
 			sv.lfd[i][a] = -1;
 	}
 	shm_create();
-	find_core_cpus();
+	read_cpu_allowance();
 	resolve_scaler_config();
 	atomic_store(&sv.shm->scaler.tcp_migrate_req, (uint32_t)read_migrate_req());
 }
@@ -1068,6 +1086,7 @@ void supervisor_start(int takeover_count)
 void supervisor_config_changed(Config *cf)
 {
 	sv.cf = cf;
+	read_cpu_allowance();
 	resolve_scaler_config();
 	arm_tick();
 	/* before the workers' SIGHUP: each notes the generation it reloaded to */

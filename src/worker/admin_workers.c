@@ -103,14 +103,17 @@ bool admin_show_workers(PgSocket *c)
 
 bool admin_show_scaler(PgSocket *c)
 {
-	static const char *const names[] = {"current",       "target",      "min_workers", "max_workers",
-	                                    "last_decision", "last_reason", "last_change", "tcp_migrate_req"};
+	static const char *const names[] = {"current", "target", "min_workers", "max_workers", "last_decision",
+	                                    "last_reason", "last_change", "tcp_migrate_req",
+	                                    /* the CPU allowance (doc/workers.md): added at the end */
+	                                    "cpus", "cpus_from"};
+	enum { NCOL = sizeof(names) / sizeof(names[0]) };
 	PktBuf pb;
 	pktbuf_init(&pb, 512);
-	pktbuf_write_row_description(&pb, "iiiiTTTi", names);
+	pktbuf_write_row_description(&pb, "iiiiTTTiNT", names);
 	ScalerView *sc = wk.shm ? &wk.shm->scaler : NULL;
 	if (sc) {
-		char v[8][160];
+		char v[NCOL][160];
 		snprintf(v[0], 160, "%u", atomic_load(&sc->current));
 		snprintf(v[1], 160, "%u", atomic_load(&sc->target));
 		snprintf(v[2], 160, "%u", atomic_load(&sc->min_workers));
@@ -129,8 +132,10 @@ bool admin_show_scaler(PgSocket *c)
 		if (last)
 			format_ts(last, v[6], 160);
 		snprintf(v[7], 160, "%u", atomic_load(&sc->tcp_migrate_req));
-		const char *row[8] = {v[0], v[1], v[2], v[3], v[4], v[5], last ? v[6] : NULL, v[7]};
-		pktbuf_write_data_row(&pb, 8, row);
+		snprintf(v[8], 160, "%.10g", atomic_load(&sc->cpus_milli) / 1000.0);
+		snprintf(v[9], 160, "%s", cpus_from_name((CpusFrom)atomic_load(&sc->cpus_from)));
+		const char *row[NCOL] = {v[0], v[1], v[2], v[3], v[4], v[5], last ? v[6] : NULL, v[7], v[8], v[9]};
+		pktbuf_write_data_row(&pb, NCOL, row);
 	}
 	return send_and_free(c, &pb);
 }

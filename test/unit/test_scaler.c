@@ -1,8 +1,8 @@
 /*
  * Unit tests for scaler.c: the exact decision and reason for each rule of
- * DESIGN.md §4, stability under a simulated load, and
- * the physical core count on a fake sysfs tree, and the saturation signal
- * (busy + run-queue wait) from synthetic schedstat numbers.
+ * DESIGN.md §4, stability under a simulated load, and the saturation
+ * signal (busy + run-queue wait) from synthetic schedstat numbers. The
+ * core count is test_cpu_allowance.c's.
  */
 #include "autoconfig.h"
 
@@ -386,108 +386,6 @@ static void test_decision_names(void **state)
 	assert_string_equal(scaler_decision_name((ScaleDecision)7), "unknown");
 }
 
-/* ---- a fake /sys/devices/system/cpu ---- */
-
-static void put(const char *root, const char *rel, const char *text)
-{
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/%s", root, rel);
-	/* mkdir -p of the parents */
-	for (char *p = path + strlen(root) + 1; (p = strchr(p, '/')) != NULL; p++) {
-		*p = '\0';
-		assert_true(mkdir(path, 0755) == 0 || access(path, F_OK) == 0);
-		*p = '/';
-	}
-	FILE *f = fopen(path, "w");
-	assert_non_null(f);
-	fputs(text, f);
-	assert_int_equal(fclose(f), 0);
-}
-
-/* a CPU with its package and core id */
-static void put_cpu(const char *root, int cpu, const char *package, const char *core)
-{
-	char rel[64];
-	snprintf(rel, sizeof(rel), "cpu%d/topology/physical_package_id", cpu);
-	put(root, rel, package);
-	snprintf(rel, sizeof(rel), "cpu%d/topology/core_id", cpu);
-	put(root, rel, core);
-}
-
-static int sysconf_cores(void)
-{
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-	return n < 1 ? 1 : (int)n;
-}
-
-static void test_physical_cores(void **state)
-{
-	char root[64];
-	unit_tmpdir("test_scaler_sysfs", root, sizeof(root));
-
-	/* 4 logical CPUs = 2 cores with a hyperthread sibling each */
-	put_cpu(root, 0, "0\n", "0\n");
-	put_cpu(root, 1, "0\n", "1\n");
-	put_cpu(root, 2, "0\n", "0\n");
-	put_cpu(root, 3, "0\n", "1\n");
-	put(root, "cpu1/online", "1\n");
-	/* not CPUs */
-	put(root, "cpufreq/policy0/x", "1\n");
-	put(root, "cpuidle/current_driver", "none\n");
-	put(root, "online", "0-3\n");
-	put(root, "possible", "0-7\n");
-	assert_int_equal(scaler_physical_cores_at(root), 2);
-	/* the workers' CPUs: the lowest of each core, in CPU order */
-	int cpus[8];
-	assert_int_equal(scaler_core_cpus_at(root, cpus, 8), 2);
-	assert_int_equal(cpus[0], 0);
-	assert_int_equal(cpus[1], 1);
-	assert_int_equal(scaler_core_cpus_at(root, cpus, 1), 2); /* counted, one stored */
-	assert_int_equal(cpus[0], 0);
-
-	/* an offline CPU does not count (its topology may be stale) */
-	put_cpu(root, 4, "0\n", "7\n");
-	put(root, "cpu4/online", "0\n");
-	assert_int_equal(scaler_physical_cores_at(root), 2);
-	put(root, "cpu4/online", "1\n");
-	assert_int_equal(scaler_physical_cores_at(root), 3);
-
-	/* the same core id in another package is another core */
-	put_cpu(root, 5, "1\n", "0\n");
-	put_cpu(root, 6, "1\n", "0\n");
-	assert_int_equal(scaler_physical_cores_at(root), 4);
-	/* ... and in another die of the same package */
-	put(root, "cpu6/topology/die_id", "1\n");
-	assert_int_equal(scaler_physical_cores_at(root), 5);
-
-	/* an online CPU without topology: do not guess, fall back */
-	put(root, "cpu7/online", "1\n");
-	assert_int_equal(scaler_physical_cores_at(root), sysconf_cores());
-	/* ... or without its package */
-	put(root, "cpu7/topology/core_id", "9\n");
-	assert_int_equal(scaler_physical_cores_at(root), sysconf_cores());
-	put(root, "cpu7/topology/physical_package_id", "0\n");
-	assert_int_equal(scaler_physical_cores_at(root), 6);
-	unit_rmtree(root);
-
-	/* a garbage id: fall back */
-	unit_tmpdir("test_scaler_sysfs", root, sizeof(root));
-	put_cpu(root, 0, "0\n", "zero\n");
-	assert_int_equal(scaler_physical_cores_at(root), sysconf_cores());
-	unit_rmtree(root);
-
-	/* no such directory, or no CPUs in it: fall back */
-	assert_int_equal(scaler_physical_cores_at("/nonexistent/cpu"), sysconf_cores());
-	unit_tmpdir("test_scaler_sysfs", root, sizeof(root));
-	assert_int_equal(scaler_physical_cores_at(root), sysconf_cores());
-	unit_rmtree(root);
-
-	/* the real machine: at least one, at most the logical CPUs */
-	int real = scaler_physical_cores();
-	assert_true(real >= 1);
-	assert_true(real <= sysconf_cores());
-}
-
 /* ---- the saturation signal (busy + run-queue wait) from synthetic schedstat numbers ---- */
 
 #define NS 1000000000ULL
@@ -682,13 +580,13 @@ static void test_wait_counts_only_below_the_cores(void **state)
 	add_split(&h, 3, 3, 0.66, 0.34);
 	add_split(&h, 4, 3, 0.66, 0.34);
 	assert_decision(scaler_decide(&h, &cf, 3, 4 * SEC), SCALE_HOLD,
-	                "at the 2 physical cores: mean busy 0.66 without the run-queue wait (load 1.00)");
+	                "at the 2 CPUs allowed: mean busy 0.66 without the run-queue wait (load 1.00)");
 	/* at the cores exactly, too */
 	scaler_history_reset(&h);
 	add_split(&h, 3, 2, 0.50, 0.45);
 	add_split(&h, 4, 2, 0.50, 0.45);
 	assert_decision(scaler_decide(&h, &cf, 2, 4 * SEC), SCALE_HOLD,
-	                "at the 2 physical cores: mean busy 0.50 without the run-queue wait (load 0.95)");
+	                "at the 2 CPUs allowed: mean busy 0.50 without the run-queue wait (load 0.95)");
 	/* CPU time alone above the threshold still adds, up to max_workers */
 	scaler_history_reset(&h);
 	add_split(&h, 5, 3, 0.90, 0.10);
@@ -733,7 +631,6 @@ int main(void)
 	    cmocka_unit_test(test_history_keeps_the_newest),
 	    cmocka_unit_test(test_no_oscillation),
 	    cmocka_unit_test(test_decision_names),
-	    cmocka_unit_test(test_physical_cores),
 	    cmocka_unit_test(test_schedstat_parse),
 	    cmocka_unit_test(test_schedstat_read),
 	    cmocka_unit_test(test_saturation_starved_worker),

@@ -133,7 +133,7 @@ static void test_accepted_at_the_bounds(void **state)
 
 static void expect_resolved(int cores, int min, int max, const char *note)
 {
-	WorkerBounds b = worker_bounds_resolve(&cf.g, cores);
+	WorkerBounds b = worker_bounds_resolve(&cf.g, cores, NULL);
 	assert_int_equal(b.min_workers, min);
 	assert_int_equal(b.max_workers, max);
 	assert_string_equal(b.note, note);
@@ -168,14 +168,25 @@ static void test_resolve(void **state)
 	                "max_workers = 70 clamped to 64, the size of the worker table; min_workers = 64 is above "
 	                "the 2 physical cores; running at least 64 workers anyway");
 
+	/* an allowance other than the cores is named in the note */
+	set("min_workers", "4");
+	set("max_workers", "0");
+	WorkerBounds q = worker_bounds_resolve(&cf.g, 2, "cgroup quota of 1.5 CPUs");
+	assert_int_equal(q.max_workers, 4);
+	assert_string_equal(q.note, "max_workers = 0 (cgroup quota of 1.5 CPUs) raised to min_workers (4)");
+	set("max_workers", "4");
+	q = worker_bounds_resolve(&cf.g, 1, "1 CPU of the cgroup cpuset");
+	assert_string_equal(
+	    q.note, "min_workers = 4 is above the 1 CPU of the cgroup cpuset; running at least 4 workers anyway");
+
 	/* values the loader refuses still cannot overflow the worker table */
 	cf.g.min_workers = 70;
 	cf.g.max_workers = 0;
-	WorkerBounds b = worker_bounds_resolve(&cf.g, 2);
+	WorkerBounds b = worker_bounds_resolve(&cf.g, 2, NULL);
 	assert_int_equal(b.min_workers, 64);
 	assert_int_equal(b.max_workers, 64);
 	cf.g.min_workers = 0;
-	b = worker_bounds_resolve(&cf.g, 0);
+	b = worker_bounds_resolve(&cf.g, 0, NULL);
 	assert_int_equal(b.min_workers, 1);
 	assert_int_equal(b.max_workers, 1);
 }
