@@ -190,6 +190,10 @@ typedef struct ScalerView {
 	                                before the workers are signalled [master] */
 	_Atomic uint32_t cpus_milli; /* the CPU allowance x1000 (1500 for a quota of 1.5 CPUs) [master] */
 	_Atomic uint32_t cpus_from;  /* CpusFrom: the limit that set it [master] */
+	_Atomic uint32_t
+	    idle_milli; /* idle CPUs of the allowance at the last sample x1000; UINT32_MAX = unknown [master] */
+	_Atomic uint32_t throttled_milli; /* share of the cgroup's quota periods throttled at the last sample x1000
+	                                     [master] */
 } ScalerView;
 
 typedef enum BudgetKind {

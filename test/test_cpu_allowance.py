@@ -220,3 +220,35 @@ def test_taskset_one_cpu(bouncer, run_as):
     console(b).execute("RELOAD")
     s = scaler(b)
     assert (s["max_workers"], s["cpus"], s["cpus_from"]) == (1, Decimal(1), "affinity")
+
+
+def test_throttled_cgroup_gets_no_second_worker(cgroups, bouncer, run_as):
+    """A fifth of a CPU of quota and max_workers = 2 allowed explicitly: under a
+    login storm the cgroup is throttled, SHOW SCALER and /metrics say how
+    much, and the scaler adds no worker, whose CPU the quota would take from
+    the one there is (doc/workers.md, "Adding a worker only into idle CPU")."""
+    cg = cgroups("cpu")
+    cg.write("cpu.cfs_period_us", 100000)
+    cg.write("cpu.cfs_quota_us", 20000)  # below what one worker uses under the storm
+    mport = free_port()
+    b = bouncer(ini_overrides={**STORM_SCALING, "max_workers": 2, "metrics_listen": f"127.0.0.1:{mport}"},
+                wrapper=started_in(run_as, [cg]))
+    load = churn(b, seconds=8)
+    counts, throttled, reasons = set(), [], set()
+    try:
+        while load.poll() is None:
+            s = scaler(b)
+            counts.add(s["current"])
+            throttled.append(float(s["throttled"]))
+            reasons.add(s["last_reason"])
+            time.sleep(0.2)
+    finally:
+        out = load.communicate(timeout=DEADLINE)[0]
+    assert load.returncode == 0, out
+    assert counts == {1}, f"worker counts seen during the storm: {counts}"
+    assert max(throttled) > 0.1, throttled
+    assert any(r.startswith("throttled: the cgroup's CPU quota held the pooler back in ") for r in reasons), reasons
+    with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=DEADLINE) as r:
+        text = r.read().decode()
+    assert re.search(r"^pgbouncer_scaler_throttled_ratio \d", text, re.M), text
+    assert "scaling up" not in b.log_text()

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -99,12 +100,48 @@ def test_starved_worker_scales_up(bouncer):
         # SHOW WORKERS shows both parts: the starved worker waits for its CPU
         wait_for(lambda: float(workers(b)[0]["wait"]) > 0.1, "a run-queue wait on the starved worker", timeout=30)
         m = b.wait_log(r"scaling up to 2 workers: mean load (\d\.\d\d) > 0\.50 for 2 samples "
-                       r"\(busy\+wait 0:(\d\.\d\d)\+(\d\.\d\d)\)", timeout=45, after=mark)
+                       r"\(busy\+wait 0:(\d\.\d\d)\+(\d\.\d\d); idle CPUs (\d+\.\d\d)\)", timeout=45, after=mark)
         wait_for(lambda: states(b) == ["active", "active"], "a second active worker", timeout=15)
     finally:
         stop(procs)
-    mean, busy, wait = (float(x) for x in m.groups())
-    # the decision counted the wait: it is a part of the load that crossed the threshold
-    assert wait > 0, m.group(0)
-    # (each of the three is rounded to 0.01 on its own)
-    assert abs(mean - min(1.0, busy + wait)) <= 0.016, m.group(0)
+    mean, busy, wait, idle = (float(x) for x in m.groups())
+    # the decision counted the wait, as far as the other core had idle CPU for another worker
+    # (doc/workers.md, "Adding a worker only into idle CPU"): a part of the load that crossed the threshold
+    assert wait > 0 and idle > 0, m.group(0)
+    # (each of the four is rounded to 0.01 on its own)
+    assert abs(mean - min(1.0, busy + min(wait, idle))) <= 0.021, m.group(0)
+
+
+def test_no_worker_added_without_idle_cpu(bouncer):
+    """The starved worker of the test above, but the other core is full as
+    well (a hog beside the clients and PostgreSQL): another worker would get
+    no idle CPU, only take it from the database, so the scaler holds and says
+    why (doc/workers.md, "Adding a worker only into idle CPU")."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) != 2 or physical_cores() != 2:
+        pytest.skip("needs exactly two physical cores, both of them made busy by the test")
+    b = bouncer(ini_overrides=STARVED)
+    w0 = workers(b)[0]
+    cpu0 = pinned_cpu(w0["pid"])
+    (cpu1,) = set(cpus) - {cpu0}
+    mark = b.log_mark()
+    procs = [hog(cpu0) for _ in range(3)] + [hog(cpu1)]
+    try:
+        procs.append(load(b, 30, {cpu1}))
+        wait_for(lambda: float(workers(b)[0]["wait"]) > 0.1, "a run-queue wait on the starved worker", timeout=30)
+
+        def holds():
+            with b.admin() as conn:
+                cur = conn.execute("SHOW SCALER")
+                names = [d.name for d in cur.description]
+                row = dict(zip(names, cur.fetchone()))
+            return row if "no idle CPU for another worker" in (row["last_reason"] or "") else None
+
+        row = wait_for(holds, "the scaler to hold for want of idle CPU", timeout=30)
+        assert re.fullmatch(r"no idle CPU for another worker \(idle 0\.\d\d of 2 CPUs\)", row["last_reason"]), row
+        assert row["idle_cpus"] is not None and float(row["idle_cpus"]) < 0.5, row
+        time.sleep(3)  # six more samples: it keeps holding
+        assert states(b) == ["active"]
+    finally:
+        stop(procs)
+    assert "scaling up" not in b.log_text()[mark:]

@@ -78,13 +78,16 @@ def test_show_scaler_row(bouncer):
         cur = conn.execute("SHOW SCALER")
         assert [d.name for d in cur.description] == [
             "current", "target", "min_workers", "max_workers", "last_decision", "last_reason", "last_change",
-            "tcp_migrate_req", "cpus", "cpus_from"]
-        assert [d.type_code for d in cur.description] == [23, 23, 23, 23, 25, 25, 25, 23, 1700, 25]
+            "tcp_migrate_req", "cpus", "cpus_from", "idle_cpus", "throttled"]
+        assert [d.type_code for d in cur.description] == [23, 23, 23, 23, 25, 25, 25, 23, 1700, 25, 1700, 1700]
         row = cur.fetchone()
     assert row[0] == 1 and row[2] == 1 and row[3] == 2
     # the CPU allowance, whatever limits this machine (test_cpu_allowance.py sets them)
     assert row[8] > 0 and row[9] in ("physical cores", "affinity", "cgroup cpuset", "cgroup quota")
     wait_for(lambda: scaler(b)["last_reason"].startswith("steady"), "a steady scaler sample")
+    # after two samples the idle CPU of the allowance is known; no quota: nothing throttled
+    s = wait_for(lambda: (lambda r: r if r["idle_cpus"] is not None else None)(scaler(b)), "idle_cpus known")
+    assert 0 <= s["idle_cpus"] <= s["cpus"] + 1 and s["throttled"] == 0
 
 
 def test_stats_user_can_read_show_workers(bouncer):

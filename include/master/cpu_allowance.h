@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <limits.h>
 #include <stdint.h>
 
 #include "shm.h"
@@ -29,6 +30,16 @@ typedef struct CpuAllowance {
 	int cores;         /* physical cores among the allowed CPUs (hyperthread siblings once) */
 	int core_cpus[CPU_ALLOWANCE_CORE_CPUS]; /* the lowest allowed CPU of each of them, in CPU order */
 	int n_core_cpus;                        /* entries in core_cpus: min(cores, CPU_ALLOWANCE_CORE_CPUS) */
+	cpu_set_t allowed;                      /* the online CPUs the masks allow */
+	/*
+	 * The cgroup whose quota is quota_us (under the root prefix), "" without
+	 * one: its cpu.stat tells the throttling, its usage what of the quota is
+	 * used (master/cpu_idle.h). quota_v2: a cgroup v2 directory (cpu.stat
+	 * has usage_usec and throttled_usec), else v1 (cpu.stat with
+	 * throttled_time, cpuacct.usage beside it when cpuacct is mounted with cpu).
+	 */
+	char quota_dir[PATH_MAX];
+	bool quota_v2;
 } CpuAllowance;
 
 /*

@@ -27,8 +27,18 @@ typedef struct ScalerConfig {
 	int64_t cooldown_us;   /* after any change, wait this long */
 	int cores;             /* the CPU allowance rounded up (master/cpu_allowance.h): from this many workers
 	                          on, only CPU time counts for adding one (the run-queue wait is then the
-	                          workers' own; 0 = no such limit) */
+	                          workers' own; 0 = no such limit), and a step up forks at most up to it */
+	double cpus;           /* the CPU allowance itself, for the reasons (0 = unknown) */
 } ScalerConfig;
+
+/* A mean load at or above this in a whole up run: the workers are saturated, the step up doubles them. */
+#define SCALER_SATURATED 0.95
+
+/* At or beyond the allowance (cf->cores) a worker is added only with at least this many idle CPUs. */
+#define SCALER_IDLE_MIN 0.25
+
+/* A cgroup throttled in more than this share of its quota periods gets no more workers. */
+#define SCALER_THROTTLED_MAX 0.02
 
 /*
  * One sample: the loads of the active workers at one tick. A worker's load
@@ -41,6 +51,16 @@ typedef struct ScalerSample {
 	double sum_busy;  /* sum of their loads */
 	double mean_busy; /* sum_busy / n_workers */
 	double mean_cpu;  /* mean of their busy ratios alone (without the wait) */
+	/*
+	 * The load that asks for another worker: the busy ratios plus as much
+	 * of the run-queue wait as the allowance had idle CPU (all of it when
+	 * the idle CPU is unknown), at most sum_busy (doc/workers.md, "Adding
+	 * a worker only into idle CPU").
+	 */
+	double sum_up;
+	double mean_up;   /* sum_up / n_workers */
+	double idle_cpus; /* idle CPUs of the allowance over the interval; -1 = unknown */
+	double throttled; /* share of the cgroup's quota periods that were throttled, 0..1 */
 } ScalerSample;
 
 /* The history the decision looks at; the newest sample is last. */
@@ -52,6 +72,7 @@ typedef struct ScalerHistory {
 
 typedef struct ScalerResult {
 	ScaleDecision decision;
+	int target;       /* the worker count to reach: > current for UP, < current for DOWN, = current for HOLD */
 	char reason[128]; /* e.g. "mean load 0.91 > 0.75 for 2 samples" */
 } ScalerResult;
 
@@ -85,8 +106,16 @@ Saturation scaler_saturation(const SchedCounters *prev, const SchedCounters *cur
 /* Fill a sample from the sum of the loads of n_workers workers (mean = 0 when n_workers <= 0); no wait. */
 ScalerSample scaler_sample_make(int64_t time_us, int n_workers, double sum_busy);
 
-/* The same with the sums of the loads and of the busy ratios alone (the master's samples). */
+/* The same with the sums of the loads and of the busy ratios alone; the idle CPU unknown. */
 ScalerSample scaler_sample_make_split(int64_t time_us, int n_workers, double sum_load, double sum_cpu);
+
+/*
+ * The master's samples: the sums of the loads (per worker busy + wait, at
+ * most 1), of the busy ratios and of the waits, the idle CPUs of the
+ * allowance (-1 = unknown) and the throttled share of the quota periods.
+ */
+ScalerSample scaler_sample_make_full(int64_t time_us, int n_workers, double sum_load, double sum_cpu, double sum_wait,
+                                     double idle_cpus, double throttled);
 
 /* Append a sample (drops the oldest when full). */
 void scaler_history_add(ScalerHistory *h, const ScalerSample *s);
@@ -104,14 +133,25 @@ void scaler_note_change(ScalerHistory *h, int64_t now_us);
  *     crash), not the load, so there is nothing to wait out.
  *  2. within cooldown_us of the last change: HOLD ("cooldown: 4.2 s left").
  *  3. UP when the newest up_samples samples each have
- *     mean_busy > up_threshold, and current < max_workers; once current
- *     reaches cf->cores (when set), mean_cpu > up_threshold instead: the
- *     run-queue wait of more workers than CPUs is mostly their own, and
- *     counting it would add workers up to max_workers ("at the 2 CPUs
- *     allowed: mean busy 0.50 without the run-queue wait");
+ *     mean_up > up_threshold (the wait counted only up to the idle CPU:
+ *     "no idle CPU for another worker (idle 0.03 of 2 CPUs)" otherwise) and
+ *     a throttled share of at most SCALER_THROTTLED_MAX ("throttled: ..."),
+ *     and current < max_workers; once current reaches cf->cores (when
+ *     set), mean_cpu > up_threshold and at least SCALER_IDLE_MIN idle
+ *     CPUs (when known) instead: the run-queue wait of more
+ *     workers than CPUs is mostly their own, and counting it would add
+ *     workers up to max_workers ("at the 2 CPUs allowed: mean busy 0.50
+ *     without the run-queue wait");
  *     DOWN when the newest down_samples samples each have
  *     sum_busy / (current - 1) < down_threshold, and current > min_workers.
  *     The two cannot both hold while down_threshold < up_threshold.
+ *  4. The step is proportional (doc/workers.md, "Proportional steps"): the
+ *     wanted count is ceil(sum / up_threshold), with the smallest sum_up of
+ *     the up run or the largest sum_busy of the down run. Up: at least one
+ *     more, twice as many when the run's mean load is at least
+ *     SCALER_SATURATED (saturated workers hide the demand beyond them), at most cf->cores (when set; one more at a time beyond it) and
+ *     max_workers. Down: at least one fewer, at most halving, never below
+ *     min_workers.
  * Only a run of samples counts: it is broken by a sample that misses the
  * condition, by a sample taken with n_workers != current, or by one taken
  * before last_change_us. So after a change the count restarts even when the

@@ -64,6 +64,7 @@ int main(int argc, char **argv)
 	    .down_samples = (int)arg(argc, argv, "--down-samples", 30),
 	    .cooldown_us = (int64_t)(arg(argc, argv, "--cooldown", 10) * 1e6),
 	    .cores = (int)arg(argc, argv, "--core-cap", cores), /* 0: the wait counts at any count */
+	    .cpus = cores,
 	};
 	int busy_only = 0;
 	for (int i = 1; i + 1 < argc; i++)
@@ -169,10 +170,17 @@ int main(int argc, char **argv)
 				quiet = 1;
 			}
 		}
-		ScalerSample smp = scaler_sample_make_split(now_us, n, sum, sum_busy);
+		/* the CPU nobody used in the interval: the master's idle reading (cpu_idle.c) */
+		double used = other * share;
+		for (int i = 0; i < n; i++)
+			used += want[i] * share;
+		double idle = cores > used ? cores - used : 0;
+		ScalerSample smp = busy_only ? scaler_sample_make_split(now_us, n, sum, sum_busy)
+		                             : scaler_sample_make_full(now_us, n, sum, sum_busy, sum_wait, idle, 0);
 		scaler_history_add(&h, &smp);
 		ScalerResult r = scaler_decide(&h, &cf, n, now_us);
-		if (r.decision == SCALE_UP && n < SHM_MAX_WORKERS) {
+		/* a proportional step: several workers at once (doc/workers.md, "Proportional steps") */
+		while (r.decision == SCALE_UP && n < r.target && n < SHM_MAX_WORKERS) {
 			/* a fresh process in the next slot: counters from zero, no reading at its first tick */
 			memset(&cnt[n], 0, sizeof(cnt[n]));
 			cnt[n].time_ns = cnt[0].time_ns;
@@ -181,7 +189,8 @@ int main(int argc, char **argv)
 			load[n] = 0;
 			n++;
 			fresh = 10; /* the master plans at once for a new worker */
-		} else if (r.decision == SCALE_DOWN && n > 1) {
+		}
+		while (r.decision == SCALE_DOWN && n > r.target && n > 1) {
 			/* the highest slot drains: it no longer counts; its long-lived clients come back elsewhere */
 			n--;
 			for (int i = 0; i < n; i++)

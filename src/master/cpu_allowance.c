@@ -450,15 +450,17 @@ static char *read_cgroup_file(const char *root, const CgroupDir *cd, size_t rel_
 	return read_at(root, path);
 }
 
-/* Keep the smaller of two quotas (quota/period); a quota of 0 is none. */
-static void keep_smaller(int64_t q, int64_t p, CpuAllowance *out)
+/* Keep the smaller of two quotas (quota/period); a quota of 0 is none. True when this one is kept. */
+static bool keep_smaller(int64_t q, int64_t p, CpuAllowance *out)
 {
 	if (q <= 0 || p <= 0)
-		return;
+		return false;
 	if (out->quota_us == 0 || (double)q / (double)p < (double)out->quota_us / (double)out->period_us) {
 		out->quota_us = q;
 		out->period_us = p;
+		return true;
 	}
+	return false;
 }
 
 /* The quotas from the cgroup up to the mount's root (v2 cpu.max, or v1 cfs_quota_us / cfs_period_us). */
@@ -480,7 +482,12 @@ static void read_quota(const char *root, const CgroupDir *cd, bool v2, CpuAllowa
 			free(tq);
 			free(tp);
 		}
-		keep_smaller(q, p, out);
+		if (keep_smaller(q, p, out)) {
+			char dir[PATH_MAX * 2 + 8];
+			snprintf(dir, sizeof(dir), "%s%.*s", cd->mount, (int)len, cd->rel);
+			at_root(out->quota_dir, sizeof(out->quota_dir), root, dir);
+			out->quota_v2 = v2;
+		}
 		if (len == 0)
 			break;
 		/* up one level: "/a/b" -> "/a" -> "" */
@@ -575,6 +582,7 @@ void cpu_allowance_read(const char *root, const cpu_set_t *affinity, CpuAllowanc
 		CPU_AND(&allowed, &allowed, &cpuset);
 	}
 	count_cores(&t, &allowed, out);
+	out->allowed = allowed;
 	free(t.cpus);
 
 	out->cpus = out->cores;

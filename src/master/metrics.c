@@ -593,6 +593,17 @@ static void put_scaler(struct evbuffer *o)
 	         "The CPU allowance: the CPUs the pooler may use, which max_workers = 0 stands for (rounded up)");
 	evbuffer_add_printf(o, "pgbouncer_scaler_cpus");
 	put_value(o, atomic_load(&sc->cpus_milli) / 1000.0);
+	uint32_t idle = atomic_load(&sc->idle_milli);
+	if (idle != UINT32_MAX) {
+		put_head(o, "pgbouncer_scaler_idle_cpus", "gauge",
+		         "CPUs of the allowance nobody used at the scaler's last sample");
+		evbuffer_add_printf(o, "pgbouncer_scaler_idle_cpus");
+		put_value(o, idle / 1000.0);
+	}
+	put_head(o, "pgbouncer_scaler_throttled_ratio", "gauge",
+	         "Share of the cgroup's CPU quota periods that were throttled at the scaler's last sample");
+	evbuffer_add_printf(o, "pgbouncer_scaler_throttled_ratio");
+	put_value(o, atomic_load(&sc->throttled_milli) / 1000.0);
 	put_head(o, "pgbouncer_scaler_cpus_info", "gauge",
 	         "1, with where the CPU allowance came from (physical cores, affinity, cgroup cpuset, cgroup quota)");
 	evbuffer_add_printf(o, "pgbouncer_scaler_cpus_info{from=\"%s\"}",

@@ -29,6 +29,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "master/cpu_allowance.h"
+#include "master/cpu_idle.h"
 #include "master/rebalance.h"
 #include "master/scaler.h"
 #include "master/upgrade.h"
@@ -87,6 +88,7 @@ static struct {
 	int shm_fd;            /* the segment's memfd, -1 = anonymous mapping */
 	pid_t pred_pid;        /* the master we took over from (-R) while its tree runs, else 0 */
 	CpuAllowance allow;    /* the CPUs we may use (doc/workers.md, "The CPU allowance") */
+	CpuReading cpu_prev;   /* /proc/stat and the quota cgroup at the previous tick */
 	int64_t allow_read_us; /* monotonic time it was last read */
 	int rb_streak;         /* consecutive ticks with an uneven plan */
 	int rb_quiet;          /* ticks to wait after a move, until the counts are published again */
@@ -898,7 +900,8 @@ static void resolve_scaler_config(void)
 	                        .down_threshold = g->worker_scale_down_threshold,
 	                        .down_samples = g->worker_scale_down_samples,
 	                        .cooldown_us = g->worker_scale_cooldown,
-	                        .cores = cpus};
+	                        .cores = cpus,
+	                        .cpus = sv.allow.cpus};
 	atomic_store(&sv.shm->scaler.min_workers, (uint32_t)min);
 	atomic_store(&sv.shm->scaler.max_workers, (uint32_t)max);
 }
@@ -912,7 +915,7 @@ static uint32_t milli(double ratio)
 static void sample_workers(ScalerSample *out, char *ratios, size_t len)
 {
 	int n = 0;
-	double sum = 0, sum_cpu = 0;
+	double sum = 0, sum_cpu = 0, sum_wait = 0;
 	size_t off = 0;
 	ratios[0] = '\0';
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
@@ -942,11 +945,25 @@ static void sample_workers(ScalerSample *out, char *ratios, size_t len)
 		n++;
 		sum += w->sat.load;
 		sum_cpu += w->sat.busy;
+		sum_wait += w->sat.wait;
 		if (off < len)
 			off += (size_t)snprintf(ratios + off, len - off, "%s%d:%.2f+%.2f", off ? " " : "", i,
 			                        w->sat.busy, w->sat.wait);
 	}
-	*out = scaler_sample_make_split(mono_us(), n, sum, sum_cpu);
+	/* how much of the allowance nobody used, and whether the cgroup's quota was hit */
+	CpuReading cur;
+	int64_t now = mono_us();
+	cpu_reading_take(&sv.allow, now, &cur);
+	CpuIdle idle = cpu_idle_between(&sv.cpu_prev, &cur, &sv.allow);
+	sv.cpu_prev = cur;
+	if (!idle.valid)
+		idle = (CpuIdle){.idle_cpus = -1, .throttled = 0};
+	atomic_store(&sv.shm->scaler.idle_milli, idle.idle_cpus < 0 ? UINT32_MAX : milli(idle.idle_cpus));
+	atomic_store(&sv.shm->scaler.throttled_milli, milli(idle.throttled));
+	*out = scaler_sample_make_full(now, n, sum, sum_cpu, sum_wait, idle.idle_cpus, idle.throttled);
+	/* the log line's "(busy+wait 0:0.41+0.39; idle CPUs 0.25)": what of the wait counted */
+	if (idle.idle_cpus >= 0 && off < len)
+		snprintf(ratios + off, len - off, "; idle CPUs %.2f", idle.idle_cpus);
 }
 
 /* Scale first, then rebalance: a worker about to drain must not be sent clients. */
@@ -975,7 +992,7 @@ static void scale_tick(void)
 	if (sv.shutting_down)
 		return;
 	ScalerSample sample;
-	char ratios[SHM_MAX_WORKERS * 16]; /* "63:0.40+0.55 " per worker */
+	char ratios[SHM_MAX_WORKERS * 16 + 32]; /* "63:0.40+0.55 " per worker, then the idle CPUs */
 	sample_workers(&sample, ratios, sizeof(ratios));
 	int current = wanted_count();
 	atomic_store(&sv.shm->scaler.current, (uint32_t)active_count());
@@ -987,18 +1004,34 @@ static void scale_tick(void)
 		return;
 	}
 	if (r.decision == SCALE_UP) {
-		int i = lowest_free_slot();
-		if (i < 0 || !spawn(i))
+		/* a proportional step: several forks at once (doc/workers.md, "Proportional steps") */
+		int added = 0;
+		for (int k = current; k < r.target; k++) {
+			int i = lowest_free_slot();
+			if (i < 0 || !spawn(i))
+				break;
+			added++;
+		}
+		if (added == 0)
 			return;
-		log_info("scaling up to %d workers: %s (busy+wait %s)", current + 1, r.reason, ratios);
+		log_info("scaling up to %d workers: %s (busy+wait %s)", current + added, r.reason, ratios);
 	} else {
-		int i = highest_active();
-		if (i <= 0 && current <= 1)
+		char drained[SHM_MAX_WORKERS * 4] = "";
+		size_t off = 0;
+		int gone = 0;
+		for (int k = current; k > r.target && k > 1; k--) {
+			int i = highest_active();
+			if (i <= 0)
+				break;
+			drain(i);
+			gone++;
+			off += (size_t)snprintf(drained + off, sizeof(drained) - off, "%s%d", off ? ", " : "", i);
+		}
+		if (gone == 0)
 			return;
-		log_info("scaling down to %d workers: draining worker %d: %s (busy+wait %s)", current - 1, i, r.reason,
-		         ratios);
-		drain(i);
-		sv.rb_now = true; /* its movable clients go to the others now, not when they leave */
+		log_info("scaling down to %d workers: draining worker%s %s: %s (busy+wait %s)", current - gone,
+		         gone == 1 ? "" : "s", drained, r.reason, ratios);
+		sv.rb_now = true; /* their movable clients go to the others now, not when they leave */
 	}
 	scaler_note_change(&sv.hist, mono_us());
 	atomic_store(&sv.shm->scaler.last_change_us, (uint64_t)get_time_usec());

@@ -106,11 +106,11 @@ bool admin_show_scaler(PgSocket *c)
 	static const char *const names[] = {"current", "target", "min_workers", "max_workers", "last_decision",
 	                                    "last_reason", "last_change", "tcp_migrate_req",
 	                                    /* the CPU allowance (doc/workers.md): added at the end */
-	                                    "cpus", "cpus_from"};
+	                                    "cpus", "cpus_from", "idle_cpus", "throttled"};
 	enum { NCOL = sizeof(names) / sizeof(names[0]) };
 	PktBuf pb;
 	pktbuf_init(&pb, 512);
-	pktbuf_write_row_description(&pb, "iiiiTTTiNT", names);
+	pktbuf_write_row_description(&pb, "iiiiTTTiNTNN", names);
 	ScalerView *sc = wk.shm ? &wk.shm->scaler : NULL;
 	if (sc) {
 		char v[NCOL][160];
@@ -134,7 +134,22 @@ bool admin_show_scaler(PgSocket *c)
 		snprintf(v[7], 160, "%u", atomic_load(&sc->tcp_migrate_req));
 		snprintf(v[8], 160, "%.10g", atomic_load(&sc->cpus_milli) / 1000.0);
 		snprintf(v[9], 160, "%s", cpus_from_name((CpusFrom)atomic_load(&sc->cpus_from)));
-		const char *row[NCOL] = {v[0], v[1], v[2], v[3], v[4], v[5], last ? v[6] : NULL, v[7], v[8], v[9]};
+		/* what the scaler saw of the CPU at its last sample (doc/workers.md, "Adding a worker only into idle CPU") */
+		uint32_t idle = atomic_load(&sc->idle_milli);
+		snprintf(v[10], 160, "%.3f", idle / 1000.0);
+		snprintf(v[11], 160, "%.3f", atomic_load(&sc->throttled_milli) / 1000.0);
+		const char *row[NCOL] = {v[0],
+		                         v[1],
+		                         v[2],
+		                         v[3],
+		                         v[4],
+		                         v[5],
+		                         last ? v[6] : NULL,
+		                         v[7],
+		                         v[8],
+		                         v[9],
+		                         idle == UINT32_MAX ? NULL : v[10],
+		                         v[11]};
 		pktbuf_write_data_row(&pb, NCOL, row);
 	}
 	return send_and_free(c, &pb);

@@ -618,6 +618,168 @@ static void test_saturation_from_schedstat_text(void **state)
 	assert_saturation(scaler_saturation(&a, &b), 0.2, 0.7, 0.9);
 }
 
+/* n workers each busy `busy` and waiting `wait`, with `idle` idle CPUs and a throttled share */
+static void add_full(ScalerHistory *h, int64_t t, int n, double busy, double wait, double idle, double throttled)
+{
+	double load = busy + wait > 1 ? 1 : busy + wait;
+	ScalerSample s = scaler_sample_make_full(t * SEC, n, n * load, n * busy, n * wait, idle, throttled);
+	scaler_history_add(h, &s);
+}
+
+/* Rule 2: the run-queue wait counts only up to the idle CPU of the allowance. */
+static void test_wait_counts_only_into_idle_cpu(void **state)
+{
+	ScalerConfig cf = defaults();
+	cf.max_workers = 2;
+	cf.cores = 2;
+	cf.cpus = 2;
+	ScalerHistory h = {0};
+	/* PostgreSQL and the clients hold both CPUs: busy 0.4, wait 0.5, idle 0.03 */
+	add_full(&h, 1, 1, 0.40, 0.50, 0.03, 0);
+	add_full(&h, 2, 1, 0.40, 0.50, 0.03, 0);
+	assert_decision(scaler_decide(&h, &cf, 1, 2 * SEC), SCALE_HOLD,
+	                "no idle CPU for another worker (idle 0.03 of 2 CPUs)");
+	/* a hog on one core, the other idle: the wait counts, a worker is added */
+	scaler_history_reset(&h);
+	add_full(&h, 3, 1, 0.40, 0.50, 0.95, 0);
+	add_full(&h, 4, 1, 0.40, 0.50, 0.95, 0);
+	ScalerResult r = scaler_decide(&h, &cf, 1, 4 * SEC);
+	assert_decision(r, SCALE_UP, "mean load 0.90 > 0.75 for 2 samples");
+	assert_int_equal(r.target, 2);
+	/* idle unknown (no /proc/stat): the whole wait counts, as before */
+	scaler_history_reset(&h);
+	add_full(&h, 5, 1, 0.40, 0.50, -1, 0);
+	add_full(&h, 6, 1, 0.40, 0.50, -1, 0);
+	assert_int_equal(scaler_decide(&h, &cf, 1, 6 * SEC).decision, SCALE_UP);
+	/* some idle CPU: the wait counts up to it (0.40 + 0.30 = 0.70, not above 0.75) */
+	scaler_history_reset(&h);
+	add_full(&h, 7, 1, 0.40, 0.50, 0.30, 0);
+	add_full(&h, 8, 1, 0.40, 0.50, 0.30, 0);
+	assert_decision(scaler_decide(&h, &cf, 1, 8 * SEC), SCALE_HOLD,
+	                "no idle CPU for another worker (idle 0.30 of 2 CPUs)");
+	/* a CPU-bound worker (no wait) scales whatever the idle CPU: its own time is the load */
+	scaler_history_reset(&h);
+	add_full(&h, 9, 1, 0.90, 0.0, 0.0, 0);
+	add_full(&h, 10, 1, 0.90, 0.0, 0.0, 0);
+	assert_int_equal(scaler_decide(&h, &cf, 1, 10 * SEC).decision, SCALE_UP);
+	/* at the allowance (2 workers on 2 CPUs, max_workers 4): a third gets only idle CPU */
+	cf.max_workers = 4;
+	scaler_history_reset(&h);
+	add_full(&h, 11, 2, 0.90, 0.10, 0.10, 0);
+	add_full(&h, 12, 2, 0.90, 0.10, 0.10, 0);
+	assert_decision(scaler_decide(&h, &cf, 2, 12 * SEC), SCALE_HOLD,
+	                "no idle CPU for another worker (idle 0.10 of 2 CPUs)");
+	scaler_history_reset(&h);
+	add_full(&h, 13, 2, 0.90, 0.10, 0.50, 0);
+	add_full(&h, 14, 2, 0.90, 0.10, 0.50, 0);
+	ScalerResult r3 = scaler_decide(&h, &cf, 2, 14 * SEC);
+	assert_decision(r3, SCALE_UP, "mean busy 0.90 > 0.75 for 2 samples");
+	assert_int_equal(r3.target, 3); /* beyond the allowance: one at a time */
+}
+
+/* Rule 2: a throttled cgroup gets no more workers, and says why. */
+static void test_throttled_cgroup_holds(void **state)
+{
+	ScalerConfig cf = defaults();
+	ScalerHistory h = {0};
+	add_full(&h, 1, 1, 0.90, 0.0, 1.0, 0.35);
+	add_full(&h, 2, 1, 0.90, 0.0, 1.0, 0.35);
+	assert_decision(scaler_decide(&h, &cf, 1, 2 * SEC), SCALE_HOLD,
+	                "throttled: the cgroup's CPU quota held the pooler back in 35% of periods");
+	/* a little throttling (at most SCALER_THROTTLED_MAX) does not hold */
+	scaler_history_reset(&h);
+	add_full(&h, 3, 1, 0.90, 0.0, 1.0, 0.01);
+	add_full(&h, 4, 1, 0.90, 0.0, 1.0, 0.01);
+	assert_int_equal(scaler_decide(&h, &cf, 1, 4 * SEC).decision, SCALE_UP);
+}
+
+/* Rule 3: one step up to ceil(load / up threshold), clamped to the allowance and max_workers. */
+static void test_proportional_step_up(void **state)
+{
+	ScalerConfig cf = defaults();
+	cf.max_workers = 64;
+	cf.cores = 64;
+	ScalerHistory h = {0};
+	/* 4 workers at 0.9 (idle CPU plenty): 3.6 / 0.75 = 4.8 -> 5 */
+	add_full(&h, 1, 4, 0.9, 0.0, 40, 0);
+	add_full(&h, 2, 4, 0.9, 0.0, 40, 0);
+	ScalerResult r = scaler_decide(&h, &cf, 4, 2 * SEC);
+	assert_int_equal(r.decision, SCALE_UP);
+	assert_int_equal(r.target, 5);
+	/* saturated (1.0 each): the demand beyond them is unknown, the count doubles */
+	scaler_history_reset(&h);
+	add_full(&h, 1, 4, 1.0, 0.0, 40, 0);
+	add_full(&h, 2, 4, 1.0, 0.0, 40, 0);
+	assert_int_equal(scaler_decide(&h, &cf, 4, 2 * SEC).target, 8);
+	/* the smallest load of the run decides */
+	scaler_history_reset(&h);
+	add_full(&h, 3, 10, 0.90, 0.0, 40, 0);
+	add_full(&h, 4, 10, 1.00, 0.0, 40, 0);
+	r = scaler_decide(&h, &cf, 10, 4 * SEC);
+	assert_int_equal(r.target, 12); /* 9.0 / 0.75 = 12 */
+	/* clamped to the allowance ... */
+	cf.cores = 11;
+	assert_int_equal(scaler_decide(&h, &cf, 10, 4 * SEC).target, 11);
+	/* ... and to max_workers */
+	cf.cores = 64;
+	cf.max_workers = 11;
+	assert_int_equal(scaler_decide(&h, &cf, 10, 4 * SEC).target, 11);
+	/* below min_workers: straight to it */
+	cf = defaults();
+	cf.min_workers = 3;
+	scaler_history_reset(&h);
+	r = scaler_decide(&h, &cf, 1, 5 * SEC);
+	assert_int_equal(r.decision, SCALE_UP);
+	assert_int_equal(r.target, 3);
+}
+
+/* Rule 3: down to what the load needs, at most halving, never below min_workers. */
+static void test_proportional_step_down(void **state)
+{
+	ScalerConfig cf = defaults();
+	cf.max_workers = 64;
+	cf.down_samples = 2;
+	ScalerHistory h = {0};
+	/* 60 workers, load 5 in all: wants 7, but halving stops at 30 */
+	add_full(&h, 1, 60, 5.0 / 60, 0, 50, 0);
+	add_full(&h, 2, 60, 5.0 / 60, 0, 50, 0);
+	ScalerResult r = scaler_decide(&h, &cf, 60, 2 * SEC);
+	assert_int_equal(r.decision, SCALE_DOWN);
+	assert_int_equal(r.target, 30);
+	/* then 30 -> 15 -> 8 -> 7 */
+	scaler_history_reset(&h);
+	add_full(&h, 3, 30, 5.0 / 30, 0, 50, 0);
+	add_full(&h, 4, 30, 5.0 / 30, 0, 50, 0);
+	assert_int_equal(scaler_decide(&h, &cf, 30, 4 * SEC).target, 15);
+	scaler_history_reset(&h);
+	add_full(&h, 5, 15, 5.0 / 15, 0, 50, 0);
+	add_full(&h, 6, 15, 5.0 / 15, 0, 50, 0);
+	assert_int_equal(scaler_decide(&h, &cf, 15, 6 * SEC).target, 8);
+	/* at 8 the load (5 / 7 = 0.71 on one fewer) no longer fits: it stays */
+	scaler_history_reset(&h);
+	add_full(&h, 7, 8, 5.0 / 8, 0, 50, 0);
+	add_full(&h, 8, 8, 5.0 / 8, 0, 50, 0);
+	assert_int_equal(scaler_decide(&h, &cf, 8, 8 * SEC).decision, SCALE_HOLD);
+	/* the largest load of the run decides: 5.0 and 5.2 on 12 -> ceil(5.2 / 0.75) = 7 */
+	scaler_history_reset(&h);
+	add_full(&h, 7, 12, 5.2 / 12, 0, 50, 0);
+	add_full(&h, 8, 12, 5.0 / 12, 0, 50, 0);
+	r = scaler_decide(&h, &cf, 12, 8 * SEC);
+	assert_int_equal(r.decision, SCALE_DOWN);
+	assert_int_equal(r.target, 7);
+	/* never below min_workers, always one fewer at least */
+	cf.min_workers = 6;
+	scaler_history_reset(&h);
+	add_full(&h, 9, 12, 0.01, 0, 50, 0);
+	add_full(&h, 10, 12, 0.01, 0, 50, 0);
+	assert_int_equal(scaler_decide(&h, &cf, 12, 10 * SEC).target, 6);
+	cf.min_workers = 1;
+	scaler_history_reset(&h);
+	add_full(&h, 11, 2, 0.01, 0, 50, 0);
+	add_full(&h, 12, 2, 0.01, 0, 50, 0);
+	assert_int_equal(scaler_decide(&h, &cf, 2, 12 * SEC).target, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -639,6 +801,10 @@ int main(void)
 	    cmocka_unit_test(test_saturation_wait_unknown),
 	    cmocka_unit_test(test_saturation_from_schedstat_text),
 	    cmocka_unit_test(test_wait_counts_only_below_the_cores),
+	    cmocka_unit_test(test_wait_counts_only_into_idle_cpu),
+	    cmocka_unit_test(test_throttled_cgroup_holds),
+	    cmocka_unit_test(test_proportional_step_up),
+	    cmocka_unit_test(test_proportional_step_down),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
