@@ -207,10 +207,12 @@ def test_metrics_listen_refused_at_start(bouncer):
 
 def test_metrics_up_0_when_no_worker_answers(metered):
     """Workers stopped: the scrape gives up on the console (pgbouncer_up 0) but
-    still reports the workers and the scaler from shared memory."""
+    still reports the workers and the scaler from shared memory, and the log
+    names the worker it waited for."""
     b, mport = metered
     with b.admin() as admin:
-        pids = [r["pid"] for r in rows(admin, "SHOW WORKERS")]
+        workers = {r["worker"]: r["pid"] for r in rows(admin, "SHOW WORKERS")}
+    pids = list(workers.values())
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     try:
@@ -222,7 +224,8 @@ def test_metrics_up_0_when_no_worker_answers(metered):
     assert not [k for k in samples if k[0].startswith("pgbouncer_pools_")]
     assert value(samples, "pgbouncer_scaler_current_workers") == 2
     assert len([k for k in samples if k[0] == "pgbouncer_worker_state"]) == 2
-    assert "metrics: the console connection timed out" in b.log_text()
+    assert (f"metrics: the console connection timed out: worker 0 (pid {workers[0]}) did not answer within 5 s"
+            in b.log_text())
     wait_for(lambda: value(scrape(mport)[0], "pgbouncer_up") == 1, "pgbouncer_up 1 again")
 
 

@@ -35,7 +35,7 @@
 #include "master/http_request.h"
 
 /* The bounds of doc/monitoring.md, "Limits"; metrics_max_connections is the one setting. */
-#define SCRAPE_TIMEOUT_SEC  5 /* the worker's fan-out gives up on a peer after 2 */
+#define SCRAPE_TIMEOUT_SEC  5 /* the whole console conversation; the worker's fan-out gives up on a peer after 2 */
 #define SCRAPE_MAX_MSG      (16 << 20)
 #define REQUEST_TIMEOUT_SEC 5    /* from accept to the end of the request head */
 #define REPLY_TIMEOUT_SEC   10   /* from the answer's start until the client has it and closes */
@@ -61,7 +61,10 @@ typedef struct Conn Conn;
 typedef struct Scrape {
 	Conn *conn;              /* the HTTP client that asked; the scrape goes when it goes */
 	struct bufferevent *bev; /* the console connection */
-	int q;                   /* the SHOW in progress; -1 while logging in */
+	struct event *deadline;  /* SCRAPE_TIMEOUT_SEC after the start */
+	int worker;              /* the slot asked, -1 before one was reached */
+	int worker_pid;
+	int q; /* the SHOW in progress; -1 while logging in */
 	Table t[N_QUERIES];
 	char err[256];
 	struct Scrape *next;
@@ -287,10 +290,18 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 	if (what & BEV_EVENT_CONNECTED)
 		return;
 	char why[200];
-	snprintf(why, sizeof(why), "the console connection %s",
-	         what & BEV_EVENT_TIMEOUT ? "timed out"
-	         : what & BEV_EVENT_EOF   ? "was closed"
-	                                  : "failed");
+	snprintf(why, sizeof(why), "the console connection %s: worker %d (pid %d)",
+	         what & BEV_EVENT_EOF ? "was closed" : "failed", s->worker, s->worker_pid);
+	scrape_fail(s, why);
+}
+
+/* The scrape's own bound: it answers with what it has, and names the worker it waited for. */
+static void on_scrape_deadline(evutil_socket_t fd, short what, void *arg)
+{
+	Scrape *s = arg;
+	char why[200];
+	snprintf(why, sizeof(why), "the console connection timed out: worker %d (pid %d) did not answer within %d s",
+	         s->worker, s->worker_pid, SCRAPE_TIMEOUT_SEC);
 	scrape_fail(s, why);
 }
 
@@ -310,7 +321,8 @@ static int connect_worker(Scrape *s)
 	snprintf(s->err, sizeof(s->err), "no active worker");
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
 		WorkerSlot *w = &m.shm->slots[i];
-		if (atomic_load(&w->state) != SLOT_ACTIVE || atomic_load(&w->pid) <= 0)
+		int pid = atomic_load(&w->pid);
+		if (atomic_load(&w->state) != SLOT_ACTIVE || pid <= 0)
 			continue;
 		struct sockaddr_un sa = {.sun_family = AF_UNIX};
 		int n =
@@ -326,6 +338,8 @@ static int connect_worker(Scrape *s)
 		}
 		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
 			s->err[0] = '\0';
+			s->worker = i;
+			s->worker_pid = pid;
 			return fd;
 		}
 		snprintf(s->err, sizeof(s->err), "connect(%s) failed: %s", sa.sun_path, strerror(errno));
@@ -346,8 +360,6 @@ static bool scrape_connect(Scrape *s)
 		return false;
 	}
 	bufferevent_setcb(s->bev, on_read, NULL, on_event, s);
-	struct timeval tv = {SCRAPE_TIMEOUT_SEC, 0};
-	bufferevent_set_timeouts(s->bev, &tv, &tv);
 	bufferevent_enable(s->bev, EV_READ | EV_WRITE);
 	/* the same-user console login the workers' fan-out uses (doc/workers.md) */
 	PktBuf pb;
@@ -789,6 +801,8 @@ static void scrape_free(Scrape *s)
 	}
 	if (s->bev)
 		bev_close(s->bev);
+	if (s->deadline)
+		event_free(s->deadline);
 	for (int i = 0; i < N_QUERIES; i++)
 		table_free(&s->t[i]);
 	free(s);
@@ -871,12 +885,20 @@ static void scrape_start(Conn *c)
 {
 	Scrape *s = xcalloc(1, sizeof(*s));
 	s->conn = c;
+	s->worker = -1;
 	s->q = -1;
 	s->next = m.scrapes;
 	m.scrapes = s;
 	c->scrape = s;
 	c->phase = CONN_SCRAPE;
-	evtimer_del(c->deadline); /* the console connection's timeouts bound the scrape */
+	evtimer_del(c->deadline);
+	s->deadline = evtimer_new(m.base, on_scrape_deadline, s);
+	struct timeval tv = {SCRAPE_TIMEOUT_SEC, 0};
+	if (!s->deadline || evtimer_add(s->deadline, &tv) < 0) {
+		snprintf(s->err, sizeof(s->err), "evtimer_new() failed");
+		scrape_finish(s);
+		return;
+	}
 	if (!scrape_connect(s))
 		scrape_finish(s); /* pgbouncer_up 0, with the workers and the scaler */
 }
