@@ -1,8 +1,13 @@
 """The built-in Prometheus endpoint (metrics_listen, doc/monitoring.md):
 /metrics parsed with prometheus_client's text parser, its values compared
 with the console's SHOW POOLS/STATS/LISTS/DATABASES for a known load on a
-2-worker pooler, plus the per-worker and scaler figures."""
+2-worker pooler, plus the per-worker and scaler figures; and the limits that
+keep the master small whatever reaches the port (doc/monitoring.md "Limits")."""
 
+import os
+import re
+import signal
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -59,6 +64,8 @@ def test_metrics_off_by_default(bouncer):
         conf = {r["key"]: r for r in rows(admin, "SHOW CONFIG")}
     assert conf["metrics_listen"]["value"] == ""
     assert conf["metrics_listen"]["changeable"] == "no"
+    assert conf["metrics_max_connections"]["value"] == "16"
+    assert conf["metrics_max_connections"]["changeable"] == "yes"
     assert "metrics" not in b.log_text()
 
 
@@ -160,7 +167,7 @@ def test_metrics_other_paths_and_methods(metered):
     req = urllib.request.Request(f"http://127.0.0.1:{mport}/metrics", data=b"x", method="POST")
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=DEADLINE)
-    assert e.value.code in (405, 501)
+    assert e.value.code == 405 and e.value.headers["Allow"] == "GET, HEAD"
     # many scrapes in a row leave no console connection behind
     for _ in range(20):
         samples, _, _ = scrape(mport)
@@ -178,8 +185,6 @@ def test_metrics_other_paths_and_methods(metered):
 
 def test_metrics_follow_a_worker_restart(metered):
     """Worker 0 killed: the next scrape asks a live one, and pgbouncer_up stays 1."""
-    import os
-    import signal
     b, mport = metered
     with b.admin() as admin:
         w0 = [r for r in rows(admin, "SHOW WORKERS") if r["worker"] == 0][0]["pid"]
@@ -202,12 +207,12 @@ def test_metrics_listen_refused_at_start(bouncer):
 
 def test_metrics_up_0_when_no_worker_answers(metered):
     """Workers stopped: the scrape gives up on the console (pgbouncer_up 0) but
-    still reports the workers and the scaler from shared memory."""
-    import os
-    import signal
+    still reports the workers and the scaler from shared memory, and the log
+    names the worker it waited for."""
     b, mport = metered
     with b.admin() as admin:
-        pids = [r["pid"] for r in rows(admin, "SHOW WORKERS")]
+        workers = {r["worker"]: r["pid"] for r in rows(admin, "SHOW WORKERS")}
+    pids = list(workers.values())
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     try:
@@ -219,7 +224,8 @@ def test_metrics_up_0_when_no_worker_answers(metered):
     assert not [k for k in samples if k[0].startswith("pgbouncer_pools_")]
     assert value(samples, "pgbouncer_scaler_current_workers") == 2
     assert len([k for k in samples if k[0] == "pgbouncer_worker_state"]) == 2
-    assert "metrics: the console connection timed out" in b.log_text()
+    assert (f"metrics: the console connection timed out: worker 0 (pid {workers[0]}) did not answer within 5 s"
+            in b.log_text())
     wait_for(lambda: value(scrape(mport)[0], "pgbouncer_up") == 1, "pgbouncer_up 1 again")
 
 
@@ -231,3 +237,193 @@ def test_metrics_use_the_next_worker_when_a_private_socket_is_gone(metered):
     samples, _, _ = scrape(mport)
     assert value(samples, "pgbouncer_up") == 1
     assert value(samples, "pgbouncer_lists_databases") == 2
+
+
+# ---- limits (doc/monitoring.md "Limits") ----
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("VmRSS:")).split()[1])
+
+
+def fd_count(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def peer_closed(sock):
+    """True once the pooler has closed `sock` (EOF or reset); reads away what it sent before."""
+    sock.setblocking(False)
+    try:
+        while True:
+            if sock.recv(65536) == b"":
+                return True
+    except BlockingIOError:
+        return False
+    except OSError:  # reset
+        return True
+
+
+def connect(mport):
+    return socket.create_connection(("127.0.0.1", mport), timeout=DEADLINE)
+
+
+@pytest.fixture
+def one_worker_metered(bouncer):
+    mport = free_port()
+    b = bouncer(ini_overrides={"min_workers": 1, "max_workers": 1, "metrics_listen": f"127.0.0.1:{mport}"})
+    return b, mport
+
+
+@pytest.mark.parametrize("filler", ["header lines", "one header line"])
+def test_metrics_endless_request_head_is_cut_off(one_worker_metered, filler):
+    """A request line, then header bytes without end: the pooler closes the
+    connection at its bound on the head, and the master's memory does not
+    grow with what the client sends (it used to keep all of it)."""
+    b, mport = one_worker_metered
+    assert value(scrape(mport)[0], "pgbouncer_up") == 1
+    before = rss_kb(b.pid)
+    s = connect(mport)
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+    chunk = (b"X-Filler: " + b"y" * 90 + b"\r\n") * 640 if filler == "header lines" else b"y" * 64000
+    sent, closed = 0, False
+    while sent < 64 << 20 and not closed:
+        try:
+            s.sendall(chunk)
+            sent += len(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            closed = True
+    closed = closed or wait_for(lambda: peer_closed(s), "the pooler to close the connection")
+    s.close()
+    assert closed
+    assert sent < 4 << 20, f"the pooler read {sent} bytes of a request head"
+    grown = rss_kb(b.pid) - before
+    assert grown < 20 * 1024, f"the master grew by {grown} kB"
+    assert "metrics: closed a connection whose request head was over 8192 bytes" in b.log_text()
+    assert value(scrape(mport)[0], "pgbouncer_up") == 1
+
+
+def test_metrics_connections_are_capped(one_worker_metered):
+    """200 connections held open without a request: the master keeps
+    metrics_max_connections (16) of them, closes the others, and its
+    descriptors stay bounded; a scrape still gets through while they are
+    open, taking the place of the oldest idle one."""
+    b, mport = one_worker_metered
+    base = fd_count(b.pid)
+    most = base
+    conns = []
+    for _ in range(200):
+        conns.append(connect(mport))
+        most = max(most, fd_count(b.pid))
+
+    def over_cap_closed():
+        nonlocal most
+        most = max(most, fd_count(b.pid))
+        return sum(peer_closed(c) for c in conns) >= 200 - 16
+    try:
+        # well under the 30 s after which idle connections used to go
+        wait_for(over_cap_closed, "the connections over the cap to close", timeout=20)
+        assert most <= base + 16 + 1, f"{most - base} descriptors more in the master"
+        samples, _, _ = scrape(mport)
+        assert value(samples, "pgbouncer_up") == 1
+        assert fd_count(b.pid) <= base + 16 + 1
+    finally:
+        for c in conns:
+            c.close()
+    assert value(scrape(mport)[0], "pgbouncer_up") == 1
+
+
+def test_metrics_idle_and_trickling_connections_are_closed(one_worker_metered):
+    """A connection that sends nothing, and one that sends its head a byte a
+    second, are closed when their request has not arrived within its 5
+    seconds; idle connections used to stay 30 s, trickling ones for ever."""
+    b, mport = one_worker_metered
+    idle = connect(mport)
+    trickle = connect(mport)
+    trickle.sendall(b"GET /metrics HTTP/1.1\r\n")
+    closed = {"idle": False, "trickle": False}
+    deadline = time.monotonic() + 20  # well under the 30 s idle connections had before
+    while not all(closed.values()) and time.monotonic() < deadline:
+        closed["idle"] = closed["idle"] or peer_closed(idle)
+        if not closed["trickle"]:
+            try:
+                trickle.send(b"X")
+            except OSError:
+                closed["trickle"] = True
+            closed["trickle"] = closed["trickle"] or peer_closed(trickle)
+        time.sleep(0.5)
+    idle.close()
+    trickle.close()
+    assert closed == {"idle": True, "trickle": True}
+    assert "metrics: closed a connection that sent no complete request within 5 s" in b.log_text()
+    assert value(scrape(mport)[0], "pgbouncer_up") == 1
+
+
+def test_metrics_bound_logged_once_per_interval(one_worker_metered):
+    """30 connections against metrics_max_connections = 2 (set by RELOAD):
+    one log line at the first of the 28 closed, then one line counting the
+    27 others after the 10 s interval, not a line per connection."""
+    b, mport = one_worker_metered
+    b.update(metrics_max_connections=2)
+    b.write_ini()
+    with b.admin() as admin:
+        admin.execute("RELOAD")
+        assert {r["key"]: r["value"] for r in rows(admin, "SHOW CONFIG")}["metrics_max_connections"] == "2"
+    mark = b.log_mark()
+    conns = [connect(mport) for _ in range(30)]
+    try:
+        wait_for(lambda: sum(peer_closed(c) for c in conns) >= 28, "the connections over the cap to close")
+        bound = "metrics: metrics_max_connections (2) reached: closed the oldest connection without a request"
+
+        def lines():
+            return [ln for ln in b.log_text()[mark:].splitlines() if bound in ln]
+        assert len(lines()) == 1 and "more times" not in lines()[0], lines()
+        m = b.wait_log(re.escape(bound) + r".*\((\d+) more times in the last 10 s\)", after=mark)
+        assert int(m.group(1)) == 27
+        assert len(lines()) == 2, lines()
+    finally:
+        for c in conns:
+            c.close()
+
+
+def raw_request(mport, data, half_close=False):
+    with connect(mport) as s:
+        s.sendall(data)
+        if half_close:
+            s.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_metrics_head_and_raw_requests(one_worker_metered):
+    """HEAD gets the head alone; a client that shuts its sending side after
+    the request (nc -N, say) still gets the answer; what is not an HTTP/1.x
+    request gets 400."""
+    b, mport = one_worker_metered
+    with urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{mport}/metrics", method="HEAD"),
+                                timeout=DEADLINE) as r:
+        assert r.status == 200 and int(r.headers["Content-Length"]) > 0 and r.read() == b""
+    answer = raw_request(mport, b"GET /metrics HTTP/1.0\r\n\r\n", half_close=True)
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and b"\npgbouncer_up 1\n" in answer, answer[:200]
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert f"content-length: {len(body)}".encode() in head.lower()
+    assert raw_request(mport, b"\x16\x03\x01\x00\xa5\x01\n\n").startswith(b"HTTP/1.1 400 ")
+
+
+def test_metrics_connection_open_at_a_fork_is_closed(one_worker_metered):
+    """A worker forked while a metrics connection is open holds no copy of
+    it: the connection closes when the master closes it (here at the request
+    deadline), not when that worker exits."""
+    b, mport = one_worker_metered
+    with b.admin() as admin:
+        w0 = rows(admin, "SHOW WORKERS")[0]["pid"]
+    idle = connect(mport)
+    os.kill(w0, signal.SIGKILL)  # the master forks a new worker 0 while `idle` is open
+
+    def respawned():
+        with b.admin() as admin:
+            return [r["pid"] for r in rows(admin, "SHOW WORKERS") if r["pid"] != w0 and r["state"] == "active"]
+    wait_for(respawned, "worker 0 to be replaced")
+    wait_for(lambda: peer_closed(idle), "the master to close the idle connection", timeout=20)
+    idle.close()

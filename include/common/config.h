@@ -107,6 +107,7 @@ typedef struct CfGlobals {
 	int max_user_connections;
 	int max_workers;
 	char *metrics_listen;
+	int metrics_max_connections;
 	int min_pool_size;
 	int min_workers;
 	int peer_id;

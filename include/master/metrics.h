@@ -1,8 +1,9 @@
 /*
  * The built-in Prometheus endpoint (metrics_listen, doc/monitoring.md): the
- * master serves GET /metrics with libevent's evhttp. Pool, stats, database
- * and list figures come from the merged admin console of one worker, asked
- * over its private socket; worker and scaler figures from shared memory.
+ * master serves GET /metrics over HTTP/1.x connections it bounds in number
+ * (metrics_max_connections), size and time. Pool, stats, database and list
+ * figures come from the merged admin console of one worker, asked over its
+ * private socket; worker and scaler figures from shared memory.
  */
 #ifndef PGB_MASTER_METRICS_H
 #define PGB_MASTER_METRICS_H
@@ -15,10 +16,13 @@
 /* Open metrics_listen if set (fatal when it cannot be bound). `cf` stays the running config. */
 void metrics_start(struct event_base *base, const Config *cf, ShmSegment *shm);
 
-/* Close the listener and abandon scrapes in progress (exit). */
+/* Close the listener and its connections, abandoning scrapes in progress (exit). */
 void metrics_stop(void);
 
-/* In a freshly forked worker: close the metrics socket and scrape connections, touching no event. */
+/*
+ * In a freshly forked worker: close the metrics socket, every open metrics
+ * connection and the scrapes' console connections, touching no event.
+ */
 void metrics_forget_in_child(void);
 
 #endif

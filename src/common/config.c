@@ -181,6 +181,7 @@ const CfParam cf_params[] = {
     PARAM_COUNT(max_user_connections, "0", RELOAD),
     PARAM_COUNT(max_workers, "0", RELOAD),
     PARAM(metrics_listen, CF_STRING, "", BOOT),
+    PARAM_INT(metrics_max_connections, "16", RELOAD, 1, INT_MAX),
     PARAM_COUNT(min_pool_size, "0", RELOAD),
     PARAM_INT(min_workers, "1", RELOAD, 1, WORKERS_MAX),
     PARAM_INT(peer_id, "0", RELOAD, 0, 16383),

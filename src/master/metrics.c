@@ -7,6 +7,8 @@
  * worker merges every worker's answer, so the figures are the pooler's.
  * The metric names are pgbouncer_exporter's, so its dashboards and alerts
  * work unchanged; pgbouncer_worker_* and pgbouncer_scaler_* are ours.
+ * The HTTP side is bounded in connections, bytes and time, since anyone who
+ * reaches the port may use it (doc/monitoring.md, "Limits").
  */
 #include "autoconfig.h"
 
@@ -15,12 +17,14 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
-#include <event2/http.h>
+#include <event2/listener.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -28,9 +32,16 @@
 #include "common/log.h"
 #include "common/pktbuf.h"
 #include "common/util.h"
+#include "master/http_request.h"
 
-#define SCRAPE_TIMEOUT_SEC 5 /* the worker's fan-out gives up on a peer after 2 */
-#define SCRAPE_MAX_MSG     (16 << 20)
+/* The bounds of doc/monitoring.md, "Limits"; metrics_max_connections is the one setting. */
+#define SCRAPE_TIMEOUT_SEC  5 /* the whole console conversation; the worker's fan-out gives up on a peer after 2 */
+#define SCRAPE_MAX_MSG      (16 << 20)
+#define REQUEST_TIMEOUT_SEC 5    /* from accept to the end of the request head */
+#define REPLY_TIMEOUT_SEC   10   /* from the answer's start until the client has it and closes */
+#define MAX_REQUEST_HEAD    8192 /* request line and header fields; a body is never read */
+#define LOG_INTERVAL_SEC    10   /* a bound that is hit: one line at once, then a count per interval */
+#define ACCEPT_PAUSE_SEC    1    /* after accept() failed for want of descriptors or memory */
 
 enum { Q_LISTS, Q_POOLS, Q_STATS, Q_DATABASES, N_QUERIES };
 static const char *const queries[N_QUERIES] = {"SHOW LISTS", "SHOW POOLS", "SHOW STATS", "SHOW DATABASES"};
@@ -45,22 +56,71 @@ typedef struct Table {
 	int n_rows, cap_rows;
 } Table;
 
+typedef struct Conn Conn;
+
 typedef struct Scrape {
-	struct evhttp_request *req; /* NULL once the HTTP client went away */
-	struct bufferevent *bev;
+	Conn *conn;              /* the HTTP client that asked; the scrape goes when it goes */
+	struct bufferevent *bev; /* the console connection */
+	struct event *deadline;  /* SCRAPE_TIMEOUT_SEC after the start */
+	int worker;              /* the slot asked, -1 before one was reached */
+	int worker_pid;
 	int q; /* the SHOW in progress; -1 while logging in */
 	Table t[N_QUERIES];
 	char err[256];
 	struct Scrape *next;
 } Scrape;
 
+typedef enum ConnPhase {
+	CONN_REQUEST, /* reading the request head; closed first to make room */
+	CONN_SCRAPE,  /* the head is in: `scrape` asks a worker */
+	CONN_REPLY,   /* writing the answer */
+	CONN_LINGER,  /* answer written, our side shut: reading until the client closes; closed first to make room */
+} ConnPhase;
+
+/* One HTTP connection: accepted, one request, one answer, closed. */
+struct Conn {
+	struct bufferevent *bev;
+	ConnPhase phase;
+	bool head_only;         /* HEAD: the answer's head alone */
+	bool no_linger;         /* closed once the answer is written: the client may still be sending */
+	bool peer_done;         /* the client shut its side: nothing more to read */
+	size_t head_looked;     /* how far http_request_parse() has looked */
+	struct event *deadline; /* REQUEST_TIMEOUT_SEC, then REPLY_TIMEOUT_SEC; none during the scrape */
+	Scrape *scrape;         /* in CONN_SCRAPE */
+	Conn *prev, *next;      /* m.conns, oldest first */
+};
+
+/* The bounds that are logged, each counted apart. */
+enum {
+	B_CAP_CLOSED,   /* metrics_max_connections: the oldest idle connection closed */
+	B_CAP_REFUSED,  /* metrics_max_connections: the new connection closed */
+	B_HEAD,         /* MAX_REQUEST_HEAD */
+	B_REQUEST_TIME, /* REQUEST_TIMEOUT_SEC */
+	B_REPLY_TIME,   /* REPLY_TIMEOUT_SEC */
+	B_SCRAPE,       /* a scrape failed, SCRAPE_TIMEOUT_SEC among the reasons */
+	B_ACCEPT,       /* accept() or the connection's set-up failed */
+	N_BOUNDS
+};
+
+/* A bound that was hit: the first time a line at once, then one count per LOG_INTERVAL_SEC. */
+typedef struct LogBound {
+	uint64_t hits;       /* since the last line */
+	bool counting;       /* a line went out less than LOG_INTERVAL_SEC ago */
+	char last[256];      /* what the latest hit was */
+	struct event *timer; /* LOG_INTERVAL_SEC after a line */
+} LogBound;
+
 static struct {
-	struct evhttp *http;
-	struct evhttp_bound_socket *bound;
+	struct evconnlistener *listener;
+	struct event *accept_resume; /* ACCEPT_PAUSE_SEC after accept() failed */
 	struct event_base *base;
 	const Config *cf;
 	ShmSegment *shm;
 	Scrape *scrapes; /* in progress */
+	Conn *conns;     /* open, oldest first */
+	Conn *conns_tail;
+	int n_conns;
+	LogBound bounds[N_BOUNDS];
 } m;
 
 /* ---- tables ---- */
@@ -230,10 +290,18 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 	if (what & BEV_EVENT_CONNECTED)
 		return;
 	char why[200];
-	snprintf(why, sizeof(why), "the console connection %s",
-	         what & BEV_EVENT_TIMEOUT ? "timed out"
-	         : what & BEV_EVENT_EOF   ? "was closed"
-	                                  : "failed");
+	snprintf(why, sizeof(why), "the console connection %s: worker %d (pid %d)",
+	         what & BEV_EVENT_EOF ? "was closed" : "failed", s->worker, s->worker_pid);
+	scrape_fail(s, why);
+}
+
+/* The scrape's own bound: it answers with what it has, and names the worker it waited for. */
+static void on_scrape_deadline(evutil_socket_t fd, short what, void *arg)
+{
+	Scrape *s = arg;
+	char why[200];
+	snprintf(why, sizeof(why), "the console connection timed out: worker %d (pid %d) did not answer within %d s",
+	         s->worker, s->worker_pid, SCRAPE_TIMEOUT_SEC);
 	scrape_fail(s, why);
 }
 
@@ -253,7 +321,8 @@ static int connect_worker(Scrape *s)
 	snprintf(s->err, sizeof(s->err), "no active worker");
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
 		WorkerSlot *w = &m.shm->slots[i];
-		if (atomic_load(&w->state) != SLOT_ACTIVE || atomic_load(&w->pid) <= 0)
+		int pid = atomic_load(&w->pid);
+		if (atomic_load(&w->state) != SLOT_ACTIVE || pid <= 0)
 			continue;
 		struct sockaddr_un sa = {.sun_family = AF_UNIX};
 		int n =
@@ -269,6 +338,8 @@ static int connect_worker(Scrape *s)
 		}
 		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
 			s->err[0] = '\0';
+			s->worker = i;
+			s->worker_pid = pid;
 			return fd;
 		}
 		snprintf(s->err, sizeof(s->err), "connect(%s) failed: %s", sa.sun_path, strerror(errno));
@@ -282,15 +353,13 @@ static bool scrape_connect(Scrape *s)
 	int fd = connect_worker(s);
 	if (fd < 0)
 		return false;
-	s->bev = bufferevent_socket_new(m.base, fd, BEV_OPT_CLOSE_ON_FREE);
+	s->bev = bufferevent_socket_new(m.base, fd, 0); /* closed by bev_close() */
 	if (!s->bev) {
 		close(fd);
 		snprintf(s->err, sizeof(s->err), "bufferevent_socket_new() failed");
 		return false;
 	}
 	bufferevent_setcb(s->bev, on_read, NULL, on_event, s);
-	struct timeval tv = {SCRAPE_TIMEOUT_SEC, 0};
-	bufferevent_set_timeouts(s->bev, &tv, &tv);
 	bufferevent_enable(s->bev, EV_READ | EV_WRITE);
 	/* the same-user console login the workers' fan-out uses (doc/workers.md) */
 	PktBuf pb;
@@ -673,8 +742,71 @@ static void render(const Scrape *s, struct evbuffer *o)
 	put_scaler(o);
 }
 
+/* ---- bounds that were hit, in the log ---- */
+
+static void bound_tick(evutil_socket_t fd, short what, void *arg)
+{
+	LogBound *b = arg;
+	if (b->hits == 0) {
+		b->counting = false; /* the next hit is logged at once */
+		return;
+	}
+	log_warning("metrics: %s (%llu more times in the last %d s)", b->last, (unsigned long long)b->hits,
+	            LOG_INTERVAL_SEC);
+	b->hits = 0;
+	struct timeval tv = {LOG_INTERVAL_SEC, 0};
+	evtimer_add(b->timer, &tv);
+}
+
+/*
+ * Bound `b` was hit, for the reason `fmt` says: logged at once if the last
+ * line of `b` is LOG_INTERVAL_SEC old, else counted for the next line, so
+ * that a flood of requests does not become a flood of log lines.
+ */
+static void bound_hit(LogBound *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void bound_hit(LogBound *b, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(b->last, sizeof(b->last), fmt, ap);
+	va_end(ap);
+	if (b->counting) {
+		b->hits++;
+		return;
+	}
+	log_warning("metrics: %s", b->last);
+	if (!b->timer)
+		b->timer = evtimer_new(m.base, bound_tick, b);
+	struct timeval tv = {LOG_INTERVAL_SEC, 0};
+	if (b->timer && evtimer_add(b->timer, &tv) == 0)
+		b->counting = true;
+}
+
+static void bound_reset(LogBound *b)
+{
+	if (b->timer)
+		event_free(b->timer);
+	memset(b, 0, sizeof(*b));
+}
+
 /* ---- HTTP ---- */
 
+/*
+ * Free a bufferevent made without BEV_OPT_CLOSE_ON_FREE and close its socket
+ * now: libevent 2.1 finalizes a freed bufferevent later in its loop, and
+ * with it would close the socket only then, so that a burst of connections
+ * closed to make room would hold their descriptors past the cap.
+ */
+static void bev_close(struct bufferevent *bev)
+{
+	evutil_socket_t fd = bufferevent_getfd(bev);
+	bufferevent_disable(bev, EV_READ | EV_WRITE); /* its events leave the loop before the socket closes */
+	bufferevent_free(bev);
+	if (fd >= 0)
+		evutil_closesocket(fd);
+}
+
+/* Say goodbye to the console and forget the scrape. */
 static void scrape_free(Scrape *s)
 {
 	for (Scrape **pp = &m.scrapes; *pp; pp = &(*pp)->next)
@@ -682,65 +814,284 @@ static void scrape_free(Scrape *s)
 			*pp = s->next;
 			break;
 		}
-	if (s->bev)
-		bufferevent_free(s->bev);
-	for (int i = 0; i < N_QUERIES; i++)
-		table_free(&s->t[i]);
-	free(s);
-}
-
-static void on_http_close(struct evhttp_connection *conn, void *arg)
-{
-	Scrape *s = arg;
-	s->req = NULL; /* libevent frees the request */
-}
-
-static void scrape_finish(Scrape *s)
-{
+	s->conn->scrape = NULL;
 	if (s->bev && bufferevent_getfd(s->bev) >= 0) {
 		/* Terminate: the console closes its side quietly */
 		static const char terminate[5] = {'X', 0, 0, 0, 4};
 		(void)!send(bufferevent_getfd(s->bev), terminate, sizeof(terminate), MSG_DONTWAIT | MSG_NOSIGNAL);
 	}
+	if (s->bev)
+		bev_close(s->bev);
+	if (s->deadline)
+		event_free(s->deadline);
+	for (int i = 0; i < N_QUERIES; i++)
+		table_free(&s->t[i]);
+	free(s);
+}
+
+static void conn_free(Conn *c)
+{
+	/* nobody waits for its scrape: the console connection goes too, so scrapes never outnumber connections */
+	if (c->scrape)
+		scrape_free(c->scrape);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		m.conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	else
+		m.conns_tail = c->prev;
+	m.n_conns--;
+	event_free(c->deadline);
+	bev_close(c->bev);
+	free(c);
+}
+
+static void set_deadline(Conn *c, int sec)
+{
+	struct timeval tv = {sec, 0};
+	evtimer_add(c->deadline, &tv);
+}
+
+/*
+ * The head of the answer; the caller adds a body of `body_len` bytes unless
+ * the request was HEAD. Every answer closes its connection: one request per
+ * connection is what the bounds count (the request's deadline runs from the
+ * accept), and it leaves nothing open between scrapes.
+ */
+static void conn_reply_head(Conn *c, int status, const char *reason, const char *type, const char *extra,
+                            size_t body_len)
+{
+	char date[64] = "";
+	time_t now = time(NULL);
+	struct tm tm;
+	if (gmtime_r(&now, &tm))
+		strftime(date, sizeof(date), "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+	evbuffer_add_printf(
+	    bufferevent_get_output(c->bev),
+	    "HTTP/1.1 %d %s\r\n%sContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n", status,
+	    reason, date, type, body_len, extra);
+	c->phase = CONN_REPLY;
+	set_deadline(c, REPLY_TIMEOUT_SEC);
+}
+
+static void conn_reply_text(Conn *c, int status, const char *reason, const char *extra, const char *text)
+{
+	size_t len = strlen(text);
+	conn_reply_head(c, status, reason, "text/plain; charset=utf-8", extra, len);
+	if (!c->head_only)
+		evbuffer_add(bufferevent_get_output(c->bev), text, len);
+}
+
+static void scrape_finish(Scrape *s)
+{
 	if (s->err[0])
-		log_warning("metrics: %s", s->err);
-	if (s->req) {
-		struct evbuffer *o = evbuffer_new();
+		bound_hit(&m.bounds[B_SCRAPE], "%s", s->err);
+	Conn *c = s->conn;
+	struct evbuffer *o = evbuffer_new();
+	if (o) {
 		render(s, o);
-		struct evhttp_connection *conn = evhttp_request_get_connection(s->req);
-		if (conn)
-			evhttp_connection_set_closecb(conn, NULL, NULL);
-		struct evkeyvalq *h = evhttp_request_get_output_headers(s->req);
-		evhttp_add_header(h, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
-		/*
-		 * No keep-alive: a worker forked while a connection is open holds a
-		 * copy of it, and a kept-alive connection the master later closed
-		 * would then stay open, unanswered, for the scraper's next request.
-		 */
-		evhttp_add_header(h, "Connection", "close");
-		evhttp_send_reply(s->req, HTTP_OK, "OK", o);
+		conn_reply_head(c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", "", evbuffer_get_length(o));
+		if (!c->head_only)
+			evbuffer_add_buffer(bufferevent_get_output(c->bev), o);
 		evbuffer_free(o);
+	} else {
+		conn_reply_text(c, 500, "Internal Server Error", "", "out of memory\n");
 	}
 	scrape_free(s);
 }
 
-static void on_request(struct evhttp_request *req, void *arg)
+static void scrape_start(Conn *c)
 {
-	const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
-	if (!path || strcmp(path, "/metrics") != 0) {
-		evhttp_send_error(req, HTTP_NOTFOUND, "only /metrics is served here");
-		return;
-	}
 	Scrape *s = xcalloc(1, sizeof(*s));
-	s->req = req;
+	s->conn = c;
+	s->worker = -1;
 	s->q = -1;
 	s->next = m.scrapes;
 	m.scrapes = s;
-	struct evhttp_connection *conn = evhttp_request_get_connection(req);
-	if (conn)
-		evhttp_connection_set_closecb(conn, on_http_close, s);
+	c->scrape = s;
+	c->phase = CONN_SCRAPE;
+	evtimer_del(c->deadline);
+	s->deadline = evtimer_new(m.base, on_scrape_deadline, s);
+	struct timeval tv = {SCRAPE_TIMEOUT_SEC, 0};
+	if (!s->deadline || evtimer_add(s->deadline, &tv) < 0) {
+		snprintf(s->err, sizeof(s->err), "evtimer_new() failed");
+		scrape_finish(s);
+		return;
+	}
 	if (!scrape_connect(s))
 		scrape_finish(s); /* pgbouncer_up 0, with the workers and the scaler */
+}
+
+/* A whole request head: answer it, or start the scrape. */
+static void conn_request(Conn *c, const HttpRequest *req)
+{
+	c->head_only = req->method == HTTP_HEAD;
+	if (req->method == HTTP_OTHER)
+		conn_reply_text(c, 405, "Method Not Allowed", "Allow: GET, HEAD\r\n", "only GET and HEAD\n");
+	else if (req->path_len != strlen("/metrics") || memcmp(req->path, "/metrics", req->path_len) != 0)
+		conn_reply_text(c, 404, "Not Found", "", "only /metrics is served here\n");
+	else
+		scrape_start(c);
+}
+
+static void on_conn_read(struct bufferevent *bev, void *arg)
+{
+	Conn *c = arg;
+	struct evbuffer *in = bufferevent_get_input(bev);
+	size_t len = evbuffer_get_length(in);
+	if (c->phase == CONN_REQUEST) {
+		HttpRequest req;
+		const char *head = (const char *)evbuffer_pullup(in, -1);
+		if (!head) {
+			conn_free(c);
+			return;
+		}
+		switch (http_request_parse(head, len, MAX_REQUEST_HEAD, &c->head_looked, &req)) {
+		case HTTP_NEED_MORE:
+			return; /* below the read watermark: libevent reads on */
+		case HTTP_TOO_LARGE:
+			bound_hit(&m.bounds[B_HEAD], "closed a connection whose request head was over %d bytes",
+			          MAX_REQUEST_HEAD);
+			c->no_linger = true;
+			conn_reply_text(c, 431, "Request Header Fields Too Large", "", "request head too large\n");
+			break;
+		case HTTP_BAD:
+			c->no_linger = true;
+			conn_reply_text(c, 400, "Bad Request", "", "not an HTTP/1.x request\n");
+			break;
+		case HTTP_DONE:
+			conn_request(c, &req);
+			break;
+		}
+	}
+	/* after the head nothing is kept: a body, a second request or more header lines are dropped */
+	evbuffer_drain(in, len);
+}
+
+static void on_conn_write(struct bufferevent *bev, void *arg)
+{
+	Conn *c = arg;
+	if (c->phase != CONN_REPLY)
+		return;
+	if (c->no_linger || c->peer_done) {
+		conn_free(c);
+		return;
+	}
+	/*
+	 * Our side is done. Reading on until the client closes keeps bytes it
+	 * sent after the head from turning our close into a reset, which could
+	 * cut the answer short on its side.
+	 */
+	shutdown(bufferevent_getfd(bev), SHUT_WR);
+	c->phase = CONN_LINGER;
+}
+
+static void on_conn_event(struct bufferevent *bev, short what, void *arg)
+{
+	Conn *c = arg;
+	if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) &&
+	    (c->phase == CONN_SCRAPE || c->phase == CONN_REPLY)) {
+		c->peer_done = true; /* the client shut its sending side after the request: it still gets the answer */
+		return;
+	}
+	conn_free(c);
+}
+
+static void on_conn_deadline(evutil_socket_t fd, short what, void *arg)
+{
+	Conn *c = arg;
+	if (c->phase == CONN_REQUEST)
+		bound_hit(&m.bounds[B_REQUEST_TIME], "closed a connection that sent no complete request within %d s",
+		          REQUEST_TIMEOUT_SEC);
+	else if (c->phase == CONN_REPLY)
+		bound_hit(&m.bounds[B_REPLY_TIME], "closed a connection that had not taken its answer within %d s",
+		          REPLY_TIMEOUT_SEC);
+	conn_free(c);
+}
+
+static void conn_new(evutil_socket_t fd)
+{
+	Conn *c = xcalloc(1, sizeof(*c));
+	c->bev = bufferevent_socket_new(m.base, fd, 0); /* closed by bev_close() */
+	c->deadline = evtimer_new(m.base, on_conn_deadline, c);
+	if (!c->bev || !c->deadline) {
+		bound_hit(&m.bounds[B_ACCEPT],
+		          "cannot take a connection: bufferevent_socket_new() or evtimer_new() failed");
+		if (c->bev)
+			bufferevent_free(c->bev);
+		evutil_closesocket(fd);
+		if (c->deadline)
+			event_free(c->deadline);
+		free(c);
+		return;
+	}
+	c->prev = m.conns_tail;
+	if (m.conns_tail)
+		m.conns_tail->next = c;
+	else
+		m.conns = c;
+	m.conns_tail = c;
+	m.n_conns++;
+	bufferevent_setcb(c->bev, on_conn_read, on_conn_write, on_conn_event, c);
+	/* libevent reads no further than the bound on the head */
+	bufferevent_setwatermark(c->bev, EV_READ, 0, MAX_REQUEST_HEAD);
+	bufferevent_enable(c->bev, EV_READ);
+	set_deadline(c, REQUEST_TIMEOUT_SEC);
+}
+
+/* The oldest connection without a request in progress: still reading its head, or done. */
+static Conn *oldest_idle(void)
+{
+	for (Conn *c = m.conns; c; c = c->next)
+		if (c->phase == CONN_REQUEST || c->phase == CONN_LINGER)
+			return c;
+	return NULL;
+}
+
+/*
+ * At metrics_max_connections a new connection takes the place of the oldest
+ * one without a request in progress, so that connections opened and left
+ * idle cannot lock a scraper out for long; when every open connection has a
+ * request in progress, the new one is closed at once.
+ */
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
+{
+	int cap = m.cf->g.metrics_max_connections;
+	if (m.n_conns >= cap) {
+		Conn *idle;
+		while (m.n_conns >= cap && (idle = oldest_idle()) != NULL)
+			conn_free(idle);
+		if (m.n_conns >= cap) {
+			evutil_closesocket(fd);
+			bound_hit(&m.bounds[B_CAP_REFUSED],
+			          "metrics_max_connections (%d) reached: refused a connection, every open one has a "
+			          "request in progress",
+			          cap);
+			return;
+		}
+		bound_hit(&m.bounds[B_CAP_CLOSED],
+		          "metrics_max_connections (%d) reached: closed the oldest connection without a request in "
+		          "progress",
+		          cap);
+	}
+	conn_new(fd);
+}
+
+/* accept() failed for want of descriptors or memory: pause rather than spin on the ready socket. */
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+	int e = EVUTIL_SOCKET_ERROR();
+	bound_hit(&m.bounds[B_ACCEPT], "accept() failed: %s; accepting again in %d s", strerror(e), ACCEPT_PAUSE_SEC);
+	evconnlistener_disable(l);
+	struct timeval tv = {ACCEPT_PAUSE_SEC, 0};
+	evtimer_add(m.accept_resume, &tv);
+}
+
+static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
+{
+	evconnlistener_enable(m.listener);
 }
 
 /* "host:port", "[v6]:port" or "*:port"; false if it is none of those. */
@@ -813,44 +1164,46 @@ void metrics_start(struct event_base *base, const Config *cf, ShmSegment *shm)
 	m.base = base;
 	m.cf = cf;
 	m.shm = shm;
-	m.http = evhttp_new(base);
-	if (!m.http)
-		fatal("evhttp_new() failed");
-	evhttp_set_allowed_methods(m.http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
-	evhttp_set_timeout(m.http, 30);
-	evhttp_set_gencb(m.http, on_request, NULL);
+	m.accept_resume = evtimer_new(base, on_accept_resume, NULL);
+	if (!m.accept_resume)
+		fatal("evtimer_new() failed");
 	int fd = metrics_socket(host, port);
-	m.bound = fd >= 0 ? evhttp_accept_socket_with_handle(m.http, fd) : NULL;
-	if (!m.bound)
+	/* backlog 0: metrics_socket() listens already */
+	m.listener =
+	    fd >= 0 ? evconnlistener_new(base, on_accept, NULL, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd)
+	            : NULL;
+	if (!m.listener)
 		fatal("metrics_listen: cannot listen on %s: %s", spec, strerror(errno));
+	evconnlistener_set_error_cb(m.listener, on_accept_error);
 	log_info("metrics: serving /metrics on %s", spec);
 }
 
 void metrics_stop(void)
 {
-	while (m.scrapes) {
-		Scrape *s = m.scrapes;
-		s->req = NULL;
-		scrape_free(s);
+	while (m.conns)
+		conn_free(m.conns); /* and the scrapes */
+	pgb_assert(!m.scrapes);
+	if (m.listener) {
+		evconnlistener_free(m.listener);
+		m.listener = NULL;
 	}
-	if (m.http) {
-		evhttp_free(m.http);
-		m.http = NULL;
-		m.bound = NULL;
+	if (m.accept_resume) {
+		event_free(m.accept_resume);
+		m.accept_resume = NULL;
 	}
+	for (int i = 0; i < N_BOUNDS; i++)
+		bound_reset(&m.bounds[i]);
 }
 
 void metrics_forget_in_child(void)
 {
-	/* a worker must not hold the metrics port or a scrape's console connection */
-	if (m.bound)
-		close(evhttp_bound_socket_get_fd(m.bound));
-	for (Scrape *s = m.scrapes; s; s = s->next) {
-		if (s->bev)
+	/* a worker must not hold the metrics port, a client's connection or a scrape's console connection */
+	if (m.listener)
+		close(evconnlistener_get_fd(m.listener));
+	for (Conn *c = m.conns; c; c = c->next)
+		if (bufferevent_getfd(c->bev) >= 0)
+			close(bufferevent_getfd(c->bev));
+	for (Scrape *s = m.scrapes; s; s = s->next)
+		if (s->bev && bufferevent_getfd(s->bev) >= 0)
 			close(bufferevent_getfd(s->bev));
-		struct evhttp_connection *conn = s->req ? evhttp_request_get_connection(s->req) : NULL;
-		struct bufferevent *hb = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
-		if (hb && bufferevent_getfd(hb) >= 0)
-			close(bufferevent_getfd(hb));
-	}
 }

@@ -98,6 +98,7 @@ static const ExpectedParam expected_params[] = {
     {"max_user_connections", "0", "yes", false},
     {"max_workers", "0", "yes", false},
     {"metrics_listen", "", "no", false},
+    {"metrics_max_connections", "16", "yes", false},
     {"min_pool_size", "0", "yes", false},
     {"min_workers", "1", "yes", false},
     {"peer_id", "0", "yes", false},
@@ -1152,6 +1153,8 @@ static void test_range_check(void **state)
 	expect_range("scram_iterations", "0", "scram_iterations must be at least 1 (got 0)");
 	expect_range("stats_period", "0", "stats_period must be at least 1 (got 0)");
 	expect_range("min_workers", "65", "min_workers must be between 1 and 64 (got 65)");
+	expect_range("metrics_max_connections", "0", "metrics_max_connections must be at least 1 (got 0)");
+	expect_range("metrics_max_connections", "1", NULL);
 	/* times: seconds, as written, with fractions; the top keeps deadlines from overflowing */
 	expect_range("query_timeout", "2147483647", NULL);
 	expect_range("query_timeout", "2147483648",
