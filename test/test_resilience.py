@@ -137,3 +137,24 @@ def test_worker_that_runs_again_gets_its_slot_back(bouncer):
              == (pid, "active", "1"), "worker 1 active on its own slot")
     assert show_workers(b)[0]["listeners"] == "0"
     assert "killing it" not in b.log_text()
+
+
+def test_metrics_with_a_hung_worker(bouncer):
+    """Worker 0 hangs: /metrics asks worker 1 instead (the scrape does not
+    wait for worker 0), says pgbouncer_up 1, and shows worker 0 as hung."""
+    from conftest import free_port
+    from test_metrics import scrape, value
+    mport = free_port()
+    b = bouncer(ini_overrides=dict(TWO, worker_watchdog_timeout=3, metrics_listen=f"127.0.0.1:{mport}"))
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    pid = show_workers(b, via=1)[0]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: show_workers(b, via=1)[0]["state"] == "hung", "worker 0 shown as hung")
+        samples, _, _ = scrape(mport)
+        assert value(samples, "pgbouncer_up") == 1
+        assert value(samples, "pgbouncer_worker_state", worker="0", state="hung") == 1
+        assert value(samples, "pgbouncer_worker_state", worker="1", state="active") == 1
+        assert "metrics: the console connection timed out" not in b.log_text()
+    finally:
+        os.kill(pid, signal.SIGCONT)

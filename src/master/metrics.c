@@ -324,6 +324,11 @@ static int connect_worker(Scrape *s)
 		int pid = atomic_load(&w->pid);
 		if (atomic_load(&w->state) != SLOT_ACTIVE || pid <= 0)
 			continue;
+		if (atomic_load(&w->hung)) {
+			/* its loop does not run: ask a worker that answers (doc/workers.md, "When a worker hangs") */
+			snprintf(s->err, sizeof(s->err), "worker %d (pid %d) is hung", i, pid);
+			continue;
+		}
 		struct sockaddr_un sa = {.sun_family = AF_UNIX};
 		int n =
 		    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/worker.%d/.s.PGSQL.%d", dir, i, m.cf->g.listen_port);
