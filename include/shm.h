@@ -1,6 +1,8 @@
 /*
  * The shared-memory contract between the master and its workers: one
- * anonymous MAP_SHARED segment created by the master before the first fork.
+ * MAP_SHARED segment created by the master before the first fork (a memfd,
+ * so that a new master at an online restart can map it too; an anonymous
+ * mapping where memfd_create() fails).
  *
  * Rules: every field has exactly one writer (the master, or the worker that
  * owns a slot); counters are 64-bit, monotonic and written with C11 atomics;

@@ -521,7 +521,7 @@ static int collect_stats(DbStats **out)
 		pgstats_add(&d->total, &p->stats);
 		pgstats_add(&d->older, &p->older_stats);
 	}
-	/* the rates since the snapshot of the start of the previous period (spec/admin.md §4) */
+	/* the rates since the snapshot of the start of the previous period (doc/pgbouncer.1.md, SHOW STATS) */
 	double secs = (double)(wk.now - wk.stats_older_at) / USEC_PER_SEC;
 	for (int k = 0; k < n; k++) {
 		const uint64_t *t = (const uint64_t *)&arr[k].total, *o = (const uint64_t *)&arr[k].older;

@@ -537,7 +537,7 @@ static SBufAction handle_startup_phase(PgSocket *c, const PktHdr *hdr, const uin
 /*
  * Statistics when a client message starts a query/transaction. A request
  * that waited for a server began when it was queued: query_time and
- * xact_time include the wait, as with PgBouncer (spec/admin.md §4).
+ * xact_time include the wait, as with PgBouncer (doc/pgbouncer.1.md, SHOW STATS).
  */
 static void count_request(PgSocket *c, const PktHdr *hdr)
 {
