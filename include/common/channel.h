@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct event_base;
 
@@ -147,6 +148,22 @@ bool channel_pair(int fds[2]) __attribute__((warn_unused_result));
 
 /* Send a message with an optional fd (-1 = none). False with errno on failure. */
 bool channel_send(int sock, const ChannelMsg *msg, int fd) __attribute__((warn_unused_result));
+
+/*
+ * One message of `len` bytes on a SOCK_SEQPACKET socket, with `fd`
+ * attached by SCM_RIGHTS when it is >= 0 (the control channel, and a moving
+ * client's state with its socket): sendmsg() with `flags` | MSG_NOSIGNAL,
+ * retried on EINTR. Returns what sendmsg() returned.
+ */
+ssize_t fd_send(int sock, const void *buf, size_t len, int fd, int flags);
+
+/*
+ * The other side: one message into buf (at most cap bytes), the attached
+ * fd into *fd (-1 if none; close-on-exec), recvmsg() with `flags`, retried
+ * on EINTR. *truncated (when not NULL) says the message did not fit.
+ * Returns what recvmsg() returned.
+ */
+ssize_t fd_recv(int sock, void *buf, size_t cap, int *fd, int flags, bool *truncated);
 
 /*
  * Receive one message; *fd gets the attached descriptor or -1.

@@ -300,6 +300,15 @@ bool config_copy(Config *dst, const Config *src) __attribute__((warn_unused_resu
 bool config_load(Config *cf, const char *path, char *errbuf, size_t errlen) __attribute__((warn_unused_result));
 
 /*
+ * RELOAD and SIGHUP, in the master and in each worker: load the file the
+ * running configuration came from into `next` (verbose starts at the -v
+ * count). On failure the reason and "config file loading failed; keeping
+ * the running configuration" are logged, `next` is freed, and false is
+ * returned: the caller keeps `running` as it is.
+ */
+bool config_reload(const Config *running, int cmdline_verbose, Config *next) __attribute__((warn_unused_result));
+
+/*
  * Every parameter in its range (config_check_range(), in table order),
  * then the checks across parameters (min_workers <= max_workers,
  * thresholds, auth_dbname, ...). config_load() calls it, so a start with

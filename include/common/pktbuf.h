@@ -92,4 +92,21 @@ bool pktreader_get_bytes(PktReader *r, size_t n, const uint8_t **p);
 bool pktreader_get_string(PktReader *r, const char **s);
 size_t pktreader_remaining(const PktReader *r);
 
+/* A whole simple Query message (Q) with `sql`: the pooler's own consoles (metrics, the admin fan-out). */
+void pktbuf_write_query(PktBuf *pb, const char *sql);
+
+/*
+ * Write that message to a bufferevent (a console connection of the master's
+ * metrics or of a worker's fan-out). A macro so that this header needs no
+ * libevent: its users include event2/bufferevent.h themselves.
+ */
+#define pktbuf_send_query(bev, sql)                                                                                    \
+	do {                                                                                                           \
+		PktBuf query_pb_;                                                                                      \
+		pktbuf_init(&query_pb_, 64);                                                                           \
+		pktbuf_write_query(&query_pb_, (sql));                                                                 \
+		bufferevent_write((bev), query_pb_.buf, query_pb_.len);                                                \
+		pktbuf_free(&query_pb_);                                                                               \
+	} while (0)
+
 #endif

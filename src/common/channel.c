@@ -28,9 +28,9 @@ bool channel_pair(int fds[2])
 	return socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) == 0;
 }
 
-bool channel_send(int sock, const ChannelMsg *msg, int fd)
+ssize_t fd_send(int sock, const void *buf, size_t len, int fd, int flags)
 {
-	struct iovec iov = {.iov_base = (void *)msg, .iov_len = sizeof(*msg)};
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	union {
 		struct cmsghdr align;
 		char buf[CMSG_SPACE(sizeof(int))];
@@ -46,21 +46,16 @@ bool channel_send(int sock, const ChannelMsg *msg, int fd)
 		c->cmsg_len = CMSG_LEN(sizeof(int));
 		memcpy(CMSG_DATA(c), &fd, sizeof(int));
 	}
-	for (;;) {
-		ssize_t n = sendmsg(sock, &mh, MSG_NOSIGNAL);
-		if (n == (ssize_t)sizeof(*msg))
-			return true;
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n >= 0)
-			errno = EMSGSIZE;
-		return false;
-	}
+	ssize_t n;
+	do
+		n = sendmsg(sock, &mh, flags | MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	return n;
 }
 
-int channel_recv(int sock, ChannelMsg *msg, int *fd)
+ssize_t fd_recv(int sock, void *buf, size_t cap, int *fd, int flags, bool *truncated)
 {
-	struct iovec iov = {.iov_base = msg, .iov_len = sizeof(*msg)};
+	struct iovec iov = {.iov_base = buf, .iov_len = cap};
 	union {
 		struct cmsghdr align;
 		char buf[CMSG_SPACE(sizeof(int))];
@@ -69,16 +64,36 @@ int channel_recv(int sock, ChannelMsg *msg, int *fd)
 	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf)};
 	*fd = -1;
 	ssize_t n;
-	do {
-		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-	} while (n < 0 && errno == EINTR);
+	do
+		n = recvmsg(sock, &mh, flags | MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return n;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(sizeof(int)))
+			memcpy(fd, CMSG_DATA(c), sizeof(int));
+	if (truncated)
+		*truncated = (mh.msg_flags & MSG_TRUNC) != 0;
+	return n;
+}
+
+bool channel_send(int sock, const ChannelMsg *msg, int fd)
+{
+	ssize_t n = fd_send(sock, msg, sizeof(*msg), fd, 0);
+	if (n == (ssize_t)sizeof(*msg))
+		return true;
+	if (n >= 0)
+		errno = EMSGSIZE;
+	return false;
+}
+
+int channel_recv(int sock, ChannelMsg *msg, int *fd)
+{
+	ssize_t n = fd_recv(sock, msg, sizeof(*msg), fd, 0, NULL);
 	if (n == 0)
 		return 0;
 	if (n < 0)
 		return -1;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-			memcpy(fd, CMSG_DATA(c), sizeof(int));
 	if (n != (ssize_t)sizeof(*msg)) {
 		errno = EPROTO;
 		return -1;

@@ -1347,6 +1347,20 @@ bool config_load(Config *cf, const char *path, char *errbuf, size_t errlen)
 /* ---------------------------------------------------------------------- */
 /* whole-Config operations */
 
+bool config_reload(const Config *running, int cmdline_verbose, Config *next)
+{
+	char err[CF_ERRMSG_LEN];
+	const char *path = running->g.conffile ? running->g.conffile : running->path;
+	config_init(next);
+	next->g.verbose = cmdline_verbose;
+	if (config_load(next, path, err, sizeof(err)))
+		return true;
+	log_error("%s", err);
+	log_warning("config file loading failed; keeping the running configuration");
+	config_free(next);
+	return false;
+}
+
 void config_init(Config *cf)
 {
 	memset(cf, 0, sizeof(*cf));

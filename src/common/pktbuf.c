@@ -403,3 +403,10 @@ bool pktreader_get_string(PktReader *r, const char **s)
 	r->pos += (size_t)(nul - start) + 1;
 	return true;
 }
+
+void pktbuf_write_query(PktBuf *pb, const char *sql)
+{
+	pktbuf_start_msg(pb, 'Q');
+	pktbuf_put_string(pb, sql);
+	pktbuf_finish_msg(pb);
+}

@@ -387,17 +387,8 @@ static void notify_systemd(const char *state)
 static bool reload_config(void)
 {
 	Config next;
-	char err[CF_ERRMSG_LEN];
-	const char *path = master.cf.g.conffile ? master.cf.g.conffile : master.cf.path;
-
-	config_init(&next);
-	next.g.verbose = master.cmdline_verbose;
-	if (!config_load(&next, path, err, sizeof(err))) {
-		log_error("%s", err);
-		log_warning("config file loading failed; keeping the running configuration");
-		config_free(&next);
+	if (!config_reload(&master.cf, master.cmdline_verbose, &next))
 		return false;
-	}
 	config_keep_boot_values(&next, &master.cf);
 	config_free(&master.cf);
 	master.cf = next;

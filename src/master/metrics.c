@@ -158,17 +158,6 @@ static void scrape_fail(Scrape *s, const char *why)
 	scrape_finish(s);
 }
 
-static void send_query(Scrape *s, const char *sql)
-{
-	PktBuf pb;
-	pktbuf_init(&pb, 64);
-	pktbuf_start_msg(&pb, 'Q');
-	pktbuf_put_string(&pb, sql);
-	pktbuf_finish_msg(&pb);
-	bufferevent_write(s->bev, pb.buf, pb.len);
-	pktbuf_free(&pb);
-}
-
 static uint32_t get_u32(const uint8_t *p)
 {
 	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
@@ -251,7 +240,7 @@ static bool on_message(Scrape *s, char type, const uint8_t *p, uint32_t len)
 			t->ok = !t->failed && t->cols;
 		s->q++;
 		if (s->q < N_QUERIES) {
-			send_query(s, queries[s->q]);
+			pktbuf_send_query(s->bev, queries[s->q]);
 			return true;
 		}
 		scrape_finish(s);

@@ -714,7 +714,6 @@ static void write_notices(AdminFanout *fo, PktBuf *pb)
 
 /* ---- a process command's outcome (FM_COMMAND) ---- */
 
-static void peer_write_query(Peer *p, const char *query);
 static void send_cancel(AdminFanout *fo, int i);
 
 /* An answer that refuses the command: an error other than "nothing here" (admin_error_is_absence()). */
@@ -741,7 +740,7 @@ static bool send_extra(AdminFanout *fo, int i, const char *query)
 	Peer *p = &fo->peers[i];
 	if (!p->bev || !p->ready)
 		return false;
-	peer_write_query(p, query);
+	pktbuf_send_query(p->bev, query);
 	p->skip++;
 	if (!fo->ans[i].late[0])
 		pgb_strlcpy(fo->ans[i].late, query, sizeof(fo->ans[i].late));
@@ -1036,20 +1035,9 @@ static void peer_address(int i, struct sockaddr_un *sa)
 	pgb_strlcpy(sa->sun_path, path, sizeof(sa->sun_path));
 }
 
-static void peer_write_query(Peer *p, const char *query)
-{
-	PktBuf pb;
-	pktbuf_init(&pb, 64);
-	pktbuf_start_msg(&pb, 'Q');
-	pktbuf_put_string(&pb, query);
-	pktbuf_finish_msg(&pb);
-	bufferevent_write(p->bev, pb.buf, pb.len);
-	pktbuf_free(&pb);
-}
-
 static void peer_send_query(AdminFanout *fo, Peer *p)
 {
-	peer_write_query(p, fo->query);
+	pktbuf_send_query(p->bev, fo->query);
 	p->query_sent = true;
 }
 

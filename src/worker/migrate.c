@@ -223,52 +223,19 @@ bool migrate_pack(const PgSocket *c, const int *moved, PktBuf *pb)
 
 bool migrate_send(int sock, const PktBuf *state, int fd)
 {
-	struct iovec iov = {.iov_base = state->buf, .iov_len = state->len};
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-	if (fd >= 0) {
-		memset(&u, 0, sizeof(u));
-		mh.msg_control = u.buf;
-		mh.msg_controllen = sizeof(u.buf);
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-	}
-	ssize_t n;
-	do
-		n = sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
 	/* a SOCK_SEQPACKET message goes whole or not at all */
-	return n == (ssize_t)state->len;
+	return fd_send(sock, state->buf, state->len, fd, MSG_DONTWAIT) == (ssize_t)state->len;
 }
 
 int migrate_recv(int sock, uint8_t *buf, size_t cap, size_t *len, int *fd)
 {
-	struct iovec iov = {.iov_base = buf, .iov_len = cap};
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
-	*fd = -1;
-	ssize_t n;
-	do
-		n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
+	bool truncated;
+	ssize_t n = fd_recv(sock, buf, cap, fd, MSG_DONTWAIT, &truncated);
 	if (n < 0)
 		return -1;
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
-		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-		    cm->cmsg_len >= CMSG_LEN(sizeof(int)))
-			memcpy(fd, CMSG_DATA(cm), sizeof(int));
 	if (n == 0 && *fd < 0)
 		return 0;
-	*len = (mh.msg_flags & MSG_TRUNC) ? 0 : (size_t)n; /* a truncated state cannot be used */
+	*len = truncated ? 0 : (size_t)n; /* a truncated state cannot be used */
 	return 1;
 }
 

@@ -261,17 +261,9 @@ void worker_tune_listeners(void)
 void worker_reload(void)
 {
 	Config next;
-	char err[CF_ERRMSG_LEN];
-	const char *path = wk.cf.g.conffile ? wk.cf.g.conffile : wk.cf.path;
 	wk.reload_failed = true; /* until everything below has loaded */
-	config_init(&next);
-	next.g.verbose = wk.cmdline_verbose;
-	if (!config_load(&next, path, err, sizeof(err))) {
-		log_error("%s", err);
-		log_warning("config file loading failed");
-		config_free(&next);
+	if (!config_reload(&wk.cf, wk.cmdline_verbose, &next))
 		return;
-	}
 	config_keep_boot_values(&next, &wk.cf);
 	config_free(&wk.cf);
 	wk.cf = next;
