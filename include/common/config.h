@@ -301,7 +301,7 @@ bool config_load(Config *cf, const char *path, char *errbuf, size_t errlen) __at
 /*
  * Every parameter in its range (config_check_range(), in table order),
  * then the checks across parameters (min_workers <= max_workers,
- * thresholds, auth_dbname, ...). config_load() calls it, so a start with
+ * thresholds, ...). config_load() calls it, so a start with
  * a value out of range is fatal and a RELOAD keeps the running
  * configuration; config_set_checked() calls it for SET.
  */

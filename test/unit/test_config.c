@@ -509,6 +509,11 @@ static void test_real_and_enum_syntax(void **state)
 #endif
 	set_invalid(&cf, "worker_cpu_affinity", "on");
 	set_invalid(&cf, "client_tls_sslmode", "verify_full");
+	/* the admin console's database cannot run auth_query: refused when set, as PgBouncer words it */
+	set_ok(&cf, "auth_dbname", "postgres");
+	assert_false(config_set(&cf, "auth_dbname", "pgbouncer", e, sizeof(e)));
+	assert_string_equal(e, "cannot use the reserved \"pgbouncer\" database as an auth_dbname");
+	assert_string_equal(cf.g.auth_dbname, "postgres");
 	config_free(&cf);
 }
 
@@ -1073,9 +1078,6 @@ static void test_validate_other(void **state)
 	expect_validate(V("listen_port", "65535"), NULL);
 	expect_validate(V("pkt_buf", "511"), "pkt_buf must be at least 512 (got 511)");
 	expect_validate(V("pkt_buf", "512"), NULL);
-	expect_validate(V("auth_dbname", "pgbouncer"),
-	                "auth_dbname cannot be \"pgbouncer\": that name is reserved for the admin console");
-	expect_validate(V("auth_dbname", "postgres"), NULL);
 	expect_validate(V("peer_id", "16384"), "peer_id must be between 0 and 16383 (got 16384)");
 	expect_validate(V("peer_id", "16383"), NULL);
 	expect_validate(V("unix_socket_mode", "010000"), "unix_socket_mode must be between 0 and 4095 (got 4096)");
