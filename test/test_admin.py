@@ -890,6 +890,22 @@ def test_stats_after_queries(bouncer):
     assert row(conn, "SHOW STATS", database="postgres")["total_query_count"] == 8
 
 
+def test_xact_counted_at_its_first_query(bouncer, either_bin):
+    """A transaction is in total_xact_count from its first query on, as in
+    PgBouncer; its time is added when it ends."""
+    b = bouncer(binary=either_bin)
+    conn = console(b)
+    client = pooled(b)
+    client.execute("BEGIN")
+    client.execute("SELECT 1")
+    during = row(conn, "SHOW STATS", database="postgres")
+    assert (during["total_xact_count"], during["total_query_count"], during["total_xact_time"]) == (1, 2, 0)
+    client.execute("COMMIT")
+    after = row(conn, "SHOW STATS", database="postgres")
+    assert (after["total_xact_count"], after["total_query_count"]) == (1, 3)
+    assert after["total_xact_time"] > 0
+
+
 def test_query_and_xact_time_include_the_wait_for_a_server(bouncer):
     """A query starts when the client sends it, not when it gets a server
     (spec/admin.md §4, counting rules): the time a request spent queued

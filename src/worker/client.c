@@ -548,8 +548,11 @@ static void count_request(PgSocket *c, const PktHdr *hdr)
 	if (c->query_start == 0 && hdr->type != 'H') {
 		c->query_start = began;
 		pool->stats.query_count++;
-		if (c->xact_start == 0)
+		/* a transaction is counted at its first query, as PgBouncer does; its time when it ends */
+		if (c->xact_start == 0) {
 			c->xact_start = began;
+			pool->stats.xact_count++;
+		}
 	}
 }
 

@@ -692,7 +692,6 @@ static __attribute__((noinline)) SBufAction handle_active_packet(PgSocket *s, co
 			c->query_start = 0;
 		}
 		if (c && st == 'I' && c->xact_start) {
-			pool->stats.xact_count++;
 			pool->stats.xact_time += (uint64_t)(wk.now - c->xact_start);
 			c->xact_start = 0;
 		}
