@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from conftest import DEADLINE, wait_for
-from helpers import console, expect_error, kv, row, rows
+from helpers import console, expect_error, kv, row, rows, two_workers
 
 VERSION = "1.25.2"
 
@@ -904,6 +904,44 @@ def test_xact_counted_at_its_first_query(bouncer, either_bin):
     after = row(conn, "SHOW STATS", database="postgres")
     assert (after["total_xact_count"], after["total_query_count"]) == (1, 3)
     assert after["total_xact_time"] > 0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_console_commands_count_in_totals(bouncer, either_bin, workers):
+    """The console is the `pgbouncer` database in SHOW STATS and TOTALS, as
+    PgBouncer counts it: a console connection's first command is one
+    transaction and one query, later ones count nothing, and no time or
+    bytes accrue. With two workers each command goes to both; it still
+    counts once (PgBouncer 1.25.2 has one process)."""
+    if either_bin.peer and workers > 1:
+        pytest.skip("PgBouncer 1.25.2 has no workers")
+    b = bouncer(binary=either_bin,
+                ini_overrides=None if either_bin.peer else {"min_workers": workers, "max_workers": workers})
+    if workers > 1:
+        two_workers(b)
+        mark = sum(r["total_xact_count"] for r in rows(console(b), "SHOW STATS") if r["database"] == "pgbouncer")
+    else:
+        mark = 0
+    client = pooled(b)
+    for _ in range(4):
+        client.execute("SELECT 1")
+    for _ in range(2):
+        with client.transaction():  # BEGIN, SELECT, COMMIT
+            client.execute("SELECT 2")
+    for command in ("SHOW VERSION", "SHOW POOLS", "SHOW STATE", "SHOW LISTS"):
+        with console(b) as one:  # one command per connection, as psql -c gives
+            one.execute(command)
+    conn = console(b)
+    for command in ("SHOW VERSION", "SHOW POOLS", "SHOW STATE"):
+        conn.execute(command)
+    totals = kv(conn, "SHOW TOTALS")
+    stats = {r["database"]: r for r in rows(conn, "SHOW STATS")}
+    assert (totals["total_xact_count"], totals["total_query_count"]) == (4 + 2 + 4 + 1 + mark, 4 + 6 + 4 + 1 + mark)
+    pgb = stats["pgbouncer"]
+    assert (pgb["total_xact_count"], pgb["total_query_count"]) == (5 + mark, 5 + mark)
+    assert [pgb[k] for k in ("total_server_assignment_count", "total_received", "total_sent", "total_xact_time",
+                             "total_query_time", "total_wait_time")] == [0] * 6
+    assert (stats["postgres"]["total_xact_count"], stats["postgres"]["total_query_count"]) == (6, 10)
 
 
 def test_query_and_xact_time_include_the_wait_for_a_server(bouncer):

@@ -313,6 +313,7 @@ struct PgSocket {
 	bool held_for_check;   /* server: its client's message waits (ANS_CHECK, its unnamed statement; txn.c) */
 	bool held_for_flush;   /* client: its next message waits until the pooler's answers to it are sent (client.c) */
 	bool request_counted;  /* client: the message held by SB_WAIT was counted (count_request()) already */
+	bool console_counted;  /* console: its first message was counted in SHOW STATS (count_console()) */
 	bool resetting;        /* server: running reset/check query */
 	bool lent;             /* server: given out since its login or its last check (server_check_delay = 0) */
 	bool checking;         /* server: running server_check_query for a waiting client */
