@@ -347,7 +347,7 @@ bool config_check_range(const Config *cf, const CfParam *p, char *errbuf, size_t
 /* Format the current value for SHOW CONFIG into buf; returns false for NULL (unset string). */
 bool config_format_value(const Config *cf, const CfParam *p, char *buf, size_t len);
 
-/* Format the default (SHOW CONFIG `default` column); false for NULL. */
+/* The default as the parameter table writes it (SHOW CONFIG `default` column); false for NULL. */
 bool config_format_default(const CfParam *p, char *buf, size_t len);
 
 /* pool_size of a [databases] entry, else default_pool_size (0 = unlimited). */

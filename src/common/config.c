@@ -729,17 +729,11 @@ bool config_format_value(const Config *cf, const CfParam *p, char *buf, size_t l
 
 bool config_format_default(const CfParam *p, char *buf, size_t len)
 {
-	CfValue v;
-	bool ok;
-
 	if (!p->def)
 		return false;
-	if (!parse_value(p, p->def, &v))
-		return false;
-	ok = format_cfvalue(p, v, buf, len);
-	if (is_string_type(p->type))
-		free(v.s);
-	return ok;
+	/* as the table writes it, as PgBouncer shows it: unix_socket_mode's is "0777", its value decimal */
+	snprintf(buf, len, "%s", p->def);
+	return true;
 }
 
 /* ---------------------------------------------------------------------- */
