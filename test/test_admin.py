@@ -1075,6 +1075,9 @@ def test_show_clients_servers_pools_databases(bouncer, pg):
     wait_for(lambda: row(conn, "SHOW POOLS", database="postgres")["sv_idle"] == 1, "the server to become idle")
     assert row(conn, "SHOW SERVERS", database="postgres")["state"] == "idle"
     assert [r for r in rows(conn, "SHOW CLIENTS") if r["database"] == "postgres"] == []
+    # no connection object is kept for reuse here: free_* stay 0 (doc/pgbouncer.1.md, SHOW LISTS)
+    lists = kv(conn, "SHOW LISTS")
+    assert (lists["used_clients"], lists["free_clients"], lists["free_servers"]) == (1, 0, 0)
 
 
 def test_show_clients_wait_counts_a_running_query(bouncer):
@@ -1163,13 +1166,25 @@ def test_show_state(bouncer):
     assert kv(conn, "SHOW STATE") == {"active": "yes", "paused": "no", "suspended": "no"}
 
 
-def test_show_mem(bouncer):
-    b = bouncer()
+MEM_ROWS = ["user_cache", "credentials_cache", "db_cache", "peer_cache", "peer_pool_cache", "pool_cache",
+            "outstanding_request_cache", "server_cache", "client_cache", "iobuf_cache", "var_list_cache",
+            "server_prepared_statement_cache"]
+
+
+def test_show_mem(bouncer, either_bin):
+    """PgBouncer's rows, in its order; var_list_cache holds the tracked
+    parameter values of the connections (doc/workers.md, "SHOW MEM")."""
+    b = bouncer(binary=either_bin)
+    client = pooled(b)
+    assert client.execute("SELECT 1").fetchone() == (1,)
     mem = rows(console(b), "SHOW MEM")
-    assert mem
+    assert [r["name"] for r in mem] == MEM_ROWS
     for r in mem:
         assert r["size"] > 0 and r["used"] >= 0 and r["free"] >= 0
         assert r["memtotal"] == r["size"] * (r["used"] + r["free"])
+    by_name = {r["name"]: r for r in mem}
+    assert by_name["var_list_cache"]["used"] > 0  # the client's and its server's values
+    assert by_name["client_cache"]["used"] >= 2 and by_name["server_cache"]["used"] >= 1
 
 
 def test_show_peers(bouncer):
