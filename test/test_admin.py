@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from conftest import DEADLINE, wait_for
-from helpers import console, expect_error, kv, row, rows
+from helpers import console, expect_error, kv, row, rows, two_workers
 
 VERSION = "1.25.2"
 
@@ -157,7 +157,7 @@ CONFIG_ROWS = [
     ("tcp_keepcnt", "0", "yes"), ("tcp_keepidle", "0", "yes"), ("tcp_keepintvl", "0", "yes"),
     ("tcp_socket_buffer", "0", "yes"), ("tcp_user_timeout", "0", "yes"),
     ("track_extra_parameters", "IntervalStyle", "no"), ("transaction_timeout", "0", "yes"),
-    ("unix_socket_dir", "/tmp", "no"), ("unix_socket_group", "", "no"), ("unix_socket_mode", "511", "no"),
+    ("unix_socket_dir", "/tmp", "no"), ("unix_socket_group", "", "no"), ("unix_socket_mode", "0777", "no"),
     ("user", None, "no"), ("verbose", None, "yes"),
 ]
 
@@ -784,12 +784,16 @@ def test_show_version(bouncer):
     assert rows(console(b), "SHOW VERSION") == [{"version": f"PgBouncer {VERSION}"}]
 
 
-def test_show_config_rows(bouncer):
-    b = bouncer(ini_overrides={"default_pool_size": 11, "query_timeout": "0.5", "unix_socket_mode": "0700"})
+def test_show_config_rows(bouncer, either_bin):
+    """Every row's default and changeable, and values as PgBouncer 1.25.2
+    prints them: unix_socket_mode's value in decimal, its default "0777"."""
+    b = bouncer(ini_overrides={"default_pool_size": 11, "query_timeout": "0.5", "unix_socket_mode": "0700"},
+                binary=either_bin)
     conf = rows(console(b), "SHOW CONFIG")
     skip = OPTIONAL_CONFIG_KEYS | EXTENSION_CONFIG_KEYS
     got = [(r["key"], r["default"], r["changeable"]) for r in conf if r["key"] not in skip]
-    assert got == CONFIG_ROWS
+    # login_notify_message came after 1.25.2
+    assert got == [r for r in CONFIG_ROWS if not (either_bin.peer and r[0] == "login_notify_message")]
     values = {r["key"]: r["value"] for r in conf}
     assert values["listen_port"] == str(b.port)
     assert values["listen_addr"] == "127.0.0.1"
@@ -888,6 +892,60 @@ def test_stats_after_queries(bouncer):
     # a later query keeps counting
     client.execute("SELECT 4")
     assert row(conn, "SHOW STATS", database="postgres")["total_query_count"] == 8
+
+
+def test_xact_counted_at_its_first_query(bouncer, either_bin):
+    """A transaction is in total_xact_count from its first query on, as in
+    PgBouncer; its time is added when it ends."""
+    b = bouncer(binary=either_bin)
+    conn = console(b)
+    client = pooled(b)
+    client.execute("BEGIN")
+    client.execute("SELECT 1")
+    during = row(conn, "SHOW STATS", database="postgres")
+    assert (during["total_xact_count"], during["total_query_count"], during["total_xact_time"]) == (1, 2, 0)
+    client.execute("COMMIT")
+    after = row(conn, "SHOW STATS", database="postgres")
+    assert (after["total_xact_count"], after["total_query_count"]) == (1, 3)
+    assert after["total_xact_time"] > 0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_console_commands_count_in_totals(bouncer, either_bin, workers):
+    """The console is the `pgbouncer` database in SHOW STATS and TOTALS, as
+    PgBouncer counts it: a console connection's first command is one
+    transaction and one query, later ones count nothing, and no time or
+    bytes accrue. With two workers each command goes to both; it still
+    counts once (PgBouncer 1.25.2 has one process)."""
+    if either_bin.peer and workers > 1:
+        pytest.skip("PgBouncer 1.25.2 has no workers")
+    b = bouncer(binary=either_bin,
+                ini_overrides=None if either_bin.peer else {"min_workers": workers, "max_workers": workers})
+    if workers > 1:
+        two_workers(b)
+        mark = sum(r["total_xact_count"] for r in rows(console(b), "SHOW STATS") if r["database"] == "pgbouncer")
+    else:
+        mark = 0
+    client = pooled(b)
+    for _ in range(4):
+        client.execute("SELECT 1")
+    for _ in range(2):
+        with client.transaction():  # BEGIN, SELECT, COMMIT
+            client.execute("SELECT 2")
+    for command in ("SHOW VERSION", "SHOW POOLS", "SHOW STATE", "SHOW LISTS"):
+        with console(b) as one:  # one command per connection, as psql -c gives
+            one.execute(command)
+    conn = console(b)
+    for command in ("SHOW VERSION", "SHOW POOLS", "SHOW STATE"):
+        conn.execute(command)
+    totals = kv(conn, "SHOW TOTALS")
+    stats = {r["database"]: r for r in rows(conn, "SHOW STATS")}
+    assert (totals["total_xact_count"], totals["total_query_count"]) == (4 + 2 + 4 + 1 + mark, 4 + 6 + 4 + 1 + mark)
+    pgb = stats["pgbouncer"]
+    assert (pgb["total_xact_count"], pgb["total_query_count"]) == (5 + mark, 5 + mark)
+    assert [pgb[k] for k in ("total_server_assignment_count", "total_received", "total_sent", "total_xact_time",
+                             "total_query_time", "total_wait_time")] == [0] * 6
+    assert (stats["postgres"]["total_xact_count"], stats["postgres"]["total_query_count"]) == (6, 10)
 
 
 def test_query_and_xact_time_include_the_wait_for_a_server(bouncer):
@@ -1017,6 +1075,9 @@ def test_show_clients_servers_pools_databases(bouncer, pg):
     wait_for(lambda: row(conn, "SHOW POOLS", database="postgres")["sv_idle"] == 1, "the server to become idle")
     assert row(conn, "SHOW SERVERS", database="postgres")["state"] == "idle"
     assert [r for r in rows(conn, "SHOW CLIENTS") if r["database"] == "postgres"] == []
+    # no connection object is kept for reuse here: free_* stay 0 (doc/pgbouncer.1.md, SHOW LISTS)
+    lists = kv(conn, "SHOW LISTS")
+    assert (lists["used_clients"], lists["free_clients"], lists["free_servers"]) == (1, 0, 0)
 
 
 def test_show_clients_wait_counts_a_running_query(bouncer):
@@ -1105,13 +1166,25 @@ def test_show_state(bouncer):
     assert kv(conn, "SHOW STATE") == {"active": "yes", "paused": "no", "suspended": "no"}
 
 
-def test_show_mem(bouncer):
-    b = bouncer()
+MEM_ROWS = ["user_cache", "credentials_cache", "db_cache", "peer_cache", "peer_pool_cache", "pool_cache",
+            "outstanding_request_cache", "server_cache", "client_cache", "iobuf_cache", "var_list_cache",
+            "server_prepared_statement_cache"]
+
+
+def test_show_mem(bouncer, either_bin):
+    """PgBouncer's rows, in its order; var_list_cache holds the tracked
+    parameter values of the connections (doc/workers.md, "SHOW MEM")."""
+    b = bouncer(binary=either_bin)
+    client = pooled(b)
+    assert client.execute("SELECT 1").fetchone() == (1,)
     mem = rows(console(b), "SHOW MEM")
-    assert mem
+    assert [r["name"] for r in mem] == MEM_ROWS
     for r in mem:
         assert r["size"] > 0 and r["used"] >= 0 and r["free"] >= 0
         assert r["memtotal"] == r["size"] * (r["used"] + r["free"])
+    by_name = {r["name"]: r for r in mem}
+    assert by_name["var_list_cache"]["used"] > 0  # the client's and its server's values
+    assert by_name["client_cache"]["used"] >= 2 and by_name["server_cache"]["used"] >= 1
 
 
 def test_show_peers(bouncer):

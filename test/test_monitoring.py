@@ -125,7 +125,7 @@ def test_one_stats_line_for_the_whole_pooler(bouncer, pg):
 def test_show_mem_has_pgbouncers_rows(bouncer, pg):
     one, two = both(bouncer, pg)
     for name in ("user_cache", "credentials_cache", "db_cache", "peer_cache", "peer_pool_cache", "pool_cache",
-                 "outstanding_request_cache", "server_cache", "client_cache", "iobuf_cache",
+                 "outstanding_request_cache", "server_cache", "client_cache", "iobuf_cache", "var_list_cache",
                  "server_prepared_statement_cache"):
         assert name in one["mem"], (name, list(one["mem"]))
         assert name in two["mem"], name

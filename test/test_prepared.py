@@ -779,6 +779,26 @@ def test_reused_name_is_an_error(bouncer):
     assert w.simple_query("SELECT 'usable'") == ([["usable"]], None)
 
 
+def test_reused_name_is_logged(bouncer, either_bin):
+    """A second Parse of `test` without a Close: both log PgBouncer's line.
+    PgBouncer 1.25.2 closes the client (FATAL 08P01); we answer
+    PostgreSQL's 42P05 and keep it (doc/transaction.md, "Errors a client
+    can get")."""
+    b = bouncer(ini_overrides=dict(TX, max_prepared_statements=100), binary=either_bin)
+    w = raw_client(b)
+    assert exchange(w, parse("test", "SELECT 1"), SYNC).types == "1Z"
+    mark = b.log_mark()
+    if either_bin.peer:
+        w.send(parse("test", "SELECT 1") + SYNC)
+        w.expect_fatal("prepared statement name is already in use", alone=True)
+    else:
+        r = exchange(w, parse("test", "SELECT 1"), SYNC)
+        assert (r.types, r.errors, r.status) == ("EZ", [already("test")], "I"), r
+        assert w.simple_query("SELECT 'usable'") == ([["usable"]], None)
+    b.wait_log(r" ERROR C-0x[0-9a-f]+: postgres/postgres@127\.0\.0\.1:\d+ "
+               r"prepared statement 'test' was already prepared$", after=mark)
+
+
 def test_unknown_name_is_an_error(bouncer):
     b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
     w = raw_client(b)

@@ -312,21 +312,35 @@ def test_full_pool_evicts_an_idle_server(bouncer, pg):
         assert normal.execute("SELECT 3").fetchone() == (3,)
 
 
-def test_walsender_refusal_reaches_only_its_client(bouncer, pg):
-    """A login error of the dedicated server fails its client with PgBouncer's generic message
-    (the server's own is logged), and does not mark the pool failed: normal clients of the same
-    pool still log in."""
-    pg.create_role("norepl", "norepl")  # LOGIN, but no REPLICATION attribute
-    b = bouncer(users_txt='"norepl" "norepl"\n"pgbouncer" "pgbouncer"\n')
-    mark = b.log_mark()
-    w = PgWire(b.port)
-    w.startup(user="norepl", replication="database")
-    m = w.authenticate("norepl")  # trust: no AuthenticationOk before the server is logged in
+def walsender_refusal(port, user, replication):
+    """The ErrorResponse fields a replication login of `user` gets at `port`."""
+    w = PgWire(port)
+    w.startup(user=user, replication=replication)
+    m = w.authenticate(user, user)  # the pooler sends no AuthenticationOk before its server logged in
+    if m is not None and m[0] == b"R":  # PostgreSQL itself does
+        m = w.read_until(b"E")[-1]
     assert m is not None and m[0] == b"E", m
-    assert error_fields(m[1]) == {"S": "FATAL", "C": "08P01", "M": "bouncer config error"}
     assert w.at_eof()
-    line = b.wait_log(r"^.*server login failed: FATAL .*$", after=mark)[0]
-    assert "replication" in line or "WAL sender" in line, line
+    return error_fields(m[1])
+
+
+@pytest.mark.parametrize("replication", ["database", "true"])
+def test_walsender_refusal_reaches_only_its_client(bouncer, pg, either_bin, replication):
+    """A role without the REPLICATION attribute: its replication login fails
+    with PgBouncer's `login failed` (SQLSTATE 08P01), to which we add
+    PostgreSQL's reason (1.25.2 says no more than `login failed`). The
+    refusal does not mark the pool failed: normal clients of the same pool
+    still log in at once (1.25.2 holds them for server_login_retry)."""
+    pg.create_role("norepl", "norepl")  # LOGIN, but no REPLICATION attribute
+    reason = walsender_refusal(pg.port, "norepl", replication)["M"]
+    b = bouncer(users_txt='"norepl" "norepl"\n"pgbouncer" "pgbouncer"\n', binary=either_bin)
+    mark = b.log_mark()
+    err = walsender_refusal(b.port, "norepl", replication)
+    want = "login failed" if either_bin.peer else f"login failed: {reason}"
+    assert err == {"S": "FATAL", "C": "08P01", "M": want}
+    b.wait_log(rf"^.*login failed: FATAL:? {re.escape(reason)}$", after=mark)
+    if either_bin.peer:
+        return
     with b.connect(user="norepl", autocommit=True) as normal:
         assert normal.execute("SELECT current_user").fetchone() == ("norepl",)
 

@@ -311,7 +311,7 @@ bool config_reload(const Config *running, int cmdline_verbose, Config *next) __a
 /*
  * Every parameter in its range (config_check_range(), in table order),
  * then the checks across parameters (min_workers <= max_workers,
- * thresholds, auth_dbname, ...). config_load() calls it, so a start with
+ * thresholds, ...). config_load() calls it, so a start with
  * a value out of range is fatal and a RELOAD keeps the running
  * configuration; config_set_checked() calls it for SET.
  */
@@ -357,7 +357,7 @@ bool config_check_range(const Config *cf, const CfParam *p, char *errbuf, size_t
 /* Format the current value for SHOW CONFIG into buf; returns false for NULL (unset string). */
 bool config_format_value(const Config *cf, const CfParam *p, char *buf, size_t len);
 
-/* Format the default (SHOW CONFIG `default` column); false for NULL. */
+/* The default as the parameter table writes it (SHOW CONFIG `default` column); false for NULL. */
 bool config_format_default(const CfParam *p, char *buf, size_t len);
 
 /* pool_size of a [databases] entry, else default_pool_size (0 = unlimited). */

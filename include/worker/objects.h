@@ -313,6 +313,7 @@ struct PgSocket {
 	bool held_for_check;   /* server: its client's message waits (ANS_CHECK, its unnamed statement; txn.c) */
 	bool held_for_flush;   /* client: its next message waits until the pooler's answers to it are sent (client.c) */
 	bool request_counted;  /* client: the message held by SB_WAIT was counted (count_request()) already */
+	bool console_counted;  /* console: its first message was counted in SHOW STATS (count_console()) */
 	bool resetting;        /* server: running reset/check query */
 	bool lent;             /* server: given out since its login or its last check (server_check_delay = 0) */
 	bool checking;         /* server: running server_check_query for a waiting client */
@@ -437,6 +438,8 @@ void sock_var_copy(PgSocket *s, int idx, const char *text); /* text: another soc
 void sock_vars_fill(PgSocket *s, const VarValue *defaults, VarFill *last);
 void var_fill_clear(VarFill *last);
 void sock_vars_clear(PgSocket *s);
+/* SHOW MEM var_list_cache: the size of a tuple of tracked values, tuples in use, spare ones kept for reuse. */
+void var_sets_usage(size_t *size, int *used, int *spare);
 void tune_tcp_socket(int fd);      /* a server socket: every TCP option of the config */
 void tune_tcp_listener(int fd);    /* a client listener: the options accepted sockets inherit */
 void tune_accepted_socket(int fd); /* a client socket: the options it did not inherit */

@@ -692,6 +692,12 @@ bool config_set(Config *cf, const char *name, const char *value, char *errbuf, s
 		          v.i == AUTH_PAM ? " (built without libpam: configure --with-pam)" : "");
 		return false;
 	}
+	/* the console's database has no server to run auth_query on (doc/pgbouncer.5.md "auth_dbname") */
+	if (p->offset == offsetof(CfGlobals, auth_dbname) && strcmp(v.s, "pgbouncer") == 0) {
+		free(v.s);
+		set_error(errbuf, errlen, "cannot use the reserved \"pgbouncer\" database as an auth_dbname");
+		return false;
+	}
 	if (p->unimplemented && !is_default_value(p, v))
 		log_warning("parameter %s is accepted but not implemented; the value is ignored", p->name);
 	put_value(&cf->g, p, v);
@@ -724,17 +730,11 @@ bool config_format_value(const Config *cf, const CfParam *p, char *buf, size_t l
 
 bool config_format_default(const CfParam *p, char *buf, size_t len)
 {
-	CfValue v;
-	bool ok;
-
 	if (!p->def)
 		return false;
-	if (!parse_value(p, p->def, &v))
-		return false;
-	ok = format_cfvalue(p, v, buf, len);
-	if (is_string_type(p->type))
-		free(v.s);
-	return ok;
+	/* as the table writes it, as PgBouncer shows it: unix_socket_mode's is "0777", its value decimal */
+	snprintf(buf, len, "%s", p->def);
+	return true;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1449,11 +1449,6 @@ bool config_validate(const Config *cf, char *errbuf, size_t errlen)
 	for (const CfParam *p = cf_params; p->name; p++)
 		if (!config_check_range(cf, p, errbuf, errlen))
 			return false;
-	if (g->auth_dbname && strcmp(g->auth_dbname, "pgbouncer") == 0) {
-		set_error(errbuf, errlen,
-		          "auth_dbname cannot be \"pgbouncer\": that name is reserved for the admin console");
-		return false;
-	}
 	if (!worker_bounds_check(g, errbuf, errlen))
 		return false;
 	return true;

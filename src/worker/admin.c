@@ -862,10 +862,10 @@ static void mem_socket(MemCount *m, const PgSocket *s)
 
 /*
  * One row per kind of object PgBouncer keeps in a slab cache, with its
- * size and how many this worker has. Nothing is cached once unused here
- * (closed sockets and freed pools go back to malloc), so `free` is 0 but
- * for the request queues' ring slots allocated and not in use.
- * var_list_cache has no row: tracked parameters live inside the socket.
+ * size and how many this worker has (doc/workers.md, "SHOW MEM"). Nothing
+ * is cached once unused here (closed sockets and freed pools go back to
+ * malloc), so `free` is 0 but for the request queues' ring slots allocated
+ * and not in use and the spare tuples of tracked values (var_list_cache).
  */
 static bool show_mem(PgSocket *c, int variant)
 {
@@ -873,6 +873,9 @@ static bool show_mem(PgSocket *c, int variant)
 	Reply r;
 	reply_begin(&r, c, "Tiiii", names);
 	MemCount m = {0};
+	size_t var_size;
+	int var_used, var_spare;
+	var_sets_usage(&var_size, &var_used, &var_spare);
 	List *i, *j;
 	list_for_each(i, &wk.login_clients) mem_socket(&m, container_of(i, PgSocket, node));
 	list_for_each(i, &wk.pools)
@@ -899,6 +902,7 @@ static bool show_mem(PgSocket *c, int variant)
 	    {"server_cache", sizeof(PgSocket), m.servers, 0},
 	    {"client_cache", sizeof(PgSocket), m.clients, 0},
 	    {"iobuf_cache", (size_t)(wk.cf.g.pkt_buf < 512 ? 512 : wk.cf.g.pkt_buf), m.iobufs, 0},
+	    {"var_list_cache", var_size, var_used, var_spare},
 	    {"server_prepared_statement_cache", prepare_server_stmt_size(), m.server_stmts, 0},
 	};
 	for (size_t k = 0; k < sizeof(caches) / sizeof(caches[0]); k++) {

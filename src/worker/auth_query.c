@@ -116,18 +116,25 @@ SBufAction auth_query_start(PgSocket *c)
 	const char *query = db_auth_query(cdb);
 	const char *dbname = db_auth_dbname(cdb);
 	PgDatabase *adb = NULL;
-	if (strlen(dbname) < CF_MAX_DBNAME) {
-		adb = db_find(dbname);
-		if (!adb)
-			adb = db_register_auto(dbname);
-	}
 	if (!query) {
 		slog(LG_WARNING, c, "auth_query is empty: cannot look up user %s", c->app_name_raw);
 		disconnect_client(c, true, "bouncer config error");
 		return SB_CLOSED;
 	}
-	if (!adb || adb->admin || adb->placeholder) {
-		slog(LG_WARNING, c, "auth_dbname %s is not a database in [databases]: cannot run auth_query", dbname);
+	/* a database entry's auth_dbname of "pgbouncer" fails its logins (the global one
+	 * cannot be loaded); both log lines are PgBouncer's (doc/pgbouncer.5.md "auth_dbname") */
+	if (strcmp(dbname, "pgbouncer") == 0) {
+		slog(LG_ERROR, c, "cannot use the reserved \"pgbouncer\" database as an auth_dbname");
+		disconnect_client(c, true, "bouncer config error");
+		return SB_CLOSED;
+	}
+	if (strlen(dbname) < CF_MAX_DBNAME) {
+		adb = db_find(dbname);
+		if (!adb)
+			adb = db_register_auto(dbname);
+	}
+	if (!adb || adb->placeholder) {
+		slog(LG_ERROR, c, "authentication database \"%s\" is not configured.", dbname);
 		disconnect_client(c, true, "bouncer config error");
 		return SB_CLOSED;
 	}

@@ -548,8 +548,11 @@ static void count_request(PgSocket *c, const PktHdr *hdr)
 	if (c->query_start == 0 && hdr->type != 'H') {
 		c->query_start = began;
 		pool->stats.query_count++;
-		if (c->xact_start == 0)
+		/* a transaction is counted at its first query, as PgBouncer does; its time when it ends */
+		if (c->xact_start == 0) {
 			c->xact_start = began;
+			pool->stats.xact_count++;
+		}
 	}
 }
 
@@ -586,8 +589,25 @@ static SBufAction wait_for_flush(PgSocket *c)
  */
 #define OWN_ANSWERS_MAX (64 * 1024)
 
+/*
+ * SHOW STATS of the pgbouncer database, as PgBouncer counts a console: its
+ * first message (but Terminate) is one transaction and one query, and as
+ * its request never ends, later ones count nothing and no time accrues
+ * (doc/pgbouncer.1.md "SHOW STATS"). Peer connections of other workers are
+ * not consoles of their own: they are counted nowhere.
+ */
+static void count_console(PgSocket *c, const PktHdr *hdr)
+{
+	if (c->console_counted || c->is_internal || hdr->type == 'X')
+		return;
+	c->console_counted = true;
+	c->pool->stats.xact_count++;
+	c->pool->stats.query_count++;
+}
+
 static SBufAction handle_admin_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
 {
+	count_console(c, hdr);
 	switch (hdr->type) {
 	case 'Q': {
 		if (avail < hdr->len)

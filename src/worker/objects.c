@@ -319,6 +319,13 @@ void sock_vars_fill(PgSocket *s, const VarValue *defaults, VarFill *last)
 	last->to = varset_ref(s->vars);
 }
 
+void var_sets_usage(size_t *size, int *used, int *spare)
+{
+	*size = offsetof(VarSetEntry, set) + (size_t)n_vars * sizeof(char *);
+	*spare = (int)n_spare;
+	*used = (int)HASH_COUNT(var_sets) - (int)n_spare;
+}
+
 void sock_vars_clear(PgSocket *s)
 {
 	varset_release(s->vars);

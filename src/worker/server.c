@@ -490,14 +490,14 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 		if (s->replication != REPLICATION_NONE && c) {
 			/*
 			 * Only its own client is failed: a refused walsender (no
-			 * replication hba line, max_wal_senders) says nothing about
-			 * the pool's normal logins. Like any client whose linked
-			 * server is lost before login completes, it gets PgBouncer's
-			 * generic error (doc/architecture.md, "Server lifecycle"); the server's is logged above.
+			 * REPLICATION attribute, no replication hba line,
+			 * max_wal_senders) says nothing about the pool's normal
+			 * logins. It gets PgBouncer's "login failed" followed by
+			 * PostgreSQL's reason (doc/pgbouncer.1.md, "REPLICATION CONNECTIONS").
 			 */
 			s->link = NULL;
 			c->link = NULL;
-			disconnect_client(c, true, "bouncer config error");
+			disconnect_client(c, true, "login failed: %s", msg);
 		} else {
 			pool_login_failed(s->pool, code, msg, true);
 		}
@@ -692,7 +692,6 @@ static __attribute__((noinline)) SBufAction handle_active_packet(PgSocket *s, co
 			c->query_start = 0;
 		}
 		if (c && st == 'I' && c->xact_start) {
-			pool->stats.xact_count++;
 			pool->stats.xact_time += (uint64_t)(wk.now - c->xact_start);
 			c->xact_start = 0;
 		}

@@ -548,6 +548,8 @@ static SBufAction client_parse(PgSocket *c, PgSocket *s, const uint8_t *body, ui
 		if (!prepare_server_has(&s->sstmts, ps, false))
 			send_parse(c, s, ps, ANS_SWALLOW, 0);
 		prepare_stmt_unref(ps);
+		/* PgBouncer's log line for it, at its level (doc/transaction.md "Errors a client can get") */
+		slog(LG_ERROR, c, "prepared statement '%s' was already prepared", name);
 		char err[160];
 		snprintf(err, sizeof(err), "42P05prepared statement \"%.100s\" already exists", name);
 		refuse(c, s, "pgbouncer_duplicate_prepared_statement", err);

@@ -150,7 +150,7 @@ static const ExpectedParam expected_params[] = {
     {"transaction_timeout", "0", "yes", false},
     {"unix_socket_dir", "/tmp", "no", false},
     {"unix_socket_group", "", "no", false},
-    {"unix_socket_mode", "511", "no", false},
+    {"unix_socket_mode", "0777", "no", false},
     {"user", NULL, "no", false},
     {"verbose", NULL, "yes", false},
     {"worker_cpu_affinity", "off", "yes", false},
@@ -299,7 +299,8 @@ static void test_param_flags(void **state)
 	assert_null(config_find_param("nosuch"));
 }
 
-/* After config_init every value equals its SHOW CONFIG default (verbose: 0, no default). */
+/* After config_init every value equals its SHOW CONFIG default (verbose: 0, no default;
+ * unix_socket_mode: the value in decimal, the default in octal as written). */
 static void test_init_values_are_defaults(void **state)
 {
 	(void)state;
@@ -314,6 +315,11 @@ static void test_init_values_are_defaults(void **state)
 			assert_true(hv);
 			assert_string_equal(v, "0");
 			assert_false(hd);
+			continue;
+		}
+		if (strcmp(p->name, "unix_socket_mode") == 0) {
+			assert_string_equal(v, "511");
+			assert_string_equal(d, "0777");
 			continue;
 		}
 		assert_int_equal(hv, hd);
@@ -510,6 +516,11 @@ static void test_real_and_enum_syntax(void **state)
 #endif
 	set_invalid(&cf, "worker_cpu_affinity", "on");
 	set_invalid(&cf, "client_tls_sslmode", "verify_full");
+	/* the admin console's database cannot run auth_query: refused when set, as PgBouncer words it */
+	set_ok(&cf, "auth_dbname", "postgres");
+	assert_false(config_set(&cf, "auth_dbname", "pgbouncer", e, sizeof(e)));
+	assert_string_equal(e, "cannot use the reserved \"pgbouncer\" database as an auth_dbname");
+	assert_string_equal(cf.g.auth_dbname, "postgres");
 	config_free(&cf);
 }
 
@@ -1074,9 +1085,6 @@ static void test_validate_other(void **state)
 	expect_validate(V("listen_port", "65535"), NULL);
 	expect_validate(V("pkt_buf", "511"), "pkt_buf must be at least 512 (got 511)");
 	expect_validate(V("pkt_buf", "512"), NULL);
-	expect_validate(V("auth_dbname", "pgbouncer"),
-	                "auth_dbname cannot be \"pgbouncer\": that name is reserved for the admin console");
-	expect_validate(V("auth_dbname", "postgres"), NULL);
 	expect_validate(V("peer_id", "16384"), "peer_id must be between 0 and 16383 (got 16384)");
 	expect_validate(V("peer_id", "16383"), NULL);
 	expect_validate(V("unix_socket_mode", "010000"), "unix_socket_mode must be between 0 and 4095 (got 4096)");
@@ -1290,8 +1298,7 @@ static void test_format(void **state)
 
 	p = config_find_param("unix_socket_mode");
 	assert_true(config_format_default(p, buf, sizeof(buf)));
-	assert_string_equal(buf, "511");
-	assert_string_equal(p->def, "0777");
+	assert_string_equal(buf, "0777"); /* as written; the value is decimal, "511" */
 	p = config_find_param("auth_dbname");
 	assert_false(config_format_default(p, buf, sizeof(buf)));
 	p = config_find_param("verbose");
