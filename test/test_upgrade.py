@@ -432,6 +432,63 @@ def test_upgrade_hands_persistent_clients_over(bouncer, old_trees, mode):
         c.close()
 
 
+PREV_BIN = os.environ.get("PGBOUNCER_PREV_BIN")
+
+
+@pytest.mark.skipif(not PREV_BIN, reason="set PGBOUNCER_PREV_BIN to a build of the previous client state format")
+def test_upgrade_from_the_previous_binary_moves_clients_with_their_state(bouncer, old_trees, pg, pgbouncer_bin):
+    """-R from a binary that packs clients in the previous format (doc/architecture.md, "The handover
+    codec"): idle clients move with their prepared statements, TimeZone and cancel key, a unix-socket
+    client too, clients waiting for a server with their request, and the old tree exits."""
+    import psycopg
+    from pgwire import PgWire, data_row, query_message
+    b = bouncer(ini_overrides={**TWO, "pool_mode": "transaction", "default_pool_size": 20}, binary=PREV_BIN,
+                databases={"postgres": pg.connstr("postgres"), "waitdb": pg.connstr("postgres") + " pool_size=1"})
+    two_workers(b)
+    clients = [b.connect(autocommit=True) for _ in range(10)]
+    clients.append(b.connect(host=str(b.dir), autocommit=True))
+    for i, c in enumerate(clients):
+        c.execute("SET TimeZone = 'Asia/Tokyo'")
+        assert c.pgconn.prepare(b"prev_stmt", b"SELECT $1::int + %d" % i).status == psycopg.pq.ExecStatus.COMMAND_OK
+        c.execute("SELECT %s::int * 2", (i,), prepare=True)
+    waiting = []
+    for i in range(4):
+        w = PgWire(b.port)
+        w.login(database="waitdb")  # before the pool is held: a login may need a server too
+        waiting.append(w)
+    holder = b.connect(dbname="waitdb")
+    holder.execute("SELECT 1")  # waitdb's one server stays in this transaction: the next requests wait
+    for i, w in enumerate(waiting):
+        w.send(query_message(f"SELECT {i} + 1000"))
+    wait_for(lambda: pool_row(b, "waitdb", "postgres")["cl_waiting"] == 4, "four clients waiting")
+    mark = b.log_mark()
+    b.binary = pgbouncer_bin
+    old_pid, old_workers = upgrade(b, old_trees)
+    log = b.log_text()[mark:]
+    assert "cannot hand its clients over" not in log, log
+    assert "workers will hand their clients to this process" in log, log
+    holder.commit()  # the holder moves too, and the old tree gives its server back
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit while its clients stay connected")
+    log = b.log_text()[mark:]
+    assert "could not take a client" not in log and "could not move" not in log, log
+    with b.admin() as admin:
+        held = [r for r in rows(admin, "SHOW CLIENTS") if r["database"] in ("postgres", "waitdb")]
+    assert len(held) == len(clients) + 1 + len(waiting), held
+    assert not set(serving_tree(b)) & set(old_workers)
+    for i, w in enumerate(waiting):
+        msgs = w.read_until(b"Z")
+        assert [data_row(body) for t, body in msgs if t == b"D"] == [[str(i + 1000)]]
+        w.close()
+    for i, c in enumerate(clients):
+        res = c.pgconn.exec_prepared(b"prev_stmt", [b"100"])
+        assert res.status == psycopg.pq.ExecStatus.TUPLES_OK, res.error_message
+        assert res.get_value(0, 0) == str(100 + i).encode()
+        assert c.execute("SELECT %s::int * 2", (i,), prepare=True).fetchone() == (2 * i,)
+        assert c.execute("SHOW TimeZone").fetchone() == ("Asia/Tokyo",)
+    assert_cancels(clients[0])
+    assert_cancels(clients[-1])  # the unix-socket client
+
+
 def test_second_upgrade_does_not_wait_for_the_first_tree(bouncer, old_trees):
     """A client that cannot move (session mode, holding its server) keeps the first tree; the second
     tree, whose workers were taking the first one's clients, still exits at the next -R. Once it

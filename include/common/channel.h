@@ -91,10 +91,11 @@ typedef enum ChannelMsgType {
 	 * shared memory (if it has one), CH_UP_SALT_KEY four times (id = part,
 	 * arg = 8 bytes of the SCRAM salt key), then CH_UP_END (arg = its worker
 	 * count, id = its CLIENT_STATE_VERSION, 0 from a binary that cannot
-	 * hand clients over); new->old, only if that version is its own, one
-	 * CH_UP_HANDOFF per old worker (id = index, arg = CLIENT_STATE_VERSION,
-	 * one end of a socket pair attached: the other end went to a new worker
-	 * as CH_ADOPT); new->old CH_UP_COMMIT (arg = the new master's pid) once
+	 * hand clients over); new->old, only if its workers read that format
+	 * (CLIENT_STATE_VERSION_OLDEST to CLIENT_STATE_VERSION), one
+	 * CH_UP_HANDOFF per old worker (id = index, arg = that format, which
+	 * the old master checks is its own; one end of a socket pair attached:
+	 * the other end went to a new worker as CH_ADOPT); new->old CH_UP_COMMIT (arg = the new master's pid) once
 	 * its workers accept; old->new CH_UP_DONE (arg = the old master's pid).
 	 * The connection then stays open while the old master runs: new->old
 	 * CH_CANCEL (id 0, requester's socket attached) for a key no client of
@@ -131,11 +132,21 @@ typedef enum ChannelMsgType {
 #define CANCEL_NOT_HERE 1
 
 /*
- * The format of a moved client's packed state (src/worker/migrate.c). Two
- * binaries hand clients to one another (-R) only if theirs are equal.
+ * The format of a moved client's packed state (src/worker/handover_codec.c).
+ * A binary writes CLIENT_STATE_VERSION and reads every format from
+ * CLIENT_STATE_VERSION_OLDEST on, so at -R it takes clients from a binary
+ * whose format is one of those (doc/architecture.md, "The handover codec").
  * 2: each prepared statement carries its result type.
+ * 3: fields as tag, length, value, from one table; version 2 still read.
  */
-#define CLIENT_STATE_VERSION 2u
+#define CLIENT_STATE_VERSION        3u
+#define CLIENT_STATE_VERSION_OLDEST 2u
+
+/* Whether this binary's workers read clients packed in format v (-R: the running binary's format). */
+static inline bool client_state_readable(uint32_t v)
+{
+	return v >= CLIENT_STATE_VERSION_OLDEST && v <= CLIENT_STATE_VERSION;
+}
 
 typedef struct ChannelMsg {
 	uint32_t type; /* ChannelMsgType */

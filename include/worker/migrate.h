@@ -19,10 +19,11 @@
 #include <stdint.h>
 
 #include "common/pktbuf.h"
+#include "worker/handover_codec.h"
 #include "worker/objects.h"
 
-#define MIGRATE_MAX_STATE   (128 * 1024) /* largest packed client; a bigger one stays where it is */
-#define MIGRATE_MAX_REQUEST (16 * 1024)  /* largest buffered request a waiting client takes along */
+#define MIGRATE_MAX_STATE   (128 * 1024)         /* largest packed client; a bigger one stays where it is */
+#define MIGRATE_MAX_REQUEST HANDOVER_MAX_REQUEST /* largest buffered request a waiting client takes along */
 
 /* Why c cannot move now, or NULL if it can. *lasting: the reason will not pass by itself (TLS, ...). */
 const char *migrate_unmovable_reason(const PgSocket *c, bool *lasting);

@@ -249,14 +249,17 @@ bool upgrade_connect(const char *private_dir, Takeover *t)
  * One socket pair per old worker: one end to the old master (for its
  * worker, CH_HANDOFF), the other to one of ours (CH_ADOPT), so the old
  * tree's movable clients come over with their state (doc/workers.md
- * "Upgrading"). Only between binaries whose client state formats agree.
+ * "Upgrading"). Only if our workers read the old binary's client state
+ * format: ours or an older one still decoded (doc/architecture.md, "The
+ * handover codec"). We ask for that format by its number, which the old
+ * master checks is its own.
  */
 static void offer_handoffs(Takeover *t, UpgradeAdoptFn adopt_fn)
 {
-	if (t->client_state_version != CLIENT_STATE_VERSION) {
-		log_info("online restart: pid %d cannot hand its clients over (client state format %u, this binary's "
-		         "%u): they finish there",
-		         (int)t->old_pid, t->client_state_version, CLIENT_STATE_VERSION);
+	if (!client_state_readable(t->client_state_version)) {
+		log_info("online restart: pid %d cannot hand its clients over (client state format %u, this binary "
+		         "reads %u to %u): they finish there",
+		         (int)t->old_pid, t->client_state_version, CLIENT_STATE_VERSION_OLDEST, CLIENT_STATE_VERSION);
 		return;
 	}
 	int sent = 0;
@@ -268,7 +271,7 @@ static void offer_handoffs(Takeover *t, UpgradeAdoptFn adopt_fn)
 		}
 		int big = 1 << 20; /* room for many clients' state; the kernel caps it at wmem_max */
 		(void)setsockopt(sp[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
-		ChannelMsg m = {.type = CH_UP_HANDOFF, .id = (uint32_t)k, .arg = CLIENT_STATE_VERSION};
+		ChannelMsg m = {.type = CH_UP_HANDOFF, .id = (uint32_t)k, .arg = t->client_state_version};
 		bool ok = adopt_fn(k, sp[1]) && channel_send(t->conn, &m, sp[0]);
 		close(sp[0]);
 		close(sp[1]);

@@ -23,20 +23,14 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "worker/client.h"
+#include "worker/handover_codec.h"
 #include "worker/migrate.h"
 #include "worker/pool.h"
 #include "worker/prepare.h"
 #include "worker/txn.h"
 #include "worker/worker.h"
 
-#define MIGRATE_MAGIC    0x5047424du /* "PGBM" */
-#define MIGRATE_VERSION  CLIENT_STATE_VERSION
-#define MIGRATE_TAIL     0x50474254u /* "PGBT": ends a state that has the tail below */
-#define MIGRATE_TAIL_LEN 13          /* flags, two entries, magic */
-
-/* the tail's flags */
-#define TAIL_UNITS_MOVED 0x01 /* the giver moved the client's units to the receiver (same tree only) */
-#define TAIL_NOTICE_SENT 0x02 /* the waiting client got its query_wait_notify NOTICE already */
+_Static_assert(HANDOVER_CANCEL_KEY_LEN == CANCEL_KEY_LEN, "the codec carries the whole cancel key");
 
 bool migrate_counts(const PgSocket *c)
 {
@@ -103,119 +97,91 @@ void migrate_count(uint32_t *movable, uint32_t *unmovable)
 
 /* ---- packing ---- */
 
-static void put_u64(PktBuf *pb, uint64_t v)
+/*
+ * The client as the codec's plain struct (include/worker/handover_codec.h),
+ * borrowing its strings; the caller frees the two arrays.
+ */
+static void client_to_handover(const PgSocket *c, const int *moved, HandoverClient *hc)
 {
-	pktbuf_put_u32(pb, (uint32_t)(v >> 32));
-	pktbuf_put_u32(pb, (uint32_t)v);
-}
+	const PgUser *u = c->login_user;
+	memset(hc, 0, sizeof(*hc));
+	if (moved) {
+		hc->units_moved = true;
+		hc->units.entry[0] = moved[0];
+		hc->units.entry[1] = moved[1];
+	}
+	hc->id = c->id;
+	hc->database = c->db->name;
+	hc->user = u->name;
+	hc->is_unix = c->is_unix;
+	socket_remote(c, &hc->remote);
+	socket_local_addr(c, &hc->local); /* the receiver asks its socket; zero if unknown */
+	hc->peer_pid = (uint32_t)c->peer_pid;
+	hc->peer_uid = (uint32_t)c->peer_uid;
+	hc->connect_time = (uint64_t)c->connect_time;
+	hc->request_time = (uint64_t)c->request_time;
+	hc->auth_method = c->auth_method;
+	memcpy(hc->cancel_key, c->cancel_key, sizeof(hc->cancel_key));
+	hc->app_name = c->app_name_raw;
+	hc->bytes_in = c->sb.bytes_in;
+	hc->bytes_out = c->sb.bytes_out;
 
-static bool get_u64(PktReader *r, uint64_t *v)
-{
-	uint32_t hi, lo;
-	if (!pktreader_get_u32(r, &hi) || !pktreader_get_u32(r, &lo))
-		return false;
-	*v = (uint64_t)hi << 32 | lo;
-	return true;
-}
+	for (int i = 0; i < var_count(); i++)
+		if (sock_var(c, i))
+			hc->nvars++;
+	hc->vars = xcalloc(hc->nvars ? hc->nvars : 1, sizeof(*hc->vars));
+	for (int i = 0, k = 0; i < var_count(); i++)
+		if (sock_var(c, i))
+			hc->vars[k++] = (HandoverVar){.name = var_name(i), .value = sock_var(c, i)};
 
-static void put_blob(PktBuf *pb, const void *p, size_t len)
-{
-	pktbuf_put_u32(pb, (uint32_t)len);
-	pktbuf_put_bytes(pb, p, len);
-}
+	/* the receiver prepares them lazily, with the result type the client was given */
+	hc->nstmts = prepare_client_count(&c->stmts);
+	hc->stmts = xcalloc(hc->nstmts ? hc->nstmts : 1, sizeof(*hc->stmts));
+	uint32_t k = 0;
+	for (const ClientStmt *cs = prepare_client_first(&c->stmts); cs && k < hc->nstmts;
+	     cs = prepare_client_next(cs), k++) {
+		size_t keylen;
+		const PreparedStmt *ps = prepare_client_stmt(cs);
+		hc->stmts[k].name = prepare_client_name(cs);
+		hc->stmts[k].body = prepare_stmt_key(ps, &keylen);
+		hc->stmts[k].body_len = (uint32_t)keylen;
+		hc->stmts[k].desc = prepare_stmt_desc(ps);
+	}
+	hc->nstmts = k;
 
-static bool get_blob(PktReader *r, const uint8_t **p, uint32_t *len)
-{
-	return pktreader_get_u32(r, len) && pktreader_get_bytes(r, *len, p);
+	/* the login's secret, for a receiver that never saw this user (auth_query, SCRAM pass-through) */
+	if (u->secret) {
+		HandoverSecret *s = &hc->secret;
+		hc->has_secret = true;
+		s->text = u->secret;
+		s->kind = (uint32_t)u->kind;
+		s->from_auth_query = u->from_auth_query;
+		s->from_pam = u->from_pam;
+		s->has_scram_keys = u->has_scram_keys;
+		if (u->has_scram_keys) {
+			memcpy(s->scram_client_key, u->scram_client_key, SCRAM_KEY_LEN);
+			memcpy(s->scram_server_key, u->scram_server_key, SCRAM_KEY_LEN);
+		}
+		/* when auth_query or PAM gave it: a receiver keeps the newer of its own and this one */
+		s->time = (u->from_auth_query || u->from_pam) ? (uint64_t)u->secret_time : 0;
+	}
+
+	/* a waiting client's buffered request, since when it waits, and whether it got its NOTICE */
+	if (c->state == CL_WAITING && c->sb.end > c->sb.pos) {
+		hc->request = c->sb.buf + c->sb.pos;
+		hc->request_len = c->sb.end - c->sb.pos;
+		hc->wait_start = (uint64_t)c->wait_start;
+		hc->wait_notice_sent = c->wait_notice_sent;
+	}
 }
 
 bool migrate_pack(const PgSocket *c, const int *moved, PktBuf *pb)
 {
-	const PgUser *u = c->login_user;
-	pktbuf_put_u32(pb, MIGRATE_MAGIC);
-	pktbuf_put_u32(pb, MIGRATE_VERSION);
-	put_u64(pb, c->id);
-	pktbuf_put_string(pb, c->db->name);
-	pktbuf_put_string(pb, u->name);
-	pktbuf_put_u8(pb, c->is_unix);
-	/* the format keeps a whole sockaddr_storage (an older or newer tree may read it) */
-	struct sockaddr_storage remote;
-	socket_remote(c, &remote);
-	put_blob(pb, &remote, sizeof(remote));
-	/* our address: the receiver asks the socket itself, but the format keeps the field */
-	struct sockaddr_storage local;
-	socket_local_addr(c, &local);
-	put_blob(pb, &local, sizeof(local));
-	pktbuf_put_u32(pb, (uint32_t)c->peer_pid);
-	pktbuf_put_u32(pb, (uint32_t)c->peer_uid);
-	put_u64(pb, (uint64_t)c->connect_time);
-	put_u64(pb, (uint64_t)c->request_time);
-	pktbuf_put_u32(pb, (uint32_t)c->auth_method);
-	put_blob(pb, c->cancel_key, c->cancel_key_len);
-	pktbuf_put_string(pb, c->app_name_raw ? c->app_name_raw : "");
-	put_u64(pb, c->sb.bytes_in);
-	put_u64(pb, c->sb.bytes_out);
-
-	/* tracked parameters by name: the receiver's table may list them in another order */
-	uint32_t nvars = 0;
-	for (int i = 0; i < var_count(); i++)
-		if (sock_var(c, i))
-			nvars++;
-	pktbuf_put_u32(pb, nvars);
-	for (int i = 0; i < var_count(); i++)
-		if (sock_var(c, i)) {
-			pktbuf_put_string(pb, var_name(i));
-			pktbuf_put_string(pb, sock_var(c, i));
-		}
-
-	/*
-	 * prepared statements: the client's name, the Parse body and the result
-	 * type the client was given (two halves of its hash, 0 = unknown); the
-	 * receiver prepares them lazily
-	 */
-	pktbuf_put_u32(pb, prepare_client_count(&c->stmts));
-	for (const ClientStmt *cs = prepare_client_first(&c->stmts); cs; cs = prepare_client_next(cs)) {
-		size_t keylen;
-		const PreparedStmt *ps = prepare_client_stmt(cs);
-		const uint8_t *key = prepare_stmt_key(ps, &keylen);
-		uint64_t desc = prepare_stmt_desc(ps);
-		pktbuf_put_string(pb, prepare_client_name(cs));
-		put_blob(pb, key, keylen);
-		pktbuf_put_u32(pb, (uint32_t)(desc >> 32));
-		pktbuf_put_u32(pb, (uint32_t)desc);
-	}
-
-	/* the login's secret, for a receiver that never saw this user (auth_query, SCRAM pass-through) */
-	pktbuf_put_u8(pb, u->secret != NULL);
-	pktbuf_put_u32(pb, (uint32_t)u->kind);
-	pktbuf_put_string(pb, u->secret ? u->secret : "");
-	pktbuf_put_u8(pb, u->from_auth_query);
-	pktbuf_put_u8(pb, u->from_pam);
-	pktbuf_put_u8(pb, u->has_scram_keys);
-	pktbuf_put_bytes(pb, u->scram_client_key, SCRAM_KEY_LEN);
-	pktbuf_put_bytes(pb, u->scram_server_key, SCRAM_KEY_LEN);
-
-	/*
-	 * Last, so that a receiver that reads no further (none yet: -R hands
-	 * over to the newer binary) still takes the rest: a waiting client's
-	 * buffered request and since when it waits.
-	 */
-	uint32_t pending = c->state == CL_WAITING ? c->sb.end - c->sb.pos : 0;
-	put_blob(pb, pending ? c->sb.buf + c->sb.pos : NULL, pending);
-	put_u64(pb, pending ? (uint64_t)c->wait_start : 0);
-	/* when auth_query or PAM gave the secret: a receiver keeps the newer of its own and this one */
-	put_u64(pb, (u->from_auth_query || u->from_pam) ? (uint64_t)u->secret_time : 0);
-
-	/*
-	 * A tail of fixed size, read from the end, so that a receiver that
-	 * cannot take the client still finds the units it must give back.
-	 * Older receivers stop reading before it.
-	 */
-	uint8_t flags = (moved ? TAIL_UNITS_MOVED : 0) | (pending && c->wait_notice_sent ? TAIL_NOTICE_SENT : 0);
-	pktbuf_put_u8(pb, flags);
-	pktbuf_put_u32(pb, (uint32_t)(moved ? moved[0] : -1));
-	pktbuf_put_u32(pb, (uint32_t)(moved ? moved[1] : -1));
-	pktbuf_put_u32(pb, MIGRATE_TAIL);
+	HandoverClient hc;
+	client_to_handover(c, moved, &hc);
+	handover_encode(&hc, pb);
+	free(hc.vars);
+	free(hc.stmts);
 	return pb->len <= MIGRATE_MAX_STATE;
 }
 
@@ -462,144 +428,23 @@ static void refuse(int fd, const char *why)
 	close(fd);
 }
 
-/* The state's tail, if it has one: its flags and units; returns the length of the state before it. */
-static size_t read_tail(const uint8_t *data, size_t len, uint8_t *flags, int moved[2])
+/* The units the giver moved here for a client, whether or not its state decodes (same tree only). */
+static bool moved_units(const uint8_t *data, size_t len, bool same_tree, int moved[2])
 {
-	*flags = 0;
-	moved[0] = moved[1] = -1;
-	if (len < MIGRATE_TAIL_LEN)
-		return len;
-	PktReader t;
-	uint32_t magic = 0, idx0, idx1;
-	pktreader_init(&t, data + len - MIGRATE_TAIL_LEN, MIGRATE_TAIL_LEN);
-	if (!pktreader_get_u8(&t, flags) || !pktreader_get_u32(&t, &idx0) || !pktreader_get_u32(&t, &idx1) ||
-	    !pktreader_get_u32(&t, &magic) || magic != MIGRATE_TAIL) {
-		*flags = 0;
-		return len;
-	}
-	moved[0] = (int32_t)idx0;
-	moved[1] = (int32_t)idx1;
-	return len - MIGRATE_TAIL_LEN;
+	HandoverUnits units;
+	if (!same_tree || !handover_peek_units(data, len, &units))
+		return false;
+	moved[0] = units.entry[0];
+	moved[1] = units.entry[1];
+	return true;
 }
 
-PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, bool same_tree, char *err, size_t errlen)
+/*
+ * Take the login's secret if we lack one, or if auth_query or PAM gave us
+ * an older one than the client brings.
+ */
+static void adopt_secret(PgUser *u, const HandoverSecret *s)
 {
-	PktReader r;
-	/* the tail first: units moved here for the client must be given back should it not be taken */
-	uint8_t flags;
-	int moved[2];
-	len = read_tail(data, len, &flags, moved);
-	bool units = same_tree && (flags & TAIL_UNITS_MOVED);
-	pktreader_init(&r, data, len);
-	uint32_t magic = 0, version = 0, nvars, nstmts, key_len, remote_len, local_len;
-	uint64_t id, connect_time, request_time, bytes_in, bytes_out;
-	const char *dbname, *uname, *app;
-	const uint8_t *key, *remote, *local;
-	uint8_t is_unix;
-	PgSocket *c = NULL;
-	if (!pktreader_get_u32(&r, &magic) || magic != MIGRATE_MAGIC || !pktreader_get_u32(&r, &version) ||
-	    version != MIGRATE_VERSION) {
-		snprintf(err, errlen, "unknown state format");
-		goto fail;
-	}
-	if (!get_u64(&r, &id) || !pktreader_get_string(&r, &dbname) || !pktreader_get_string(&r, &uname) ||
-	    !pktreader_get_u8(&r, &is_unix) || !get_blob(&r, &remote, &remote_len) ||
-	    !get_blob(&r, &local, &local_len) || remote_len != sizeof(struct sockaddr_storage) ||
-	    local_len != sizeof(struct sockaddr_storage)) {
-		snprintf(err, errlen, "malformed state");
-		goto fail;
-	}
-	if (strlen(dbname) >= CF_MAX_DBNAME || strlen(uname) > USERLIST_MAX_USER || !*uname) {
-		snprintf(err, errlen, "malformed names");
-		goto fail;
-	}
-	PgDatabase *db = db_find(dbname);
-	if (!db)
-		db = db_register_auto(dbname);
-	if (!db || db->admin || db->placeholder) {
-		snprintf(err, errlen, "no such database here: %s", dbname);
-		goto fail;
-	}
-
-	c = socket_new(false);
-	c->id = id;
-	c->is_unix = is_unix != 0;
-	struct sockaddr_storage peer; /* aligned: the blob is anywhere in the packet */
-	memcpy(&peer, remote, sizeof(peer));
-	socket_set_remote(c, (const struct sockaddr *)&peer, sizeof(peer));
-	uint32_t pid, uid, auth_method;
-	if (!pktreader_get_u32(&r, &pid) || !pktreader_get_u32(&r, &uid) || !get_u64(&r, &connect_time) ||
-	    !get_u64(&r, &request_time) || !pktreader_get_u32(&r, &auth_method) || !get_blob(&r, &key, &key_len) ||
-	    key_len != CANCEL_KEY_LEN || !pktreader_get_string(&r, &app) || !get_u64(&r, &bytes_in) ||
-	    !get_u64(&r, &bytes_out) || !pktreader_get_u32(&r, &nvars) || auth_method > AUTH_REJECT) {
-		snprintf(err, errlen, "malformed state");
-		goto fail;
-	}
-	c->peer_pid = (int)pid;
-	c->peer_uid = (uid_t)uid;
-	c->connect_time = (usec_t)connect_time;
-	c->request_time = (usec_t)request_time;
-	c->auth_method = (uint8_t)auth_method;
-	memcpy(c->cancel_key, key, CANCEL_KEY_LEN);
-	c->cancel_key_len = CANCEL_KEY_LEN;
-	c->app_name_raw = *app ? xstrdup(app) : NULL;
-	for (uint32_t k = 0; k < nvars; k++) {
-		const char *name, *value;
-		if (!pktreader_get_string(&r, &name) || !pktreader_get_string(&r, &value)) {
-			snprintf(err, errlen, "malformed parameters");
-			goto fail;
-		}
-		int idx = var_index(name);
-		if (idx >= 0)
-			sock_var_set(c, idx, value);
-	}
-	if (!pktreader_get_u32(&r, &nstmts)) {
-		snprintf(err, errlen, "malformed state");
-		goto fail;
-	}
-	for (uint32_t k = 0; k < nstmts; k++) {
-		const char *name;
-		const uint8_t *body;
-		uint32_t body_len, desc_hi, desc_lo;
-		if (!pktreader_get_string(&r, &name) || !get_blob(&r, &body, &body_len) ||
-		    !pktreader_get_u32(&r, &desc_hi) || !pktreader_get_u32(&r, &desc_lo)) {
-			snprintf(err, errlen, "malformed prepared statements");
-			goto fail;
-		}
-		if (prepare_client_find(&c->stmts, name))
-			continue;
-		size_t envlen;
-		const uint8_t *env = txn_client_env(c, &envlen); /* the moved client's settings, set above */
-		PreparedStmt *ps =
-		    prepare_stmt_get_described(body, body_len, env, envlen, (uint64_t)desc_hi << 32 | desc_lo);
-		prepare_client_add(&c->stmts, name, ps);
-		prepare_stmt_unref(ps); /* the mapping holds its own reference */
-	}
-	uint8_t has_secret, from_aq, from_pam, has_keys;
-	uint32_t kind;
-	const char *secret;
-	const uint8_t *ck, *sk;
-	if (!pktreader_get_u8(&r, &has_secret) || !pktreader_get_u32(&r, &kind) || !pktreader_get_string(&r, &secret) ||
-	    !pktreader_get_u8(&r, &from_aq) || !pktreader_get_u8(&r, &from_pam) || !pktreader_get_u8(&r, &has_keys) ||
-	    !pktreader_get_bytes(&r, SCRAM_KEY_LEN, &ck) || !pktreader_get_bytes(&r, SCRAM_KEY_LEN, &sk)) {
-		snprintf(err, errlen, "malformed user");
-		goto fail;
-	}
-	/* a waiting client's request (absent from a giver that moved no waiting clients) */
-	const uint8_t *pending = NULL;
-	uint32_t pending_len = 0;
-	uint64_t wait_start = 0;
-	if (pktreader_remaining(&r) > 0 &&
-	    (!get_blob(&r, &pending, &pending_len) || !get_u64(&r, &wait_start) || pending_len > MIGRATE_MAX_REQUEST)) {
-		snprintf(err, errlen, "malformed waiting request");
-		goto fail;
-	}
-	uint64_t secret_time = 0; /* absent from a giver that did not send it */
-	if (pktreader_remaining(&r) > 0 && !get_u64(&r, &secret_time)) {
-		snprintf(err, errlen, "malformed secret time");
-		goto fail;
-	}
-	PgUser *u = user_add(uname);
 	/*
 	 * A secret we lack is taken with its origin, even for a user we know
 	 * without one (a [users] entry): one from auth_query is looked up again
@@ -609,21 +454,75 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, bool same_tree,
 	 * found before the password changed, would fail the server logins the
 	 * client needs (doc/workers.md "Rebalancing long-lived clients").
 	 */
-	bool newer = has_secret && u->secret && strcmp(u->secret, secret) != 0 &&
-	             ((from_aq && u->from_auth_query) || (from_pam && u->from_pam)) &&
-	             (usec_t)secret_time > u->secret_time;
-	if ((!u->secret && has_secret) || newer) {
-		user_set_secret(u, secret, (SecretKind)kind);
-		u->from_auth_query = from_aq != 0;
-		u->from_pam = from_pam != 0;
-		u->secret_time = (usec_t)secret_time;
+	bool newer = u->secret && strcmp(u->secret, s->text) != 0 &&
+	             ((s->from_auth_query && u->from_auth_query) || (s->from_pam && u->from_pam)) &&
+	             (usec_t)s->time > u->secret_time;
+	if (!u->secret || newer) {
+		user_set_secret(u, s->text, (SecretKind)s->kind);
+		u->from_auth_query = s->from_auth_query;
+		u->from_pam = s->from_pam;
+		u->secret_time = (usec_t)s->time;
 	}
 	/* keys made with another secret than ours would log in with a password the server may no longer take */
-	if (!u->has_scram_keys && has_keys && has_secret && u->secret && strcmp(u->secret, secret) == 0) {
-		memcpy(u->scram_client_key, ck, SCRAM_KEY_LEN);
-		memcpy(u->scram_server_key, sk, SCRAM_KEY_LEN);
+	if (!u->has_scram_keys && s->has_scram_keys && u->secret && strcmp(u->secret, s->text) == 0) {
+		memcpy(u->scram_client_key, s->scram_client_key, SCRAM_KEY_LEN);
+		memcpy(u->scram_server_key, s->scram_server_key, SCRAM_KEY_LEN);
 		u->has_scram_keys = true;
 	}
+}
+
+/* The client's own state from the decoded message: address, times, key, parameters, prepared statements. */
+static void adopt_state(PgSocket *c, const HandoverClient *hc)
+{
+	c->id = hc->id;
+	c->is_unix = hc->is_unix;
+	socket_set_remote(c, (const struct sockaddr *)&hc->remote, sizeof(hc->remote));
+	c->peer_pid = (int)hc->peer_pid;
+	c->peer_uid = (uid_t)hc->peer_uid;
+	c->connect_time = (usec_t)hc->connect_time;
+	c->request_time = (usec_t)hc->request_time;
+	c->auth_method = (uint8_t)hc->auth_method;
+	memcpy(c->cancel_key, hc->cancel_key, CANCEL_KEY_LEN);
+	c->cancel_key_len = CANCEL_KEY_LEN;
+	c->app_name_raw = hc->app_name && *hc->app_name ? xstrdup(hc->app_name) : NULL;
+	for (uint32_t k = 0; k < hc->nvars; k++) {
+		int idx = var_index(hc->vars[k].name);
+		if (idx >= 0)
+			sock_var_set(c, idx, hc->vars[k].value);
+	}
+	for (uint32_t k = 0; k < hc->nstmts; k++) {
+		const HandoverStmt *hs = &hc->stmts[k];
+		if (prepare_client_find(&c->stmts, hs->name))
+			continue;
+		size_t envlen;
+		const uint8_t *env = txn_client_env(c, &envlen); /* the moved client's settings, set above */
+		PreparedStmt *ps = prepare_stmt_get_described(hs->body, hs->body_len, env, envlen, hs->desc);
+		prepare_client_add(&c->stmts, hs->name, ps);
+		prepare_stmt_unref(ps); /* the mapping holds its own reference */
+	}
+}
+
+PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, bool same_tree, char *err, size_t errlen)
+{
+	/* first: units moved here for the client must be given back should it not be taken */
+	int moved[2];
+	bool units = moved_units(data, len, same_tree, moved);
+	HandoverClient hc;
+	PgSocket *c = NULL;
+	if (!handover_decode(data, len, &hc, err, errlen))
+		goto fail;
+	PgDatabase *db = db_find(hc.database);
+	if (!db)
+		db = db_register_auto(hc.database);
+	if (!db || db->admin || db->placeholder) {
+		snprintf(err, errlen, "no such database here: %s", hc.database);
+		goto fail;
+	}
+	c = socket_new(false);
+	adopt_state(c, &hc);
+	PgUser *u = user_add(hc.user);
+	if (hc.has_secret)
+		adopt_secret(u, &hc.secret);
 
 	/* counted as a login would count it; limits were checked where it logged in */
 	c->db = db;
@@ -641,16 +540,18 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, bool same_tree,
 	sbuf_set_nonblocking(fd); /* passed over a unix socket: from whatever made it */
 	sbuf_accept(&c->sb, wk.base, fd, (uint32_t)wk.cf.g.pkt_buf, wk.cf.g.max_packet_size, client_cb, c);
 	c->sb.startup = false;
-	c->sb.bytes_in = bytes_in;
-	c->sb.bytes_out = bytes_out;
-	if (pending_len > 0) {
+	c->sb.bytes_in = hc.bytes_in;
+	c->sb.bytes_out = hc.bytes_out;
+	if (hc.request_len > 0) {
 		/* taken up from the event loop, as if just read: it asks this worker's pool for a server */
-		c->wait_start = (usec_t)wait_start;
-		c->wait_notice_sent = (flags & TAIL_NOTICE_SENT) != 0; /* sent once per wait */
-		sbuf_preload(&c->sb, pending, pending_len);
+		c->wait_start = (usec_t)hc.wait_start;
+		c->wait_notice_sent = hc.wait_notice_sent; /* sent once per wait */
+		sbuf_preload(&c->sb, hc.request, hc.request_len);
 	}
+	handover_free(&hc);
 	return c;
 fail:
+	handover_free(&hc);
 	if (units)
 		pool_drop_moved_client_budget(moved);
 	if (c) {
@@ -714,13 +615,9 @@ static void on_intake(evutil_socket_t fd, short what, void *arg)
 			 * limit). The units the giver moved here for it go back, or
 			 * max_client_conn would count it for as long as we run.
 			 */
-			uint8_t flags;
 			int moved[2];
-			if (len > 0 && len <= MIGRATE_MAX_STATE) {
-				(void)read_tail(intake_buf, len, &flags, moved);
-				if (!in->old_tree && (flags & TAIL_UNITS_MOVED))
-					pool_drop_moved_client_budget(moved);
-			}
+			if (len > 0 && len <= MIGRATE_MAX_STATE && moved_units(intake_buf, len, !in->old_tree, moved))
+				pool_drop_moved_client_budget(moved);
 			in->failed++;
 			log_warning("could not take a client from worker %d: its socket did not come (out of file "
 			            "descriptors?)",

@@ -212,3 +212,10 @@ put("fuzz_txn_msg", "error", b"my_stmt\0" + msg("E", b"SERROR\0VERROR\0C26000\0"
 for name, q in [("show", "SHOW POOLS;"), ("set", "SET default_pool_size = '20'"), ("set_to", "set \"log_connections\" TO 0 ;"),
                 ("kill", "KILL \"my \"\"db\"\"\""), ("pause", "  pause app  ;  "), ("set_quoted", "SET a='it''s'")]:
     put("fuzz_admin", name, q)
+
+# ---- a moving client's state (fuzz_handover) ----
+# Not written here: v2_waiting and v2_auth_query are the two messages of
+# test/unit/handover_v2_fixtures.h (version 2, captured from a running
+# pooler); v3_waiting, v3_auth_query and v3_minimal are what
+# handover_encode() makes of them and of a client with its required fields
+# only. Make them again with the codec itself after a format change.
