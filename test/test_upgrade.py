@@ -55,6 +55,22 @@ def upgrade(b, old_trees, args=()):
     return old_pid, old_workers
 
 
+def cancels_in_a_block(c, times):
+    """assert_cancels() for a session client inside a transaction block: each cancel is undone with
+    ROLLBACK TO SAVEPOINT, so the block (which keeps the client where it is) goes on."""
+    import psycopg
+    for _ in range(times):
+        c.execute("SAVEPOINT before_sleep")
+        timer = threading.Timer(0.3, c.cancel)
+        timer.start()
+        with pytest.raises(psycopg.errors.QueryCanceled) as exc:
+            c.execute("SELECT pg_sleep(20)")
+        timer.join()
+        assert exc.value.sqlstate == "57014"
+        c.execute("ROLLBACK TO SAVEPOINT before_sleep")
+    assert c.execute("SELECT 1").fetchone() == (1,)
+
+
 def local_port(conn):
     """The client's own port: SHOW CLIENTS's `port` of its connection."""
     with socket.socket(fileno=os.dup(conn.fileno())) as s:
@@ -158,6 +174,7 @@ def test_persistent_client_finishes_on_old_tree(bouncer, old_trees):
     two_workers(b)
     held = b.connect(autocommit=True)
     held.execute("SET application_name = 'kept'")
+    held.execute("BEGIN")  # inside a transaction block, a session client cannot move with its server
     old_pid, old_workers = upgrade(b, old_trees)
     # the old tree stays for its client, which notices nothing
     assert held.execute("SHOW application_name").fetchone() == ("kept",)
@@ -250,7 +267,8 @@ def test_pool_limits_count_the_old_tree(bouncer, old_trees):
                                "pool_mode": "session"})
     held = [b.connect(autocommit=True) for _ in range(2)]
     for c in held:
-        c.execute("SELECT 1")  # each holds a server for its session
+        c.execute("BEGIN")  # each holds a server for its session, inside a block: they stay
+        c.execute("SELECT 1")
     old_pid, _ = upgrade(b, old_trees)
     answer = []
     waiter = threading.Thread(
@@ -490,23 +508,25 @@ def test_upgrade_from_the_previous_binary_moves_clients_with_their_state(bouncer
 
 
 def test_second_upgrade_does_not_wait_for_the_first_tree(bouncer, old_trees):
-    """A client that cannot move (session mode, holding its server) keeps the first tree; the second
-    tree, whose workers were taking the first one's clients, still exits at the next -R. Once it
-    has, the newest master still passes the client's cancel requests to the first tree (the second
-    handed its connection to the first over at its own -R), also after a third -R."""
+    """A client that cannot move (session mode, holding its server inside a transaction block) keeps
+    the first tree; the second tree, whose workers were taking the first one's clients, still exits
+    at the next -R. Once it has, the newest master still passes the client's cancel requests to the
+    first tree (the second handed its connection to the first over at its own -R), also after a
+    third -R."""
     b = bouncer(ini_overrides={**TWO, "pool_mode": "session"})
     two_workers(b)
     held = b.connect(autocommit=True)
     held.execute("SET application_name = 'kept'")
+    held.execute("BEGIN")
     first, _ = upgrade(b, old_trees)
     second, _ = upgrade(b, old_trees)
     wait_for(lambda: not pid_alive(second), "the second tree to exit")
     assert pid_alive(first)
     assert held.execute("SHOW application_name").fetchone() == ("kept",)
-    assert_cancels(held, times=2)
+    cancels_in_a_block(held, times=2)
     third, _ = upgrade(b, old_trees)
     wait_for(lambda: not pid_alive(third), "the third tree to exit")
-    assert_cancels(held, times=2)
+    cancels_in_a_block(held, times=2)
     held.close()
     wait_for(lambda: not pid_alive(first), "the first tree to exit after its last client")
     assert b.connect().execute("SELECT 5").fetchone() == (5,)
@@ -563,6 +583,8 @@ def test_cancel_reaches_a_client_left_on_the_old_tree(bouncer, old_trees, mode):
     b = bouncer(ini_overrides={**TWO, "pool_mode": mode})
     two_workers(b)
     busy = b.connect(autocommit=mode == "session")
+    if mode == "session":
+        busy.execute("BEGIN")  # a session client in a block stays with its server
     busy.execute("SELECT 1")  # transaction mode: opens the transaction; session: takes a server
     other = b.connect(autocommit=True)
     old_pid, _ = upgrade(b, old_trees)
@@ -593,6 +615,8 @@ def test_cancel_reaches_a_client_left_on_the_old_tree(bouncer, old_trees, mode):
     # nothing else was disturbed: the client carries on, so does one moved to the new tree
     if mode == "transaction":
         busy.rollback()
+    else:
+        busy.execute("ROLLBACK")
     assert busy.execute("SELECT 7").fetchone() == (7,)
     assert other.execute("SELECT 8").fetchone() == (8,)
     busy.close()
@@ -761,3 +785,26 @@ def test_reboot_while_the_old_master_is_being_killed(bouncer, old_trees):
     for _ in range(5):
         with b.connect(connect_timeout=5) as c:
             assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_upgrade_moves_session_clients_with_their_servers(bouncer, old_trees, pg):
+    """Session clients holding servers with sessions of their own: `-R` hands each to the new tree with
+    its server, so the old tree exits promptly, and every session (its backend, SET values, temporary
+    table, LISTEN, advisory lock, prepared statement) goes on in the new binary."""
+    from test_session_moves import assert_sessions_intact, open_sessions
+    b = bouncer(ini_overrides={**TWO, "pool_mode": "session", "default_pool_size": 30})
+    two_workers(b)
+    sessions = open_sessions(b, 20)
+    mark = b.log_mark()
+    old_pid, old_workers = upgrade(b, old_trees)
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit while its sessions stay connected")
+    log = b.log_text()[mark:]
+    assert "could not take a client" not in log and "could not move" not in log, log
+    new_workers = serving_tree(b)
+    assert not set(new_workers) & set(old_workers)
+    assert_sessions_intact(sessions)
+    pids = {r[0] for r in pg.sql("SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'sess%'")}
+    assert pids == {pid for _, pid in sessions}
+    with b.admin() as admin:
+        servers = [r for r in rows(admin, "SHOW SERVERS") if r["database"] == "postgres"]
+    assert {r["remote_pid"] for r in servers} >= {pid for _, pid in sessions}

@@ -285,6 +285,7 @@ def test_drain_timeout_closes_remaining_clients(bouncer):
     wait_for(lambda: states(b) == ["active", "active"], "two workers")
     held = wait_for(lambda: next((c for c in [b.connect(autocommit=True)] if worker_of(c) == 1), None),
                     "a client on worker 1")
+    held.execute("BEGIN")  # inside a transaction block: it cannot move with its server
     held.execute("SELECT 1")
     b.update(min_workers=1, max_workers=1)
     b.write_ini()

@@ -139,7 +139,7 @@ typedef enum ChannelMsgType {
  * 2: each prepared statement carries its result type.
  * 3: fields as tag, length, value, from one table; version 2 still read.
  */
-#define CLIENT_STATE_VERSION        3u
+#define CLIENT_STATE_VERSION        4u
 #define CLIENT_STATE_VERSION_OLDEST 2u
 
 /* Whether this binary's workers read clients packed in format v (-R: the running binary's format). */
@@ -160,21 +160,24 @@ bool channel_pair(int fds[2]) __attribute__((warn_unused_result));
 /* Send a message with an optional fd (-1 = none). False with errno on failure. */
 bool channel_send(int sock, const ChannelMsg *msg, int fd) __attribute__((warn_unused_result));
 
+#define FD_SEND_MAX 2 /* descriptors one message carries at most: a client and its session's server */
+
 /*
- * One message of `len` bytes on a SOCK_SEQPACKET socket, with `fd`
- * attached by SCM_RIGHTS when it is >= 0 (the control channel, and a moving
- * client's state with its socket): sendmsg() with `flags` | MSG_NOSIGNAL,
- * retried on EINTR. Returns what sendmsg() returned.
+ * One message of `len` bytes on a SOCK_SEQPACKET socket, with the nfds
+ * descriptors of fds attached by SCM_RIGHTS (the control channel's one, or
+ * a moving client's socket and its server's): sendmsg() with `flags` |
+ * MSG_NOSIGNAL, retried on EINTR. Returns what sendmsg() returned.
  */
-ssize_t fd_send(int sock, const void *buf, size_t len, int fd, int flags);
+ssize_t fd_send(int sock, const void *buf, size_t len, const int *fds, int nfds, int flags);
 
 /*
  * The other side: one message into buf (at most cap bytes), the attached
- * fd into *fd (-1 if none; close-on-exec), recvmsg() with `flags`, retried
- * on EINTR. *truncated (when not NULL) says the message did not fit.
- * Returns what recvmsg() returned.
+ * descriptors into fds (at most maxfds, in order, close-on-exec; the rest
+ * -1, *nfds says how many came; more than maxfds are closed), recvmsg()
+ * with `flags`, retried on EINTR. *truncated (when not NULL) says the
+ * message did not fit. Returns what recvmsg() returned.
  */
-ssize_t fd_recv(int sock, void *buf, size_t cap, int *fd, int flags, bool *truncated);
+ssize_t fd_recv(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds, int flags, bool *truncated);
 
 /*
  * Receive one message; *fd gets the attached descriptor or -1.

@@ -57,6 +57,36 @@ typedef struct HandoverUnits {
 	int32_t entry[2]; /* pool_move_client_budget()'s moved[]: the entries held for it, or -1 */
 } HandoverUnits;
 
+/* The server connection's units of the server limits (pool, database, user) moved to the receiver. */
+typedef struct HandoverServerUnits {
+	int32_t entry[3]; /* pool_move_server_budget()'s moved[]: the entries held for it, or -1 */
+} HandoverServerUnits;
+
+#define HANDOVER_MAX_SERVER_KEY 256 /* longest BackendKeyData secret taken along (protocol 3.2 allows 256) */
+
+/*
+ * The server connection an idle session-mode client takes along (doc/workers.md,
+ * "Session-mode clients move too"): PostgreSQL's backend goes on serving the
+ * client, with its session, on the receiver.
+ */
+typedef struct HandoverServer {
+	uint64_t id;                    /* SHOW SERVERS id: kept */
+	const char *pool_user;          /* the pool's user (the client's, or the database's forced user) */
+	struct sockaddr_storage remote; /* PostgreSQL's address: where a cancel for it goes */
+	uint64_t connect_time;          /* usec: server_lifetime counts from it */
+	uint64_t request_time;          /* usec: its last activity */
+	uint32_t backend_pid;           /* from BackendKeyData */
+	const uint8_t *key;             /* BackendKeyData's secret */
+	uint32_t key_len;
+	HandoverVar *vars; /* the tracked values it has applied (what its session has SET) */
+	uint32_t nvars;
+	uint64_t bytes_in; /* byte counters of its socket */
+	uint64_t bytes_out;
+	uint32_t session_tail;     /* what its client sent last (SESSION_TAIL_*) */
+	bool units_moved;          /* units is set */
+	HandoverServerUnits units; /* its units, moved to the receiver */
+} HandoverServer;
+
 /*
  * One moving client. Strings and byte strings are borrowed: from the
  * client when encoding, from the decoded message when decoding (which must
@@ -97,6 +127,8 @@ typedef struct HandoverClient {
 	bool wait_notice_sent; /* it got its query_wait_notify NOTICE for this wait */
 	bool units_moved;      /* units is set */
 	HandoverUnits units;   /* its units, moved to the receiver */
+	bool has_server;       /* server is set: an idle session-mode client with its server connection */
+	HandoverServer server; /* that connection; its socket is the second one attached */
 } HandoverClient;
 
 /* ---- the table (exposed for tests: tag uniqueness, each field left out in turn) ---- */
@@ -162,5 +194,8 @@ void handover_free(HandoverClient *hc);
  * *units set if the message says some were moved.
  */
 bool handover_peek_units(const uint8_t *data, size_t len, HandoverUnits *units);
+
+/* The same for the units of the server connection a session-mode client brings. */
+bool handover_peek_server_units(const uint8_t *data, size_t len, HandoverServerUnits *units);
 
 #endif

@@ -32,20 +32,26 @@ const char *migrate_unmovable_reason(const PgSocket *c, bool *lasting);
 bool migrate_counts(const PgSocket *c);
 
 /*
- * Pack a movable client's state (not its socket) into out; moved: the
- * client's units that pool_move_client_budget() gave the receiver, or NULL.
- * False if it is larger than MIGRATE_MAX_STATE.
+ * Pack a movable client's state (not its socket) into out, with its server's
+ * when it is an idle session-mode client linked to one; moved: the client's
+ * units that pool_move_client_budget() gave the receiver, or NULL;
+ * server_moved: the same for the server (pool_move_server_budget()). False
+ * if it is larger than MIGRATE_MAX_STATE.
  */
-bool migrate_pack(const PgSocket *c, const int *moved, PktBuf *out);
-
-/* One packed client and its socket over a SOCK_SEQPACKET socket, without blocking. False (errno) = not sent. */
-bool migrate_send(int sock, const PktBuf *state, int fd);
+bool migrate_pack(const PgSocket *c, const int *moved, const int *server_moved, PktBuf *out);
 
 /*
- * Receive one packed client into buf (cap bytes): 1 with *len and *fd set
- * (*fd = -1 if none came), 0 at EOF, -1 on error or EAGAIN (errno).
+ * One packed client and its socket (and its server's, server_fd >= 0) over a
+ * SOCK_SEQPACKET socket, without blocking. False (errno) = nothing sent.
  */
-int migrate_recv(int sock, uint8_t *buf, size_t cap, size_t *len, int *fd);
+bool migrate_send(int sock, const PktBuf *state, int fd, int server_fd);
+
+/*
+ * Receive one packed client into buf (cap bytes): 1 with *len, fds[] and
+ * *nfds set (the client's socket, then its server's; -1 where none came),
+ * 0 at EOF, -1 on error or EAGAIN (errno).
+ */
+int migrate_recv(int sock, uint8_t *buf, size_t cap, size_t *len, int fds[2], int *nfds);
 
 /*
  * After a successful send: forget c here, keeping the connection open (only
@@ -60,7 +66,8 @@ void migrate_forget(PgSocket *c, bool units_moved);
  * same_tree: the giver is a worker of this tree, which may have moved the
  * client's units here (pool_move_client_budget()).
  */
-PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, bool same_tree, char *err, size_t errlen);
+PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, int server_fd, bool same_tree, char *err,
+                        size_t errlen);
 
 /* CH_MIGRATE: hand up to count movable clients to worker `to` over sock (closed at the end); one log line. */
 void migrate_give(int sock, int to, int64_t count);

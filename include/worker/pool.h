@@ -70,6 +70,18 @@ void pool_unmove_client_budget(PgSocket *c, int to, const int moved[2]);
 void pool_adopt_client_budget(PgSocket *c, const int *moved);
 /* The receiver could not take the client: give back what was moved here for it. */
 void pool_drop_moved_client_budget(const int moved[2]);
+
+/*
+ * The same for the server connection an idle session-mode client takes
+ * along (doc/workers.md, "Session-mode clients move too"): its units of the
+ * pool's, database's and user's server counts go to worker `to` without
+ * the totals changing, so that the limits hold at every instant.
+ */
+bool pool_move_server_budget(PgSocket *s, int to, int moved[3]);
+void pool_unmove_server_budget(PgSocket *s, int to, const int moved[3]);
+/* The receiver: s (in its pool) is counted with the units moved here for it (moved NULL: it takes its own). */
+void pool_adopt_server_budget(PgSocket *s, const int *moved);
+void pool_drop_moved_server_budget(const int moved[3]);
 void pool_budget_forget(PgPool *pool); /* the pool is freed: it waits for room nowhere any more */
 
 #endif

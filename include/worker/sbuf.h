@@ -143,6 +143,14 @@ void sbuf_preload(SBuf *sb, const void *data, uint32_t len);
  * options on a TCP socket before the connect: buffer sizes must be known
  * before TCP agrees on its window.
  */
+/*
+ * A connected socket that came from elsewhere (a server connection another
+ * worker handed over with its client): set up and read, with no startup
+ * packet to expect.
+ */
+void sbuf_attach(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_buf, uint32_t max_len, sbuf_cb_t cb,
+                 void *owner);
+
 bool sbuf_connect(SBuf *sb, struct event_base *base, const struct sockaddr *sa, socklen_t salen, uint32_t pkt_buf,
                   uint32_t max_len, void (*tune)(int fd), sbuf_cb_t cb, void *owner)
     __attribute__((warn_unused_result));

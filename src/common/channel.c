@@ -28,23 +28,27 @@ bool channel_pair(int fds[2])
 	return socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) == 0;
 }
 
-ssize_t fd_send(int sock, const void *buf, size_t len, int fd, int flags)
+ssize_t fd_send(int sock, const void *buf, size_t len, const int *fds, int nfds, int flags)
 {
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	union {
 		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(sizeof(int) * FD_SEND_MAX)];
 	} ctl;
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-	if (fd >= 0) {
+	if (nfds > FD_SEND_MAX) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (nfds > 0) {
 		memset(&ctl, 0, sizeof(ctl));
 		mh.msg_control = ctl.buf;
-		mh.msg_controllen = sizeof(ctl.buf);
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
 		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
 		c->cmsg_level = SOL_SOCKET;
 		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd, sizeof(int));
+		c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
 	}
 	ssize_t n;
 	do
@@ -53,25 +57,37 @@ ssize_t fd_send(int sock, const void *buf, size_t len, int fd, int flags)
 	return n;
 }
 
-ssize_t fd_recv(int sock, void *buf, size_t cap, int *fd, int flags, bool *truncated)
+ssize_t fd_recv(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds, int flags, bool *truncated)
 {
 	struct iovec iov = {.iov_base = buf, .iov_len = cap};
 	union {
 		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(sizeof(int) * FD_SEND_MAX)];
 	} ctl;
 	struct msghdr mh = {
 	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf)};
-	*fd = -1;
+	*nfds = 0;
+	for (int i = 0; i < maxfds; i++)
+		fds[i] = -1;
 	ssize_t n;
 	do
 		n = recvmsg(sock, &mh, flags | MSG_CMSG_CLOEXEC);
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return n;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(sizeof(int)))
-			memcpy(fd, CMSG_DATA(c), sizeof(int));
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len < CMSG_LEN(sizeof(int)))
+			continue;
+		int got = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		for (int i = 0; i < got; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(c) + (size_t)i * sizeof(int), sizeof(int));
+			if (*nfds < maxfds)
+				fds[(*nfds)++] = fd;
+			else
+				close(fd); /* more than the caller takes: not ours to keep */
+		}
+	}
 	if (truncated)
 		*truncated = (mh.msg_flags & MSG_TRUNC) != 0;
 	return n;
@@ -79,7 +95,7 @@ ssize_t fd_recv(int sock, void *buf, size_t cap, int *fd, int flags, bool *trunc
 
 bool channel_send(int sock, const ChannelMsg *msg, int fd)
 {
-	ssize_t n = fd_send(sock, msg, sizeof(*msg), fd, 0);
+	ssize_t n = fd_send(sock, msg, sizeof(*msg), &fd, fd >= 0 ? 1 : 0, 0);
 	if (n == (ssize_t)sizeof(*msg))
 		return true;
 	if (n >= 0)
@@ -89,7 +105,8 @@ bool channel_send(int sock, const ChannelMsg *msg, int fd)
 
 int channel_recv(int sock, ChannelMsg *msg, int *fd)
 {
-	ssize_t n = fd_recv(sock, msg, sizeof(*msg), fd, 0, NULL);
+	int nfds;
+	ssize_t n = fd_recv(sock, msg, sizeof(*msg), fd, 1, &nfds, 0, NULL);
 	if (n == 0)
 		return 0;
 	if (n < 0)

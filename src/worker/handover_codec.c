@@ -116,6 +116,29 @@ static const HandoverField units_fields[] = {
 };
 static const HandoverTable units_table = TABLE("units", units_fields);
 
+static const HandoverField server_units_fields[] = {
+    F_I32(1, HandoverServerUnits, entry[0], REQ),
+    F_I32(2, HandoverServerUnits, entry[1], REQ),
+    F_I32(3, HandoverServerUnits, entry[2], REQ),
+};
+static const HandoverTable server_units_table = TABLE("server units", server_units_fields);
+
+static const HandoverField server_fields[] = {
+    F_RECORD(1, HandoverServer, units, units_moved, HandoverServerUnits, server_units_table, OPT),
+    F_U64(2, HandoverServer, id, REQ),
+    F_STR(3, HandoverServer, pool_user, REQ | HF_NONEMPTY, USERLIST_MAX_USER),
+    F_FIXED(4, HandoverServer, remote, REQ),
+    F_U64(5, HandoverServer, connect_time, OPT),
+    F_U64(6, HandoverServer, request_time, OPT),
+    F_U32(7, HandoverServer, backend_pid, OPT, 0),
+    F_BYTES(8, HandoverServer, key, key_len, OPT, HANDOVER_MAX_SERVER_KEY),
+    F_LIST(9, HandoverServer, vars, nvars, HandoverVar, var_table, OPT, 0),
+    F_U64(10, HandoverServer, bytes_in, OPT),
+    F_U64(11, HandoverServer, bytes_out, OPT),
+    F_U32(12, HandoverServer, session_tail, OPT, 255),
+};
+static const HandoverTable server_table = TABLE("server", server_fields);
+
 static const HandoverField client_fields[] = {
     /* first: handover_peek_units() finds it even in a message whose rest does not decode */
     F_RECORD(1, HandoverClient, units, units_moved, HandoverUnits, units_table, OPT),
@@ -140,6 +163,8 @@ static const HandoverField client_fields[] = {
     F_BYTES(20, HandoverClient, request, request_len, OPT, HANDOVER_MAX_REQUEST),
     F_U64(21, HandoverClient, wait_start, OPT),
     F_BOOL(22, HandoverClient, wait_notice_sent, OPT),
+    /* format 4: not to be ignored (the second socket is the client's session) */
+    F_RECORD(23, HandoverClient, server, has_server, HandoverServer, server_table, OPT),
 };
 const HandoverTable handover_client_fields = TABLE("client", client_fields);
 
@@ -529,6 +554,38 @@ bool handover_peek_units(const uint8_t *data, size_t len, HandoverUnits *units)
 		if (f && f->sub == &units_table) {
 			memset(units, 0, sizeof(*units));
 			return decode_record(f->sub, p + TLV_HEADER, vlen, (char *)units, NULL, 0);
+		}
+		p += TLV_HEADER + vlen;
+		len -= TLV_HEADER + vlen;
+	}
+	return false;
+}
+
+bool handover_peek_server_units(const uint8_t *data, size_t len, HandoverServerUnits *units)
+{
+	if (len < 8 || get_be32(data) != HANDOVER_MAGIC || get_be32(data + 4) < TLV_FIRST ||
+	    !client_state_readable(get_be32(data + 4)))
+		return false;
+	/* the top level's framing as far as the server record, then that record's as far as its units (first) */
+	const HandoverTable *t = &handover_client_fields;
+	const uint8_t *p = data + 8;
+	len -= 8;
+	while (len >= TLV_HEADER) {
+		uint16_t tag = (uint16_t)(p[0] << 8 | p[1]);
+		uint32_t vlen = get_be32(p + 2);
+		if (vlen > len - TLV_HEADER)
+			return false;
+		size_t idx;
+		const HandoverField *f = field_of(t, tag, &idx);
+		if (f && f->sub == &server_units_table) {
+			memset(units, 0, sizeof(*units));
+			return decode_record(f->sub, p + TLV_HEADER, vlen, (char *)units, NULL, 0);
+		}
+		if (f && f->sub == &server_table) {
+			t = &server_table; /* into it */
+			p += TLV_HEADER;
+			len = vlen;
+			continue;
 		}
 		p += TLV_HEADER + vlen;
 		len -= TLV_HEADER + vlen;

@@ -25,6 +25,7 @@
 #include "worker/client.h"
 #include "worker/handover_codec.h"
 #include "worker/migrate.h"
+#include "worker/server.h"
 #include "worker/pool.h"
 #include "worker/prepare.h"
 #include "worker/txn.h"
@@ -35,6 +36,50 @@ _Static_assert(HANDOVER_CANCEL_KEY_LEN == CANCEL_KEY_LEN, "the codec carries the
 bool migrate_counts(const PgSocket *c)
 {
 	return !c->is_server && !c->is_private && !c->is_internal && c->db && !c->db->admin && c->pool && c->login_user;
+}
+
+/* Bytes on their way through a socket's buffers, either way. */
+static bool in_flight(const SBuf *sb)
+{
+	return sb->fd < 0 || sb->pkt_remain || sb->send_pos != sb->send_end || sb->out_pos < sb->out.len ||
+	       sb->writing || sb->connecting || sb->waiting_src || sb->in_process || sb->resume_pending ||
+	       sbuf_unsent(sb);
+}
+
+/*
+ * Why a session-mode client's server cannot go along now (doc/workers.md,
+ * "Session-mode clients move too"), or NULL: between queries, with
+ * ReadyForQuery sent and the session idle (status I, not in a transaction
+ * block: a block's state lives in the backend and would move too, but a
+ * client that opens one usually runs it to its end at once), no COPY,
+ * nothing buffered either way, nothing the pooler itself runs on it, and a
+ * plain connection: a TLS one's state lives in this process.
+ */
+static const char *server_unmovable_reason(const PgSocket *c, bool *lasting)
+{
+	const PgSocket *s = c->link;
+	if (s->link_mode != POOL_SESSION)
+		return "linked to a server"; /* transaction or statement mode: inside a transaction */
+	if (socket_is_tls(s)) {
+		*lasting = true;
+		return "TLS server connection";
+	}
+	if (s->close_needed) {
+		*lasting = true; /* closed when its client leaves */
+		return "server to be closed";
+	}
+	if (s->sstmts) {
+		/* the pooler's statements of an earlier transaction-mode pool: their map lives here */
+		*lasting = true;
+		return "server holds the pooler's prepared statements";
+	}
+	if (s->state != SV_ACTIVE || !s->ready || s->txn_status != 'I' || s->copy_mode || s->setting_vars ||
+	    s->resetting || s->checking || s->session_open || s->session_syncs || s->rq.count || s->held_for_check ||
+	    s->cancels_pending > 0 || s->auth_query || s->welcome_pending || s->tls_pending)
+		return "in a query or transaction";
+	if (in_flight(&s->sb) || s->sb.pos != s->sb.end || s->sb.paused)
+		return "bytes in flight";
+	return NULL;
 }
 
 const char *migrate_unmovable_reason(const PgSocket *c, bool *lasting)
@@ -52,14 +97,16 @@ const char *migrate_unmovable_reason(const PgSocket *c, bool *lasting)
 	bool waiting = c->state == CL_WAITING;
 	if (c->state != CL_ACTIVE && !waiting)
 		return "not logged in";
-	if (c->link)
-		return "linked to a server";
+	if (c->link) {
+		const char *why = server_unmovable_reason(c, lasting);
+		if (why)
+			return why;
+	}
 	if (c->copy_mode || c->query_start || c->xact_start)
 		return "in a query or transaction";
 	if (c->auth_query)
 		return "auth_query lookup running";
-	if (sb->fd < 0 || sb->pkt_remain || sb->send_pos != sb->send_end || sb->out_pos < sb->out.len || sb->writing ||
-	    sb->connecting || sb->waiting_src || sb->in_process || sb->resume_pending || sbuf_unsent(sb))
+	if (in_flight(sb))
 		return "bytes in flight";
 	if (waiting ? sb->end - sb->pos > MIGRATE_MAX_REQUEST : sb->pos != sb->end || sb->paused)
 		return "bytes in flight";
@@ -101,6 +148,34 @@ void migrate_count(uint32_t *movable, uint32_t *unmovable)
  * The client as the codec's plain struct (include/worker/handover_codec.h),
  * borrowing its strings; the caller frees the two arrays.
  */
+/* A session-mode client's server as the codec's struct, borrowing its strings; the caller frees vars. */
+static void server_to_handover(const PgSocket *s, const int *moved, HandoverServer *hs)
+{
+	if (moved) {
+		hs->units_moved = true;
+		for (int k = 0; k < 3; k++)
+			hs->units.entry[k] = moved[k];
+	}
+	hs->id = s->id;
+	hs->pool_user = s->pool->user->name;
+	socket_remote(s, &hs->remote);
+	hs->connect_time = (uint64_t)s->connect_time;
+	hs->request_time = (uint64_t)s->request_time;
+	hs->backend_pid = s->backend_pid;
+	hs->key = s->server_key;
+	hs->key_len = s->server_key ? s->server_key_len : 0;
+	for (int i = 0; i < var_count(); i++)
+		if (sock_var(s, i))
+			hs->nvars++;
+	hs->vars = xcalloc(hs->nvars ? hs->nvars : 1, sizeof(*hs->vars));
+	for (int i = 0, k = 0; i < var_count(); i++)
+		if (sock_var(s, i))
+			hs->vars[k++] = (HandoverVar){.name = var_name(i), .value = sock_var(s, i)};
+	hs->bytes_in = s->sb.bytes_in;
+	hs->bytes_out = s->sb.bytes_out;
+	hs->session_tail = (uint8_t)s->session_tail;
+}
+
 static void client_to_handover(const PgSocket *c, const int *moved, HandoverClient *hc)
 {
 	const PgUser *u = c->login_user;
@@ -175,37 +250,67 @@ static void client_to_handover(const PgSocket *c, const int *moved, HandoverClie
 	}
 }
 
-bool migrate_pack(const PgSocket *c, const int *moved, PktBuf *pb)
+bool migrate_pack(const PgSocket *c, const int *moved, const int *server_moved, PktBuf *pb)
 {
 	HandoverClient hc;
 	client_to_handover(c, moved, &hc);
+	if (c->link) {
+		hc.has_server = true;
+		server_to_handover(c->link, server_moved, &hc.server);
+	}
 	handover_encode(&hc, pb);
 	free(hc.vars);
 	free(hc.stmts);
+	free(hc.server.vars);
 	return pb->len <= MIGRATE_MAX_STATE;
 }
 
 /* ---- the socket pair ---- */
 
-bool migrate_send(int sock, const PktBuf *state, int fd)
+bool migrate_send(int sock, const PktBuf *state, int fd, int server_fd)
 {
-	/* a SOCK_SEQPACKET message goes whole or not at all */
-	return fd_send(sock, state->buf, state->len, fd, MSG_DONTWAIT) == (ssize_t)state->len;
+	int fds[2] = {fd, server_fd};
+	/* a SOCK_SEQPACKET message goes whole or not at all, its descriptors with it */
+	return fd_send(sock, state->buf, state->len, fds, server_fd >= 0 ? 2 : 1, MSG_DONTWAIT) == (ssize_t)state->len;
 }
 
-int migrate_recv(int sock, uint8_t *buf, size_t cap, size_t *len, int *fd)
+int migrate_recv(int sock, uint8_t *buf, size_t cap, size_t *len, int fds[2], int *nfds)
 {
 	bool truncated;
-	ssize_t n = fd_recv(sock, buf, cap, fd, MSG_DONTWAIT, &truncated);
+	ssize_t n = fd_recv(sock, buf, cap, fds, 2, nfds, MSG_DONTWAIT, &truncated);
 	if (n < 0)
 		return -1;
-	if (n == 0 && *fd < 0)
+	if (n == 0 && *nfds == 0)
 		return 0;
 	*len = truncated ? 0 : (size_t)n; /* a truncated state cannot be used */
 	return 1;
 }
 
 /* ---- giving ---- */
+
+/*
+ * After a successful send: forget a session-mode client's server here too,
+ * keeping PostgreSQL's connection open (no Terminate; only our descriptor
+ * closes). units_moved: its server units went to the receiver.
+ */
+static void forget_server(PgSocket *s, bool units_moved)
+{
+	PgSocket *c = s->link;
+	s->link = NULL;
+	s->sb.dst = NULL;
+	if (c) {
+		c->link = NULL;
+		c->sb.dst = NULL;
+	}
+	s->pool->db->server_count--;
+	s->pool->user->server_count--;
+	if (units_moved)
+		s->budget.taken = false; /* the receiver holds them now (pool_move_server_budget()) */
+	else
+		budget_hold_release(&s->budget);
+	sbuf_close(&s->sb); /* plain socket: close() of our descriptor only; the session lives on */
+	change_state(s, SV_JUSTFREE);
+}
 
 void migrate_forget(PgSocket *c, bool units_moved)
 {
@@ -255,20 +360,26 @@ static int give_batch(int sock, int to, int64_t count, int *failed, const char *
 					continue;
 				pktbuf_reset(&pb);
 				/* its units go first: the totals never dip while it is on its way */
-				int units_to[2];
+				int units_to[2], sunits_to[3];
 				bool units = pool_move_client_budget(c, to, units_to);
-				if (!migrate_pack(c, units ? units_to : NULL, &pb)) {
+				PgSocket *s = c->link; /* an idle session-mode client's server goes along */
+				bool sunits = s && pool_move_server_budget(s, to, sunits_to);
+				if (!migrate_pack(c, units ? units_to : NULL, sunits ? sunits_to : NULL, &pb)) {
 					if (units)
 						pool_unmove_client_budget(c, to, units_to);
+					if (sunits)
+						pool_unmove_server_budget(s, to, sunits_to);
 					(*failed)++;
 					*why = "state too large";
 					continue;
 				}
-				if (!migrate_send(sock, &pb, c->sb.fd)) {
+				if (!migrate_send(sock, &pb, c->sb.fd, s ? s->sb.fd : -1)) {
 					/* nothing went: the client stays here, untouched */
 					int e = errno;
 					if (units)
 						pool_unmove_client_budget(c, to, units_to);
+					if (sunits)
+						pool_unmove_server_budget(s, to, sunits_to);
 					errno = e;
 					(*failed)++;
 					*why = strerror(errno);
@@ -277,6 +388,8 @@ static int give_batch(int sock, int to, int64_t count, int *failed, const char *
 					*gone = errno == EPIPE || errno == ECONNRESET;
 					continue;
 				}
+				if (s)
+					forget_server(s, sunits);
 				migrate_forget(c, units);
 				moved++;
 			}
@@ -502,15 +615,84 @@ static void adopt_state(PgSocket *c, const HandoverClient *hc)
 	}
 }
 
-PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, bool same_tree, char *err, size_t errlen)
+/* The server units the giver moved here with a session-mode client (same tree only). */
+static bool moved_server_units(const uint8_t *data, size_t len, bool same_tree, int moved[3])
 {
-	/* first: units moved here for the client must be given back should it not be taken */
-	int moved[2];
+	HandoverServerUnits units;
+	if (!same_tree || !handover_peek_server_units(data, len, &units))
+		return false;
+	for (int k = 0; k < 3; k++)
+		moved[k] = units.entry[k];
+	return true;
+}
+
+/*
+ * The server connection an idle session-mode client brought, linked to it
+ * as before (doc/workers.md, "Session-mode clients move too"): its backend,
+ * key, applied parameters, age and counters are the giver's.
+ */
+static void adopt_server(PgSocket *c, const HandoverServer *hs, int fd, const int *moved)
+{
+	PgSocket *s = socket_new(true);
+	PgPool *pool = c->pool;
+	s->pool = pool;
+	s->login_user = pool->user;
+	s->db = pool->db;
+	s->id = hs->id;
+	socket_set_remote(s, (const struct sockaddr *)&hs->remote, sizeof(hs->remote));
+	s->is_unix = hs->remote.ss_family == AF_UNIX;
+	s->connect_time = (usec_t)hs->connect_time;
+	s->request_time = (usec_t)hs->request_time;
+	s->backend_pid = hs->backend_pid;
+	if (hs->key_len > 0) {
+		s->server_key = xmalloc(hs->key_len);
+		memcpy(s->server_key, hs->key, hs->key_len);
+		s->server_key_len = hs->key_len;
+	}
+	for (uint32_t k = 0; k < hs->nvars; k++) {
+		int idx = var_index(hs->vars[k].name);
+		if (idx >= 0)
+			sock_var_set(s, idx, hs->vars[k].value);
+	}
+	s->txn_status = 'I';
+	s->ready = true;
+	s->lent = true;
+	s->link_mode = POOL_SESSION;
+	s->session_tail = (char)hs->session_tail;
+	pool_adopt_server_budget(s, moved); /* no limit: the connection exists and was counted */
+	pool->db->server_count++;
+	pool->user->server_count++;
+	s->link = c;
+	c->link = s;
+	change_state(s, SV_ACTIVE);
+	sbuf_set_nonblocking(fd);
+	sbuf_attach(&s->sb, wk.base, fd, (uint32_t)wk.cf.g.pkt_buf, wk.cf.g.max_packet_size, server_cb, s);
+	s->sb.bytes_in = hs->bytes_in;
+	s->sb.bytes_out = hs->bytes_out;
+	c->sb.dst = &s->sb;
+	s->sb.dst = &c->sb;
+	if (wk.cf.g.verbose > 0)
+		slog(LG_DEBUG, s, "moved here with its client (backend pid %u)", s->backend_pid);
+}
+
+PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, int server_fd, bool same_tree, char *err,
+                        size_t errlen)
+{
+	/* first: units moved here for the client (and its server) must be given back should it not be taken */
+	int moved[2], smoved[3];
 	bool units = moved_units(data, len, same_tree, moved);
+	bool sunits = moved_server_units(data, len, same_tree, smoved);
 	HandoverClient hc;
 	PgSocket *c = NULL;
 	if (!handover_decode(data, len, &hc, err, errlen))
 		goto fail;
+	if (hc.has_server != (server_fd >= 0)) {
+		snprintf(err, errlen,
+		         hc.has_server ? "its server connection did not come"
+		                       : "a server connection it "
+		                         "did not announce came");
+		goto fail;
+	}
 	PgDatabase *db = db_find(hc.database);
 	if (!db)
 		db = db_register_auto(hc.database);
@@ -528,6 +710,12 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, bool same_tree,
 	c->db = db;
 	c->login_user = u;
 	c->pool = pool_get(db, db->forced_user ? db->forced_user : u);
+	if (hc.has_server && strcmp(hc.server.pool_user, c->pool->user->name) != 0) {
+		/* its session is logged in as another user than this worker's pool would use (a changed forced user) */
+		snprintf(err, errlen, "its server is logged in as %s, this pool's user is %s", hc.server.pool_user,
+		         c->pool->user->name);
+		goto fail;
+	}
 	if (units)
 		wk.client_count++; /* in the pooler's count already: the giver moved it to us */
 	else
@@ -548,16 +736,22 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, bool same_tree,
 		c->wait_notice_sent = hc.wait_notice_sent; /* sent once per wait */
 		sbuf_preload(&c->sb, hc.request, hc.request_len);
 	}
+	if (hc.has_server)
+		adopt_server(c, &hc.server, server_fd, sunits ? smoved : NULL);
 	handover_free(&hc);
 	return c;
 fail:
 	handover_free(&hc);
 	if (units)
 		pool_drop_moved_client_budget(moved);
+	if (sunits)
+		pool_drop_moved_server_budget(smoved);
 	if (c) {
 		pgb_assert(c->state == CL_FREE);
 		change_state(c, CL_JUSTFREE); /* freed by the janitor with what it holds */
 	}
+	if (server_fd >= 0)
+		close(server_fd); /* the backend sees its connection close and ends the session */
 	refuse(fd, "could not move the connection to another worker");
 	return NULL;
 }
@@ -600,8 +794,9 @@ static void on_intake(evutil_socket_t fd, short what, void *arg)
 	worker_clock_tick();
 	for (;;) {
 		size_t len = 0;
-		int cfd;
-		int r = migrate_recv(in->sock, intake_buf, sizeof(intake_buf), &len, &cfd);
+		int fds[2], nfds;
+		int r = migrate_recv(in->sock, intake_buf, sizeof(intake_buf), &len, fds, &nfds);
+		int cfd = fds[0];
 		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return;
 		if (r <= 0) {
@@ -615,9 +810,14 @@ static void on_intake(evutil_socket_t fd, short what, void *arg)
 			 * limit). The units the giver moved here for it go back, or
 			 * max_client_conn would count it for as long as we run.
 			 */
-			int moved[2];
+			int moved[2], smoved[3];
 			if (len > 0 && len <= MIGRATE_MAX_STATE && moved_units(intake_buf, len, !in->old_tree, moved))
 				pool_drop_moved_client_budget(moved);
+			if (len > 0 && len <= MIGRATE_MAX_STATE &&
+			    moved_server_units(intake_buf, len, !in->old_tree, smoved))
+				pool_drop_moved_server_budget(smoved);
+			if (fds[1] >= 0)
+				close(fds[1]);
 			in->failed++;
 			log_warning("could not take a client from worker %d: its socket did not come (out of file "
 			            "descriptors?)",
@@ -625,9 +825,14 @@ static void on_intake(evutil_socket_t fd, short what, void *arg)
 			continue;
 		}
 		char err[128];
-		PgSocket *c = len > 0 && len <= MIGRATE_MAX_STATE
-		                  ? migrate_adopt(intake_buf, len, cfd, !in->old_tree, err, sizeof(err))
-		                  : (refuse(cfd, "could not move the connection"), NULL);
+		PgSocket *c = NULL;
+		if (len > 0 && len <= MIGRATE_MAX_STATE) {
+			c = migrate_adopt(intake_buf, len, cfd, fds[1], !in->old_tree, err, sizeof(err));
+		} else {
+			if (fds[1] >= 0)
+				close(fds[1]);
+			refuse(cfd, "could not move the connection");
+		}
 		if (!c) {
 			in->failed++;
 			log_warning("could not take a client from worker %d: %s", in->from,

@@ -250,6 +250,56 @@ void pool_drop_moved_client_budget(const int moved[2])
 	budget_clients_add(gb, wk.id, -1);
 }
 
+bool pool_move_server_budget(PgSocket *s, int to, int moved[3])
+{
+	GlobalBudget *gb = gbudget();
+	moved[0] = moved[1] = moved[2] = -1;
+	if (!gb || to < 0 || to >= SHM_MAX_WORKERS || to == wk.id)
+		return false;
+	for (int k = 0; k < 3; k++)
+		if (s->budget.taken && s->budget.idx[k] >= 0 && budget_move(gb, wk.id, to, s->budget.idx[k]))
+			moved[k] = s->budget.idx[k];
+	return true;
+}
+
+void pool_unmove_server_budget(PgSocket *s, int to, const int moved[3])
+{
+	GlobalBudget *gb = gbudget();
+	for (int k = 0; k < 3; k++)
+		if (moved[k] >= 0 && !budget_move(gb, to, wk.id, moved[k]))
+			s->budget.idx[k] = -1; /* the master reset `to` meanwhile: the unit went with it */
+}
+
+void pool_adopt_server_budget(PgSocket *s, const int *moved)
+{
+	GlobalBudget *gb = gbudget();
+	PgPool *pool = s->pool;
+	int own[3] = {pool_entry(pool), db_entry(pool->db), user_entry(pool->user)};
+	s->budget = (BudgetHold){.taken = true, .idx = {-1, -1, -1}};
+	for (int k = 0; k < 3; k++) {
+		if (moved && moved[k] >= 0 && moved[k] == own[k]) {
+			s->budget.idx[k] = own[k];
+			continue;
+		}
+		if (moved && moved[k] >= 0 && gb)
+			budget_give(gb, wk.id, moved[k]);
+		/* no limit: the connection exists; it was counted where it was made (another tree: both count it
+		   for the moment, never neither) */
+		if (own[k] >= 0 && budget_take(gb, wk.id, own[k], 0))
+			s->budget.idx[k] = own[k];
+	}
+}
+
+void pool_drop_moved_server_budget(const int moved[3])
+{
+	GlobalBudget *gb = gbudget();
+	if (!gb)
+		return;
+	for (int k = 0; k < 3; k++)
+		if (moved[k] >= 0)
+			budget_give(gb, wk.id, moved[k]);
+}
+
 /* Whether the pool has clients (or auth_query lookups) that wait for a server. */
 static bool pool_needs_server(const PgPool *pool)
 {

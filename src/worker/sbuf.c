@@ -357,6 +357,13 @@ void sbuf_accept(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_buf, ui
 	enable_read(sb);
 }
 
+void sbuf_attach(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_buf, uint32_t max_len, sbuf_cb_t cb,
+                 void *owner)
+{
+	sbuf_setup(sb, base, fd, pkt_buf, max_len, cb, owner);
+	enable_read(sb);
+}
+
 void sbuf_preload(SBuf *sb, const void *data, uint32_t len)
 {
 	pgb_assert(!sb->buf && sb->fd >= 0);

@@ -699,6 +699,14 @@ static __attribute__((noinline)) SBufAction handle_active_packet(PgSocket *s, co
 			pool->stats.server_bytes += hdr->len;
 			return txn_session_link_release(s, data, hdr->len) ? SB_CONSUMED : SB_FORWARD;
 		}
+		/*
+		 * Retiring (-R) or draining: a session-mode client between queries
+		 * may move with its server once this answer is sent (worker.c;
+		 * doc/workers.md, "Session-mode clients move too").
+		 */
+		if (!txn && c && st == 'I' && !s->session_syncs && !s->session_open &&
+		    (wk.handoff_fd >= 0 || wk.drain_fd >= 0))
+			wk.handoff_due = true;
 		break;
 	}
 	case 'S':

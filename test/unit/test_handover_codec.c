@@ -37,6 +37,8 @@ static const uint8_t request[] = {'Q', 0, 0, 0, 13, 'S', 'E', 'L', 'E', 'C', 'T'
 
 static HandoverVar full_vars[3];
 static HandoverStmt full_stmts[2];
+static HandoverVar server_vars[2];
+static const uint8_t server_key[] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0xaa, 0xbb};
 
 static void fill_full(HandoverClient *hc)
 {
@@ -89,6 +91,31 @@ static void fill_full(HandoverClient *hc)
 	hc->units_moved = true;
 	hc->units.entry[0] = 404;
 	hc->units.entry[1] = -1;
+	/* an idle session-mode client's server connection (format 4) */
+	HandoverServer *sv = &hc->server;
+	hc->has_server = true;
+	sv->id = UINT64_C(0x0a0b0c0d0e0f1011);
+	sv->pool_user = "pool_user_four";
+	struct sockaddr_in *pg = (struct sockaddr_in *)&sv->remote;
+	pg->sin_family = AF_INET;
+	pg->sin_port = htons(5432);
+	pg->sin_addr.s_addr = htonl(0x7f000005);
+	sv->connect_time = UINT64_C(1796472600000001);
+	sv->request_time = UINT64_C(1796472600000002);
+	sv->backend_pid = 31337;
+	sv->key = server_key;
+	sv->key_len = sizeof(server_key);
+	server_vars[0] = (HandoverVar){"client_encoding", "UTF8"};
+	server_vars[1] = (HandoverVar){"TimeZone", "Europe/Oslo"};
+	sv->vars = server_vars;
+	sv->nvars = 2;
+	sv->bytes_in = 123456;
+	sv->bytes_out = 654321;
+	sv->session_tail = 3;
+	sv->units_moved = true;
+	sv->units.entry[0] = 17;
+	sv->units.entry[1] = -1;
+	sv->units.entry[2] = 4095;
 }
 
 static void assert_str_eq(const char *a, const char *b)
@@ -150,6 +177,26 @@ static void assert_clients_equal(const HandoverClient *a, const HandoverClient *
 	assert_int_equal(a->units_moved, b->units_moved);
 	assert_int_equal(a->units.entry[0], b->units.entry[0]);
 	assert_int_equal(a->units.entry[1], b->units.entry[1]);
+	assert_int_equal(a->has_server, b->has_server);
+	const HandoverServer *x = &a->server, *y = &b->server;
+	assert_true(x->id == y->id);
+	assert_str_eq(x->pool_user, y->pool_user);
+	assert_memory_equal(&x->remote, &y->remote, sizeof(x->remote));
+	assert_true(x->connect_time == y->connect_time);
+	assert_true(x->request_time == y->request_time);
+	assert_int_equal(x->backend_pid, y->backend_pid);
+	assert_bytes_eq(x->key, x->key_len, y->key, y->key_len);
+	assert_int_equal(x->nvars, y->nvars);
+	for (uint32_t i = 0; i < x->nvars; i++) {
+		assert_str_eq(x->vars[i].name, y->vars[i].name);
+		assert_str_eq(x->vars[i].value, y->vars[i].value);
+	}
+	assert_true(x->bytes_in == y->bytes_in);
+	assert_true(x->bytes_out == y->bytes_out);
+	assert_int_equal(x->session_tail, y->session_tail);
+	assert_int_equal(x->units_moved, y->units_moved);
+	for (int k = 0; k < 3; k++)
+		assert_int_equal(x->units.entry[k], y->units.entry[k]);
 }
 
 /* The message of hc, in pb (initialized here). */
@@ -462,8 +509,8 @@ static void test_truncated_at_every_length(void **state)
 static void test_refused_headers(void **state)
 {
 	PktBuf pb;
-	minimal(&pb, 4);
-	assert_refused(&pb, "unknown state format 4");
+	minimal(&pb, CLIENT_STATE_VERSION + 1);
+	assert_refused(&pb, "unknown state format 5");
 	pktbuf_free(&pb);
 	minimal(&pb, 1);
 	assert_refused(&pb, "unknown state format 1");
