@@ -1,9 +1,12 @@
 """The built-in Prometheus endpoint (metrics_listen, doc/monitoring.md):
 /metrics parsed with prometheus_client's text parser, its values compared
-with the console's SHOW POOLS/STATS/LISTS/DATABASES for a known load on a
-2-worker pooler, plus the per-worker and scaler figures; and the limits that
-keep the master small whatever reaches the port (doc/monitoring.md "Limits")."""
+with the console's SHOW POOLS/STATS/LISTS/DATABASES/CLIENTS/VERSION for a
+known load on a 2-worker pooler, under pgbouncer_exporter's names (that the
+exporter itself emits the same families is test_exporter.py's), plus the
+per-worker and scaler figures; and the limits that keep the master small
+whatever reaches the port (doc/monitoring.md "Limits")."""
 
+import collections
 import os
 import re
 import signal
@@ -53,7 +56,7 @@ def rows(admin, sql):
 def metered(bouncer):
     mport = free_port()
     b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2, "pool_mode": "transaction",
-                               "metrics_listen": f"127.0.0.1:{mport}"})
+                               "reserve_pool_size": 3, "metrics_listen": f"127.0.0.1:{mport}"})
     two_workers(b)
     return b, mport
 
@@ -77,7 +80,7 @@ def test_metrics_match_the_console(metered, pg):
     for c in busy:
         c.execute("BEGIN")
         c.execute("SELECT 1")
-    idle = [b.connect(autocommit=True) for _ in range(2)]
+    idle = [b.connect(autocommit=True, application_name='report "daily"') for _ in range(2)]
     for c in idle:
         for _ in range(5):
             c.execute("SELECT 1")
@@ -88,10 +91,16 @@ def test_metrics_match_the_console(metered, pg):
     stats = {r["database"]: r for r in rows(admin, "SHOW STATS")}
     lists = {r["list"]: r["items"] for r in rows(admin, "SHOW LISTS")}
     dbs = {r["name"]: r for r in rows(admin, "SHOW DATABASES")}
+    clients = collections.Counter((r["database"], r["user"], r["application_name"] or "", r["state"])
+                                  for r in rows(admin, "SHOW CLIENTS"))
+    version = rows(admin, "SHOW VERSION")[0]["version"]
     again, _, _ = scrape(mport)
 
     assert value(samples, "pgbouncer_up") == 1
-    assert value(samples, "pgbouncer_version_info", version=text.split('version="')[1].split('"')[0]) == 1
+    assert value(samples, "pgbouncer_version_info", version=version) == 1
+    build = [dict(lb) for n, lb in samples if n == "pgbouncer_build_info"]
+    assert len(build) == 1 and f"PgBouncer {build[0]['version']}" == version, build
+    assert build[0]["libevent"] and build[0]["c_ares"] and build[0]["openssl"].startswith("OpenSSL"), build
 
     p = pools[("postgres", "postgres")]
     assert p["cl_active"] == 5 and p["sv_active"] == 3  # the load is what we think it is
@@ -107,24 +116,42 @@ def test_metrics_match_the_console(metered, pg):
                                ("total_query_count", "queries_pooled", 1),
                                ("total_received", "received_bytes", 1), ("total_sent", "sent_bytes", 1),
                                ("total_query_time", "queries_duration_seconds", 1e-6),
-                               ("total_wait_time", "client_wait_seconds", 1e-6)]:
-        # the counter family is reported without its _total suffix by the parser
-        assert types[f"pgbouncer_stats_{metric}"] == "counter"
-        got = value(samples, f"pgbouncer_stats_{metric}_total", database="postgres")
-        got2 = value(again, f"pgbouncer_stats_{metric}_total", database="postgres")
-        want = float(s[col]) * scale
-        assert got - 1e-9 <= want <= got2 + 1e-9, (col, got, want, got2)
+                               ("total_wait_time", "client_wait_seconds", 1e-6),
+                               ("total_server_assignment_count", "server_assignments", 1)]:
+        # the exporter's name, and the earlier one this endpoint keeps
+        for family in (f"pgbouncer_stats_totals_{metric}", f"pgbouncer_stats_{metric}"):
+            # the counter family is reported without its _total suffix by the parser
+            assert types[family] == "counter"
+            got = value(samples, f"{family}_total", database="postgres")
+            got2 = value(again, f"{family}_total", database="postgres")
+            want = float(s[col]) * scale
+            assert got - 1e-9 <= want <= got2 + 1e-9, (family, got, want, got2)
 
-    for name in ("databases", "users", "pools", "used_clients", "used_servers", "free_clients", "free_servers"):
-        assert value(samples, f"pgbouncer_lists_{name}") == lists[name], name
+    for name in ("databases", "users", "pools", "used_clients", "used_servers", "free_clients", "free_servers",
+                 "login_clients"):
+        assert value(samples, f"pgbouncer_{name}") == lists[name], name
+        assert types[f"pgbouncer_{name}"] == "gauge"
+    assert value(samples, "pgbouncer_cached_dns_names") == lists["dns_names"]
+    assert value(samples, "pgbouncer_in_flight_dns_queries") == lists["dns_queries"]
     # SHOW LISTS counts each object once with 2 workers (one pooler, doc/monitoring.md)
-    assert value(samples, "pgbouncer_lists_databases") == len(dbs)
+    assert value(samples, "pgbouncer_databases") == len(dbs)
+    # renamed to the exporter's names (doc/monitoring.md, "Metric names")
+    assert not [k for k in samples if k[0].startswith("pgbouncer_lists_")]
+    assert not [k for k in samples if k[0] == "pgbouncer_databases_reserve_pool_size"]
+
+    # one sample per database, user, application_name and state, counting SHOW CLIENTS' rows
+    assert clients[("postgres", "postgres", "", "active")] == 3
+    assert clients[("postgres", "postgres", 'report "daily"', "idle")] == 2
+    got = {tuple(dict(lb)[k] for k in ("database", "user", "application_name", "state")): v
+           for (n, lb), v in samples.items() if n == "pgbouncer_client_connections"}
+    assert got == clients and types["pgbouncer_client_connections"] == "gauge"
 
     d = dbs["postgres"]
     labels = dict(name="postgres", host=d["host"] or "", port=str(d["port"]), database=d["database"],
                   force_user=d["force_user"] or "", pool_mode=d["pool_mode"] or "")
     assert value(samples, "pgbouncer_databases_current_connections", **labels) == d["current_connections"]
     assert value(samples, "pgbouncer_databases_pool_size", **labels) == d["pool_size"]
+    assert value(samples, "pgbouncer_databases_reserve_pool", **labels) == d["reserve_pool_size"] == 3
 
     # the scrape's own console login is nobody's client
     assert value(samples, "pgbouncer_pools_client_active_connections", database="pgbouncer",
@@ -236,7 +263,7 @@ def test_metrics_use_the_next_worker_when_a_private_socket_is_gone(metered):
     sock.unlink()
     samples, _, _ = scrape(mport)
     assert value(samples, "pgbouncer_up") == 1
-    assert value(samples, "pgbouncer_lists_databases") == 2
+    assert value(samples, "pgbouncer_databases") == 2
 
 
 # ---- limits (doc/monitoring.md "Limits") ----

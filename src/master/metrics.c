@@ -3,10 +3,11 @@
  * serves it: it owns the shared memory with the per-worker and scaler
  * figures, and it outlives any worker. For the pooler's objects it logs in
  * to one live worker's private socket as the console user, as the workers'
- * own fan-out does, and asks SHOW LISTS, POOLS, STATS and DATABASES; that
- * worker merges every worker's answer, so the figures are the pooler's.
- * The metric names are pgbouncer_exporter's, so its dashboards and alerts
- * work unchanged; pgbouncer_worker_* and pgbouncer_scaler_* are ours.
+ * own fan-out does, and asks SHOW LISTS, POOLS, STATS, DATABASES and
+ * CLIENTS; that worker merges every worker's answer, so the figures are the
+ * pooler's. Every family pgbouncer_exporter emits is here with its name, type
+ * and labels, so its dashboards and alerts work unchanged; the families it
+ * does not have are listed in doc/monitoring.md, "Metric names".
  * The HTTP side is bounded in connections, bytes and time, since anyone who
  * reaches the port may use it (doc/monitoring.md, "Limits").
  */
@@ -28,6 +29,8 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <ares.h>
+#include <openssl/crypto.h>
 
 #include "common/log.h"
 #include "common/pktbuf.h"
@@ -43,15 +46,23 @@
 #define LOG_INTERVAL_SEC    10   /* a bound that is hit: one line at once, then a count per interval */
 #define ACCEPT_PAUSE_SEC    1    /* after accept() failed for want of descriptors or memory */
 
-enum { Q_LISTS, Q_POOLS, Q_STATS, Q_DATABASES, N_QUERIES };
-static const char *const queries[N_QUERIES] = {"SHOW LISTS", "SHOW POOLS", "SHOW STATS", "SHOW DATABASES"};
+enum { Q_LISTS, Q_POOLS, Q_STATS, Q_DATABASES, Q_CLIENTS, N_QUERIES };
+static const char *const queries[N_QUERIES] = {"SHOW LISTS", "SHOW POOLS", "SHOW STATS", "SHOW DATABASES",
+                                               "SHOW CLIENTS"};
 
-/* One SHOW's answer: column names and text values (NULL = SQL NULL). */
+/* The labels of pgbouncer_client_connections: the only columns of SHOW CLIENTS a scrape keeps. */
+static const char *const client_labels[] = {"database", "user", "application_name", "state"};
+#define N_CLIENT_LABELS 4
+
+/* One SHOW's answer: column names and text values (NULL = SQL NULL, or a column not kept). */
 typedef struct Table {
 	bool ok; /* complete and without error */
 	bool failed;
 	int ncols;
 	char **cols;
+	const char *const *keep; /* the columns whose values are kept, NULL for all */
+	int n_keep;
+	bool *dropped; /* per column: its values are not kept (NULL when all are) */
 	char ***rows;
 	int n_rows, cap_rows;
 } Table;
@@ -136,6 +147,7 @@ static void table_free(Table *t)
 	for (int c = 0; c < t->ncols; c++)
 		free(t->cols[c]);
 	free(t->cols);
+	free(t->dropped);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -178,6 +190,15 @@ static bool parse_rowdesc(Table *t, const uint8_t *p, uint32_t len)
 		t->ncols = c + 1;
 		off = (uint32_t)(nul - p) + 1 + 18;
 	}
+	if (t->keep) {
+		t->dropped = xcalloc((size_t)n + 1, sizeof(bool));
+		for (int c = 0; c < n; c++) {
+			t->dropped[c] = true;
+			for (int k = 0; k < t->n_keep; k++)
+				if (strcmp(t->cols[c], t->keep[k]) == 0)
+					t->dropped[c] = false;
+		}
+	}
 	return true;
 }
 
@@ -201,6 +222,10 @@ static bool parse_datarow(Table *t, const uint8_t *p, uint32_t len)
 			continue;
 		if (vlen > len - off)
 			return false;
+		if (t->dropped && t->dropped[c]) {
+			off += vlen;
+			continue;
+		}
 		row[c] = xmalloc(vlen + 1);
 		memcpy(row[c], p + off, vlen);
 		row[c][vlen] = '\0';
@@ -393,15 +418,16 @@ static void put_value(struct evbuffer *o, double v)
 /* One numeric column of a SHOW as a metric, one sample per row. */
 typedef struct ColMetric {
 	const char *col;  /* column name */
-	const char *name; /* metric name */
+	const char *name; /* metric name after put_table()'s prefix */
 	const char *type; /* "gauge" or "counter" */
 	double scale;     /* 1e-6 for microseconds to seconds */
 	const char *help;
 	const char *col_us; /* a microseconds column added to this one (maxwait_us) */
 } ColMetric;
 
-static void put_table(struct evbuffer *o, const Table *t, const char *const *labels, int n_labels, const ColMetric *cm,
-                      int n_cm)
+/* A family per entry of `cm`, named `prefix` + its name, a sample per row labelled with the columns `labels`. */
+static void put_table(struct evbuffer *o, const Table *t, const char *prefix, const char *const *labels, int n_labels,
+                      const ColMetric *cm, int n_cm)
 {
 	int lc[8];
 	for (int k = 0; k < n_labels && k < 8; k++)
@@ -411,12 +437,14 @@ static void put_table(struct evbuffer *o, const Table *t, const char *const *lab
 		int cu = cm[i].col_us ? table_col(t, cm[i].col_us) : -1;
 		if (c < 0)
 			continue;
-		put_head(o, cm[i].name, cm[i].type, cm[i].help);
+		char name[128];
+		snprintf(name, sizeof(name), "%s%s", prefix, cm[i].name);
+		put_head(o, name, cm[i].type, cm[i].help);
 		for (int r = 0; r < t->n_rows; r++) {
 			char **row = t->rows[r];
 			if (!row[c])
 				continue;
-			evbuffer_add_printf(o, "%s{", cm[i].name);
+			evbuffer_add_printf(o, "%s{", name);
 			for (int k = 0; k < n_labels; k++) {
 				evbuffer_add_printf(o, "%s%s=\"", k ? "," : "", labels[k]);
 				if (lc[k] >= 0 && row[lc[k]])
@@ -433,84 +461,94 @@ static void put_table(struct evbuffer *o, const Table *t, const char *const *lab
 }
 
 static const ColMetric pool_metrics[] = {
-    {"cl_active", "pgbouncer_pools_client_active_connections", "gauge", 1,
-     "Client connections linked to a server connection and able to process queries"},
-    {"cl_waiting", "pgbouncer_pools_client_waiting_connections", "gauge", 1,
-     "Client connections waiting on a server connection"},
-    {"cl_active_cancel_req", "pgbouncer_pools_client_active_cancel_connections", "gauge", 1,
-     "Client connections that have forwarded query cancellations to the server"},
-    {"cl_waiting_cancel_req", "pgbouncer_pools_client_waiting_cancel_connections", "gauge", 1,
-     "Client connections that have not forwarded query cancellations to the server yet"},
-    {"sv_active", "pgbouncer_pools_server_active_connections", "gauge", 1,
-     "Server connections linked to a client connection"},
-    {"sv_active_cancel", "pgbouncer_pools_server_active_cancel_connections", "gauge", 1,
-     "Server connections currently forwarding a cancel request"},
-    {"sv_being_canceled", "pgbouncer_pools_server_being_canceled_connections", "gauge", 1,
-     "Server connections whose queries are being cancelled"},
-    {"sv_idle", "pgbouncer_pools_server_idle_connections", "gauge", 1,
-     "Server connections idle and ready for a client query"},
-    {"sv_used", "pgbouncer_pools_server_used_connections", "gauge", 1,
-     "Server connections idle for longer than server_check_delay"},
-    {"sv_tested", "pgbouncer_pools_server_testing_connections", "gauge", 1,
-     "Server connections running server_reset_query or server_check_query"},
-    {"sv_login", "pgbouncer_pools_server_login_connections", "gauge", 1, "Server connections currently logging in"},
-    {"maxwait", "pgbouncer_pools_client_maxwait_seconds", "gauge", 1,
-     "Age of the oldest unserved client connection, in seconds", "maxwait_us"},
+    {"cl_active", "client_active_connections", "gauge", 1,
+     "Clients of the pool that hold a server or are idle (SHOW POOLS cl_active)"},
+    {"cl_waiting", "client_waiting_connections", "gauge", 1,
+     "Clients of the pool with a query that waits for a server (SHOW POOLS cl_waiting)"},
+    {"cl_active_cancel_req", "client_active_cancel_connections", "gauge", 1,
+     "Cancel requests of the pool passed on to PostgreSQL and not answered yet (SHOW POOLS cl_active_cancel_req)"},
+    {"cl_waiting_cancel_req", "client_waiting_cancel_connections", "gauge", 1,
+     "Cancel requests of the pool waiting to be passed on (SHOW POOLS cl_waiting_cancel_req)"},
+    {"sv_active", "server_active_connections", "gauge", 1,
+     "Server connections of the pool that serve a client (SHOW POOLS sv_active)"},
+    {"sv_active_cancel", "server_active_cancel_connections", "gauge", 1,
+     "Server connections of the pool that carry a cancel request (SHOW POOLS sv_active_cancel)"},
+    {"sv_being_canceled", "server_being_canceled_connections", "gauge", 1,
+     "Server connections of the pool kept until the cancel requests aimed at them are done (SHOW POOLS "
+     "sv_being_canceled)"},
+    {"sv_idle", "server_idle_connections", "gauge", 1,
+     "Server connections of the pool free for the next client (SHOW POOLS sv_idle)"},
+    {"sv_used", "server_used_connections", "gauge", 1,
+     "Server connections of the pool free but due for server_check_query (SHOW POOLS sv_used)"},
+    {"sv_tested", "server_testing_connections", "gauge", 1,
+     "Server connections of the pool running server_reset_query or server_check_query (SHOW POOLS sv_tested)"},
+    {"sv_login", "server_login_connections", "gauge", 1,
+     "Server connections of the pool still logging in to PostgreSQL (SHOW POOLS sv_login)"},
+    {"maxwait", "client_maxwait_seconds", "gauge", 1,
+     "How long the pool's longest-waiting client has waited, in seconds (SHOW POOLS maxwait, maxwait_us)",
+     "maxwait_us"},
 };
 
+/* SHOW STATS totals; put twice, as pgbouncer_stats_totals_* and under their earlier names pgbouncer_stats_*. */
 static const ColMetric stats_metrics[] = {
-    {"total_server_assignment_count", "pgbouncer_stats_server_assignments_total", "counter", 1,
-     "Total number of times a server was assigned to a client"},
-    {"total_xact_count", "pgbouncer_stats_sql_transactions_pooled_total", "counter", 1,
-     "Total number of SQL transactions pooled"},
-    {"total_query_count", "pgbouncer_stats_queries_pooled_total", "counter", 1, "Total number of SQL queries pooled"},
-    {"total_received", "pgbouncer_stats_received_bytes_total", "counter", 1,
-     "Total volume in bytes of network traffic received by pgbouncer"},
-    {"total_sent", "pgbouncer_stats_sent_bytes_total", "counter", 1,
-     "Total volume in bytes of network traffic sent by pgbouncer"},
-    {"total_xact_time", "pgbouncer_stats_server_in_transaction_seconds_total", "counter", 1e-6,
-     "Total seconds spent by pgbouncer connected to PostgreSQL in a transaction"},
-    {"total_query_time", "pgbouncer_stats_queries_duration_seconds_total", "counter", 1e-6,
-     "Total seconds spent by pgbouncer actively connected to PostgreSQL, executing queries"},
-    {"total_wait_time", "pgbouncer_stats_client_wait_seconds_total", "counter", 1e-6,
-     "Total seconds clients spent waiting for a server"},
-    {"total_client_parse_count", "pgbouncer_stats_client_parses_total", "counter", 1,
-     "Total number of prepared statements created by clients"},
-    {"total_server_parse_count", "pgbouncer_stats_server_parses_total", "counter", 1,
-     "Total number of prepared statements created on a server"},
-    {"total_bind_count", "pgbouncer_stats_binds_total", "counter", 1, "Total number of prepared statements readied"},
+    {"total_server_assignment_count", "server_assignments_total", "counter", 1,
+     "Times a server was assigned to a client of the database (SHOW STATS total_server_assignment_count)"},
+    {"total_xact_count", "sql_transactions_pooled_total", "counter", 1,
+     "Transactions of the database run through the pooler (SHOW STATS total_xact_count)"},
+    {"total_query_count", "queries_pooled_total", "counter", 1,
+     "Queries of the database run through the pooler (SHOW STATS total_query_count)"},
+    {"total_received", "received_bytes_total", "counter", 1,
+     "Bytes the pooler received from the database's clients (SHOW STATS total_received)"},
+    {"total_sent", "sent_bytes_total", "counter", 1,
+     "Bytes the pooler sent to the database's clients (SHOW STATS total_sent)"},
+    {"total_xact_time", "server_in_transaction_seconds_total", "counter", 1e-6,
+     "Seconds the database's server connections spent in a transaction (SHOW STATS total_xact_time)"},
+    {"total_query_time", "queries_duration_seconds_total", "counter", 1e-6,
+     "Seconds the database's server connections spent running queries (SHOW STATS total_query_time)"},
+    {"total_wait_time", "client_wait_seconds_total", "counter", 1e-6,
+     "Seconds the database's clients waited for a server (SHOW STATS total_wait_time)"},
+    {"total_client_parse_count", "client_parses_total", "counter", 1,
+     "Parse messages for named prepared statements from the database's clients (SHOW STATS "
+     "total_client_parse_count)"},
+    {"total_server_parse_count", "server_parses_total", "counter", 1,
+     "Parse messages the pooler sent to the database's servers (SHOW STATS total_server_parse_count)"},
+    {"total_bind_count", "binds_total", "counter", 1,
+     "Bind messages for prepared statements from the database's clients (SHOW STATS total_bind_count)"},
 };
 
 static const ColMetric database_metrics[] = {
-    {"pool_size", "pgbouncer_databases_pool_size", "gauge", 1, "Maximum number of server connections"},
-    {"min_pool_size", "pgbouncer_databases_min_pool_size", "gauge", 1, "Minimum number of server connections"},
-    {"reserve_pool_size", "pgbouncer_databases_reserve_pool_size", "gauge", 1,
-     "Maximum number of additional connections for this database"},
-    {"max_connections", "pgbouncer_databases_max_connections", "gauge", 1,
-     "Maximum number of allowed connections for this database"},
-    {"current_connections", "pgbouncer_databases_current_connections", "gauge", 1,
-     "Current number of connections for this database"},
-    {"max_client_connections", "pgbouncer_databases_max_client_connections", "gauge", 1,
-     "Maximum number of allowed client connections for this database"},
-    {"current_client_connections", "pgbouncer_databases_current_client_connections", "gauge", 1,
-     "Current number of client connections for this database"},
-    {"paused", "pgbouncer_databases_paused", "gauge", 1, "1 if this database is currently paused, else 0"},
-    {"disabled", "pgbouncer_databases_disabled", "gauge", 1, "1 if this database is currently disabled, else 0"},
+    {"pool_size", "pool_size", "gauge", 1,
+     "Server connections a pool of the database may open (SHOW DATABASES pool_size)"},
+    {"min_pool_size", "min_pool_size", "gauge", 1,
+     "Server connections kept open per pool of the database (SHOW DATABASES min_pool_size)"},
+    {"reserve_pool_size", "reserve_pool", "gauge", 1,
+     "Extra server connections a pool of the database may open when clients wait (SHOW DATABASES "
+     "reserve_pool_size)"},
+    {"max_connections", "max_connections", "gauge", 1,
+     "Most server connections the database may have, 0 for no limit (SHOW DATABASES max_connections)"},
+    {"current_connections", "current_connections", "gauge", 1,
+     "Server connections the database has (SHOW DATABASES current_connections)"},
+    {"max_client_connections", "max_client_connections", "gauge", 1,
+     "Most clients the database may have, 0 for no limit (SHOW DATABASES max_client_connections)"},
+    {"current_client_connections", "current_client_connections", "gauge", 1,
+     "Clients the database has (SHOW DATABASES current_client_connections)"},
+    {"paused", "paused", "gauge", 1, "1 while the database is paused (SHOW DATABASES paused)"},
+    {"disabled", "disabled", "gauge", 1, "1 while the database is disabled (SHOW DATABASES disabled)"},
 };
 
-/* SHOW LISTS rows: (list name, metric suffix, help). */
+/* SHOW LISTS rows: (list name, metric name, help). */
 static const char *const list_metrics[][3] = {
-    {"databases", "databases", "Count of databases"},
-    {"users", "users", "Count of users"},
-    {"pools", "pools", "Count of pools"},
-    {"free_clients", "free_clients", "Count of free clients"},
-    {"used_clients", "used_clients", "Count of used clients"},
-    {"login_clients", "login_clients", "Count of clients in login state"},
-    {"free_servers", "free_servers", "Count of free servers"},
-    {"used_servers", "used_servers", "Count of used servers"},
-    {"dns_names", "cached_dns_names", "Count of DNS names in the cache"},
-    {"dns_zones", "cached_dns_zones", "Count of DNS zones in the cache"},
-    {"dns_queries", "in_flight_dns_queries", "Count of in-flight DNS queries"},
+    {"databases", "pgbouncer_databases", "Databases the pooler knows (SHOW LISTS databases)"},
+    {"users", "pgbouncer_users", "Users the pooler knows (SHOW LISTS users)"},
+    {"pools", "pgbouncer_pools", "Pools, one per database and user in use (SHOW LISTS pools)"},
+    {"free_clients", "pgbouncer_free_clients", "Client slots allocated and unused (SHOW LISTS free_clients)"},
+    {"used_clients", "pgbouncer_used_clients", "Client connections (SHOW LISTS used_clients)"},
+    {"login_clients", "pgbouncer_login_clients", "Clients still logging in (SHOW LISTS login_clients)"},
+    {"free_servers", "pgbouncer_free_servers", "Server slots allocated and unused (SHOW LISTS free_servers)"},
+    {"used_servers", "pgbouncer_used_servers", "Server connections (SHOW LISTS used_servers)"},
+    {"dns_names", "pgbouncer_cached_dns_names", "Host names in the DNS cache (SHOW LISTS dns_names)"},
+    {"dns_zones", "pgbouncer_cached_dns_zones", "DNS zones watched for changes (SHOW LISTS dns_zones)"},
+    {"dns_queries", "pgbouncer_in_flight_dns_queries", "DNS lookups under way (SHOW LISTS dns_queries)"},
 };
 
 static void put_lists(struct evbuffer *o, const Table *t)
@@ -523,12 +561,55 @@ static void put_lists(struct evbuffer *o, const Table *t)
 			char **row = t->rows[r];
 			if (!row[cl] || !row[ci] || strcmp(row[cl], list_metrics[i][0]) != 0)
 				continue;
-			char name[96];
-			snprintf(name, sizeof(name), "pgbouncer_lists_%s", list_metrics[i][1]);
-			put_head(o, name, "gauge", list_metrics[i][2]);
-			evbuffer_add_printf(o, "%s", name);
+			put_head(o, list_metrics[i][1], "gauge", list_metrics[i][2]);
+			evbuffer_add_printf(o, "%s", list_metrics[i][1]);
 			put_value(o, strtod(row[ci], NULL));
 		}
+}
+
+/* A client's values of client_labels, "" for NULL. */
+typedef struct ClientKey {
+	const char *v[N_CLIENT_LABELS];
+} ClientKey;
+
+static int client_key_cmp(const void *a, const void *b)
+{
+	const ClientKey *x = a, *y = b;
+	for (int k = 0; k < N_CLIENT_LABELS; k++) {
+		int d = strcmp(x->v[k], y->v[k]);
+		if (d)
+			return d;
+	}
+	return 0;
+}
+
+/* SHOW CLIENTS counted by database, user, application_name and state: one sample per group. */
+static void put_clients(struct evbuffer *o, const Table *t)
+{
+	int lc[N_CLIENT_LABELS];
+	for (int k = 0; k < N_CLIENT_LABELS; k++)
+		if ((lc[k] = table_col(t, client_labels[k])) < 0)
+			return;
+	ClientKey *keys = xcalloc((size_t)t->n_rows + 1, sizeof(*keys));
+	for (int r = 0; r < t->n_rows; r++)
+		for (int k = 0; k < N_CLIENT_LABELS; k++)
+			keys[r].v[k] = t->rows[r][lc[k]] ? t->rows[r][lc[k]] : "";
+	qsort(keys, (size_t)t->n_rows, sizeof(*keys), client_key_cmp);
+	put_head(o, "pgbouncer_client_connections", "gauge",
+	         "Client connections by database, user, application_name and state (SHOW CLIENTS)");
+	for (int r = 0, n; r < t->n_rows; r += n) {
+		for (n = 1; r + n < t->n_rows && client_key_cmp(&keys[r], &keys[r + n]) == 0; n++)
+			;
+		evbuffer_add(o, "pgbouncer_client_connections{", strlen("pgbouncer_client_connections{"));
+		for (int k = 0; k < N_CLIENT_LABELS; k++) {
+			evbuffer_add_printf(o, "%s%s=\"", k ? "," : "", client_labels[k]);
+			put_escaped(o, keys[r].v[k]);
+			evbuffer_add(o, "\"", 1);
+		}
+		evbuffer_add(o, "}", 1);
+		put_value(o, n);
+	}
+	free(keys);
 }
 
 /* Per-worker figures, straight from shared memory. */
@@ -708,8 +789,19 @@ static void render(const Scrape *s, struct evbuffer *o)
 	put_head(o, "pgbouncer_up", "gauge", "1 if the console answered every query of this scrape");
 	evbuffer_add_printf(o, "pgbouncer_up");
 	put_value(o, up ? 1 : 0);
-	put_head(o, "pgbouncer_version_info", "gauge", "The pooler's version");
-	evbuffer_add_printf(o, "pgbouncer_version_info{version=\"%s\"}", PACKAGE_VERSION);
+	/* the label is SHOW VERSION's text, as a scrape through the console shows it */
+	put_head(o, "pgbouncer_version_info", "gauge", "1, with the pooler's SHOW VERSION");
+	evbuffer_add_printf(o, "pgbouncer_version_info{version=\"PgBouncer %s\"}", PACKAGE_VERSION);
+	put_value(o, 1);
+	put_head(o, "pgbouncer_build_info", "gauge",
+	         "1, with this pooler's version and the versions of the libraries it runs with");
+	evbuffer_add_printf(o, "pgbouncer_build_info{version=\"%s\",libevent=\"", PACKAGE_VERSION);
+	put_escaped(o, event_get_version());
+	evbuffer_add_printf(o, "\",c_ares=\"");
+	put_escaped(o, ares_version(NULL));
+	evbuffer_add_printf(o, "\",openssl=\"");
+	put_escaped(o, OpenSSL_version(OPENSSL_VERSION));
+	evbuffer_add_printf(o, "\"}");
 	put_value(o, 1);
 	put_head(o, "pgbouncer_config_max_client_connections", "gauge", "max_client_conn");
 	evbuffer_add_printf(o, "pgbouncer_config_max_client_connections");
@@ -724,14 +816,19 @@ static void render(const Scrape *s, struct evbuffer *o)
 	if (s->t[Q_LISTS].ok)
 		put_lists(o, &s->t[Q_LISTS]);
 	if (s->t[Q_POOLS].ok)
-		put_table(o, &s->t[Q_POOLS], pool_labels, 2, pool_metrics,
+		put_table(o, &s->t[Q_POOLS], "pgbouncer_pools_", pool_labels, 2, pool_metrics,
 		          sizeof(pool_metrics) / sizeof(pool_metrics[0]));
-	if (s->t[Q_STATS].ok)
-		put_table(o, &s->t[Q_STATS], db_labels, 1, stats_metrics,
+	if (s->t[Q_STATS].ok) {
+		put_table(o, &s->t[Q_STATS], "pgbouncer_stats_totals_", db_labels, 1, stats_metrics,
 		          sizeof(stats_metrics) / sizeof(stats_metrics[0]));
+		put_table(o, &s->t[Q_STATS], "pgbouncer_stats_", db_labels, 1, stats_metrics,
+		          sizeof(stats_metrics) / sizeof(stats_metrics[0]));
+	}
 	if (s->t[Q_DATABASES].ok)
-		put_table(o, &s->t[Q_DATABASES], dbs_labels, 6, database_metrics,
+		put_table(o, &s->t[Q_DATABASES], "pgbouncer_databases_", dbs_labels, 6, database_metrics,
 		          sizeof(database_metrics) / sizeof(database_metrics[0]));
+	if (s->t[Q_CLIENTS].ok)
+		put_clients(o, &s->t[Q_CLIENTS]);
 	put_workers(o);
 	put_scaler(o);
 }
@@ -902,6 +999,8 @@ static void scrape_start(Conn *c)
 	s->conn = c;
 	s->worker = -1;
 	s->q = -1;
+	s->t[Q_CLIENTS].keep = client_labels; /* a row per client: only what the metric counts by */
+	s->t[Q_CLIENTS].n_keep = N_CLIENT_LABELS;
 	s->next = m.scrapes;
 	m.scrapes = s;
 	c->scrape = s;
