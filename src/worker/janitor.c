@@ -14,6 +14,7 @@
 #include "common/util.h"
 #include "worker/admin.h"
 #include "worker/auth_query.h"
+#include "worker/auth_threads.h"
 #include "worker/cancel.h"
 #include "worker/janitor.h"
 #include "worker/objects.h"
@@ -245,9 +246,10 @@ static void check_login_clients(void)
 		PgSocket *c = container_of(i, PgSocket, node);
 		if (wk.cf.g.client_login_timeout > 0 && wk.now - c->connect_time > wk.cf.g.client_login_timeout)
 			disconnect_client(c, true, "client_login_timeout");
-		else if (c->pam_req && client_hung_up(c))
-			/* not read while PAM checks its password: its hang-up is seen here */
-			disconnect_client(c, false, "client disconnected during PAM authentication");
+		else if (auth_job_running(c) && client_hung_up(c))
+			/* not read while its password is checked: its hang-up is seen here */
+			disconnect_client(c, false, "client disconnected during %s authentication",
+			                  c->auth_job->pool->name);
 	}
 }
 
