@@ -279,7 +279,11 @@ static void test_param_table_matches_spec(void **state)
 static void test_param_flags(void **state)
 {
 	(void)state;
-	const char *unimpl[] = {"auth_ldap_options", "dns_zone_check_period", "job_name", "service_name"};
+	const char *unimpl[] = {
+#ifndef HAVE_LDAP
+	    "auth_ldap_options",
+#endif
+	    "dns_zone_check_period", "job_name", "service_name"};
 	int n_unimpl = 0;
 
 	for (const CfParam *p = cf_params; p->name; p++) {
@@ -293,7 +297,7 @@ static void test_param_flags(void **state)
 		if (p->type == CF_ENUM)
 			assert_non_null(p->enums);
 	}
-	assert_int_equal(n_unimpl, 4);
+	assert_int_equal(n_unimpl, (int)(sizeof(unimpl) / sizeof(unimpl[0])));
 	assert_null(config_find_param("Listen_Port"));
 	assert_null(config_find_param("nosuch"));
 }
@@ -492,7 +496,7 @@ static void test_real_and_enum_syntax(void **state)
 	set_invalid(&cf, "pool_mode", "bogus");
 	set_invalid(&cf, "pool_mode", "");
 	set_invalid(&cf, "auth_type", "password");
-	/* known to PgBouncer, but only in builds with LDAP or PAM (this one may have PAM) */
+	/* known to PgBouncer, but only in builds with LDAP or PAM */
 	char e[CF_ERRMSG_LEN];
 	assert_false(config_set(&cf, "auth_type", "LDAP", e, sizeof(e)));
 	assert_string_equal(e, "auth_type \"ldap\" is not supported by this build");
@@ -1329,6 +1333,37 @@ static void test_list_contains(void **state)
 	assert_false(config_list_contains("a,b", ""));
 }
 
+#ifdef HAVE_LDAP
+/*
+ * auth_ldap_options is read when it is set, so that a mistake is refused
+ * with its line, naming the word; auth_type = ldap needs it (doc/ldap.md).
+ */
+static void test_ldap_options_setting(void **state)
+{
+	(void)state;
+	Config cf;
+	load_ok(&cf, "[pgbouncer]\n"
+	             "auth_ldap_options = ldapserver=\"h1 h2\" ldapprefix=\"uid=\" ldapsuffix=\",dc=x\"\n");
+	config_free(&cf);
+	expect_load_error("[pgbouncer]\nauth_ldap_options = ldapserver=h ldapprefix=uid= ldapfoo=1\n",
+	                  "2: invalid auth_ldap_options: unrecognized LDAP option \"ldapfoo\"");
+	expect_load_error("[pgbouncer]\nauth_ldap_options = ldapserver=h ldapprefix=uid= ldapbasedn=dc=x\n",
+	                  "2: invalid auth_ldap_options: ldapbasedn cannot be used with ldapprefix or ldapsuffix: "
+	                  "search+bind and simple bind do not mix");
+	expect_load_error("[pgbouncer]\nauth_ldap_options = ldapserver=h ldapprefix=\"uid=\n",
+	                  "2: invalid auth_ldap_options: unterminated quoted string");
+	/* SET keeps the old value on a mistake */
+	config_init(&cf);
+	char e[CF_ERRMSG_LEN];
+	set_ok(&cf, "auth_ldap_options", "ldapserver=h ldapbasedn=dc=x");
+	assert_false(
+	    config_set_checked(&cf, "auth_ldap_options", "ldapserver=h ldapbasedn=dc=x ldaptls=yes", e, sizeof(e)));
+	assert_string_equal(e, "invalid auth_ldap_options: invalid ldaptls \"yes\": must be 1 or 0");
+	assert_string_equal(cf.g.auth_ldap_options, "ldapserver=h ldapbasedn=dc=x");
+	config_free(&cf);
+}
+#endif
+
 /* Unimplemented parameters are accepted; a non-default value logs a warning. */
 static void test_unimplemented_warns(void **state)
 {
@@ -1424,6 +1459,9 @@ int main(void)
 	    cmocka_unit_test(test_list_contains),
 	    cmocka_unit_test(test_unimplemented_warns),
 	    cmocka_unit_test(test_param_kinds),
+#ifdef HAVE_LDAP
+	    cmocka_unit_test(test_ldap_options_setting),
+#endif
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
