@@ -694,11 +694,13 @@ bool config_set(Config *cf, const char *name, const char *value, char *errbuf, s
 		          value ? value : "(null)", name, kind, range);
 		return false;
 	}
-	/* PgBouncer knows these words only when built with LDAP or PAM; no login checks LDAP yet */
-	if (p->offset == offsetof(CfGlobals, auth_type) && (v.i == AUTH_LDAP || (v.i == AUTH_PAM && !HAS_PAM))) {
+	/* PgBouncer knows these words only when built with LDAP or PAM */
+	if (p->offset == offsetof(CfGlobals, auth_type) &&
+	    ((v.i == AUTH_LDAP && !HAS_LDAP) || (v.i == AUTH_PAM && !HAS_PAM))) {
 		set_error(errbuf, errlen, "auth_type \"%s\" is not supported by this build%s",
 		          config_enum_name(cf_auth_types, v.i),
-		          v.i == AUTH_PAM ? " (built without libpam: configure --with-pam)" : "");
+		          v.i == AUTH_PAM ? " (built without libpam: configure --with-pam)"
+		                          : " (built without libldap: configure --with-ldap)");
 		return false;
 	}
 #ifdef HAVE_LDAP
@@ -1463,6 +1465,10 @@ bool config_validate(const Config *cf, char *errbuf, size_t errlen)
 	}
 	if (!worker_bounds_check(g, errbuf, errlen))
 		return false;
+	if (g->auth_type == AUTH_LDAP && (!g->auth_ldap_options || !*g->auth_ldap_options)) {
+		set_error(errbuf, errlen, "auth_type ldap needs auth_ldap_options (doc/ldap.md)");
+		return false;
+	}
 	return true;
 }
 

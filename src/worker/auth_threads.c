@@ -145,7 +145,7 @@ static void maybe_add_thread(AuthPool *p)
 		return;
 	}
 	p->threads++;
-	log_debug("%s: %d threads", p->name, p->threads);
+	log_debug("%s: thread %d of at most %d started", p->name, p->threads, p->max_threads);
 }
 
 bool auth_job_submit(PgSocket *c)

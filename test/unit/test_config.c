@@ -498,9 +498,16 @@ static void test_real_and_enum_syntax(void **state)
 	set_invalid(&cf, "auth_type", "password");
 	/* known to PgBouncer, but only in builds with LDAP or PAM */
 	char e[CF_ERRMSG_LEN];
+#ifdef HAVE_LDAP
+	assert_true(config_set(&cf, "auth_type", "LDAP", e, sizeof(e)));
+	assert_int_equal(cf.g.auth_type, AUTH_LDAP);
+	set_ok(&cf, "auth_type", "trust");
+#else
 	assert_false(config_set(&cf, "auth_type", "LDAP", e, sizeof(e)));
-	assert_string_equal(e, "auth_type \"ldap\" is not supported by this build");
+	assert_string_equal(e, "auth_type \"ldap\" is not supported by this build (built without libldap: configure "
+	                       "--with-ldap)");
 	assert_int_equal(cf.g.auth_type, AUTH_TRUST);
+#endif
 #ifdef HAVE_PAM
 	assert_true(config_set(&cf, "auth_type", "pam", e, sizeof(e)));
 	assert_int_equal(cf.g.auth_type, AUTH_PAM);
@@ -1342,8 +1349,9 @@ static void test_ldap_options_setting(void **state)
 {
 	(void)state;
 	Config cf;
-	load_ok(&cf, "[pgbouncer]\n"
+	load_ok(&cf, "[pgbouncer]\nauth_type = ldap\n"
 	             "auth_ldap_options = ldapserver=\"h1 h2\" ldapprefix=\"uid=\" ldapsuffix=\",dc=x\"\n");
+	assert_int_equal(cf.g.auth_type, AUTH_LDAP);
 	config_free(&cf);
 	expect_load_error("[pgbouncer]\nauth_ldap_options = ldapserver=h ldapprefix=uid= ldapfoo=1\n",
 	                  "2: invalid auth_ldap_options: unrecognized LDAP option \"ldapfoo\"");
@@ -1352,6 +1360,7 @@ static void test_ldap_options_setting(void **state)
 	                  "search+bind and simple bind do not mix");
 	expect_load_error("[pgbouncer]\nauth_ldap_options = ldapserver=h ldapprefix=\"uid=\n",
 	                  "2: invalid auth_ldap_options: unterminated quoted string");
+	expect_load_error("[pgbouncer]\nauth_type = ldap\n", " auth_type ldap needs auth_ldap_options (doc/ldap.md)");
 	/* SET keeps the old value on a mistake */
 	config_init(&cf);
 	char e[CF_ERRMSG_LEN];
@@ -1360,6 +1369,9 @@ static void test_ldap_options_setting(void **state)
 	    config_set_checked(&cf, "auth_ldap_options", "ldapserver=h ldapbasedn=dc=x ldaptls=yes", e, sizeof(e)));
 	assert_string_equal(e, "invalid auth_ldap_options: invalid ldaptls \"yes\": must be 1 or 0");
 	assert_string_equal(cf.g.auth_ldap_options, "ldapserver=h ldapbasedn=dc=x");
+	set_ok(&cf, "auth_ldap_options", "");
+	set_ok(&cf, "auth_type", "ldap");
+	assert_false(config_validate(&cf, e, sizeof(e)));
 	config_free(&cf);
 }
 #endif
