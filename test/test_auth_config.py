@@ -13,13 +13,16 @@ admin console's `pgbouncer`, fails the logins that need auth_query with
 import pytest
 
 from helpers import build_has_pam, console, expect_error, raw_login_error, row
+from ldapfixture import build_has_ldap
 
 
 @pytest.fixture
 def unsupported(pgbouncer_bin, method):
-    """ldap is never supported; pam only in a build without libpam (test_pam.py tests the other)."""
+    """Only in a build without libpam or libldap (test_pam.py and test_ldap.py test the others)."""
     if method == "pam" and build_has_pam(pgbouncer_bin):
         pytest.skip("this build has PAM: test_pam.py covers auth_type = pam")
+    if method == "ldap" and build_has_ldap(pgbouncer_bin):
+        pytest.skip("this build has LDAP: test_ldap.py covers auth_type = ldap")
 
 
 
@@ -30,7 +33,7 @@ def test_unsupported_auth_type_refused_at_start(bouncer, run_pgbouncer, method, 
     seen = run.stdout + run.stderr + b.log_text()
     assert run.rc == 1, seen
     assert f"{b.ini_path}:{b.line_of('auth_type')}" in seen, seen
-    assert f'auth_type "{method}" is not supported by this build' in seen, seen
+    assert f'auth_type "{method}" is not supported by this build (built without lib{method}' in seen, seen
     assert "cannot load config file" in seen, seen
 
 

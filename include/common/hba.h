@@ -36,13 +36,14 @@ typedef struct HbaRule {
 	HbaConnType type;
 	HbaNames db;
 	HbaNames user;
-	bool addr_all;    /* no address test: `local`, or address `all` */
-	int family;       /* AF_INET or AF_INET6 when !addr_all */
-	uint8_t addr[16]; /* network address (4 bytes used for AF_INET) */
-	uint8_t mask[16]; /* netmask, from /len or the mask column */
-	int method;       /* AUTH_TRUST, AUTH_REJECT, AUTH_MD5, AUTH_PLAIN, AUTH_PEER, AUTH_CERT,
-	                     AUTH_SCRAM_SHA_256 or AUTH_LDAP (not supported: rejects) */
-	char *map;        /* map=NAME option, or NULL */
+	bool addr_all;            /* no address test: `local`, or address `all` */
+	int family;               /* AF_INET or AF_INET6 when !addr_all */
+	uint8_t addr[16];         /* network address (4 bytes used for AF_INET) */
+	uint8_t mask[16];         /* netmask, from /len or the mask column */
+	int method;               /* AUTH_TRUST, AUTH_REJECT, AUTH_MD5, AUTH_PLAIN, AUTH_PEER, AUTH_CERT,
+	                     AUTH_SCRAM_SHA_256, AUTH_LDAP (builds with LDAP) or AUTH_PAM (with PAM) */
+	char *map;                /* map=NAME option, or NULL */
+	struct LdapOptions *ldap; /* AUTH_LDAP: the options after the method; else NULL */
 } HbaRule;
 
 /* The rules of one hba file, in file order (the first match wins). */
@@ -69,6 +70,15 @@ typedef struct IdentMap {
  * config line N: why"); the caller logs it. May be NULL.
  */
 typedef void (*HbaWarnFn)(void *arg, const char *msg);
+
+/*
+ * Split text into words as the option columns of an hba line are split
+ * (blanks, "quotes" with "" for a quote, comma lists, `#` comments) and
+ * call fn with each word, quotes removed, until it returns false. False
+ * then, or with the reason in *why when the text does not split.
+ */
+bool hba_split_words(const char *text, bool (*fn)(void *arg, const char *word), void *arg, const char **why)
+    __attribute__((warn_unused_result));
 
 /*
  * Parse the text of an hba file into *out (initialised here). `dir` is the

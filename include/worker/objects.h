@@ -62,8 +62,8 @@ typedef enum SocketState {
 
 typedef struct PgPool PgPool;
 typedef struct PgSocket PgSocket;
-typedef struct AuthQuery AuthQuery;   /* an auth_query lookup in progress (auth_query.c) */
-typedef struct PamRequest PamRequest; /* a PAM check in progress (pam.c) */
+typedef struct AuthQuery AuthQuery; /* an auth_query lookup in progress (auth_query.c) */
+typedef struct AuthJob AuthJob;     /* a PAM or LDAP check in progress (auth_threads.c) */
 
 /* A worker's cached index of a global budget entry (include/shm.h). */
 typedef struct BudgetRef {
@@ -305,7 +305,7 @@ struct PgSocket {
 	ScramServer *scram_srv; /* client SCRAM exchange in progress */
 	ScramClient *scram_cli; /* server SCRAM login in progress */
 	AuthQuery *auth_query;  /* clients: their lookup (queued or running); servers: the lookup they run */
-	PamRequest *pam_req;    /* clients: their PAM check (queued or running) */
+	AuthJob *auth_job;      /* clients: their PAM or LDAP check (prepared, queued or running) */
 
 	/* protocol state */
 	bool setting_vars;     /* server: running SET for tracked parameters */

@@ -22,7 +22,4 @@ bool pam_available(void);
  */
 bool pam_auth_start(PgSocket *c, const char *password);
 
-/* The client is being closed: its check, if any, is forgotten (its answer is dropped). */
-void pam_client_gone(PgSocket *c);
-
 #endif

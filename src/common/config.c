@@ -28,6 +28,12 @@
 #else
 #define HAS_PAM 0
 #endif
+#ifdef HAVE_LDAP
+#include "common/ldap_options.h"
+#define HAS_LDAP 1
+#else
+#define HAS_LDAP 0
+#endif
 
 const CfEnum cf_auth_types[] = {
     {"any", AUTH_ANY},   {"trust", AUTH_TRUST}, {"plain", AUTH_PLAIN},
@@ -137,7 +143,11 @@ const CfParam cf_params[] = {
     PARAM(auth_file, CF_STRING, NULL, RELOAD),
     PARAM(auth_hba_file, CF_STRING, "", RELOAD),
     PARAM(auth_ident_file, CF_STRING, NULL, RELOAD),
+#ifdef HAVE_LDAP
+    PARAM(auth_ldap_options, CF_STRING, NULL, RELOAD),
+#else
     PARAM_UNIMPL(auth_ldap_options, CF_STRING, NULL, RELOAD, false),
+#endif
     PARAM(auth_query, CF_STRING, DEFAULT_AUTH_QUERY, RELOAD),
     PARAM_ENUM(auth_type, cf_auth_types, "md5", RELOAD),
     PARAM(auth_user, CF_STRING, NULL, RELOAD),
@@ -685,11 +695,13 @@ bool config_set(Config *cf, const char *name, const char *value, char *errbuf, s
 		          value ? value : "(null)", name, kind, range);
 		return false;
 	}
-	/* PgBouncer knows these words only when built with LDAP or PAM; this build has no LDAP */
-	if (p->offset == offsetof(CfGlobals, auth_type) && (v.i == AUTH_LDAP || (v.i == AUTH_PAM && !HAS_PAM))) {
+	/* PgBouncer knows these words only when built with LDAP or PAM */
+	if (p->offset == offsetof(CfGlobals, auth_type) &&
+	    ((v.i == AUTH_LDAP && !HAS_LDAP) || (v.i == AUTH_PAM && !HAS_PAM))) {
 		set_error(errbuf, errlen, "auth_type \"%s\" is not supported by this build%s",
 		          config_enum_name(cf_auth_types, v.i),
-		          v.i == AUTH_PAM ? " (built without libpam: configure --with-pam)" : "");
+		          v.i == AUTH_PAM ? " (built without libpam: configure --with-pam)"
+		                          : " (built without libldap: configure --with-ldap)");
 		return false;
 	}
 	/* the console's database has no server to run auth_query on (doc/pgbouncer.5.md "auth_dbname") */
@@ -698,6 +710,18 @@ bool config_set(Config *cf, const char *name, const char *value, char *errbuf, s
 		set_error(errbuf, errlen, "cannot use the reserved \"pgbouncer\" database as an auth_dbname");
 		return false;
 	}
+#ifdef HAVE_LDAP
+	/* the options are read now, so that a mistake is refused with the file's line (doc/ldap.md) */
+	if (p->offset == offsetof(CfGlobals, auth_ldap_options) && v.s && *v.s) {
+		LdapOptions o;
+		char why[CF_ERRMSG_LEN];
+		if (!ldap_options_parse(&o, v.s, why, sizeof(why))) {
+			free(v.s);
+			return set_error(errbuf, errlen, "invalid auth_ldap_options: %s", why);
+		}
+		ldap_options_free(&o);
+	}
+#endif
 	if (p->unimplemented && !is_default_value(p, v))
 		log_warning("parameter %s is accepted but not implemented; the value is ignored", p->name);
 	put_value(&cf->g, p, v);
@@ -1451,6 +1475,10 @@ bool config_validate(const Config *cf, char *errbuf, size_t errlen)
 			return false;
 	if (!worker_bounds_check(g, errbuf, errlen))
 		return false;
+	if (g->auth_type == AUTH_LDAP && (!g->auth_ldap_options || !*g->auth_ldap_options)) {
+		set_error(errbuf, errlen, "auth_type ldap needs auth_ldap_options (doc/ldap.md)");
+		return false;
+	}
 	return true;
 }
 

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ldap_options.h"
 #include "common/util.h"
 
 /* One word of a line; quoted words are never keywords. */
@@ -141,6 +142,23 @@ static bool tokenize_line(const char *p, const char *end, Line *out, const char 
 			}
 		}
 	}
+}
+
+bool hba_split_words(const char *text, bool (*fn)(void *arg, const char *word), void *arg, const char **why)
+{
+	const char *end = text + strlen(text);
+	Line l;
+	*why = NULL;
+	if (!tokenize_line(text, end, &l, why)) {
+		line_free(&l);
+		return false;
+	}
+	bool ok = true;
+	for (int i = 0; i < l.n && ok; i++)
+		for (int j = 0; j < l.fields[i].n && ok; j++)
+			ok = fn(arg, l.fields[i].tokens[j].text);
+	line_free(&l);
+	return ok;
 }
 
 /* Call fn for every line of text, with 1-based line numbers. */
@@ -358,13 +376,21 @@ static bool parse_method(HbaRule *r, const Field *f, char *errbuf, size_t errlen
 	    {"peer", AUTH_PEER},
 	    {"cert", AUTH_CERT},
 	    {"scram-sha-256", AUTH_SCRAM_SHA_256},
+#ifdef HAVE_LDAP
 	    {"ldap", AUTH_LDAP},
+#endif
 #ifdef HAVE_PAM
 	    {"pam", AUTH_PAM},
 #endif
 	};
 	if (f->n != 1)
 		return set_error(errbuf, errlen, "multiple values in the method column");
+#ifndef HAVE_LDAP
+	if (strcmp(f->tokens[0].text, "ldap") == 0)
+		return set_error(
+		    errbuf, errlen,
+		    "authentication method \"ldap\" is not supported by this build (built without libldap)");
+#endif
 	for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
 		if (strcmp(f->tokens[0].text, methods[i].name) == 0) {
 			r->method = methods[i].method;
@@ -374,11 +400,37 @@ static bool parse_method(HbaRule *r, const Field *f, char *errbuf, size_t errlen
 	return set_error(errbuf, errlen, "unsupported authentication method \"%s\"", f->tokens[0].text);
 }
 
-/* Options after the method: map=NAME; an ldap rule takes the rest of the line as its options. */
+#ifdef HAVE_LDAP
+/* An ldap rule's options: every word to the end of the line, comma lists included (doc/ldap.md). */
+static bool parse_ldap_options(HbaRule *r, const Line *l, int idx, char *errbuf, size_t errlen)
+{
+	LdapOptions o;
+	ldap_options_init(&o);
+	for (int i = idx; i < l->n; i++) {
+		for (int j = 0; j < l->fields[i].n; j++) {
+			if (!ldap_options_add(&o, l->fields[i].tokens[j].text, errbuf, errlen)) {
+				ldap_options_free(&o);
+				return false;
+			}
+		}
+	}
+	if (!ldap_options_check(&o, errbuf, errlen)) {
+		ldap_options_free(&o);
+		return false;
+	}
+	r->ldap = xmalloc(sizeof(*r->ldap));
+	*r->ldap = o;
+	return true;
+}
+#endif
+
+/* Options after the method: map=NAME, or an ldap rule's LDAP options. */
 static bool parse_options(HbaRule *r, const Line *l, int idx, char *errbuf, size_t errlen)
 {
+#ifdef HAVE_LDAP
 	if (r->method == AUTH_LDAP)
-		return true;
+		return parse_ldap_options(r, l, idx, errbuf, errlen);
+#endif
 	for (int i = idx; i < l->n; i++) {
 		const Field *f = &l->fields[i];
 		if (f->n != 1)
@@ -400,6 +452,13 @@ static void rule_free(HbaRule *r)
 	names_free(&r->user);
 	free(r->map);
 	r->map = NULL;
+#ifdef HAVE_LDAP
+	if (r->ldap) {
+		ldap_options_free(r->ldap);
+		free(r->ldap);
+		r->ldap = NULL;
+	}
+#endif
 }
 
 static bool parse_rule(HbaRule *r, const Line *l, const char *dir, char *errbuf, size_t errlen)

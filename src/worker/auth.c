@@ -17,6 +17,7 @@
 #include "common/util.h"
 #include "worker/auth.h"
 #include "worker/client.h"
+#include "worker/ldap_auth.h"
 #include "worker/objects.h"
 #include "worker/pam.h"
 #include "worker/pool.h"
@@ -276,7 +277,8 @@ SBufAction auth_start(PgSocket *c)
 	PgUser *u = c->login_user;
 	const char *uname = u ? u->name : c->app_name_raw;
 	int method = wk.cf.g.auth_type;
-	const char *map = NULL; /* ident map of the hba rule */
+	const HbaRule *rule = NULL; /* with auth_type=hba */
+	const char *map = NULL;     /* ident map of the hba rule */
 
 	if (auth_console_peer(c)) {
 		c->admin_user = true;
@@ -288,8 +290,8 @@ SBufAction auth_start(PgSocket *c)
 
 	if (method == AUTH_HBA) {
 		/* the `replication` keyword is for physical replication; logical matches by database name */
-		const HbaRule *rule = hba_match(wk.hba, c->is_unix, socket_is_tls(c), c->db->name, uname,
-		                                c->replication == REPLICATION_PHYSICAL, &c->remote.sa);
+		rule = hba_match(wk.hba, c->is_unix, socket_is_tls(c), c->db->name, uname,
+		                 c->replication == REPLICATION_PHYSICAL, &c->remote.sa);
 		if (!rule) {
 			disconnect_client(c, true, "no authentication method is found");
 			return SB_CLOSED;
@@ -302,7 +304,8 @@ SBufAction auth_start(PgSocket *c)
 	/* the password PAM accepted is for server logins: it proves nothing to another method */
 	if (u && u->from_pam && method != AUTH_PAM)
 		c->login_user = u = NULL;
-	if (!u && method != AUTH_PAM && wk.cf.g.log_connections && !c->db->placeholder) {
+	/* PAM and LDAP know their users themselves */
+	if (!u && method != AUTH_PAM && method != AUTH_LDAP && wk.cf.g.log_connections && !c->db->placeholder) {
 		slog(LG_LOG, c, "login failed: db=%s user=%s", c->db->name, uname);
 		slog(LG_LOG, c, "no such user: %s", uname);
 	}
@@ -335,9 +338,13 @@ SBufAction auth_start(PgSocket *c)
 		}
 		auth_login_complete(c);
 		break;
+	case AUTH_LDAP:
+		if (!ldap_auth_prepare(c, rule ? rule->ldap : NULL))
+			return SB_CLOSED;
+		/* fall through */
 	case AUTH_PLAIN:
 	case AUTH_PAM:
-		/* PAM needs the password itself: asked in clear text (doc/pgbouncer.5.md, auth_type) */
+		/* PAM and LDAP need the password itself: asked in clear text (doc/pgbouncer.5.md, auth_type) */
 		c->auth_method = method;
 		if (!send_auth(c, 3, NULL, 0)) {
 			disconnect_client(c, false, "client unexpected eof");
@@ -373,7 +380,7 @@ SBufAction auth_start(PgSocket *c)
 		auth_login_complete(c);
 		break;
 	default:
-		/* reject, and ldap (no LDAP in this build), both from an hba rule; auth_type ldap is refused at load */
+		/* reject, from an hba rule */
 		disconnect_client(c, true, "login rejected");
 		return SB_CLOSED;
 	}
@@ -515,8 +522,15 @@ SBufAction auth_handle_password_msg(PgSocket *c, const uint8_t *data, uint32_t l
 		return SB_CLOSED;
 	}
 	bool ok = false;
-	if (c->auth_method == AUTH_PAM)
-		return pam_auth_start(c, pw) ? SB_CONSUMED : SB_CLOSED;
+	if (c->auth_method == AUTH_PAM || c->auth_method == AUTH_LDAP) {
+		/* the check takes its own copy; none stays in the read buffer (doc/ldap.md) */
+		char *copy = xstrdup(pw);
+		explicit_bzero((char *)body, blen);
+		bool started = c->auth_method == AUTH_PAM ? pam_auth_start(c, copy) : ldap_auth_start(c, copy);
+		explicit_bzero(copy, strlen(copy));
+		free(copy);
+		return started ? SB_CONSUMED : SB_CLOSED;
+	}
 	if (c->auth_method == AUTH_PLAIN) {
 		ok = check_plain(u, pw);
 	} else if (c->auth_method == AUTH_MD5) {

@@ -99,9 +99,9 @@ bool auth_query_wanted(const PgSocket *c)
 {
 	const PgDatabase *db = c->db;
 	const PgUser *u = c->login_user;
-	/* auth_type=any ignores the client's user name altogether, and PAM knows its users itself */
+	/* auth_type=any ignores the client's user name altogether, and PAM and LDAP know their users */
 	if (!db || db->placeholder || wk.cf.g.auth_type == AUTH_ANY || wk.cf.g.auth_type == AUTH_PAM ||
-	    !db_auth_user(db))
+	    wk.cf.g.auth_type == AUTH_LDAP || !db_auth_user(db))
 		return false;
 	/* the console has no server of its own: it looks users up only in the auth_dbname */
 	if (db->admin && (!nonempty(wk.cf.g.auth_dbname) || auth_console_peer(c)))

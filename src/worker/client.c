@@ -471,7 +471,8 @@ static SBufAction handle_startup_params(PgSocket *c, const StartupParam *params,
 	/* a secret that auth_query fetched counts only where auth_query runs */
 	if (u && u->from_auth_query && !lookup)
 		c->login_user = u = NULL;
-	/* an unknown user of a known database is logged by auth_start(), which knows the method (PAM has its own users) */
+	/* an unknown user of a known database is logged by auth_start(), which knows the method (PAM and LDAP
+	 * have their own users) */
 	if (wk.cf.g.log_connections && !db) {
 		slog(LG_LOG, c, "login failed: db=%s user=%s", dbname, user);
 		if (!u)

@@ -14,6 +14,7 @@
 #include "common/util.h"
 #include "worker/admin.h"
 #include "worker/auth_query.h"
+#include "worker/auth_threads.h"
 #include "worker/cancel.h"
 #include "worker/janitor.h"
 #include "worker/objects.h"
@@ -243,11 +244,15 @@ static void check_login_clients(void)
 	list_for_each_safe(i, &wk.login_clients, tmp)
 	{
 		PgSocket *c = container_of(i, PgSocket, node);
-		if (wk.cf.g.client_login_timeout > 0 && wk.now - c->connect_time > wk.cf.g.client_login_timeout)
+		/* a check with a deadline of its own (LDAP) ends the login itself, with its own error */
+		bool own_deadline = auth_job_running(c) && c->auth_job->own_deadline;
+		if (!own_deadline && wk.cf.g.client_login_timeout > 0 &&
+		    wk.now - c->connect_time > wk.cf.g.client_login_timeout)
 			disconnect_client(c, true, "client_login_timeout");
-		else if (c->pam_req && client_hung_up(c))
-			/* not read while PAM checks its password: its hang-up is seen here */
-			disconnect_client(c, false, "client disconnected during PAM authentication");
+		else if (auth_job_running(c) && client_hung_up(c))
+			/* not read while its password is checked: its hang-up is seen here */
+			disconnect_client(c, false, "client disconnected during %s authentication",
+			                  c->auth_job->pool->name);
 	}
 }
 

@@ -27,7 +27,7 @@
 #include "worker/cancel.h"
 #include "worker/migrate.h"
 #include "worker/objects.h"
-#include "worker/pam.h"
+#include "worker/auth_threads.h"
 #include "worker/pool.h"
 #include "worker/pool_policy.h"
 #include "worker/pool_settings.h"
@@ -1107,7 +1107,7 @@ void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 	if (notify && c->sb.fd >= 0 && reason[0])
 		client_send_error(c, true, "08P01", "%s", reason);
 	auth_query_client_gone(c);
-	pam_client_gone(c);
+	auth_job_client_gone(c);
 
 	PgSocket *server = c->link;
 	if (server) {

@@ -54,6 +54,9 @@ max_packet_size = 0x7fffffff
 unix_socket_mode = 0777
 %include other.ini
 """)
+put("fuzz_config", "ldap.ini", "[pgbouncer]\nauth_type = ldap\nauth_ldap_options = ldapurl=\"ldaps://h:636/"
+    "ou=people,dc=x??sub?(|(uid=$username)(mail=$username))\" ldapbinddn=\"cn=r,dc=x\" ldapbindpasswd=\"p w\"\n"
+    "[databases]\n")
 put("fuzz_config", "minimal.ini", "[pgbouncer]\nlisten_port=1\n[databases]\nx=\n")
 put("fuzz_config", "quoted.ini", "; comment\n# comment\n[databases]\n\"my db\" = dbname='it''s' host=h\n[pgbouncer]\nauth_query = SELECT usename, passwd FROM pg_shadow WHERE usename=$1\n")
 
@@ -75,6 +78,8 @@ hostssl all all ::1/128 cert map=certmap
 hostnossl replication all all scram-sha-256
 host "quoted db" all 0.0.0.0/0 reject
 host @dbs.txt @users.txt samehost ldap
+host all bob 10.1.0.0/16 ldap ldapserver="a b" ldapport=1389 ldaptls=1 ldapprefix="uid=" ldapsuffix=",dc=x"
+host all carol ::1/128 ldap ldapurl="ldap://h/dc=x?mail?one" ldapbinddn=cn=r,ldapbindpasswd=p
 """, b"""# MAP SYSTEM DB
 omap root postgres
 omap /^(.*)$ \\1

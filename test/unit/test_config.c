@@ -280,7 +280,11 @@ static void test_param_table_matches_spec(void **state)
 static void test_param_flags(void **state)
 {
 	(void)state;
-	const char *unimpl[] = {"auth_ldap_options", "dns_zone_check_period", "job_name", "service_name"};
+	const char *unimpl[] = {
+#ifndef HAVE_LDAP
+	    "auth_ldap_options",
+#endif
+	    "dns_zone_check_period", "job_name", "service_name"};
 	int n_unimpl = 0;
 
 	for (const CfParam *p = cf_params; p->name; p++) {
@@ -294,7 +298,7 @@ static void test_param_flags(void **state)
 		if (p->type == CF_ENUM)
 			assert_non_null(p->enums);
 	}
-	assert_int_equal(n_unimpl, 4);
+	assert_int_equal(n_unimpl, (int)(sizeof(unimpl) / sizeof(unimpl[0])));
 	assert_null(config_find_param("Listen_Port"));
 	assert_null(config_find_param("nosuch"));
 }
@@ -499,11 +503,18 @@ static void test_real_and_enum_syntax(void **state)
 	set_invalid(&cf, "pool_mode", "bogus");
 	set_invalid(&cf, "pool_mode", "");
 	set_invalid(&cf, "auth_type", "password");
-	/* known to PgBouncer, but only in builds with LDAP or PAM (this one may have PAM) */
+	/* known to PgBouncer, but only in builds with LDAP or PAM */
 	char e[CF_ERRMSG_LEN];
+#ifdef HAVE_LDAP
+	assert_true(config_set(&cf, "auth_type", "LDAP", e, sizeof(e)));
+	assert_int_equal(cf.g.auth_type, AUTH_LDAP);
+	set_ok(&cf, "auth_type", "trust");
+#else
 	assert_false(config_set(&cf, "auth_type", "LDAP", e, sizeof(e)));
-	assert_string_equal(e, "auth_type \"ldap\" is not supported by this build");
+	assert_string_equal(e, "auth_type \"ldap\" is not supported by this build (built without libldap: configure "
+	                       "--with-ldap)");
 	assert_int_equal(cf.g.auth_type, AUTH_TRUST);
+#endif
 #ifdef HAVE_PAM
 	assert_true(config_set(&cf, "auth_type", "pam", e, sizeof(e)));
 	assert_int_equal(cf.g.auth_type, AUTH_PAM);
@@ -1339,6 +1350,42 @@ static void test_list_contains(void **state)
 	assert_false(config_list_contains("a,b", ""));
 }
 
+#ifdef HAVE_LDAP
+/*
+ * auth_ldap_options is read when it is set, so that a mistake is refused
+ * with its line, naming the word; auth_type = ldap needs it (doc/ldap.md).
+ */
+static void test_ldap_options_setting(void **state)
+{
+	(void)state;
+	Config cf;
+	load_ok(&cf, "[pgbouncer]\nauth_type = ldap\n"
+	             "auth_ldap_options = ldapserver=\"h1 h2\" ldapprefix=\"uid=\" ldapsuffix=\",dc=x\"\n");
+	assert_int_equal(cf.g.auth_type, AUTH_LDAP);
+	config_free(&cf);
+	expect_load_error("[pgbouncer]\nauth_ldap_options = ldapserver=h ldapprefix=uid= ldapfoo=1\n",
+	                  "2: invalid auth_ldap_options: unrecognized LDAP option \"ldapfoo\"");
+	expect_load_error("[pgbouncer]\nauth_ldap_options = ldapserver=h ldapprefix=uid= ldapbasedn=dc=x\n",
+	                  "2: invalid auth_ldap_options: ldapbasedn cannot be used with ldapprefix or ldapsuffix: "
+	                  "search+bind and simple bind do not mix");
+	expect_load_error("[pgbouncer]\nauth_ldap_options = ldapserver=h ldapprefix=\"uid=\n",
+	                  "2: invalid auth_ldap_options: unterminated quoted string");
+	expect_load_error("[pgbouncer]\nauth_type = ldap\n", " auth_type ldap needs auth_ldap_options (doc/ldap.md)");
+	/* SET keeps the old value on a mistake */
+	config_init(&cf);
+	char e[CF_ERRMSG_LEN];
+	set_ok(&cf, "auth_ldap_options", "ldapserver=h ldapbasedn=dc=x");
+	assert_false(
+	    config_set_checked(&cf, "auth_ldap_options", "ldapserver=h ldapbasedn=dc=x ldaptls=yes", e, sizeof(e)));
+	assert_string_equal(e, "invalid auth_ldap_options: invalid ldaptls \"yes\": must be 1 or 0");
+	assert_string_equal(cf.g.auth_ldap_options, "ldapserver=h ldapbasedn=dc=x");
+	set_ok(&cf, "auth_ldap_options", "");
+	set_ok(&cf, "auth_type", "ldap");
+	assert_false(config_validate(&cf, e, sizeof(e)));
+	config_free(&cf);
+}
+#endif
+
 /* Unimplemented parameters are accepted; a non-default value logs a warning. */
 static void test_unimplemented_warns(void **state)
 {
@@ -1434,6 +1481,9 @@ int main(void)
 	    cmocka_unit_test(test_list_contains),
 	    cmocka_unit_test(test_unimplemented_warns),
 	    cmocka_unit_test(test_param_kinds),
+#ifdef HAVE_LDAP
+	    cmocka_unit_test(test_ldap_options_setting),
+#endif
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

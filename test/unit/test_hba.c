@@ -22,6 +22,9 @@
 #include <unistd.h>
 
 #include "common/hba.h"
+#ifdef HAVE_LDAP
+#include "common/ldap_options.h"
+#endif
 
 /* ---- helpers ---- */
 
@@ -168,21 +171,20 @@ static void test_methods_and_options(void **state)
 	             "local all all peer map=omicron\n"
 	             "local all all cert map=\"with space\"\n"
 	             "local all all scram-sha-256\n"
-	             "local all all ldap ldapserver=ldap.example.net ldapprefix=\"cn=\" ldapsuffix=\", dc=example\"\n"
 	             "local all all peer map=first map=second\n",
 	             NULL);
-	assert_int_equal(rules.n_rules, 9);
-	const int methods[] = {AUTH_TRUST, AUTH_REJECT,        AUTH_MD5,  AUTH_PLAIN, AUTH_PEER,
-	                       AUTH_CERT,  AUTH_SCRAM_SHA_256, AUTH_LDAP, AUTH_PEER};
-	for (int i = 0; i < 9; i++) {
+	assert_int_equal(rules.n_rules, 8);
+	const int methods[] = {AUTH_TRUST, AUTH_REJECT, AUTH_MD5,           AUTH_PLAIN,
+	                       AUTH_PEER,  AUTH_CERT,   AUTH_SCRAM_SHA_256, AUTH_PEER};
+	for (int i = 0; i < 8; i++) {
 		assert_int_equal(rules.rules[i].method, methods[i]);
 		assert_int_equal(rules.rules[i].line, i + 1);
 	}
 	assert_null(rules.rules[0].map);
 	assert_string_equal(rules.rules[4].map, "omicron");
 	assert_string_equal(rules.rules[5].map, "with space");
-	assert_null(rules.rules[7].map);
-	assert_string_equal(rules.rules[8].map, "second");
+	assert_null(rules.rules[6].ldap);
+	assert_string_equal(rules.rules[7].map, "second");
 	assert_true(hba_uses_cert(&rules));
 	hba_free(&rules);
 
@@ -207,6 +209,60 @@ static void test_pam_method(void **state)
 	assert_int_equal(rules.n_rules, 0);
 #endif
 	hba_free(&rules);
+}
+
+/*
+ * ldap takes the rest of the line as its LDAP options (doc/ldap.md): comma
+ * lists and quotes as in any column; a bad option skips the line with a
+ * warning that names it. Without LDAP the method is an unsupported word.
+ */
+static void test_ldap_method(void **state)
+{
+	HbaRules rules;
+	(void)state;
+#ifdef HAVE_LDAP
+	parse_expect(&rules,
+	             "local all all ldap ldapserver=ldap.example.net ldapprefix=\"cn=\" ldapsuffix=\", dc=example\"\n"
+	             "host all all all ldap ldapserver=\"a b\",ldapbasedn=dc=x ldapsearchattribute=mail ldaptls=1\n"
+	             "host all all all ldap ldapserver=a ldapprefix=cn= ldapfoo=1\n"
+	             "host all all all ldap ldapserver=a ldapprefix=cn= ldapbasedn=dc=x\n"
+	             "host all all all ldap ldapserver=a\n"
+	             "host all all all ldap ldapserver=a ldapprefix=cn= map=x\n"
+	             "host all all all ldap ldapserver=a ldapport=x ldapprefix=cn=\n"
+	             "host all all all ldap ldapurl=\"ldaps://h:1636/dc=example,dc=net?uid?sub\"\n",
+	             (int[]){3, 4, 5, 6, 7, 0});
+	assert_int_equal(rules.n_rules, 3);
+	const LdapOptions *o = rules.rules[0].ldap;
+	assert_int_equal(rules.rules[0].method, AUTH_LDAP);
+	assert_int_equal(o->n_servers, 1);
+	assert_string_equal(o->servers[0], "ldap.example.net");
+	assert_string_equal(o->prefix, "cn=");
+	assert_string_equal(o->suffix, ", dc=example");
+	assert_false(ldap_options_search(o));
+	o = rules.rules[1].ldap;
+	assert_int_equal(o->n_servers, 2);
+	assert_string_equal(o->servers[1], "b");
+	assert_string_equal(o->basedn, "dc=x");
+	assert_string_equal(o->search_attr, "mail");
+	assert_true(o->starttls);
+	o = rules.rules[2].ldap;
+	assert_true(o->ldaps);
+	assert_int_equal(o->port, 1636);
+	assert_string_equal(o->basedn, "dc=example,dc=net");
+	assert_int_equal(rules.rules[2].line, 8);
+	hba_free(&rules);
+
+	/* the warning names the word */
+	Warnings w = {.n = 0};
+	hba_parse(&rules, "host all all all ldap ldapserver=a ldapprefix=cn= ldapfoo=1\n", ".", collect, &w);
+	assert_int_equal(w.n, 1);
+	assert_string_equal(w.msgs[0], "could not parse hba config line 1: unrecognized LDAP option \"ldapfoo\"");
+	hba_free(&rules);
+#else
+	parse_expect(&rules, "host all all all ldap ldapserver=a ldapprefix=cn=\n", (int[]){1, 0});
+	assert_int_equal(rules.n_rules, 0);
+	hba_free(&rules);
+#endif
 }
 
 static void test_database_column(void **state)
@@ -582,10 +638,10 @@ int main(void)
 	    cmocka_unit_test(test_database_column),      cmocka_unit_test(test_user_column),
 	    cmocka_unit_test(test_quoting_and_comments), cmocka_unit_test(test_bad_lines_are_skipped),
 	    cmocka_unit_test(test_warning_text),         cmocka_unit_test(test_pam_method),
-	    cmocka_unit_test(test_first_match_wins),     cmocka_unit_test(test_addresses_v4),
-	    cmocka_unit_test(test_addresses_v6),         cmocka_unit_test(test_include_files),
-	    cmocka_unit_test(test_load_missing),         cmocka_unit_test(test_ident_maps),
-	    cmocka_unit_test(test_ident_load),
+	    cmocka_unit_test(test_ldap_method),          cmocka_unit_test(test_first_match_wins),
+	    cmocka_unit_test(test_addresses_v4),         cmocka_unit_test(test_addresses_v6),
+	    cmocka_unit_test(test_include_files),        cmocka_unit_test(test_load_missing),
+	    cmocka_unit_test(test_ident_maps),           cmocka_unit_test(test_ident_load),
 	};
 	return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }

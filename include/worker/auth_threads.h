@@ -1,0 +1,78 @@
+/*
+ * Login checks that block (PAM, LDAP) run in a few threads of the worker,
+ * never in its event loop: a check is a job that a thread runs and the loop
+ * finishes, the answer coming back through an eventfd. Each kind of check
+ * has a pool of its own, so that one kind's slow checks never hold up the
+ * other's. See doc/architecture.md, "Inside a worker".
+ */
+#ifndef PGB_WORKER_AUTH_THREADS_H
+#define PGB_WORKER_AUTH_THREADS_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "worker/objects.h"
+
+typedef struct AuthPool AuthPool;
+
+/*
+ * One check. The kind's own request embeds it as its first member. Until it
+ * is submitted it belongs to the loop; from then until `finish` the thread
+ * reads it, and the loop touches only `client`.
+ */
+struct AuthJob {
+	AuthJob *next;     /* the pool's queue or done list */
+	AuthPool *pool;    /* the kind of check */
+	PgSocket *client;  /* loop only: NULL once the client is gone */
+	bool submitted;    /* loop only: given to the threads */
+	bool own_deadline; /* loop only: the kind ends the login at its own deadline, not the janitor */
+};
+
+struct AuthPool {
+	const char *name; /* "PAM", "LDAP": in log lines and close reasons */
+	int max_threads;  /* started one by one, when a job finds no idle thread */
+	/* in a thread: the blocking check; no logging, no worker state */
+	void (*run)(AuthJob *job);
+	/* in the loop: the answer; c is NULL when the client left first. Frees the job. */
+	void (*finish)(AuthJob *job, PgSocket *c);
+
+	/* the pool's own state */
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	AuthJob *queue_head, *queue_tail; /* waiting for a thread */
+	int queued;                       /* jobs in that queue */
+	AuthJob *done;                    /* answered, newest first, for the loop */
+	int threads;                      /* started */
+	int idle;                         /* waiting for a job */
+	int done_fd;                      /* eventfd: a thread answered */
+	struct event *done_ev;
+};
+
+#define AUTH_POOL_INIT(NAME, MAX, RUN, FINISH)                                                                         \
+	{                                                                                                              \
+		.name = (NAME), .max_threads = (MAX), .run = (RUN), .finish = (FINISH),                                \
+		.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .done_fd = -1                     \
+	}
+
+/* Attach a prepared (not yet submitted) job to its client: the client's check until it is submitted. */
+void auth_job_attach(AuthJob *job, AuthPool *pool, PgSocket *c);
+
+/*
+ * Give the client's attached job to the pool's threads; the client stops
+ * being read until the answer. False when no thread can be started: the
+ * job is then finished at once as for a client that left (freed), and the
+ * caller closes the client.
+ */
+bool auth_job_submit(PgSocket *c) __attribute__((warn_unused_result));
+
+/*
+ * Forget the client's check (it is being closed, or its check ended in the
+ * loop): a job not yet submitted is finished and freed now, a submitted
+ * one's answer is dropped when it comes.
+ */
+void auth_job_client_gone(PgSocket *c);
+
+/* Whether the client's check is with the threads (it is not read meanwhile). */
+bool auth_job_running(const PgSocket *c);
+
+#endif
