@@ -6,6 +6,8 @@ Fixtures:
   bouncer         factory: bouncer(ini_overrides=..., databases=..., users_txt=..., args=..., start=...)
   run_pgbouncer   one-shot run of the binary: run_pgbouncer(args) -> (rc, stdout, stderr)
   pgbouncer_bin   path of the binary under test (env PGBOUNCER_BIN, default build/pgbouncer)
+  peer_bin        PgBouncer 1.25.2 to compare with (env PGBOUNCER_PEER; skips when absent)
+  either_bin      parametrized: the binary under test, then PgBouncer 1.25.2 (bouncer(binary=...))
   tls_files       session-wide test CA, certificates and keys (test/tlsfiles.py)
   pg_ssl          session-wide second cluster that accepts TCP logins over TLS only
   hidden_ca_wrapper  argv prefix running pgbouncer where /etc/ssl/certs is empty (root only)
@@ -378,6 +380,44 @@ def pgbouncer_bin(run_as, session_dir):
         os.chmod(copy, 0o755)
         path = copy
     return path
+
+
+PEER_NAME = "pgbouncer-1.25.2"
+
+
+@pytest.fixture(scope="session")
+def peer_bin():
+    """PgBouncer 1.25.2, the release this project replaces, to run the same
+    steps against (env PGBOUNCER_PEER, default ../shared/peers/pgbouncer-1.25.2
+    beside the checkout); the test is skipped when it is absent."""
+    path = Path(os.environ.get("PGBOUNCER_PEER", REPO.parent / "shared" / "peers" / PEER_NAME))
+    if not path.is_file() or not os.access(path, os.X_OK):
+        pytest.skip(f"{PEER_NAME} not found at {path} (set PGBOUNCER_PEER to compare with it)")
+    return path.resolve()
+
+
+@pytest.fixture(params=["ours", PEER_NAME])
+def either_bin(request):
+    """Each test that uses it runs twice: with the binary under test
+    (pgbouncer_bin) and with PgBouncer 1.25.2 (peer_bin, skipped when
+    absent). Pass it as bouncer(binary=either_bin); `either_bin.peer` says
+    which one it is, for the few steps only one of them has."""
+    path = request.getfixturevalue("peer_bin" if request.param == PEER_NAME else "pgbouncer_bin")
+    return PoolerBinary(path, request.param == PEER_NAME)
+
+
+class PoolerBinary:
+    """A pooler binary's path (str() and os.fspath() give it) and whether it
+    is the peer, PgBouncer 1.25.2."""
+
+    def __init__(self, path, peer):
+        self.path, self.peer = Path(path), peer
+
+    def __fspath__(self):
+        return str(self.path)
+
+    def __str__(self):
+        return str(self.path)
 
 
 # ---------------------------------------------------------------------------
