@@ -487,6 +487,7 @@ static bool replay_vars(PgSocket *c, PgSocket *s)
 		pktbuf_init(&own, 128);
 		q = &own;
 	}
+	size_t start = q->len;
 	pktbuf_start_msg(q, 'Q');
 	for (int i = first; i < n; i++) {
 		const char *want = sock_var(c, i), *have = sock_var(s, i);
@@ -496,6 +497,8 @@ static bool replay_vars(PgSocket *c, PgSocket *s)
 	}
 	pktbuf_put_u8(q, 0);
 	pktbuf_finish_msg(q);
+	/* the statement text, after the type byte and the length */
+	slog_debug(s, "applying tracked parameters: %s", (const char *)q->buf + start + 5);
 	if (!pipeline) {
 		bool ok = sbuf_send(&s->sb, own.buf, own.len);
 		pktbuf_free(&own);

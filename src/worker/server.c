@@ -555,6 +555,26 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 	}
 }
 
+/*
+ * The SET replay of c's tracked parameters has ended. PostgreSQL reports
+ * a parameter only when its value changes: a value that still differs
+ * from the client's was set to what the server already had, which is
+ * then the canonical form of the client's spelling (DateStyle `ISO` is
+ * `ISO, MDY`). The client keeps that form, so that its next transactions
+ * on this server, or on any server reporting the same, need no SET
+ * (doc/transaction.md, "Tracked parameters").
+ */
+static void keep_canonical_vars(PgSocket *s, PgSocket *c)
+{
+	for (int i = 0; i < var_count(); i++) {
+		const char *want = sock_var(c, i), *have = sock_var(s, i);
+		if (!want || !have || want == have || strcasecmp(want, have) == 0)
+			continue;
+		slog_debug(c, "setting %s to its canonical version %s -> %s", var_name(i), want, have);
+		sock_var_copy(c, i, have);
+	}
+}
+
 /* Reset, check, connect_query or SET replay: swallow everything until ReadyForQuery. */
 static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
 {
@@ -617,8 +637,10 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 			return SB_CONSUMED;
 		}
 		s->ready = true;
-		if (s->link)
+		if (s->link) {
+			keep_canonical_vars(s, s->link);
 			client_server_assigned(s->link);
+		}
 		return SB_CONSUMED;
 	}
 	s->resetting = false;

@@ -1,0 +1,54 @@
+"""Details where PgBouncer users and their scripts rely on PgBouncer 1.25.2's
+exact behaviour (issue 31): connection ids, the log lines of a server
+closed after a RELOAD, a DNS failure in a host list and a safe shutdown,
+TLS set-up errors, and tracked parameters in the startup options. Each test
+runs the same steps against the binary under test and, through the
+either_bin fixture, against PgBouncer 1.25.2 when it is there
+(doc/testing.md); steps that only one of them has are marked by
+`either_bin.peer`.
+"""
+
+import re
+
+import psycopg
+import pytest
+
+from conftest import wait_for
+from helpers import Background, console, rows
+
+
+def one_worker(either_bin, **ini):
+    """Settings for a single worker: ours gets max_workers = 1 (PgBouncer,
+    one process, refuses a setting it does not know)."""
+    if not either_bin.peer:
+        ini["max_workers"] = 1
+    return ini
+
+
+# ---------------------------------------------------------------------------
+# tracked parameters given in the startup options
+
+
+def test_startup_option_applied_once_in_canonical_form(bouncer, either_bin, pg):
+    """`options=-c DateStyle=ISO` on a server whose DateStyle is `ISO, MDY`:
+    one SET reaches PostgreSQL, after which the pooler keeps the canonical
+    `ISO, MDY` for the client, so that its next transactions on that server
+    send none; verbose = 2 logs the SET and the canonical value."""
+    pg.create_role("canon_user", password="canon")
+    pg.sql("ALTER ROLE canon_user SET log_statement = 'all'")
+    pg.sql("ALTER ROLE canon_user SET DateStyle = 'ISO, MDY'")
+    b = bouncer(ini_overrides=one_worker(either_bin, pool_mode="transaction", default_pool_size=1, verbose=2),
+                users_txt='"canon_user" "canon"\n', binary=either_bin)
+    mark = pg.log_size()
+    c = b.connect(autocommit=True, user="canon_user", password="canon", options="-c DateStyle=ISO")
+    assert c.info.parameter_status("DateStyle") == "ISO"
+    for _ in range(3):
+        assert c.execute("SHOW DateStyle").fetchone() == ("ISO, MDY",)
+    assert c.execute("SELECT '2024-03-01'::date::text").fetchone() == ("2024-03-01",)
+
+    statements = re.findall(r"statement: (.*)", pg.log_text(mark))
+    sets = [s for s in statements if re.search(r"(?i)\bset\b.*datestyle", s)]
+    assert sets and len(sets) == 1, statements
+    log = b.log_text()
+    assert len(re.findall(r"SET \"?DateStyle\"?='ISO';", log)) == 1, log
+    assert "setting DateStyle to its canonical version ISO -> ISO, MDY" in log
