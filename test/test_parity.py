@@ -52,3 +52,43 @@ def test_startup_option_applied_once_in_canonical_form(bouncer, either_bin, pg):
     log = b.log_text()
     assert len(re.findall(r"SET \"?DateStyle\"?='ISO';", log)) == 1, log
     assert "setting DateStyle to its canonical version ISO -> ISO, MDY" in log
+
+
+# ---------------------------------------------------------------------------
+# RELOAD that changes a server TLS setting
+
+
+def test_reload_of_server_tls_replaces_servers(bouncer, either_bin, pg_ssl):
+    """A RELOAD that changes server_tls_protocols: an idle server is closed
+    at once (`database configuration changed`), one lent to a client in a
+    transaction when the transaction ends (`close_needed`, PgBouncer's
+    text), and the client's next query runs on a new server that uses the
+    new setting."""
+    dbs = {"postgres": pg_ssl.connstr("postgres"), "other": pg_ssl.connstr("postgres")}
+    ini = one_worker(either_bin, pool_mode="transaction", server_tls_sslmode="require", log_disconnections=1)
+    b = bouncer(ini_overrides=ini, databases=dbs, binary=either_bin)
+    admin = console(b, host=str(b.dir))
+    idle = b.connect(dbname="other", autocommit=True)
+    idle.execute("SELECT 1")
+    busy = b.connect(autocommit=True)
+    busy.execute("BEGIN")
+    old_pid = busy.execute("SELECT pg_backend_pid()").fetchone()[0]
+    assert rows(admin, "SHOW SERVERS")[0]["tls"].startswith("TLSv1.3/")
+
+    mark = b.log_mark()
+    b.update(server_tls_protocols="tlsv1.2")
+    b.write_ini()
+    admin.execute("RELOAD")
+    b.wait_log(r"S-0x[0-9a-f]+: other/postgres@127\.0\.0\.1:\d+ closing because: database configuration changed "
+               r"\(age=\d+s\)", after=mark)
+    (lent,) = [r for r in rows(admin, "SHOW SERVERS") if r["database"] == "postgres"]
+    assert lent["close_needed"] == 1
+    # the transaction goes on on its server
+    assert busy.execute("SELECT pg_backend_pid()").fetchone()[0] == old_pid
+    busy.execute("COMMIT")
+    b.wait_log(r"S-0x[0-9a-f]+: postgres/postgres@127\.0\.0\.1:\d+ closing because: close_needed \(age=\d+s\)",
+               after=mark)
+    assert busy.execute("SELECT pg_backend_pid()").fetchone()[0] != old_pid
+    (new,) = [r for r in rows(admin, "SHOW SERVERS") if r["database"] == "postgres"]
+    assert new["close_needed"] == 0 and new["tls"].startswith("TLSv1.2/"), new
+    assert idle.execute("SELECT 2").fetchone() == (2,)

@@ -666,7 +666,9 @@ void pool_server_ready(PgSocket *s)
 	change_state(s, SV_IDLE);
 	switch (v) {
 	case RELEASE_CLOSE_CONFIG:
-		disconnect_server(s, true, "%s", close_needed_reason(s));
+		/* PgBouncer's text for a server marked while it was lent (RELOAD, RECONNECT) */
+		disconnect_server(s, true, "%s",
+		                  s->addr_gone || s->stale_stmt ? close_needed_reason(s) : "close_needed");
 		return;
 	case RELEASE_CLOSE_PAUSE:
 		disconnect_server(s, true, "pause mode");
