@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from conftest import wait_for
-from helpers import Background, console, rows
+from helpers import Background, conn_on, console, rows, two_workers
 
 
 def one_worker(either_bin, **ini):
@@ -92,3 +92,49 @@ def test_reload_of_server_tls_replaces_servers(bouncer, either_bin, pg_ssl):
     (new,) = [r for r in rows(admin, "SHOW SERVERS") if r["database"] == "postgres"]
     assert new["close_needed"] == 0 and new["tls"].startswith("TLSv1.2/"), new
     assert idle.execute("SELECT 2").fetchone() == (2,)
+
+
+# ---------------------------------------------------------------------------
+# SHUTDOWN WAIT_FOR_SERVERS with a client waiting for a server
+
+
+def shutdown_with_a_waiting_client(b, inside, waiting):
+    """`inside` is in a transaction on the pool's only server, `waiting` has
+    a query queued behind it; SHUTDOWN WAIT_FOR_SERVERS. The waiting client
+    gets `server shutting down` at once, the other one finishes its
+    transaction and is then told the same, and the pooler exits."""
+    admin = console(b, host=str(b.dir))
+    inside.execute("BEGIN")
+    pid = inside.execute("SELECT pg_backend_pid()").fetchone()[0]
+    queued = Background(lambda: waiting.execute("SELECT 'never'").fetchone())
+    port = wait_for(lambda: [r["port"] for r in rows(admin, "SHOW CLIENTS") if r["state"] == "waiting"],
+                    "a client waiting for the server")[0]
+    mark = b.log_mark()
+    admin.execute("SHUTDOWN WAIT_FOR_SERVERS")
+    b.wait_log(r"LOG SHUTDOWN WAIT_FOR_SERVERS command issued", after=mark)
+    with pytest.raises(psycopg.OperationalError, match="server shutting down"):
+        queued.result()
+    b.wait_log(rf"C-0x[0-9a-f]+: postgres/postgres@127\.0\.0\.1:{port} closing because: server shutting down "
+               r"\(age=\d+s\)", after=mark)
+    # the transaction goes on and commits on its server
+    assert inside.execute("SELECT pg_backend_pid()").fetchone()[0] == pid
+    inside.execute("COMMIT")
+    with pytest.raises(psycopg.OperationalError, match="server shutting down"):
+        inside.execute("SELECT 1")
+    b.wait_log(r"LOG server connections dropped, exiting", after=mark)
+    assert b.wait_exit() == 0
+
+
+def test_shutdown_wait_for_servers_with_a_waiting_client(bouncer, either_bin):
+    ini = one_worker(either_bin, pool_mode="transaction", default_pool_size=1)
+    b = bouncer(ini_overrides=ini, binary=either_bin)
+    shutdown_with_a_waiting_client(b, b.connect(autocommit=True), b.connect(autocommit=True))
+
+
+def test_shutdown_wait_for_servers_with_a_waiting_client_on_another_worker(bouncer):
+    """The same with two workers: the pool's one server (default_pool_size
+    counts across workers) is on worker 0, the waiting client on worker 1."""
+    b = bouncer(ini_overrides={"pool_mode": "transaction", "default_pool_size": 1, "min_workers": 2,
+                               "max_workers": 2})
+    two_workers(b)
+    shutdown_with_a_waiting_client(b, conn_on(b, 0), conn_on(b, 1))

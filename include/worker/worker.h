@@ -102,6 +102,8 @@ typedef struct Worker {
 	int schedstat_fd;               /* /proc/self/schedstat, for the run-queue wait (-1 = none) */
 	struct event *drain_timeout_ev; /* worker_drain_timeout */
 	bool retiring;                  /* draining because a new tree took over (-R): idle servers go early */
+	bool shutdown_closing;          /* a safe shutdown is closing the clients left, then exits */
+	usec_t servers_gone_at;         /* a safe shutdown's last server closed then (0 = not yet) */
 	int handoff_fd;                 /* retiring: socket to a new tree's worker for our clients (-1 = none) */
 	int drain_fd;                   /* draining: the socket of the master's last move order, kept (-1 = none) */
 	int drain_to;                   /* draining: the worker that order named */

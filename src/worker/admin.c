@@ -1948,7 +1948,9 @@ static bool cmd_shutdown(PgSocket *c, const char *arg, const char *query)
 		return true;
 	}
 	/* the command table let only WAIT_FOR_SERVERS and WAIT_FOR_CLIENTS through */
-	int sig = strcasecmp(arg, "WAIT_FOR_SERVERS") == 0 ? SIGINT : SIGTERM;
+	bool servers = strcasecmp(arg, "WAIT_FOR_SERVERS") == 0;
+	int sig = servers ? SIGINT : SIGTERM;
+	log_info("SHUTDOWN %s command issued", servers ? "WAIT_FOR_SERVERS" : "WAIT_FOR_CLIENTS");
 	/* the reply waits until the master's signal is back, so the next command sees the shutdown */
 	kill(getppid(), sig);
 	add_wait(c, WAIT_SHUTDOWN, NULL);
