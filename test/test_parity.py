@@ -138,3 +138,44 @@ def test_shutdown_wait_for_servers_with_a_waiting_client_on_another_worker(bounc
                                "max_workers": 2})
     two_workers(b)
     shutdown_with_a_waiting_client(b, conn_on(b, 0), conn_on(b, 1))
+
+
+# ---------------------------------------------------------------------------
+# connection ids
+
+
+def linked_ids(admin, database):
+    """(client id, server id) of each client of `database` that has a server."""
+    servers = {r["link"]: r["id"] for r in rows(admin, "SHOW SERVERS") if r["database"] == database}
+    return sorted((r["id"], servers[r["ptr"]]) for r in rows(admin, "SHOW CLIENTS")
+                  if r["database"] == database and r["ptr"] in servers)
+
+
+def test_connection_ids_with_two_workers(bouncer, pg):
+    """With two workers, ids come from one counter for the whole pooler:
+    never given twice, in creation order across the workers, and a
+    console's connections to the other worker (each SHOW below goes to
+    both) take none of them (doc/workers.md, "Connection ids"). Each
+    client uses a database of its own, so that its server is the one its
+    login opens."""
+    dbs = {name: pg.connstr("postgres") for name in ("w0", "w1", "any")}
+    b = bouncer(ini_overrides={"pool_mode": "transaction", "min_workers": 2, "max_workers": 2}, databases=dbs)
+    two_workers(b)
+    admin = console(b, host=str(b.dir))
+    later = console(b, host=str(b.dir))  # a console that runs its first command below
+    (c0, s0), = linked(conn_on(b, 0, dbname="w0"), admin, "w0")
+    (c1, s1), = linked(conn_on(b, 1, dbname="w1"), admin, "w1")
+    assert (s0, s1) == (c0 + 1, c1 + 1) and c1 > s0
+    for _ in range(3):
+        rows(later, "SHOW SOCKETS")
+    assert linked(b.connect(dbname="any", autocommit=True), admin, "any") == [(s1 + 1, s1 + 2)]
+    ids = [r["id"] for r in rows(admin, "SHOW SOCKETS")]
+    assert len(ids) == len(set(ids))
+
+
+def linked(conn, admin, database):
+    """Opens a transaction on conn (a client of `database`, its only one);
+    returns linked_ids() of that database."""
+    conn.execute("BEGIN")
+    conn.execute("SELECT 1")
+    return linked_ids(admin, database)

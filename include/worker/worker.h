@@ -78,12 +78,13 @@ typedef struct Worker {
 	PauseMode pause_mode;
 	bool pause_inherited; /* the pause came from the master at start, not from a console here (admin_state.c) */
 	uint64_t next_id;     /* SHOW CLIENTS/SERVERS id counter (without shm) */
-	int client_count;     /* all client connections (for max_client_conn) */
-	int private_clients;  /* of which came in on the private socket (peer consoles) */
-	uint64_t reloads;     /* SIGHUPs handled (RELOAD waits for the master's) */
-	bool reload_failed;   /* the last SIGHUP's config file or TLS set-up did not load (RELOAD answers an error) */
-	uint32_t cf_gen;      /* bumped whenever the running config changes (reload, console SET) */
-	usec_t now;           /* time at the start of the current callback */
+	uint64_t next_internal_id; /* ids of connections nobody sees (socket_new_internal()) */
+	int client_count;          /* all client connections (for max_client_conn) */
+	int private_clients;       /* of which came in on the private socket (peer consoles) */
+	uint64_t reloads;          /* SIGHUPs handled (RELOAD waits for the master's) */
+	bool reload_failed; /* the last SIGHUP's config file or TLS set-up did not load (RELOAD answers an error) */
+	uint32_t cf_gen;    /* bumped whenever the running config changes (reload, console SET) */
+	usec_t now;         /* time at the start of the current callback */
 	usec_t start_time;
 	usec_t stats_older_at;          /* when the pools' older_stats were taken (start_time before the first tick) */
 	usec_t stats_newer_at;          /* when their newer_stats were taken */

@@ -554,8 +554,7 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, bool same_tree,
 		goto fail;
 	}
 
-	c = socket_new(false);
-	c->id = id;
+	c = socket_new_with_id(false, id); /* it keeps its id: SHOW CLIENTS, KILL_CLIENT */
 	c->is_unix = is_unix != 0;
 	struct sockaddr_storage peer; /* aligned: the blob is anywhere in the packet */
 	memcpy(&peer, remote, sizeof(peer));
