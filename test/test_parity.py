@@ -141,7 +141,19 @@ def test_shutdown_wait_for_servers_with_a_waiting_client_on_another_worker(bounc
 
 
 # ---------------------------------------------------------------------------
-# connection ids
+# connection ids, and a host list whose first name does not resolve
+
+
+def unresolvable_first_host(b, pg):
+    """A database `listed` whose host list starts with a name that does not
+    resolve, with load_balance_hosts = disable, looked up through a resolver
+    nobody answers on (the test does not depend on the machine's DNS)."""
+    resolv = b.dir / "resolv.conf"
+    b.run_as.write(resolv, "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+    b.update(resolv_conf=str(resolv))
+    b.databases["listed"] = (f"host=no-such-host.invalid,127.0.0.1 port={pg.port} dbname=postgres "
+                             "load_balance_hosts=disable")
+    b.write_ini()
 
 
 def linked_ids(admin, database):
@@ -149,6 +161,64 @@ def linked_ids(admin, database):
     servers = {r["link"]: r["id"] for r in rows(admin, "SHOW SERVERS") if r["database"] == database}
     return sorted((r["id"], servers[r["ptr"]]) for r in rows(admin, "SHOW CLIENTS")
                   if r["database"] == database and r["ptr"] in servers)
+
+
+def test_connection_ids_in_creation_order(bouncer, either_bin, pg):
+    """With one worker, every connection takes the next id in the order it
+    is created, clients and servers alike: a new client and its new server
+    have consecutive ids, and so do the console and the next client; an
+    attempt whose host did not resolve takes an id too. KILL_CLIENT takes
+    such an id."""
+    ini = one_worker(either_bin, pool_mode="transaction", server_login_retry=1, log_disconnections=1)
+    b = bouncer(ini_overrides=ini, binary=either_bin, start=False)
+    unresolvable_first_host(b, pg)
+    b.start()
+    admin = console(b, host=str(b.dir))
+    (me,) = [r["id"] for r in rows(admin, "SHOW CLIENTS")]
+
+    first = b.connect(autocommit=True)
+    first.execute("BEGIN")
+    first.execute("SELECT 1")
+    second = b.connect(autocommit=True)
+    second.execute("BEGIN")
+    second.execute("SELECT 1")  # the first one's server is taken: a new one
+    assert linked_ids(admin, "postgres") == [(me + 1, me + 2), (me + 3, me + 4)]
+
+    # the first attempt of `listed` fails its lookup: a server id of its own
+    listed = b.connect(dbname="listed", autocommit=True)
+    assert listed.execute("SELECT 1").fetchone() == (1,)
+    listed.execute("BEGIN")
+    assert listed.execute("SELECT 2").fetchone() == (2,)
+    assert linked_ids(admin, "listed") == [(me + 5, me + 7)]
+    assert len(re.findall(r"closing because: server DNS lookup failed", b.log_text())) == 1
+
+    admin.execute(f"KILL_CLIENT {me + 3}")
+    with pytest.raises(psycopg.OperationalError, match="admin forced disconnect"):
+        second.execute("SELECT 1")
+    assert first.execute("SELECT 'still here'").fetchone() == ("still here",)
+    assert [r["id"] for r in rows(admin, "SHOW CLIENTS") if r["database"] == "postgres"] == [me + 1]
+
+
+def test_host_list_skips_a_name_that_does_not_resolve(bouncer, either_bin, pg):
+    """load_balance_hosts = disable and a first host that does not resolve:
+    one `closing because: server DNS lookup failed` for the one failed
+    attempt, then the next host serves, and stays in use for the next
+    server connection."""
+    ini = one_worker(either_bin, pool_mode="transaction", server_login_retry=1, log_disconnections=1)
+    b = bouncer(ini_overrides=ini, binary=either_bin, start=False)
+    unresolvable_first_host(b, pg)
+    b.start()
+    first = b.connect(dbname="listed", autocommit=True)
+    first.execute("BEGIN")
+    assert first.execute("SELECT current_database()").fetchone() == ("postgres",)
+    second = b.connect(dbname="listed", autocommit=True)
+    second.execute("BEGIN")
+    assert second.execute("SELECT 2").fetchone() == (2,)
+    admin = console(b, host=str(b.dir))
+    assert [(r["addr"], r["port"]) for r in rows(admin, "SHOW SERVERS")] == [("127.0.0.1", pg.port)] * 2
+    failed = re.findall(r"S-0x[0-9a-f]+: listed/postgres@\S+ closing because: server DNS lookup failed \(age=\d+s\)",
+                        b.log_text())
+    assert len(failed) == 1, b.log_text()
 
 
 def test_connection_ids_with_two_workers(bouncer, pg):

@@ -470,7 +470,11 @@ void slog(LogLevel level, const PgSocket *s, const char *fmt, ...)
 	va_end(ap);
 	socket_remote_text(s, host, sizeof(host), &port);
 	char hostpart[INET6_ADDRSTRLEN + 32];
-	if (s->remote.sa.sa_family == AF_INET6)
+	if (s->is_server && s->remote.sa.sa_family == AF_UNSPEC) {
+		/* no address: a host that did not resolve (PgBouncer's text) */
+		snprintf(hostpart, sizeof(hostpart), "(bad-af)");
+		port = 0;
+	} else if (s->remote.sa.sa_family == AF_INET6)
 		snprintf(hostpart, sizeof(hostpart), "[%s]", host);
 	else if (s->is_unix && s->peer_pid)
 		snprintf(hostpart, sizeof(hostpart), "unix(%d)", s->peer_pid);

@@ -130,6 +130,23 @@ static void send_startup(PgSocket *s)
 	pktbuf_free(&pb);
 }
 
+/*
+ * An attempt whose host did not resolve is a server connection that never
+ * got an address, as in PgBouncer: it takes a connection id (SHOW
+ * SERVERS, doc/workers.md "Connection ids") and logs one `closing
+ * because: server DNS lookup failed`. It holds no budget and is closed
+ * before anything can see it.
+ */
+static void dns_failed_attempt(PgPool *pool)
+{
+	PgSocket *s = socket_new(true);
+	/* no s->pool, so in none of its lists: the close must not start the next attempt from here */
+	s->db = pool->db;
+	s->login_user = pool->user;
+	s->state = SV_LOGIN;
+	disconnect_server(s, false, "server DNS lookup failed");
+}
+
 /* A new server connection of the pool; for a replication client (repl_client), its own one. */
 static bool launch(PgPool *pool, PgSocket *repl_client, BudgetHold *hold)
 {
@@ -139,9 +156,11 @@ static bool launch(PgPool *pool, PgSocket *repl_client, BudgetHold *hold)
 	/* a name of a host list that does not resolve is skipped: the next one may */
 	DnsResult r;
 	int tries = host_count(pool->db);
-	do
-		r = pick_address(pool, &ss, &len, host, sizeof(host), err, sizeof(err));
-	while (r == DNS_FAIL && --tries > 0);
+	while ((r = pick_address(pool, &ss, &len, host, sizeof(host), err, sizeof(err))) == DNS_FAIL) {
+		dns_failed_attempt(pool);
+		if (--tries == 0)
+			break;
+	}
 	if (r != DNS_OK)
 		budget_hold_release(hold); /* no connection: the units go back */
 	if (r == DNS_PENDING)
