@@ -249,3 +249,98 @@ def linked(conn, admin, database):
     conn.execute("BEGIN")
     conn.execute("SELECT 1")
     return linked_ids(admin, database)
+
+
+# ---------------------------------------------------------------------------
+# TLS set-up errors
+
+
+def start_failing(b):
+    """Starts b, which must fail its TLS set-up; returns its log and stderr."""
+    b.start(wait=False)
+
+    def ended():
+        assert "process up" not in b.log_text(), f"pgbouncer started instead of failing\n{b.describe()}"
+        return not b.alive()
+
+    wait_for(ended, "pgbouncer to exit")
+    assert b.returncode == 1, b.describe()
+    return b.log_text() + b.stderr()
+
+
+# each case: the settings and the start of PgBouncer's ERROR line (a regex; {dir} is the instance's directory)
+TLS_SETUP_ERRORS = {
+    "tls13-ciphers": ({"client_tls13_ciphers": "BOGUS"}, r"TLS setup failed: failed to set the TLSv1\.3 cipher suites"),
+    "ciphers": ({"client_tls_ciphers": "BOGUS"}, r"invalid client_tls_ciphers: BOGUS"),
+    "protocols": ({"client_tls_protocols": "bogus"}, r"invalid client_tls_protocols: bogus"),
+    "dheparams": ({"client_tls_dheparams": "bogus"}, r"invalid client_tls_dheparams: bogus"),
+    # 1.25.2 misspells the setting's name in this one
+    "ecdhcurve": ({"client_tls_ecdhcurve": "bogus"}, r"invalid client_tls_ecdhe?curve: bogus"),
+    "missing-key": ({"client_tls_key_file": "{dir}/missing.key"},
+                    r'TLS setup failed: failed to load private key file "{dir}/missing\.key": '),
+    "missing-cert": ({"client_tls_cert_file": "{dir}/missing.crt"},
+                     r'TLS setup failed: failed to load certificate file "{dir}/missing\.crt": '),
+    "key-not-a-key": ({"client_tls_key_file": "{ca}"}, r'TLS setup failed: failed to load private key file "{ca}": '
+                                                       r"unsupported"),
+    "cert-not-a-cert": ({"client_tls_cert_file": "{key}"},
+                        r'TLS setup failed: failed to load certificate file "{key}": no start line'),
+    "key-mismatch": ({"client_tls_key_file": "{wrong}"},
+                     r'TLS setup failed: failed to load private key file "{wrong}": key values mismatch'),
+    "missing-ca": ({"client_tls_ca_file": "{dir}/missing-ca.crt"}, r"TLS setup failed: failed to load CA: "),
+    "ca-not-a-cert": ({"client_tls_ca_file": "{key}"},
+                      r"TLS setup failed: failed to load CA: no certificate or crl found"),
+    "no-key-no-cert": ({"client_tls_key_file": "", "client_tls_cert_file": ""},
+                       r"To allow TLS connections from clients, client_tls_key_file and client_tls_cert_file "
+                       r"must be set\."),
+    "verify-full-without-ca": ({"client_tls_sslmode": "verify-full"},
+                               r"client_tls_sslmode requires client_tls_ca_file"),
+    "cert-auth-without-ca": ({"client_tls_sslmode": "verify-full", "auth_type": "cert"},
+                             r"auth_type=cert requires client_tls_ca_file"),
+    "server-ciphers": ({"server_tls_sslmode": "require", "server_tls_ciphers": "BOGUS"},
+                       r"invalid server_tls_ciphers: BOGUS"),
+    "server-protocols": ({"server_tls_sslmode": "require", "server_tls_protocols": "bogus"},
+                         r"invalid server_tls_protocols: bogus"),
+}
+
+
+@pytest.mark.parametrize("case", list(TLS_SETUP_ERRORS))
+def test_tls_setup_error_texts(bouncer, either_bin, tls_files, case):
+    """A TLS set-up that cannot be built stops the start with PgBouncer's
+    two lines: ERROR with the reason, then FATAL `TLS setup failed`. Where
+    PgBouncer names no setting (or gives "(null)" as the reason) ours says
+    more after its text."""
+    settings, error = TLS_SETUP_ERRORS[case]
+    b = bouncer(binary=either_bin, start=False)
+    paths = {"dir": str(b.dir), "ca": str(tls_files.ca_cert), "key": str(tls_files.server_key),
+             "wrong": str(tls_files.wrong_key)}
+    ini = {"client_tls_sslmode": "require", "client_tls_key_file": str(tls_files.server_key),
+           "client_tls_cert_file": str(tls_files.server_cert)}
+    ini.update({k: v.format(**paths) for k, v in settings.items()})
+    b.update(**ini)
+    b.write_ini()
+    text = start_failing(b)
+    error = error.format(**{k: re.escape(v) for k, v in paths.items()})
+    assert re.search(rf"\[\d+\] ERROR {error}.*\n.*\[\d+\] FATAL TLS setup failed$", text, re.MULTILINE), text
+
+
+def test_reload_with_tls13_ciphers_openssl_refuses(bouncer, either_bin, tls_files):
+    """RELOAD with a client_tls13_ciphers OpenSSL refuses: the console gets
+    F0000, the log PgBouncer's two lines, and TLS clients are served with
+    the old set-up."""
+    ini = {"client_tls_sslmode": "require", "client_tls_key_file": str(tls_files.server_key),
+           "client_tls_cert_file": str(tls_files.server_cert)}
+    b = bouncer(ini_overrides=one_worker(either_bin, **ini), binary=either_bin)
+    admin = console(b, host=str(b.dir))
+    mark = b.log_mark()
+    b.update(client_tls13_ciphers="BOGUS")
+    b.write_ini()
+    with pytest.raises(psycopg.Error) as e:
+        admin.execute("RELOAD")
+    assert (e.value.sqlstate, e.value.diag.message_primary) == (
+        "F0000", "RELOAD failed, see logs for additional details")
+    # the master and the worker each log both (their lines may interleave)
+    b.wait_log(r"ERROR TLS setup failed: failed to set the TLSv1\.3 cipher suites", after=mark)
+    b.wait_log(r"ERROR TLS configuration could not be reloaded, keeping old configuration", after=mark)
+    with b.connect(sslmode="require", autocommit=True) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+        assert conn.info.pgconn.ssl_in_use

@@ -2031,7 +2031,7 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 		return set_refused(c, err);
 	bool tls_kept = false;
 	if (needs_tls && !worker_tls_reload(err, sizeof(err))) {
-		log_warning("TLS configuration not changed: %s", err);
+		log_error("%s", err); /* as PgBouncer; the client gets the NOTICE below */
 		tls_kept = true;
 		if (!tls_key && !set_tls_blocker(key, old, val))
 			return admin_error(c, NULL, "SET failed");

@@ -323,7 +323,8 @@ void worker_reload(void)
 	worker_tune_listeners();
 	char terr[TLS_ERR_LEN];
 	if (!worker_tls_reload(terr, sizeof(terr))) {
-		log_error("TLS configuration not changed: %s", terr);
+		log_error("%s", terr);
+		log_error("TLS configuration could not be reloaded, keeping old configuration");
 		return;
 	}
 	wk.reload_failed = false;
