@@ -555,7 +555,9 @@ def test_console_reload_with_bad_certificate_fails(bouncer, tls_files):
             admin.execute("RELOAD")
         assert e.value.sqlstate == "F0000", e.value
         assert e.value.diag.message_primary == "RELOAD failed, see logs for additional details"
-        b.wait_log(rf"TLS configuration not changed: .*{re.escape(str(key))} does not match", after=mark)
+        b.wait_log(rf"ERROR TLS setup failed: failed to load private key file \"{re.escape(str(key))}\": key "
+                   r"values mismatch \(client_tls_key_file does not match", after=mark)
+        b.wait_log(r"ERROR TLS configuration could not be reloaded, keeping old configuration", after=mark)
         cfg = {r[0]: r[1] for r in admin.execute("SHOW CONFIG").fetchall()}
         assert cfg["server_login_retry"] == "7"
         assert every_new_connection_sees(b, old)
@@ -606,7 +608,7 @@ def test_admin_set_of_tls_settings_rebuilds_or_keeps_tls(bouncer, tls_files):
             check_tls_select(conn)
             tls = [r for r in admin.execute("SHOW CLIENTS").fetchall() if "after-reset" in r]
             assert len(tls) == 1 and any(str(v).startswith("TLSv1.3/") for v in tls[0]), tls
-    b.wait_log(r"TLS configuration not changed: .*client_tls_key_file")
+    b.wait_log(r"ERROR TLS setup failed: failed to load private key file .*\(client_tls_key_file")
 
 
 def test_admin_set_enables_tls_step_by_step(bouncer, tls_files):

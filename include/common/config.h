@@ -51,7 +51,6 @@ enum {
 };
 enum { POOL_SESSION, POOL_TRANSACTION, POOL_STATEMENT };
 enum { SSLMODE_DISABLE, SSLMODE_ALLOW, SSLMODE_PREFER, SSLMODE_REQUIRE, SSLMODE_VERIFY_CA, SSLMODE_VERIFY_FULL };
-enum { DHE_NONE, DHE_AUTO, DHE_LEGACY };
 enum { LB_ROUND_ROBIN, LB_DISABLE };
 enum { AFFINITY_OFF, AFFINITY_CORES };
 
@@ -75,7 +74,7 @@ typedef struct CfGlobals {
 	char *client_tls_ca_file;
 	char *client_tls_cert_file;
 	char *client_tls_ciphers;
-	int client_tls_dheparams;
+	char *client_tls_dheparams;
 	char *client_tls_ecdhcurve;
 	char *client_tls_key_file;
 	char *client_tls_protocols;

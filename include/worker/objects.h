@@ -360,8 +360,18 @@ void pool_check_counts(const PgPool *pool);
 void objects_init(void);
 /* Move a socket to the list of its new state (the only place that does). */
 void change_state(PgSocket *s, SocketState st);
-/* A zeroed client or server connection, in no list yet. */
+/* A zeroed client or server connection, in no list yet, with the next connection id of the tree. */
 PgSocket *socket_new(bool is_server);
+/* The same with a given id (a client moved from another worker keeps its own). */
+PgSocket *socket_new_with_id(bool is_server, uint64_t id);
+/*
+ * Ids of connections nobody sees (another worker's console, the master's
+ * /metrics scrape): the top bit set, so that they take none of the ids
+ * SHOW CLIENTS shows and KILL_CLIENT takes.
+ */
+#define SOCKET_ID_INTERNAL (UINT64_C(1) << 63)
+/* A client connection with an id of that range, unique in this worker. */
+PgSocket *socket_new_internal(void);
 /* Free the sockets closed during this loop pass. */
 void socket_free_justfree(void);
 /* The database of this name, or NULL. */

@@ -78,12 +78,13 @@ typedef struct Worker {
 	PauseMode pause_mode;
 	bool pause_inherited; /* the pause came from the master at start, not from a console here (admin_state.c) */
 	uint64_t next_id;     /* SHOW CLIENTS/SERVERS id counter (without shm) */
-	int client_count;     /* all client connections (for max_client_conn) */
-	int private_clients;  /* of which came in on the private socket (peer consoles) */
-	uint64_t reloads;     /* SIGHUPs handled (RELOAD waits for the master's) */
-	bool reload_failed;   /* the last SIGHUP's config file or TLS set-up did not load (RELOAD answers an error) */
-	uint32_t cf_gen;      /* bumped whenever the running config changes (reload, console SET) */
-	usec_t now;           /* time at the start of the current callback */
+	uint64_t next_internal_id; /* ids of connections nobody sees (socket_new_internal()) */
+	int client_count;          /* all client connections (for max_client_conn) */
+	int private_clients;       /* of which came in on the private socket (peer consoles) */
+	uint64_t reloads;          /* SIGHUPs handled (RELOAD waits for the master's) */
+	bool reload_failed; /* the last SIGHUP's config file or TLS set-up did not load (RELOAD answers an error) */
+	uint32_t cf_gen;    /* bumped whenever the running config changes (reload, console SET) */
+	usec_t now;         /* time at the start of the current callback */
 	usec_t start_time;
 	usec_t stats_older_at;          /* when the pools' older_stats were taken (start_time before the first tick) */
 	usec_t stats_newer_at;          /* when their newer_stats were taken */
@@ -102,6 +103,8 @@ typedef struct Worker {
 	int schedstat_fd;               /* /proc/self/schedstat, for the run-queue wait (-1 = none) */
 	struct event *drain_timeout_ev; /* worker_drain_timeout */
 	bool retiring;                  /* draining because a new tree took over (-R): idle servers go early */
+	bool shutdown_closing;          /* a safe shutdown is closing the clients left, then exits */
+	usec_t servers_gone_at;         /* a safe shutdown's last server closed then (0 = not yet) */
 	int handoff_fd;                 /* retiring: socket to a new tree's worker for our clients (-1 = none) */
 	int drain_fd;                   /* draining: the socket of the master's last move order, kept (-1 = none) */
 	int drain_to;                   /* draining: the worker that order named */

@@ -59,13 +59,6 @@ const CfEnum cf_sslmodes[] = {
     {NULL, 0},
 };
 
-static const CfEnum dhe_params[] = {
-    {"none", DHE_NONE},
-    {"auto", DHE_AUTO},
-    {"legacy", DHE_LEGACY},
-    {NULL, 0},
-};
-
 static const CfEnum load_balance_modes[] = {
     {"round-robin", LB_ROUND_ROBIN},
     {"disable", LB_DISABLE},
@@ -159,7 +152,8 @@ const CfParam cf_params[] = {
     PARAM(client_tls_ca_file, CF_STRING, "", RELOAD),
     PARAM(client_tls_cert_file, CF_STRING, "", RELOAD),
     PARAM(client_tls_ciphers, CF_STRING, "default", RELOAD),
-    PARAM_ENUM(client_tls_dheparams, dhe_params, "auto", RELOAD),
+    /* a string, as in PgBouncer: checked when client TLS is set up (an unused bad value is no error) */
+    PARAM(client_tls_dheparams, CF_STRING, "auto", RELOAD),
     PARAM(client_tls_ecdhcurve, CF_STRING, "auto", RELOAD),
     PARAM(client_tls_key_file, CF_STRING, "", RELOAD),
     PARAM(client_tls_protocols, CF_LIST, "secure", RELOAD),

@@ -1,6 +1,7 @@
 /*
  * TLS configuration: turns the client_tls_* / server_tls_* settings into
- * OpenSSL contexts with errors that name the setting and file at fault,
+ * OpenSSL contexts with PgBouncer's error texts, followed by the setting
+ * and file at fault where PgBouncer names neither (doc/tls.md),
  * swaps them on reload only when the new ones are good, and formats the
  * `tls` text of a connection. Pure OpenSSL: no sockets, no event loop.
  */
@@ -12,6 +13,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -96,6 +98,20 @@ static const char *ssl_reason(char *buf, size_t len)
 	return buf;
 }
 
+/* The reason of OpenSSL's earliest error: for a file, what was wrong in it ("no start line"). */
+static const char *ssl_first_reason(char *buf, size_t len)
+{
+	unsigned long e = ERR_peek_error();
+	const char *r = e != 0 ? ERR_reason_error_string(e) : NULL;
+
+	if (r != NULL) {
+		snprintf(buf, len, "%s", r);
+		ERR_clear_error();
+		return buf;
+	}
+	return ssl_reason(buf, len);
+}
+
 static bool is_set(const char *s)
 {
 	return s != NULL && s[0] != '\0';
@@ -127,8 +143,8 @@ bool tls_parse_protocols(const char *setting, const char *value, unsigned *mask,
 		while (p[n] != '\0' && p[n] != ',' && p[n] != ':' && p[n] != ' ' && p[n] != '\t')
 			n++;
 		if (n == 0 || n >= sizeof(word))
-			return set_error(err, errlen, "%s: unknown protocol \"%.*s\" in \"%s\"", setting,
-			                 (int)(n < 32 ? n : 32), p, value);
+			return set_error(err, errlen, "invalid %s: %s (unknown protocol \"%.*s\")", setting, value,
+			                 (int)(n < 32 ? n : 32), p);
 		memcpy(word, p, n);
 		word[n] = '\0';
 		p += n;
@@ -143,10 +159,10 @@ bool tls_parse_protocols(const char *setting, const char *value, unsigned *mask,
 			}
 		}
 		if (!known)
-			return set_error(err, errlen, "%s: unknown protocol \"%s\" in \"%s\"", setting, word, value);
+			return set_error(err, errlen, "invalid %s: %s (unknown protocol \"%s\")", setting, value, word);
 	}
 	if (m == 0)
-		return set_error(err, errlen, "%s: \"%s\" enables no protocol", setting, value);
+		return set_error(err, errlen, "invalid %s: %s (enables no protocol)", setting, value);
 	*mask = m;
 	return true;
 }
@@ -169,7 +185,7 @@ static bool apply_protocols(SSL_CTX *ctx, const char *setting, const char *value
 	}
 	if (!SSL_CTX_set_min_proto_version(ctx, proto_versions[lo].version) ||
 	    !SSL_CTX_set_max_proto_version(ctx, proto_versions[hi].version))
-		return set_error(err, errlen, "%s \"%s\": %s", setting, value, ssl_reason(r, sizeof(r)));
+		return set_error(err, errlen, "invalid %s: %s (%s)", setting, value, ssl_reason(r, sizeof(r)));
 	for (int i = lo + 1; i < hi; i++) {
 		if (!(mask & (1u << i)))
 			SSL_CTX_set_options(ctx, proto_versions[i].no_option);
@@ -187,13 +203,14 @@ static bool apply_ciphers(SSL_CTX *ctx, const char *setting, const char *value, 
 	    strcasecmp(value, "fast") != 0 && strcasecmp(value, "normal") != 0) {
 		const char *list = strcasecmp(value, "all") == 0 ? "ALL" : value;
 
-		if (!SSL_CTX_set_cipher_list(ctx, list))
-			return set_error(err, errlen, "%s \"%s\" selects no usable cipher: %s", setting, value,
-			                 ssl_reason(r, sizeof(r)));
+		if (!SSL_CTX_set_cipher_list(ctx, list)) {
+			ERR_clear_error();
+			return set_error(err, errlen, "invalid %s: %s", setting, value);
+		}
 	}
 	if (is_set(value13) && !SSL_CTX_set_ciphersuites(ctx, value13))
-		return set_error(err, errlen, "%s \"%s\" selects no usable cipher suite: %s", setting13, value13,
-		                 ssl_reason(r, sizeof(r)));
+		return set_error(err, errlen, "TLS setup failed: failed to set the TLSv1.3 cipher suites (%s: %s: %s)",
+		                 setting13, value13, ssl_reason(r, sizeof(r)));
 	return true;
 }
 
@@ -208,7 +225,7 @@ static bool apply_ecdhcurve(SSL_CTX *ctx, const char *value, char *err, size_t e
 		snprintf(list, sizeof(list), "%s", FFDHE_GROUPS);
 	} else {
 		if (strlen(value) >= sizeof(list))
-			return set_error(err, errlen, "client_tls_ecdhcurve \"%s\" is too long", value);
+			return set_error(err, errlen, "invalid client_tls_ecdhcurve: %s (too long)", value);
 		snprintf(list, sizeof(list), "%s", value);
 		for (char *c = list; *c != '\0'; c++) {
 			if (*c == ',')
@@ -216,8 +233,7 @@ static bool apply_ecdhcurve(SSL_CTX *ctx, const char *value, char *err, size_t e
 		}
 	}
 	if (!SSL_CTX_set1_groups_list(ctx, list))
-		return set_error(err, errlen, "client_tls_ecdhcurve \"%s\" is not usable: %s", value,
-		                 ssl_reason(r, sizeof(r)));
+		return set_error(err, errlen, "invalid client_tls_ecdhcurve: %s (%s)", value, ssl_reason(r, sizeof(r)));
 	return true;
 }
 
@@ -234,13 +250,22 @@ static EVP_PKEY *dh_named_group(const char *name)
 }
 
 /* client_tls_dheparams for TLS <= 1.2 DHE: none, auto = 2048 bits, legacy = 1024 bits. */
-static bool apply_dheparams(SSL_CTX *ctx, int dhe, char *err, size_t errlen)
+static bool apply_dheparams(SSL_CTX *ctx, const char *value, char *err, size_t errlen)
 {
+	enum { DHE_NONE, DHE_AUTO, DHE_LEGACY } dhe;
 	const char *group;
 	EVP_PKEY *pkey;
 	int bits, slot;
 	char r[256];
 
+	if (!is_set(value) || strcasecmp(value, "auto") == 0)
+		dhe = DHE_AUTO;
+	else if (strcasecmp(value, "none") == 0)
+		dhe = DHE_NONE;
+	else if (strcasecmp(value, "legacy") == 0)
+		dhe = DHE_LEGACY;
+	else
+		return set_error(err, errlen, "invalid client_tls_dheparams: %s", value);
 	if (dhe == DHE_NONE)
 		return true;
 	group = dhe == DHE_LEGACY ? "dh_1024_160" : "ffdhe2048";
@@ -262,17 +287,45 @@ static bool apply_dheparams(SSL_CTX *ctx, int dhe, char *err, size_t errlen)
 	return true;
 }
 
+/* The files a context loads, for the error texts. */
+typedef enum TlsFile {
+	TLS_FILE_KEY,  /* *_tls_key_file */
+	TLS_FILE_CERT, /* *_tls_cert_file */
+	TLS_FILE_CA,   /* *_tls_ca_file */
+} TlsFile;
+
+/*
+ * PgBouncer's text for a file that did not load, with the reason (where
+ * PgBouncer often has "(null)"), then in brackets the setting at fault,
+ * which PgBouncer does not name, and `detail` (may be empty).
+ */
+static bool file_error(char *err, size_t errlen, TlsFile kind, const char *setting, const char *path,
+                       const char *reason, const char *detail)
+{
+	switch (kind) {
+	case TLS_FILE_KEY:
+		return set_error(err, errlen, "TLS setup failed: failed to load private key file \"%s\": %s (%s%s)",
+		                 path, reason, setting, detail);
+	case TLS_FILE_CERT:
+		return set_error(err, errlen, "TLS setup failed: failed to load certificate file \"%s\": %s (%s%s)",
+		                 path, reason, setting, detail);
+	default:
+		return set_error(err, errlen, "TLS setup failed: failed to load CA: %s (%s %s%s)", reason, setting,
+		                 path, detail);
+	}
+}
+
 /* Fail with the file and errno when `path` cannot be opened for reading. */
-static bool check_readable(const char *setting, const char *path, char *err, size_t errlen)
+static bool check_readable(TlsFile kind, const char *setting, const char *path, char *err, size_t errlen)
 {
 	struct stat st;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
-		return set_error(err, errlen, "cannot read %s %s: %s", setting, path, strerror(errno));
+		return file_error(err, errlen, kind, setting, path, strerror(errno), "");
 	if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
 		close(fd);
-		return set_error(err, errlen, "cannot read %s %s: %s", setting, path, strerror(EISDIR));
+		return file_error(err, errlen, kind, setting, path, strerror(EISDIR), "");
 	}
 	close(fd);
 	return true;
@@ -309,31 +362,31 @@ static bool load_keypair(SSL_CTX *ctx, const char *key_setting, const char *key_
 	BIO *bio;
 	char r[256], when[64];
 
-	if (!check_readable(cert_setting, cert_path, err, errlen) ||
-	    !check_readable(key_setting, key_path, err, errlen))
+	if (!check_readable(TLS_FILE_CERT, cert_setting, cert_path, err, errlen) ||
+	    !check_readable(TLS_FILE_KEY, key_setting, key_path, err, errlen))
 		return false;
 	if (SSL_CTX_use_certificate_chain_file(ctx, cert_path) != 1)
-		return set_error(err, errlen, "cannot load a certificate from %s %s: %s", cert_setting, cert_path,
-		                 ssl_reason(r, sizeof(r)));
+		return file_error(err, errlen, TLS_FILE_CERT, cert_setting, cert_path, ssl_first_reason(r, sizeof(r)),
+		                  "");
 	bio = BIO_new_file(key_path, "r");
 	if (bio != NULL) {
 		pkey = PEM_read_bio_PrivateKey(bio, NULL, no_password, NULL);
 		BIO_free(bio);
 	}
 	if (pkey == NULL)
-		return set_error(err, errlen, "cannot load a private key from %s %s: %s", key_setting, key_path,
-		                 ssl_reason(r, sizeof(r)));
+		return file_error(err, errlen, TLS_FILE_KEY, key_setting, key_path, ssl_first_reason(r, sizeof(r)), "");
+	char mismatch[PATH_MAX + 64];
+	snprintf(mismatch, sizeof(mismatch), " does not match %s %s", cert_setting, cert_path);
 	cert = SSL_CTX_get0_certificate(ctx);
 	if (cert == NULL || X509_check_private_key(cert, pkey) != 1) {
 		EVP_PKEY_free(pkey);
 		ERR_clear_error();
-		return set_error(err, errlen, "%s %s does not match %s %s", key_setting, key_path, cert_setting,
-		                 cert_path);
+		/* OpenSSL's reason, as PgBouncer gives it */
+		return file_error(err, errlen, TLS_FILE_KEY, key_setting, key_path, "key values mismatch", mismatch);
 	}
 	if (SSL_CTX_use_PrivateKey(ctx, pkey) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
 		EVP_PKEY_free(pkey);
-		return set_error(err, errlen, "%s %s does not match %s %s: %s", key_setting, key_path, cert_setting,
-		                 cert_path, ssl_reason(r, sizeof(r)));
+		return file_error(err, errlen, TLS_FILE_KEY, key_setting, key_path, ssl_reason(r, sizeof(r)), mismatch);
 	}
 	EVP_PKEY_free(pkey); /* ctx holds its own reference */
 	if (X509_cmp_current_time(X509_get0_notAfter(cert)) <= 0) {
@@ -354,17 +407,15 @@ static bool load_ca(SSL_CTX *ctx, const char *setting, const char *path, bool li
 {
 	char r[256];
 
-	if (!check_readable(setting, path, err, errlen))
+	if (!check_readable(TLS_FILE_CA, setting, path, err, errlen))
 		return false;
 	if (SSL_CTX_load_verify_locations(ctx, path, NULL) != 1)
-		return set_error(err, errlen, "cannot load CA certificates from %s %s: %s", setting, path,
-		                 ssl_reason(r, sizeof(r)));
+		return file_error(err, errlen, TLS_FILE_CA, setting, path, ssl_first_reason(r, sizeof(r)), "");
 	if (list_for_clients) {
 		STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(path);
 
 		if (names == NULL)
-			return set_error(err, errlen, "cannot load CA certificates from %s %s: %s", setting, path,
-			                 ssl_reason(r, sizeof(r)));
+			return file_error(err, errlen, TLS_FILE_CA, setting, path, ssl_first_reason(r, sizeof(r)), "");
 		SSL_CTX_set_client_CA_list(ctx, names);
 	}
 	return true;
@@ -441,17 +492,19 @@ bool tls_build_client_ctx(const CfGlobals *g, bool need_client_cert_verify, SSL_
 		*out = NULL;
 		return true;
 	}
-	if (!is_set(g->client_tls_key_file))
+	if (!is_set(g->client_tls_key_file) || !is_set(g->client_tls_cert_file))
 		return set_error(err, errlen,
-		                 "client TLS is enabled (client_tls_sslmode=%s) but client_tls_key_file is not set",
-		                 config_enum_name(cf_sslmodes, g->client_tls_sslmode));
-	if (!is_set(g->client_tls_cert_file))
-		return set_error(err, errlen,
-		                 "client TLS is enabled (client_tls_sslmode=%s) but client_tls_cert_file is not set",
-		                 config_enum_name(cf_sslmodes, g->client_tls_sslmode));
-	if (reason != NULL && !is_set(g->client_tls_ca_file))
+		                 "To allow TLS connections from clients, client_tls_key_file and "
+		                 "client_tls_cert_file must be set.");
+	if (reason != NULL && !is_set(g->client_tls_ca_file)) {
+		/* PgBouncer's texts; the hba case is ours */
+		if (g->auth_type == AUTH_CERT)
+			return set_error(err, errlen, "auth_type=cert requires client_tls_ca_file");
+		if (g->client_tls_sslmode >= SSLMODE_VERIFY_CA)
+			return set_error(err, errlen, "client_tls_sslmode requires client_tls_ca_file (%s)", reason);
 		return set_error(err, errlen,
 		                 "client certificates must be verified (%s) but client_tls_ca_file is not set", reason);
+	}
 
 	ctx = SSL_CTX_new(TLS_server_method());
 	if (ctx == NULL)

@@ -395,8 +395,11 @@ static bool reload_config(void)
 	apply_log_settings(&master.cf);
 	/* each worker rebuilds its own; the master's are for workers started from now on */
 	char terr[TLS_ERR_LEN];
-	if (!tls_contexts_reload(&master.tls, &master.cf.g, hba_config_uses_cert(&master.cf.g), terr, sizeof(terr)))
-		log_error("TLS configuration not changed: %s", terr);
+	if (!tls_contexts_reload(&master.tls, &master.cf.g, hba_config_uses_cert(&master.cf.g), terr, sizeof(terr))) {
+		/* PgBouncer's two lines (doc/tls.md, "Reloading certificates") */
+		log_error("%s", terr);
+		log_error("TLS configuration could not be reloaded, keeping old configuration");
+	}
 	supervisor_config_changed(&master.cf);
 	return true;
 }
@@ -423,7 +426,7 @@ static void on_console_set(const char *name, const char *value)
 		char terr[TLS_ERR_LEN];
 		if (!tls_contexts_reload(&master.tls, &master.cf.g, hba_config_uses_cert(&master.cf.g), terr,
 		                         sizeof(terr)))
-			log_warning("TLS configuration not changed: %s", terr);
+			log_error("%s", terr); /* the old set-up stays, as after a failed RELOAD */
 	}
 	supervisor_settings_changed();
 }
@@ -651,8 +654,10 @@ int main(int argc, char **argv)
 	/* 2. TLS, after the user switch so that the files are read as the running user */
 	char terr[TLS_ERR_LEN];
 	tls_contexts_init(&master.tls);
-	if (!tls_contexts_reload(&master.tls, &master.cf.g, hba_config_uses_cert(&master.cf.g), terr, sizeof(terr)))
-		fatal("TLS setup failed: %s", terr);
+	if (!tls_contexts_reload(&master.tls, &master.cf.g, hba_config_uses_cert(&master.cf.g), terr, sizeof(terr))) {
+		log_error("%s", terr); /* PgBouncer's two lines (doc/tls.md) */
+		fatal("TLS setup failed");
+	}
 	listen_setup(&master.listeners, &master.cf.g, tk.s, tk.n);
 	make_private_dir(&master.cf.g, takeover);
 	if (!takeover)

@@ -1952,7 +1952,9 @@ static bool cmd_shutdown(PgSocket *c, const char *arg, const char *query)
 		return true;
 	}
 	/* the command table let only WAIT_FOR_SERVERS and WAIT_FOR_CLIENTS through */
-	int sig = strcasecmp(arg, "WAIT_FOR_SERVERS") == 0 ? SIGINT : SIGTERM;
+	bool servers = strcasecmp(arg, "WAIT_FOR_SERVERS") == 0;
+	int sig = servers ? SIGINT : SIGTERM;
+	log_info("SHUTDOWN %s command issued", servers ? "WAIT_FOR_SERVERS" : "WAIT_FOR_CLIENTS");
 	/* the reply waits until the master's signal is back, so the next command sees the shutdown */
 	kill(getppid(), sig);
 	add_wait(c, WAIT_SHUTDOWN, NULL);
@@ -2033,7 +2035,7 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 		return set_refused(c, err);
 	bool tls_kept = false;
 	if (needs_tls && !worker_tls_reload(err, sizeof(err))) {
-		log_warning("TLS configuration not changed: %s", err);
+		log_error("%s", err); /* as PgBouncer; the client gets the NOTICE below */
 		tls_kept = true;
 		if (!tls_key && !set_tls_blocker(key, old, val))
 			return admin_error(c, NULL, "SET failed");

@@ -32,7 +32,15 @@
 
 void client_accept(int fd, bool is_unix, bool is_private, const struct sockaddr_storage *peer, socklen_t peer_len)
 {
-	PgSocket *c = socket_new(false);
+	struct ucred cred = {.pid = 0, .uid = (uid_t)-1};
+	socklen_t cl = sizeof(cred);
+	if (is_unix && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0)
+		cred = (struct ucred){.pid = 0, .uid = (uid_t)-1};
+	/* the peer connection of another worker's console, not an operator on the private socket */
+	bool from_worker = is_private && admin_fanout_from_worker(cred.pid);
+	/* the master's /metrics scrape (doc/monitoring.md): hidden and uncounted too, but fanned out */
+	bool from_master = is_private && cred.pid > 0 && cred.pid == (int)getppid();
+	PgSocket *c = from_worker || from_master ? socket_new_internal() : socket_new(false);
 	struct sockaddr_storage asked;
 	if (!peer) {
 		peer_len = sizeof(asked);
@@ -45,22 +53,13 @@ void client_accept(int fd, bool is_unix, bool is_private, const struct sockaddr_
 	c->is_unix = is_unix;
 	c->is_private = is_private;
 	if (is_unix) {
-		struct ucred cred;
-		socklen_t cl = sizeof(cred);
-		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
-			c->peer_pid = cred.pid;
-			c->peer_uid = cred.uid;
-		} else {
-			c->peer_uid = (uid_t)-1;
-		}
+		c->peer_pid = cred.pid;
+		c->peer_uid = cred.uid;
 	} else {
 		tune_accepted_socket(fd); /* the rest it has from the listener (tune_tcp_listener()) */
 	}
-	/* the peer connection of another worker's console, not an operator on the private socket */
-	c->is_internal = is_private && admin_fanout_from_worker(c->peer_pid);
-	/* the master's /metrics scrape (doc/monitoring.md): hidden and uncounted too, but fanned out */
-	c->from_master = is_private && c->peer_pid > 0 && c->peer_pid == (int)getppid();
-	c->is_internal = c->is_internal || c->from_master;
+	c->from_master = from_master;
+	c->is_internal = from_worker || from_master;
 	if (is_private) {
 		/* a peer worker's console: not a client of the pooler, so outside max_client_conn */
 		wk.client_count++;

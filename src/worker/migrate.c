@@ -587,7 +587,6 @@ static void adopt_secret(PgUser *u, const HandoverSecret *s)
 /* The client's own state from the decoded message: address, times, key, parameters, prepared statements. */
 static void adopt_state(PgSocket *c, const HandoverClient *hc)
 {
-	c->id = hc->id;
 	c->is_unix = hc->is_unix;
 	socket_set_remote(c, (const struct sockaddr *)&hc->remote, sizeof(hc->remote));
 	c->peer_pid = (int)hc->peer_pid;
@@ -633,12 +632,11 @@ static bool moved_server_units(const uint8_t *data, size_t len, bool same_tree, 
  */
 static void adopt_server(PgSocket *c, const HandoverServer *hs, int fd, const int *moved)
 {
-	PgSocket *s = socket_new(true);
+	PgSocket *s = socket_new_with_id(true, hs->id); /* it keeps its id: SHOW SERVERS */
 	PgPool *pool = c->pool;
 	s->pool = pool;
 	s->login_user = pool->user;
 	s->db = pool->db;
-	s->id = hs->id;
 	socket_set_remote(s, (const struct sockaddr *)&hs->remote, sizeof(hs->remote));
 	s->is_unix = hs->remote.ss_family == AF_UNIX;
 	s->connect_time = (usec_t)hs->connect_time;
@@ -700,7 +698,7 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, int server_fd, 
 		snprintf(err, errlen, "no such database here: %s", hc.database);
 		goto fail;
 	}
-	c = socket_new(false);
+	c = socket_new_with_id(false, hc.id); /* it keeps its id: SHOW CLIENTS, KILL_CLIENT */
 	adopt_state(c, &hc);
 	PgUser *u = user_add(hc.user);
 	if (hc.has_secret)

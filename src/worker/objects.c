@@ -477,7 +477,11 @@ void slog(LogLevel level, const PgSocket *s, const char *fmt, ...)
 	va_end(ap);
 	socket_remote_text(s, host, sizeof(host), &port);
 	char hostpart[INET6_ADDRSTRLEN + 32];
-	if (s->remote.sa.sa_family == AF_INET6)
+	if (s->is_server && s->remote.sa.sa_family == AF_UNSPEC) {
+		/* no address: a host that did not resolve (PgBouncer's text) */
+		snprintf(hostpart, sizeof(hostpart), "(bad-af)");
+		port = 0;
+	} else if (s->remote.sa.sa_family == AF_INET6)
 		snprintf(hostpart, sizeof(hostpart), "[%s]", host);
 	else if (s->is_unix && s->peer_pid)
 		snprintf(hostpart, sizeof(hostpart), "unix(%d)", s->peer_pid);
@@ -904,17 +908,33 @@ bool pool_unused(const PgPool *pool)
 
 /* ---- sockets ---- */
 
-PgSocket *socket_new(bool is_server)
+PgSocket *socket_new_with_id(bool is_server, uint64_t id)
 {
 	PgSocket *s = xcalloc(1, sizeof(*s));
 	list_init(&s->node);
 	s->is_server = is_server;
 	s->state = is_server ? SV_FREE : CL_FREE;
 	s->sb.fd = -1;
-	/* one counter for the whole tree, so that an id names one connection whatever the worker */
-	s->id = wk.slot ? atomic_fetch_add(&wk.shm->next_socket_id, 1) + 1 : ++wk.next_id;
+	s->id = id;
 	s->connect_time = s->request_time = wk.now ? wk.now : get_time_usec();
 	return s;
+}
+
+PgSocket *socket_new(bool is_server)
+{
+	/*
+	 * One counter for the whole tree, taken in creation order, so that an
+	 * id names one connection whatever the worker (doc/workers.md,
+	 * "Connection ids").
+	 */
+	uint64_t id = wk.slot ? atomic_fetch_add(&wk.shm->next_socket_id, 1) + 1 : ++wk.next_id;
+	return socket_new_with_id(is_server, id);
+}
+
+PgSocket *socket_new_internal(void)
+{
+	/* never shown, never a KILL_CLIENT target: out of the range users see, unique in this worker */
+	return socket_new_with_id(false, SOCKET_ID_INTERNAL | ++wk.next_internal_id);
 }
 
 static List *state_list(PgSocket *s, SocketState st)

@@ -537,6 +537,7 @@ static bool replay_vars(PgSocket *c, PgSocket *s)
 		pktbuf_init(&own, 128);
 		q = &own;
 	}
+	size_t start = q->len;
 	pktbuf_start_msg(q, 'Q');
 	for (int i = first; i < n; i++) {
 		const char *want = sock_var(c, i), *have = sock_var(s, i);
@@ -546,6 +547,8 @@ static bool replay_vars(PgSocket *c, PgSocket *s)
 	}
 	pktbuf_put_u8(q, 0);
 	pktbuf_finish_msg(q);
+	/* the statement text, after the type byte and the length */
+	slog_debug(s, "applying tracked parameters: %s", (const char *)q->buf + start + 5);
 	if (!pipeline) {
 		bool ok = sbuf_send(&s->sb, own.buf, own.len);
 		pktbuf_free(&own);
@@ -713,7 +716,9 @@ void pool_server_ready(PgSocket *s)
 	change_state(s, SV_IDLE);
 	switch (v) {
 	case RELEASE_CLOSE_CONFIG:
-		disconnect_server(s, true, "%s", close_needed_reason(s));
+		/* PgBouncer's text for a server marked while it was lent (RELOAD, RECONNECT) */
+		disconnect_server(s, true, "%s",
+		                  s->addr_gone || s->stale_stmt ? close_needed_reason(s) : "close_needed");
 		return;
 	case RELEASE_CLOSE_PAUSE:
 		disconnect_server(s, true, "pause mode");

@@ -130,6 +130,23 @@ static void send_startup(PgSocket *s)
 	pktbuf_free(&pb);
 }
 
+/*
+ * An attempt whose host did not resolve is a server connection that never
+ * got an address, as in PgBouncer: it takes a connection id (SHOW
+ * SERVERS, doc/workers.md "Connection ids") and logs one `closing
+ * because: server DNS lookup failed`. It holds no budget and is closed
+ * before anything can see it.
+ */
+static void dns_failed_attempt(PgPool *pool)
+{
+	PgSocket *s = socket_new(true);
+	/* no s->pool, so in none of its lists: the close must not start the next attempt from here */
+	s->db = pool->db;
+	s->login_user = pool->user;
+	s->state = SV_LOGIN;
+	disconnect_server(s, false, "server DNS lookup failed");
+}
+
 /* A new server connection of the pool; for a replication client (repl_client), its own one. */
 static bool launch(PgPool *pool, PgSocket *repl_client, BudgetHold *hold)
 {
@@ -139,9 +156,11 @@ static bool launch(PgPool *pool, PgSocket *repl_client, BudgetHold *hold)
 	/* a name of a host list that does not resolve is skipped: the next one may */
 	DnsResult r;
 	int tries = host_count(pool->db);
-	do
-		r = pick_address(pool, &ss, &len, host, sizeof(host), err, sizeof(err));
-	while (r == DNS_FAIL && --tries > 0);
+	while ((r = pick_address(pool, &ss, &len, host, sizeof(host), err, sizeof(err))) == DNS_FAIL) {
+		dns_failed_attempt(pool);
+		if (--tries == 0)
+			break;
+	}
 	if (r != DNS_OK)
 		budget_hold_release(hold); /* no connection: the units go back */
 	if (r == DNS_PENDING)
@@ -555,6 +574,26 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 	}
 }
 
+/*
+ * The SET replay of c's tracked parameters has ended. PostgreSQL reports
+ * a parameter only when its value changes: a value that still differs
+ * from the client's was set to what the server already had, which is
+ * then the canonical form of the client's spelling (DateStyle `ISO` is
+ * `ISO, MDY`). The client keeps that form, so that its next transactions
+ * on this server, or on any server reporting the same, need no SET
+ * (doc/transaction.md, "Tracked parameters").
+ */
+static void keep_canonical_vars(PgSocket *s, PgSocket *c)
+{
+	for (int i = 0; i < var_count(); i++) {
+		const char *want = sock_var(c, i), *have = sock_var(s, i);
+		if (!want || !have || want == have || strcasecmp(want, have) == 0)
+			continue;
+		slog_debug(c, "setting %s to its canonical version %s -> %s", var_name(i), want, have);
+		sock_var_copy(c, i, have);
+	}
+}
+
 /* Reset, check, connect_query or SET replay: swallow everything until ReadyForQuery. */
 static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
 {
@@ -617,8 +656,10 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 			return SB_CONSUMED;
 		}
 		s->ready = true;
-		if (s->link)
+		if (s->link) {
+			keep_canonical_vars(s, s->link);
 			client_server_assigned(s->link);
+		}
 		return SB_CONSUMED;
 	}
 	s->resetting = false;

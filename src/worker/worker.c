@@ -175,6 +175,37 @@ static noreturn void worker_exit(void)
 	exit(0);
 }
 
+/* How long a safe shutdown goes on after its last server closed (a janitor tick). */
+#define SHUTDOWN_LINGER (USEC_PER_SEC / 3)
+
+/* Close every client of one state list with `reason`. */
+static void close_clients(List *list, const char *reason)
+{
+	List *j, *t;
+	list_for_each_safe(j, list, t) disconnect_client(container_of(j, PgSocket, node), true, "%s", reason);
+}
+
+/* Close every client still logging in or in a pool, other workers' consoles aside, with `reason`. */
+static void close_all_clients(const char *reason)
+{
+	close_clients(&wk.login_clients, reason);
+	List *i;
+	list_for_each(i, &wk.pools)
+	{
+		PgPool *pool = container_of(i, PgPool, node);
+		List *lists[] = {&pool->active_clients, &pool->waiting_clients};
+		for (int l = 0; l < 2; l++) {
+			List *j, *t;
+			list_for_each_safe(j, lists[l], t)
+			{
+				PgSocket *c = container_of(j, PgSocket, node);
+				if (!c->is_internal)
+					disconnect_client(c, true, "%s", reason);
+			}
+		}
+	}
+}
+
 void worker_check_shutdown(void)
 {
 	/* consoles of other workers reaching this one through its private socket do not hold it up */
@@ -185,7 +216,22 @@ void worker_check_shutdown(void)
 		log_info("client connections dropped, exiting");
 		worker_exit();
 	}
-	if (wk.run_state == RUN_SHUTDOWN_SERVERS && total_servers() == 0) {
+	if (wk.run_state == RUN_SHUTDOWN_SERVERS && total_servers() == 0 && !wk.shutdown_closing) {
+		/*
+		 * The last server is gone; the clients left finished their
+		 * transactions. For a janitor tick a client's next query still
+		 * gets its answer, `server shutting down`, as in PgBouncer, which
+		 * exits at its next tick; then those left are told the same
+		 * rather than cut off by the exit (doc/pgbouncer.1.md, "SHUTDOWN").
+		 * Their closes call us again.
+		 */
+		usec_t now = get_time_usec();
+		if (!wk.servers_gone_at)
+			wk.servers_gone_at = now;
+		if (now - wk.servers_gone_at < SHUTDOWN_LINGER)
+			return; /* the janitor calls again */
+		wk.shutdown_closing = true;
+		close_all_clients("server shutting down");
 		log_info("server connections dropped, exiting");
 		worker_exit();
 	}
@@ -195,13 +241,6 @@ void worker_check_shutdown(void)
 		log_info("worker %d drained, exiting", wk.id);
 		worker_exit();
 	}
-}
-
-/* Close every client of one state list with `reason`. */
-static void close_clients(List *list, const char *reason)
-{
-	List *j, *t;
-	list_for_each_safe(j, list, t) disconnect_client(container_of(j, PgSocket, node), true, "%s", reason);
 }
 
 static void drop_waiting_clients(const char *reason)
@@ -276,7 +315,8 @@ void worker_reload(void)
 	worker_tune_listeners();
 	char terr[TLS_ERR_LEN];
 	if (!worker_tls_reload(terr, sizeof(terr))) {
-		log_error("TLS configuration not changed: %s", terr);
+		log_error("%s", terr);
+		log_error("TLS configuration could not be reloaded, keeping old configuration");
 		return;
 	}
 	wk.reload_failed = false;
@@ -403,6 +443,8 @@ static void on_janitor(evutil_socket_t fd, short what, void *arg)
 {
 	janitor_run();
 	worker_accept_resume_due();
+	if (wk.run_state == RUN_SHUTDOWN_SERVERS)
+		worker_check_shutdown();
 }
 
 static void on_stats(evutil_socket_t fd, short what, void *arg)

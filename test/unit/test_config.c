@@ -334,7 +334,7 @@ static void test_init_values_are_defaults(void **state)
 	assert_int_equal(cf.g.unix_socket_mode, 0777);
 	assert_int_equal(cf.g.auth_type, AUTH_MD5);
 	assert_int_equal(cf.g.server_tls_sslmode, SSLMODE_PREFER);
-	assert_int_equal(cf.g.client_tls_dheparams, DHE_AUTO);
+	assert_string_equal(cf.g.client_tls_dheparams, "auto");
 	assert_int_equal(cf.g.max_packet_size, 2147483647u);
 	assert_int_equal(cf.g.server_lifetime, 3600 * USEC_PER_SEC);
 	assert_true(cf.g.worker_scale_up_threshold == 0.75);
@@ -496,7 +496,7 @@ static void test_real_and_enum_syntax(void **state)
 	set_ok(&cf, "client_tls_sslmode", "Verify-Full");
 	assert_int_equal(cf.g.client_tls_sslmode, SSLMODE_VERIFY_FULL);
 	set_ok(&cf, "client_tls_dheparams", "legacy");
-	assert_int_equal(cf.g.client_tls_dheparams, DHE_LEGACY);
+	assert_string_equal(cf.g.client_tls_dheparams, "legacy");
 	set_ok(&cf, "worker_cpu_affinity", "Cores");
 	assert_int_equal(cf.g.worker_cpu_affinity, AFFINITY_CORES);
 	assert_string_equal(value_of(&cf, "worker_cpu_affinity", buf, sizeof(buf)), "cores");

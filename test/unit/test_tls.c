@@ -449,7 +449,7 @@ static void test_protocols_applied(void **state)
 	SSL_CTX_free(ctx);
 
 	set(&cf, "client_tls_protocols", "tlsv1.2,bogus");
-	expect_client_error(&cf, false, "client_tls_protocols: unknown protocol \"bogus\"");
+	expect_client_error(&cf, false, "invalid client_tls_protocols: tlsv1.2,bogus (unknown protocol \"bogus\")");
 	config_free(&cf);
 }
 
@@ -516,11 +516,13 @@ static void test_client_needs_key_and_cert(void **state)
 	(void)state;
 	client_config(&cf, "prefer", self_pem, "");
 	expect_client_error(&cf, false,
-	                    "client TLS is enabled (client_tls_sslmode=prefer) but client_tls_key_file is not set");
+	                    "To allow TLS connections from clients, client_tls_key_file and client_tls_cert_file "
+	                    "must be set.");
 	set(&cf, "client_tls_key_file", self_key);
 	set(&cf, "client_tls_cert_file", "");
 	expect_client_error(&cf, false,
-	                    "client TLS is enabled (client_tls_sslmode=prefer) but client_tls_cert_file is not set");
+	                    "To allow TLS connections from clients, client_tls_key_file and client_tls_cert_file "
+	                    "must be set.");
 	config_free(&cf);
 }
 
@@ -531,12 +533,12 @@ static void test_client_verify_needs_ca(void **state)
 	(void)state;
 	client_config(&cf, "verify-ca", srv_pem, srv_key);
 	expect_client_error(&cf, false,
-	                    "client certificates must be verified (client_tls_sslmode=verify-ca) but "
-	                    "client_tls_ca_file is not set");
+	                    "client_tls_sslmode requires client_tls_ca_file (client_tls_sslmode=verify-ca)");
 	set(&cf, "client_tls_sslmode", "verify-full");
-	expect_client_error(&cf, false, "(client_tls_sslmode=verify-full) but client_tls_ca_file is not set");
+	expect_client_error(&cf, false,
+	                    "client_tls_sslmode requires client_tls_ca_file (client_tls_sslmode=verify-full)");
 	set(&cf, "auth_type", "cert");
-	expect_client_error(&cf, false, "client_tls_ca_file is not set");
+	expect_client_error(&cf, false, "auth_type=cert requires client_tls_ca_file");
 	config_free(&cf);
 
 	/* the caller knows about hba cert rules */
@@ -597,52 +599,55 @@ static void test_client_file_errors(void **state)
 
 	(void)state;
 	client_config(&cf, "require", missing, self_key);
-	snprintf(want, sizeof(want), "cannot read client_tls_cert_file %s: No such file or directory", missing);
+	snprintf(want, sizeof(want),
+	         "failed to load certificate file \"%s\": No such file or directory (client_tls_cert_file)", missing);
 	expect_client_error(&cf, false, want);
 	config_free(&cf);
 
 	client_config(&cf, "require", self_pem, missing);
-	snprintf(want, sizeof(want), "cannot read client_tls_key_file %s: No such file or directory", missing);
+	snprintf(want, sizeof(want),
+	         "failed to load private key file \"%s\": No such file or directory (client_tls_key_file)", missing);
 	expect_client_error(&cf, false, want);
 	config_free(&cf);
 
 	client_config(&cf, "require", self_pem, self_key);
 	set(&cf, "client_tls_ca_file", missing);
-	snprintf(want, sizeof(want), "cannot read client_tls_ca_file %s: No such file or directory", missing);
+	snprintf(want, sizeof(want), "failed to load CA: No such file or directory (client_tls_ca_file %s)", missing);
 	expect_client_error(&cf, false, want);
 	config_free(&cf);
 
 	client_config(&cf, "require", self_pem, empty_dir);
-	snprintf(want, sizeof(want), "cannot read client_tls_key_file %s: Is a directory", empty_dir);
+	snprintf(want, sizeof(want), "failed to load private key file \"%s\": Is a directory (client_tls_key_file)",
+	         empty_dir);
 	expect_client_error(&cf, false, want);
 	config_free(&cf);
 
 	client_config(&cf, "require", garbage_pem, self_key);
-	snprintf(want, sizeof(want), "cannot load a certificate from client_tls_cert_file %s: ", garbage_pem);
+	snprintf(want, sizeof(want), "failed to load certificate file \"%s\": ", garbage_pem);
 	expect_client_error(&cf, false, want);
 	config_free(&cf);
 
 	client_config(&cf, "require", self_pem, garbage_pem);
-	snprintf(want, sizeof(want), "cannot load a private key from client_tls_key_file %s: ", garbage_pem);
+	snprintf(want, sizeof(want), "failed to load private key file \"%s\": ", garbage_pem);
 	expect_client_error(&cf, false, want);
 	config_free(&cf);
 
 	client_config(&cf, "require", self_pem, self_key);
 	set(&cf, "client_tls_ca_file", garbage_pem);
-	snprintf(want, sizeof(want), "cannot load CA certificates from client_tls_ca_file %s: ", garbage_pem);
+	snprintf(want, sizeof(want), "(client_tls_ca_file %s)", garbage_pem);
 	expect_client_error(&cf, false, want);
 	config_free(&cf);
 
 	/* an encrypted key fails (it must not prompt for a passphrase) */
 	client_config(&cf, "require", self_pem, enc_key);
-	snprintf(want, sizeof(want), "cannot load a private key from client_tls_key_file %s: ", enc_key);
+	snprintf(want, sizeof(want), "failed to load private key file \"%s\": ", enc_key);
 	expect_client_error(&cf, false, want);
 	config_free(&cf);
 
 	if (geteuid() != 0) { /* root reads anything */
 		assert_int_equal(chmod(self_key, 0), 0);
 		client_config(&cf, "require", self_pem, self_key);
-		snprintf(want, sizeof(want), "cannot read client_tls_key_file %s: Permission denied", self_key);
+		snprintf(want, sizeof(want), "failed to load private key file \"%s\": Permission denied", self_key);
 		expect_client_error(&cf, false, want);
 		config_free(&cf);
 		assert_int_equal(chmod(self_key, 0600), 0);
@@ -656,8 +661,10 @@ static void test_client_key_mismatch(void **state)
 
 	(void)state;
 	client_config(&cf, "require", self_pem, other_key);
-	snprintf(want, sizeof(want), "client_tls_key_file %s does not match client_tls_cert_file %s", other_key,
-	         self_pem);
+	snprintf(want, sizeof(want),
+	         "failed to load private key file \"%s\": key values mismatch (client_tls_key_file does not match "
+	         "client_tls_cert_file %s)",
+	         other_key, self_pem);
 	expect_client_error(&cf, false, want);
 	config_free(&cf);
 }
@@ -697,9 +704,11 @@ static void test_client_cipher_settings(void **state)
 	    {"client_tls_dheparams", "auto"},
 	};
 	const char *bad[][3] = {
-	    {"client_tls_ciphers", "NO-SUCH-CIPHER", "client_tls_ciphers \"NO-SUCH-CIPHER\" selects no usable cipher"},
-	    {"client_tls13_ciphers", "TLS_BOGUS", "client_tls13_ciphers \"TLS_BOGUS\" selects no usable cipher suite"},
-	    {"client_tls_ecdhcurve", "nocurve", "client_tls_ecdhcurve \"nocurve\" is not usable"},
+	    {"client_tls_ciphers", "NO-SUCH-CIPHER", "invalid client_tls_ciphers: NO-SUCH-CIPHER"},
+	    {"client_tls13_ciphers", "TLS_BOGUS",
+	     "TLS setup failed: failed to set the TLSv1.3 cipher suites (client_tls13_ciphers: TLS_BOGUS"},
+	    {"client_tls_ecdhcurve", "nocurve", "invalid client_tls_ecdhcurve: nocurve"},
+	    {"client_tls_dheparams", "bogus", "invalid client_tls_dheparams: bogus"},
 	};
 	Config cf;
 
@@ -761,15 +770,17 @@ static void test_server_ctx(void **state)
 	SSL_CTX_free(ctx);
 
 	set(&cf, "server_tls_ca_file", missing);
-	snprintf(want, sizeof(want), "cannot read server_tls_ca_file %s: No such file or directory", missing);
+	snprintf(want, sizeof(want), "failed to load CA: No such file or directory (server_tls_ca_file %s)", missing);
 	expect_server_error(&cf, want);
 	set(&cf, "server_tls_ca_file", ca_pem);
 
 	set(&cf, "server_tls_key_file", cli_key);
 	expect_server_error(&cf, "server_tls_key_file is set but server_tls_cert_file is not");
 	set(&cf, "server_tls_cert_file", self_pem);
-	snprintf(want, sizeof(want), "server_tls_key_file %s does not match server_tls_cert_file %s", cli_key,
-	         self_pem);
+	snprintf(want, sizeof(want),
+	         "failed to load private key file \"%s\": key values mismatch (server_tls_key_file does not match "
+	         "server_tls_cert_file %s)",
+	         cli_key, self_pem);
 	expect_server_error(&cf, want);
 	set(&cf, "server_tls_cert_file", expired_pem);
 	set(&cf, "server_tls_key_file", expired_key);
@@ -780,13 +791,13 @@ static void test_server_ctx(void **state)
 	SSL_CTX_free(build_server(&cf));
 
 	set(&cf, "server_tls_protocols", "legacy");
-	expect_server_error(&cf, "server_tls_protocols: unknown protocol \"legacy\"");
+	expect_server_error(&cf, "invalid server_tls_protocols: legacy (unknown protocol \"legacy\")");
 	set(&cf, "server_tls_protocols", "secure");
 	set(&cf, "server_tls_ciphers", "NOPE");
-	expect_server_error(&cf, "server_tls_ciphers \"NOPE\" selects no usable cipher");
+	expect_server_error(&cf, "invalid server_tls_ciphers: NOPE");
 	set(&cf, "server_tls_ciphers", "default");
 	set(&cf, "server_tls13_ciphers", "NOPE");
-	expect_server_error(&cf, "server_tls13_ciphers \"NOPE\" selects no usable cipher suite");
+	expect_server_error(&cf, "failed to set the TLSv1.3 cipher suites (server_tls13_ciphers: NOPE");
 
 	set(&cf, "server_tls_sslmode", "disable");
 	ctx = (SSL_CTX *)&serial;
@@ -1084,8 +1095,10 @@ static void test_reload(void **state)
 	set(&cf, "client_tls_key_file", other_key);
 	set(&cf, "server_tls_sslmode", "require");
 	assert_false(tls_contexts_reload(&t, &cf.g, false, err, sizeof(err)));
-	snprintf(want, sizeof(want), "client_tls_key_file %s does not match client_tls_cert_file %s", other_key,
-	         srv_pem);
+	snprintf(want, sizeof(want),
+	         "TLS setup failed: failed to load private key file \"%s\": key values mismatch (client_tls_key_file "
+	         "does not match client_tls_cert_file %s)",
+	         other_key, srv_pem);
 	assert_string_equal(err, want);
 	assert_ptr_equal(t.client_ctx, old_client);
 	assert_ptr_equal(t.server_ctx, old_server);
