@@ -808,3 +808,52 @@ def test_upgrade_moves_session_clients_with_their_servers(bouncer, old_trees, pg
     with b.admin() as admin:
         servers = [r for r in rows(admin, "SHOW SERVERS") if r["database"] == "postgres"]
     assert {r["remote_pid"] for r in servers} >= {pid for _, pid in sessions}
+
+
+def test_foreground_reboot_as_a_supervisor_runs_it(bouncer, old_trees):
+    """A supervisor runs the pooler in the foreground (no -d, logging to stderr) and replaces it with
+    `pgbouncer --reboot --quiet CONFIG`, a new foreground process, while 5 session clients sleep in
+    pg_sleep(2). The old process exits once its clients are handed over, the new one serves them all,
+    five times in a row (issue #31, point 1)."""
+    b = bouncer(ini_overrides={**QUIET, "pool_mode": "session", "min_workers": 1, "max_workers": 1})
+    clients = [b.connect(autocommit=True) for _ in range(5)]
+    pids = [c.execute("SELECT pg_backend_pid()").fetchone()[0] for c in clients]
+    for _ in range(5):
+        results, threads = [], []
+        for c in clients:
+            t = threading.Thread(target=lambda c=c: results.append(c.execute("SELECT pg_sleep(2), 7").fetchone()))
+            t.start()
+            threads.append(t)
+        with b.connect(autocommit=True) as watcher:
+            wait_for(lambda: watcher.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
+                                             "'SELECT pg_sleep(2)%' AND state = 'active'").fetchone() == (5,),
+                     "the 5 clients to sleep")
+        old_proc = b.proc
+        old_pid, _ = upgrade(b, old_trees, args=["--quiet"])
+        for t in threads:
+            t.join(timeout=30)
+        assert results == [("", 7)] * 5 or [r[1] for r in results] == [7] * 5, results
+        old_proc.wait(timeout=30)  # the old foreground process exits by itself
+        assert old_proc.returncode == 0
+        for c, pid in zip(clients, pids):
+            assert c.execute("SELECT pg_backend_pid()").fetchone()[0] == pid  # same session, new process
+        serving_tree(b)
+
+
+def test_reboot_keeps_a_scram_client_whose_server_was_retired(bouncer, old_trees, apg, monkeypatch):
+    """Transaction mode, a client logged in with SCRAM whose secret in auth_file is a SCRAM verifier (the
+    pooler logs in to PostgreSQL with the keys of the client's login), server_lifetime = 3: 4 s later
+    its server is past its lifetime; after -R the same client's next query succeeds: the new tree logs
+    in to PostgreSQL for it with the keys the client brought (issue #31, point 1)."""
+    from test_auth_query import APPDB, SCRAM_PW, SCRAM_ROLE
+    (verifier,) = apg.sql("SELECT rolpassword FROM pg_authid WHERE rolname = %s", [SCRAM_ROLE])[0]
+    b = bouncer(ini_overrides={**QUIET, "pool_mode": "transaction", "auth_type": "scram-sha-256",
+                               "server_lifetime": 3},
+                databases={APPDB: apg.connstr(APPDB)},
+                users_txt=f'"{SCRAM_ROLE}" "{verifier}"\n"pgbouncer" "pgbouncer"\n')
+    monkeypatch.setenv("PGPASSWORD", "pgbouncer")  # the console's logins (the helpers' SHOW WORKERS)
+    c = b.connect(dbname=APPDB, user=SCRAM_ROLE, password=SCRAM_PW, autocommit=True)
+    assert c.execute("SELECT current_user").fetchone() == (SCRAM_ROLE,)
+    threading.Event().wait(4)
+    upgrade(b, old_trees)
+    assert c.execute("SELECT 2").fetchone() == (2,)
