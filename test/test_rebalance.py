@@ -675,7 +675,7 @@ def test_clients_whose_socket_did_not_come_free_their_place(bouncer, run_as):
     assert db["current_client_connections"] == 20
 
 
-def test_mass_move_keeps_every_cancel_key(bouncer, pg):
+def test_mass_move_keeps_every_cancel_key(bouncer, pg, monkeypatch):
     """1,000 transaction-mode clients on one worker; a second worker takes
     about half at once and tells the master each one's cancel key, a burst
     far beyond the control channel's socket buffer while the master does
@@ -683,6 +683,8 @@ def test_mass_move_keeps_every_cancel_key(bouncer, pg):
     be lost: no message dropped in the log, and a cancel for any moved
     client, sent to the pooler's port, stops its query."""
     import signal
+    # 1,000 sockets push psycopg's own descriptors past select()'s limit of 1024: wait with epoll instead
+    monkeypatch.setattr(psycopg.waiting, "wait", psycopg.waiting.wait_epoll)
     total = 1000
     b = bouncer(ini_overrides={**BASE, "pool_mode": "transaction", "max_client_conn": total + 100,
                                "default_pool_size": 30})

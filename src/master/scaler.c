@@ -199,8 +199,9 @@ ScalerResult scaler_decide(const ScalerHistory *h, const ScalerConfig *cf, int c
 		double up_sum_s = cpu_only ? s->mean_cpu * s->n_workers : s->sum_up;
 		/* beyond the allowance a new worker gets only what nobody uses */
 		bool room = !cpu_only || s->idle_cpus < 0 || s->idle_cpus >= SCALER_IDLE_MIN;
-		if (up_open && up_value > cf->up_threshold && s->throttled <= SCALER_THROTTLED_MAX && room &&
-		    up_run < cf->up_samples) {
+		/* at max_workers the idle CPU and the throttling change nothing: the reason says the bound */
+		bool may = current >= cf->max_workers || (s->throttled <= SCALER_THROTTLED_MAX && room);
+		if (up_open && up_value > cf->up_threshold && may && up_run < cf->up_samples) {
 			up_sum = up_run == 0 || up_sum_s < up_sum ? up_sum_s : up_sum;
 			up_run++;
 		} else

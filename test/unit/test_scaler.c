@@ -675,6 +675,12 @@ static void test_wait_counts_only_into_idle_cpu(void **state)
 	ScalerResult r3 = scaler_decide(&h, &cf, 2, 14 * SEC);
 	assert_decision(r3, SCALE_UP, "mean busy 0.90 > 0.75 for 2 samples");
 	assert_int_equal(r3.target, 3); /* beyond the allowance: one at a time */
+	/* at max_workers the reason names the bound, idle CPU or not */
+	cf.max_workers = 2;
+	scaler_history_reset(&h);
+	add_full(&h, 15, 2, 0.90, 0.10, 0.0, 0);
+	add_full(&h, 16, 2, 0.90, 0.10, 0.0, 0);
+	assert_decision(scaler_decide(&h, &cf, 2, 16 * SEC), SCALE_HOLD, "at max_workers (2): mean busy 0.90 > 0.75");
 }
 
 /* Rule 2: a throttled cgroup gets no more workers, and says why. */
