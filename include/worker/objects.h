@@ -210,11 +210,13 @@ struct PgPool {
 	usec_t last_lifetime_close; /* spacing of server_lifetime closes */
 	usec_t unused_since;        /* pool_idle_timeout: first seen without clients and servers; 0 = in use */
 	BudgetRef budget;           /* its global server count (pool_size, reserve, min_pool_size) */
-	/* effective settings, asked several times per transaction: cached per config generation */
+	/* effective settings, asked several times per transaction: cached per config generation (pool.h) */
 	int mode;              /* pool_mode */
 	int size;              /* pool_size */
 	int reserve;           /* reserve_pool_size */
-	uint32_t settings_gen; /* wk.cf_gen + 1 when the three were computed; 0 = never */
+	int max_db;            /* max_db_connections of its database */
+	int max_user;          /* max_user_connections of its user */
+	uint32_t settings_gen; /* wk.cf_gen + 1 when they were computed; 0 = never */
 
 	PgStats stats;       /* totals */
 	PgStats older_stats; /* snapshot at the start of the previous period */
@@ -391,7 +393,6 @@ void client_send_error(PgSocket *c, bool fatal_err, const char *sqlstate, const 
     __attribute__((format(printf, 4, 5)));
 /* The state column of SHOW CLIENTS/SERVERS (or of SHOW SOCKETS with for_sockets). */
 const char *state_name(SocketState st, bool for_sockets);
-void pool_settings_refresh(PgPool *pool); /* the cached settings after a config change (pool.h) */
 
 int pool_server_count(const PgPool *pool);
 /* Clients of the pool in this worker, in any state. */
