@@ -24,6 +24,7 @@
 #include "worker/pool_policy.h"
 #include "worker/pool_settings.h"
 #include "worker/server.h"
+#include "worker/txn.h"
 #include "worker/worker.h"
 
 static bool pool_paused(const PgPool *pool)
@@ -562,6 +563,7 @@ static void link_client_server(PgSocket *c, PgSocket *s)
 	/* the server's parameter values become visible to the client through its own SETs */
 	if (c->replication == REPLICATION_NONE)
 		replay_vars(c, s);
+	txn_check_invariants(c);
 }
 
 static PgSocket *take_idle_server(PgPool *pool)
@@ -678,9 +680,11 @@ void pool_server_ready(PgSocket *s)
 	if (v == RELEASE_HOLD) {
 		/* its last client's cancel is still on its way: nobody else's query may get it */
 		change_state(s, SV_BEING_CANCELED);
+		txn_check_invariants(s);
 		return;
 	}
 	change_state(s, SV_IDLE);
+	txn_check_invariants(s); /* in the pool now, whether it stays there or closes below */
 	switch (v) {
 	case RELEASE_CLOSE_CONFIG:
 		disconnect_server(s, true, "%s", close_needed_reason(s));
