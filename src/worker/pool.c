@@ -544,10 +544,7 @@ static void link_client_server(PgSocket *c, PgSocket *s)
 	 */
 	s->link_mode = (char)(c->replication != REPLICATION_NONE ? POOL_SESSION : pool_effective_mode(pool));
 	if (s->link_mode == POOL_SESSION) {
-		s->session_syncs = 0;
-		s->session_open = false;
-		s->session_tail = SESSION_TAIL_OTHER;
-		s->session_tsyncs = 0;
+		session_tail_reset(&s->session);
 		s->unnamed_owner = 0; /* not followed in session mode: nobody's once the link may end (txn.c) */
 	}
 	change_state(s, SV_ACTIVE);
