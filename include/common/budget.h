@@ -71,13 +71,6 @@ int budget_fair_share(GlobalBudget *gb, int self, int idx, int limit);
  */
 bool budget_should_yield(GlobalBudget *gb, int self, int idx, int limit, bool self_needs);
 
-/*
- * Whether worker self should leave free room of the entry to others: another
- * worker waits and self already holds its fair share (budget_fair_share()).
- * Keeps a worker from taking back at once what it gave back.
- */
-bool budget_over_share(GlobalBudget *gb, int self, int idx, int limit);
-
 /* Client connections: worker self gained (+1) or lost (-1) one. */
 void budget_clients_add(GlobalBudget *gb, int self, int delta);
 int budget_clients(GlobalBudget *gb);

@@ -19,24 +19,12 @@
 #include "worker/prepare.h"
 #include "worker/reqqueue.h"
 #include "worker/sbuf.h"
+#include "worker/session_tail.h"
 #include "common/scram.h"
 
 #define MAX_TRACKED    16  /* tracked parameters per connection */
 #define CANCEL_KEY_LEN 8   /* bytes of a cancel key (protocol 3.0) */
 #define MAX_SERVER_KEY 256 /* longest server cancel key (protocol 3.2) */
-
-/*
- * What a client linked in session mode sent last (PgSocket.session_tail):
- * the Syncs right behind the Execute or Query of a COPY FROM STDIN reach
- * the server in COPY, which ignores them (server.c, session_copy_begun()).
- */
-enum SessionTail {
-	SESSION_TAIL_OTHER,      /* nothing of note since the last Sync */
-	SESSION_TAIL_BROKEN,     /* two Executes, more behind one, an end of COPY: no guess until the next Sync */
-	SESSION_TAIL_EXEC,       /* one Execute since the last Sync, and nothing behind it */
-	SESSION_TAIL_EXEC_SYNCS, /* that Execute, then Syncs only (session_tsyncs) */
-	SESSION_TAIL_QUERY,      /* a Query, then Syncs only (session_tsyncs) */
-};
 
 typedef enum SocketState {
 	CL_FREE,           /* not in use */
@@ -210,11 +198,13 @@ struct PgPool {
 	usec_t last_lifetime_close; /* spacing of server_lifetime closes */
 	usec_t unused_since;        /* pool_idle_timeout: first seen without clients and servers; 0 = in use */
 	BudgetRef budget;           /* its global server count (pool_size, reserve, min_pool_size) */
-	/* effective settings, asked several times per transaction: cached per config generation */
+	/* effective settings, asked several times per transaction: cached per config generation (pool.h) */
 	int mode;              /* pool_mode */
 	int size;              /* pool_size */
 	int reserve;           /* reserve_pool_size */
-	uint32_t settings_gen; /* wk.cf_gen + 1 when the three were computed; 0 = never */
+	int max_db;            /* max_db_connections of its database */
+	int max_user;          /* max_user_connections of its user */
+	uint32_t settings_gen; /* wk.cf_gen + 1 when they were computed; 0 = never */
 
 	PgStats stats;       /* totals */
 	PgStats older_stats; /* snapshot at the start of the previous period */
@@ -322,12 +312,9 @@ struct PgSocket {
 	bool ready;            /* server: saw ReadyForQuery, no query running */
 	bool wait_notice_sent; /* query_wait_notify NOTICE sent */
 	char link_mode;        /* server: POOL_* in force when it was linked to its client; holds until released */
-	bool session_open;     /* server linked in session mode: its client sent more since its last Sync/Query */
-	char session_tail;     /* server linked in session mode: what its client sent last (SESSION_TAIL_*) */
 	uint8_t replication;   /* a ReplicationMode, in a byte (no padding): clients: what the startup asked for;
 	                         servers: dedicated to such a client (doc/pgbouncer.1.md, "REPLICATION CONNECTIONS") */
-	uint32_t session_syncs;     /* server linked in session mode: ReadyForQuery still owed to its client */
-	uint32_t session_tsyncs;    /* server linked in session mode: the Syncs at the end of session_tail */
+	SessionTail session;   /* server linked in session mode: what its client sent that is still owed an answer */
 	uint32_t cancel_server_pid; /* cancel connections: the backend pid they send with server_key */
 	int cancels_pending;        /* servers: cancel connections still on their way to PostgreSQL */
 	int cancel_peer;            /* cancel connections to a [peers] entry: its peer_id (0 otherwise) */
@@ -402,7 +389,6 @@ void client_send_error(PgSocket *c, bool fatal_err, const char *sqlstate, const 
     __attribute__((format(printf, 4, 5)));
 /* The state column of SHOW CLIENTS/SERVERS (or of SHOW SOCKETS with for_sockets). */
 const char *state_name(SocketState st, bool for_sockets);
-void pool_settings_refresh(PgPool *pool); /* the cached settings after a config change (pool.h) */
 
 int pool_server_count(const PgPool *pool);
 /* Clients of the pool in this worker, in any state. */

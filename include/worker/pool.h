@@ -3,12 +3,13 @@
 #define PGB_WORKER_POOL_H
 
 #include "worker/objects.h"
+#include "worker/pool_settings.h"
 #include "worker/worker.h"
 
 /*
- * The pool's pool_mode, pool_size and reserve_pool_size (user, database,
- * global: include/worker/pool_settings.h), asked several times per
- * transaction, so inline and cached until the config changes.
+ * The pool's pool_mode, pool_size, reserve_pool_size (user, database,
+ * global: include/worker/pool_settings.h) and server limits, asked several
+ * times per transaction, so inline and cached until the config changes.
  */
 static inline const PgPool *pool_settings(const PgPool *pool)
 {

@@ -1,14 +1,17 @@
 /*
  * The pool's decisions as pure functions of plain numbers: whether a
  * server may be launched (pool_size, reserve_pool_size/_timeout,
- * server_login_retry, a login in flight, PAUSE), whether min_pool_size
+ * server_login_retry, a login in flight, PAUSE, max_db_connections,
+ * max_user_connections, other workers waiting), whether min_pool_size
  * wants one more, what becomes of a server a client releases and of an
  * idle server at the janitor's tick (close_needed, pause, give-back,
  * server_lifetime, pool oversize, server_idle_timeout, the check query),
  * server_fast_close, and which end of the idle list a server goes to.
  * pool.c and janitor.c gather the inputs and carry the verdict out; the
- * limits counted across workers (max_db_connections, max_user_connections,
- * fair shares) are common/budget.c's. Unit tests: test/unit/test_pool_policy.c.
+ * launch decision includes the limits counted across workers
+ * (max_db_connections, max_user_connections, the fair shares of
+ * common/budget.c), whose numbers pool.c reads from the global budget.
+ * Unit tests: test/unit/test_pool_policy.c.
  * What runs at every release or state change is inline here (a call cost
  * some 60 instructions per transaction under callgrind); the rest is in
  * pool_policy.c.
@@ -23,30 +26,84 @@
 /* Within server_login_retry of the pool's last failed login (no new login is tried meanwhile). */
 bool policy_login_retry_wait(bool login_failed, usec_t failed_at, usec_t now, usec_t login_retry);
 
-/* What pool_size / reserve_pool_size allow for a waiting client. */
+/*
+ * A limit counted across workers, as the launch decision sees it: the
+ * pool's (pool_size), the database's (max_db_connections) or the user's
+ * (max_user_connections), in LaunchInput.entry[] in that order.
+ */
+enum { LIMIT_POOL, LIMIT_DB, LIMIT_USER, LIMIT_COUNT };
+
+typedef struct LaunchEntry {
+	int limit;        /* the setting; 0 = unlimited */
+	int servers;      /* its servers in all workers (and in the old tree of an online restart) */
+	bool others_want; /* another worker's clients wait for room in it */
+	int held;         /* this worker's servers of it (read when others_want) */
+	int share;        /* this worker's fair share of the limit, budget_fair_share() (read when others_want) */
+	bool evicted;     /* an idle server closed already to make room here for this launch */
+} LaunchEntry;
+
+/* Everything the launch decision reads, gathered once by launch_inputs() in pool.c (the pool's entry first). */
 typedef struct LaunchInput {
-	int size;               /* pool_size; 0 = unlimited */
-	int reserve;            /* reserve_pool_size; 0 = none */
-	usec_t reserve_timeout; /* reserve_pool_timeout; 0 = the reserve is never used */
-	int servers;            /* the pool's servers in all workers */
-	bool login_in_flight;   /* one login at a time per pool */
-	bool paused;            /* PAUSE, the database paused, or the safe shutdown */
-	bool retry_wait;        /* policy_login_retry_wait() */
-	bool for_replication;   /* the server is for a replication client (never shared) */
-	bool has_waiter;        /* a client waits (its wait time is `waited`) */
-	usec_t waited;          /* how long the first waiting client has waited */
+	LaunchEntry entry[LIMIT_COUNT]; /* pool, database, user */
+	bool pool_waits;                /* our clients wait for room in the pool already (its budget want bit) */
+	int reserve;                    /* reserve_pool_size; 0 = none */
+	usec_t reserve_timeout;         /* reserve_pool_timeout; 0 = the reserve is never used */
+	int reserve_share;              /* the pool's fair share of pool_size + reserve (read when others_want) */
+	bool login_in_flight;           /* one login at a time per pool */
+	bool paused;                    /* PAUSE, the database paused, or the safe shutdown */
+	bool retry_wait;                /* policy_login_retry_wait() */
+	bool for_replication;           /* the server is for a replication client (never shared) */
+	bool has_waiter;                /* a client waits (its wait time is `waited`) */
+	usec_t waited;                  /* how long the first waiting client has waited */
+	bool lookups;                   /* auth_query lookups wait for a server */
+	int waiting;                    /* clients waiting for a server (CL_WAITING) */
+	int checking;                   /* servers running server_check_query for them */
 } LaunchInput;
 
 typedef enum LaunchVerdict {
-	LAUNCH_NO,      /* not now: a login in flight, paused, or within server_login_retry */
-	LAUNCH_FULL,    /* the pool is full (reserve included): wait for room */
-	LAUNCH_EVICT,   /* full, for a replication client: an idle server of the pool must close first */
-	LAUNCH_OK,      /* within pool_size (limit = size) */
+	LAUNCH_NO,        /* not now: a login in flight, paused, or within server_login_retry */
+	LAUNCH_CHECKING,  /* the servers being checked are enough for the waiting clients */
+	LAUNCH_FULL,      /* the pool is full (reserve included): wait for room */
+	LAUNCH_EVICT,     /* full, for a replication client: an idle server of the pool must close first */
+	LAUNCH_DB_FULL,   /* max_db_connections reached: an idle server of the database closes, else wait */
+	LAUNCH_USER_FULL, /* max_user_connections reached: an idle server of the user closes, else wait */
+	LAUNCH_YIELD,     /* another worker waits for this room and this worker has its share: leave it */
+	LAUNCH_OK,        /* within pool_size (limit = size) */
 	LAUNCH_RESERVE, /* from the reserve pool: the first client waited reserve_pool_timeout (limit = size + reserve) */
 } LaunchVerdict;
 
-/* The verdict; *limit is the pool's count the launch must stay below (0 = unlimited) for OK/EVICT/RESERVE. */
-LaunchVerdict policy_launch(const LaunchInput *in, int *limit);
+/* What the verdict allows, and where it stopped. */
+typedef struct LaunchRoom {
+	int limit;    /* the pool's count the launch must stay below (0 = unlimited) */
+	bool reserve; /* past pool_size with the reserve pool (RESERVE, or a refusal after the pool's check) */
+	int full;     /* LAUNCH_YIELD: the entry (LIMIT_*) another worker waits for */
+} LaunchRoom;
+
+/*
+ * LAUNCH_FULL again, whatever the other inputs say: our clients wait for
+ * room in the pool already, it is still full, no reserve pool can open
+ * with time, and the server is not for a replication client. Every other
+ * verdict there would refuse too, with no action that the wait has not
+ * taken already. It reads only the pool's own numbers (pool_waits,
+ * for_replication, reserve, entry[LIMIT_POOL].limit and .servers): under
+ * load it is the answer at every release, and launch_inputs() in pool.c
+ * reads nothing more then. Inline for that reason.
+ */
+static inline bool policy_launch_still_full(const LaunchInput *in)
+{
+	const LaunchEntry *pool = &in->entry[LIMIT_POOL];
+	return in->pool_waits && !in->for_replication && in->reserve <= 0 && pool->limit > 0 &&
+	       pool->servers >= pool->limit;
+}
+
+/*
+ * The verdict, in this order: still full (policy_launch_still_full()); not
+ * now; checks serve the waiters; the pool (size, reserve, eviction for
+ * replication); max_db_connections; max_user_connections; the fair shares
+ * of the pool, database and user. An entry with `evicted` set counts as
+ * having room (the budget units taken at the launch decide).
+ */
+LaunchVerdict policy_launch(const LaunchInput *in, LaunchRoom *room);
 
 /* min_pool_size as applied: never above a limited pool_size. */
 int policy_min_target(int size, int min_pool_size);

@@ -11,6 +11,13 @@
 #include "worker/objects.h"
 
 /*
+ * The settings a pool asks for often, computed again after a config change
+ * (PgPool.mode, size, reserve, max_db, max_user; read through pool_settings()
+ * and its accessors in worker/pool.h).
+ */
+void pool_settings_refresh(PgPool *pool);
+
+/*
  * Uncached; the pool code asks the cached pool_effective_size(),
  * pool_reserve_size() and pool_effective_mode() of worker/pool.h.
  */

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/log.h"
 #include "worker/prepare.h"
 
 typedef enum ReqKind {
@@ -91,6 +92,7 @@ static inline void reqqueue_push(ReqQueue *q, ReqKind kind, ReqAnswer answer)
 {
 	if (q->count == q->cap)
 		reqqueue_grow(q);
+	pgb_assert(q->count < q->cap);
 	q->items[(q->head + q->count) & (q->cap - 1)] = (Request){.kind = (uint8_t)kind, .answer = (uint8_t)answer};
 	q->count++;
 }
@@ -98,6 +100,7 @@ static inline void reqqueue_push(ReqQueue *q, ReqKind kind, ReqAnswer answer)
 /* The request at position i of the queue (0 = head, i < count). */
 static inline Request *reqqueue_at(const ReqQueue *q, uint32_t i)
 {
+	pgb_assert(i < q->count);
 	return &q->items[(q->head + i) & (q->cap - 1)];
 }
 

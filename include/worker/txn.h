@@ -16,4 +16,19 @@ const uint8_t *txn_client_env(const PgSocket *c, size_t *len);
 /* A CommandComplete of the reset query: DISCARD ALL / DEALLOCATE ALL empty the server's statements. */
 void txn_server_discard_check(PgSocket *s, const uint8_t *data, uint32_t len);
 
+/*
+ * With --enable-cassert: the invariants of the link, the request queue and
+ * the release (listed at the top of txn.c) hold for `sock`, a client or a
+ * server, and for its peer. Called at every change of them; compiled to
+ * nothing without cassert.
+ */
+#ifdef PGB_CASSERT
+void txn_check_invariants(const PgSocket *sock);
+#else
+static inline void txn_check_invariants(const PgSocket *sock)
+{
+	(void)sock;
+}
+#endif
+
 #endif

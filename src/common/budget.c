@@ -225,12 +225,6 @@ bool budget_should_yield(GlobalBudget *gb, int self, int idx, int limit, bool se
 	return !self_needs || budget_held(gb, self, idx) > budget_fair_share(gb, self, idx, limit);
 }
 
-bool budget_over_share(GlobalBudget *gb, int self, int idx, int limit)
-{
-	return limit > 0 && budget_others_want(gb, self, idx) &&
-	       budget_held(gb, self, idx) >= budget_fair_share(gb, self, idx, limit);
-}
-
 void budget_clients_add(GlobalBudget *gb, int self, int delta)
 {
 	atomic_fetch_add(&gb->clients, delta);

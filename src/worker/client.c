@@ -736,57 +736,7 @@ static __attribute__((noinline)) SBufAction handle_client_packet(PgSocket *c, co
 		count_request(c, hdr);
 		s->ready = false;
 		/* what ends and what opens a request, should the pool leave session mode (server.c) */
-		switch (hdr->type) {
-		case 'Q':
-		case 'F':
-			s->session_syncs++;
-			s->session_open = false;
-			s->session_tail = hdr->type == 'Q' ? SESSION_TAIL_QUERY : SESSION_TAIL_OTHER;
-			s->session_tsyncs = 0;
-			break;
-		case 'S':
-			s->session_syncs++;
-			s->session_open = false;
-			if (s->session_tail == SESSION_TAIL_EXEC)
-				s->session_tail = SESSION_TAIL_EXEC_SYNCS;
-			if (s->session_tail == SESSION_TAIL_EXEC_SYNCS || s->session_tail == SESSION_TAIL_QUERY) {
-				s->session_tsyncs++;
-			} else {
-				s->session_tail = SESSION_TAIL_OTHER;
-				s->session_tsyncs = 0;
-			}
-			break;
-		case 'E':
-			s->session_open = true;
-			/* a second Execute since the last Sync: no guess until the next one */
-			s->session_tail = s->session_tail == SESSION_TAIL_EXEC || s->session_tail == SESSION_TAIL_BROKEN
-			                      ? SESSION_TAIL_BROKEN
-			                      : SESSION_TAIL_EXEC;
-			s->session_tsyncs = 0;
-			break;
-		case 'H':
-			/*
-			 * One with a body is answered by an error, and the server
-			 * skips all up to the next Sync: the link holds until then.
-			 */
-			if (hdr->len != 5) {
-				s->session_open = true;
-				s->session_tail = SESSION_TAIL_BROKEN;
-			}
-			break;
-		case 'd':
-			break; /* COPY data of a request already counted */
-		case 'c':
-		case 'f':
-			s->session_tail = SESSION_TAIL_BROKEN; /* the Syncs behind it are answered */
-			break;
-		default:
-			s->session_open = true;
-			s->session_tail = s->session_tail == SESSION_TAIL_EXEC || s->session_tail == SESSION_TAIL_BROKEN
-			                      ? SESSION_TAIL_BROKEN
-			                      : SESSION_TAIL_OTHER;
-			break;
-		}
+		session_tail_client_msg(&s->session, hdr->type, hdr->len);
 		return SB_FORWARD;
 	}
 	SBufAction act = txn_client_packet(c, hdr, data, avail);

@@ -879,14 +879,6 @@ void pool_free(PgPool *pool)
 	free(pool);
 }
 
-void pool_settings_refresh(PgPool *pool)
-{
-	pool->mode = pool_configured_mode(pool);
-	pool->size = pool_configured_size(pool);
-	pool->reserve = pool_configured_reserve(pool);
-	pool->settings_gen = wk.cf_gen + 1;
-}
-
 int pool_server_count(const PgPool *pool)
 {
 	const int *n = pool->n_state;

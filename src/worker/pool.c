@@ -24,6 +24,7 @@
 #include "worker/pool_policy.h"
 #include "worker/pool_settings.h"
 #include "worker/server.h"
+#include "worker/txn.h"
 #include "worker/worker.h"
 
 static bool pool_paused(const PgPool *pool)
@@ -80,14 +81,40 @@ static int user_entry(PgUser *u)
 	return budget_entry(&u->budget, BUDGET_USER, "", u->name);
 }
 
+/* The ref of the pool's limit k (LIMIT_*: pool_size, max_db_connections, max_user_connections). */
+static BudgetRef *limit_ref(PgPool *pool, int k)
+{
+	return k == LIMIT_POOL ? &pool->budget : k == LIMIT_DB ? &pool->db->budget : &pool->user->budget;
+}
+
+/* The budget entry of the pool's limit k, looked up once; -1: counted per worker. */
+static inline int limit_entry(PgPool *pool, int k)
+{
+	static const BudgetKind kinds[LIMIT_COUNT] = {BUDGET_POOL, BUDGET_DB, BUDGET_USER};
+	BudgetRef *ref = limit_ref(pool, k);
+	if (__builtin_expect(ref->idx == 0, 0)) /* the names only for the first lookup */
+		return budget_entry(ref, kinds[k], k == LIMIT_USER ? "" : pool->db->name,
+		                    k == LIMIT_DB ? "" : pool->user->name);
+	return ref->idx > 0 ? ref->idx - 1 : -1;
+}
+
+/* This worker's servers under the pool's limit k: what counts when it has no entry. */
+static int limit_local(const PgPool *pool, int k)
+{
+	return k == LIMIT_POOL ? pool_server_count(pool)
+	       : k == LIMIT_DB ? pool->db->server_count
+	                       : pool->user->server_count;
+}
+
 /*
  * During an online restart the old tree's connections count too
  * (doc/workers.md "Upgrading"): its count for the same key as our entry e,
- * while the master says that tree still runs.
+ * while the master says that tree still runs. Inline: read whenever a
+ * client waits for a server, and almost always without an old tree.
  */
-static int foreign(int e)
+static inline int foreign(int e)
 {
-	if (!budget_predecessor || !atomic_load(&wk.shm->scaler.predecessor_live))
+	if (__builtin_expect(!budget_predecessor, 1) || !atomic_load(&wk.shm->scaler.predecessor_live))
 		return 0;
 	return budget_foreign_count(gbudget(), e);
 }
@@ -112,18 +139,6 @@ int pool_global_servers(PgPool *pool)
 {
 	int e = pool_entry(pool);
 	return e >= 0 ? budget_count(gbudget(), e) + foreign(e) : pool_server_count(pool);
-}
-
-static int db_global_servers(PgDatabase *db)
-{
-	int e = db_entry(db);
-	return e >= 0 ? budget_count(gbudget(), e) + foreign(e) : db->server_count;
-}
-
-static int user_global_servers(PgUser *u)
-{
-	int e = user_entry(u);
-	return e >= 0 ? budget_count(gbudget(), e) + foreign(e) : u->server_count;
 }
 
 /* Say (or stop saying) that our clients wait for room in the entry behind ref. */
@@ -175,12 +190,14 @@ static int take_units(BudgetHold *hold, int n, const int idx[], const int limit[
  */
 static BudgetRef *take_budget(PgPool *pool, int pool_limit, BudgetHold *hold)
 {
-	BudgetRef *refs[3] = {&pool->budget, &pool->db->budget, &pool->user->budget};
-	int idx[3] = {pool_entry(pool), db_entry(pool->db), user_entry(pool->user)};
-	int limit[3] = {pool_limit, db_max_connections(pool->db), user_max_connections(pool->user)};
-	int local[3] = {pool_server_count(pool), pool->db->server_count, pool->user->server_count};
-	int full = take_units(hold, 3, idx, limit, local);
-	return full < 0 ? NULL : refs[full];
+	const PgPool *set = pool_settings(pool);
+	int idx[LIMIT_COUNT], limit[LIMIT_COUNT] = {pool_limit, set->max_db, set->max_user}, local[LIMIT_COUNT];
+	for (int k = 0; k < LIMIT_COUNT; k++) {
+		idx[k] = limit_entry(pool, k);
+		local[k] = limit_local(pool, k);
+	}
+	int full = take_units(hold, LIMIT_COUNT, idx, limit, local);
+	return full < 0 ? NULL : limit_ref(pool, full);
 }
 
 const char *pool_take_client_budget(PgSocket *c, int max_db, int max_user)
@@ -317,16 +334,20 @@ static bool pool_should_yield_slow(PgPool *pool, usec_t idle_for);
 /*
  * Our clients of the pool: logged in, waiting for a server, or waiting for
  * the welcome that the pool's first login provides (and one for auth_query
- * lookups that wait for it). They weigh our fair share of the pool
- * (budget_fair_share()).
+ * lookups that wait for it: `lookups`). They weigh our fair share of the
+ * pool (budget_fair_share()).
  */
+static int pool_demand(const PgPool *pool, bool lookups)
+{
+	const int *n = pool->n_state;
+	return n[CL_ACTIVE] + n[CL_WAITING] + n[CL_WAITING_LOGIN] + lookups;
+}
+
 static void publish_demand(PgPool *pool)
 {
 	int e = pool_entry(pool);
-	const int *n = pool->n_state;
 	if (e >= 0)
-		budget_set_demand(gbudget(), wk.id, e,
-		                  n[CL_ACTIVE] + n[CL_WAITING] + n[CL_WAITING_LOGIN] + auth_query_waiting(pool));
+		budget_set_demand(gbudget(), wk.id, e, pool_demand(pool, auth_query_waiting(pool)));
 }
 
 /*
@@ -576,10 +597,7 @@ static void link_client_server(PgSocket *c, PgSocket *s)
 	 */
 	s->link_mode = (char)(c->replication != REPLICATION_NONE ? POOL_SESSION : pool_effective_mode(pool));
 	if (s->link_mode == POOL_SESSION) {
-		s->session_syncs = 0;
-		s->session_open = false;
-		s->session_tail = SESSION_TAIL_OTHER;
-		s->session_tsyncs = 0;
+		session_tail_reset(&s->session);
 		s->unnamed_owner = 0; /* not followed in session mode: nobody's once the link may end (txn.c) */
 	}
 	change_state(s, SV_ACTIVE);
@@ -595,6 +613,7 @@ static void link_client_server(PgSocket *c, PgSocket *s)
 	/* the server's parameter values become visible to the client through its own SETs */
 	if (c->replication == REPLICATION_NONE)
 		replay_vars(c, s);
+	txn_check_invariants(c);
 }
 
 static PgSocket *take_idle_server(PgPool *pool)
@@ -711,9 +730,11 @@ void pool_server_ready(PgSocket *s)
 	if (v == RELEASE_HOLD) {
 		/* its last client's cancel is still on its way: nobody else's query may get it */
 		change_state(s, SV_BEING_CANCELED);
+		txn_check_invariants(s);
 		return;
 	}
 	change_state(s, SV_IDLE);
+	txn_check_invariants(s); /* in the pool now, whether it stays there or closes below */
 	switch (v) {
 	case RELEASE_CLOSE_CONFIG:
 		/* PgBouncer's text for a server marked while it was lent (RELOAD, RECONNECT) */
@@ -837,89 +858,207 @@ static bool evict_idle_of_pool(PgPool *pool)
 	return true;
 }
 
+/* Close an idle server to make room in entry k (LIMIT_*) of the pool's launch. */
+static bool evict_for(PgPool *pool, int k)
+{
+	if (k == LIMIT_POOL)
+		return evict_idle_of_pool(pool);
+	return k == LIMIT_DB ? evict_idle(match_db, pool->db) : evict_idle(match_user, pool->user);
+}
+
+/* The servers of the pool running server_check_query for waiting clients (a walk only while some are). */
+static int checks_running(const PgPool *pool)
+{
+	int checks = 0;
+	List *i;
+	if (pool->n_state[SV_TESTED] > 0)
+		list_for_each(i, &pool->tested_servers) checks += container_of(i, PgSocket, node)->checking;
+	return checks;
+}
+
+/*
+ * Another worker waits for room in entry x of the pool's limit k: this
+ * worker's servers of it and its fair share, of the reserve pool on top
+ * too for the pool's own limit.
+ */
+static __attribute__((noinline)) void entry_shares(PgPool *pool, GlobalBudget *gb, int k, int x, LaunchInput *in)
+{
+	LaunchEntry *e = &in->entry[k];
+	/* the shares are reckoned on every worker's clients: ours as they are now */
+	if (k == LIMIT_POOL)
+		budget_set_demand(gb, wk.id, x, pool_demand(pool, in->lookups));
+	e->held = budget_held(gb, wk.id, x);
+	/* the share of the limit, and for the pool's own that of size + reserve (a launch from the reserve) */
+	int extra = k == LIMIT_POOL ? in->reserve : 0;
+	int *share[2] = {&e->share, &in->reserve_share};
+	for (int r = 0; r <= (extra > 0); r++)
+		*share[r] = budget_fair_share(gb, wk.id, x, tree_limit(x, e->limit + r * extra));
+}
+
+/*
+ * Everything the launch decision (policy_launch()) reads, in one place:
+ * for the pool, its database and its user the limit and the servers in
+ * all workers; who waits and since when, logins in flight, pause,
+ * server_login_retry, the servers being checked, auth_query lookups
+ * waiting; and for the three, where another worker waits for room, this
+ * worker's servers and fair share. `evicted`: bit k, an idle server closed
+ * already for room in entry k. The pool's own numbers come first: when
+ * they settle the verdict (policy_launch_still_full()), nothing more is
+ * read and it returns true.
+ */
+static bool launch_inputs(PgPool *pool, bool for_replication, unsigned evicted, LaunchInput *in)
+{
+	const PgPool *set = pool_settings(pool);
+	GlobalBudget *gb = gbudget();
+	int x[LIMIT_COUNT];
+	in->pool_waits = pool->budget.want;
+	in->reserve = set->reserve;
+	in->for_replication = for_replication;
+	for (int k = 0; k < LIMIT_COUNT; k++) {
+		LaunchEntry *e = &in->entry[k];
+		e->limit = k == LIMIT_POOL ? set->size : k == LIMIT_DB ? set->max_db : set->max_user;
+		/* the database's and the user's counts matter only under their limits */
+		bool counted = k == LIMIT_POOL || e->limit > 0;
+		x[k] = counted ? limit_entry(pool, k) : -1;
+		e->servers = !counted ? 0 : x[k] >= 0 ? budget_count(gb, x[k]) + foreign(x[k]) : limit_local(pool, k);
+		if (k == LIMIT_POOL && policy_launch_still_full(in))
+			return true;
+	}
+	List *first = list_first(&pool->waiting_clients);
+	in->reserve_timeout = wk.cf.g.reserve_pool_timeout;
+	in->login_in_flight = !list_empty(&pool->new_servers);
+	in->paused = pool_paused(pool) || wk.run_state == RUN_SHUTDOWN_SERVERS;
+	in->retry_wait = pool_retry_wait(pool);
+	in->has_waiter = first != NULL;
+	in->waited = first ? wk.now - container_of(first, PgSocket, node)->wait_start : 0;
+	in->lookups = auth_query_waiting(pool);
+	in->waiting = pool->n_state[CL_WAITING];
+	in->checking = checks_running(pool);
+	in->reserve_share = 0;
+	for (int k = 0; k < LIMIT_COUNT; k++) {
+		LaunchEntry *e = &in->entry[k];
+		e->evicted = (evicted & 1u << k) != 0;
+		e->held = e->share = 0;
+		e->others_want = x[k] >= 0 && e->limit > 0 && budget_others_want(gb, wk.id, x[k]);
+		if (e->others_want)
+			entry_shares(pool, gb, k, x[k], in);
+	}
+	return false;
+}
+
+/* Why no server is launched, at -vv (log_no_launch()). */
+static void log_no_launch_noise(const PgPool *pool, LaunchVerdict v, const LaunchInput *in)
+{
+	const char *db = pool->db->name, *user = pool->user->name;
+	const LaunchEntry *p = &in->entry[LIMIT_POOL];
+	switch (v) {
+	case LAUNCH_NO:
+		log_noise("pool %s/%s: no launch: %s", db, user,
+		          in->login_in_flight ? "a login is in progress"
+		          : in->paused        ? "paused or shutting down"
+		                              : "within server_login_retry");
+		break;
+	case LAUNCH_CHECKING:
+		log_noise("pool %s/%s: no launch: the servers being checked serve the waiting clients", db, user);
+		break;
+	case LAUNCH_FULL:
+		log_noise("pool %s/%s: no launch: pool full (%d >= %d)%s", db, user, p->servers, p->limit,
+		          in->reserve > 0 && in->has_waiter && p->servers < p->limit + in->reserve
+		              ? ", reserve_pool_timeout not reached"
+		              : "");
+		break;
+	case LAUNCH_EVICT:
+		log_noise("pool %s/%s: no launch: pool full (%d >= %d) and no idle server to close for replication", db,
+		          user, p->servers, p->limit);
+		break;
+	case LAUNCH_DB_FULL:
+		log_noise("pool %s/%s: no launch: database full (max_db_connections %d)", db, user,
+		          in->entry[LIMIT_DB].limit);
+		break;
+	case LAUNCH_USER_FULL:
+		log_noise("pool %s/%s: no launch: user full (max_user_connections %d)", db, user,
+		          in->entry[LIMIT_USER].limit);
+		break;
+	case LAUNCH_YIELD:
+		log_noise("pool %s/%s: no launch: another worker waits for this room", db, user);
+		break;
+	case LAUNCH_OK:
+	case LAUNCH_RESERVE:
+		break;
+	}
+}
+
+#define log_no_launch(pool, v, in)                                                                                     \
+	do {                                                                                                           \
+		if (log_enabled(LG_NOISE))                                                                             \
+			log_no_launch_noise(pool, v, in);                                                              \
+	} while (0)
+
+/* The entry (LIMIT_*) in which an idle server may close to make room, for a verdict; -1: none. */
+static int evicting(LaunchVerdict v)
+{
+	return v == LAUNCH_EVICT       ? LIMIT_POOL
+	       : v == LAUNCH_DB_FULL   ? LIMIT_DB
+	       : v == LAUNCH_USER_FULL ? LIMIT_USER
+	                               : -1;
+}
+
 /*
  * Whether a new server may be launched now, counting the servers of all
- * workers; if so, its units of the global budget are taken into *hold. For
- * a replication client, free servers make room. When there is no room, the
- * entry that is full learns that our clients wait (other workers give back
- * idle servers, see pool_budget_tick()).
+ * workers: launch_inputs() gathers the numbers, policy_launch() decides,
+ * and this carries the verdict out. At a full entry an idle server closes
+ * first to make room, and the numbers are gathered again; with none to
+ * close, and at any other refusal, the entry that is full learns that our
+ * clients wait (other workers give back idle servers, see
+ * pool_budget_tick()). A launch takes its units of the global budget into
+ * *hold.
  */
 static bool can_launch(PgPool *pool, bool for_replication, BudgetHold *hold)
 {
-	List *first = list_first(&pool->waiting_clients);
-	LaunchInput in = {
-	    .login_in_flight = !list_empty(&pool->new_servers),
-	    .paused = pool_paused(pool) || wk.run_state == RUN_SHUTDOWN_SERVERS,
-	    .retry_wait = pool_retry_wait(pool),
-	    .size = pool_effective_size(pool),
-	    .reserve = pool_reserve_size(pool),
-	    .reserve_timeout = wk.cf.g.reserve_pool_timeout,
-	    .servers = pool_global_servers(pool),
-	    .for_replication = for_replication,
-	    .has_waiter = first != NULL,
-	    .waited = first ? wk.now - container_of(first, PgSocket, node)->wait_start : 0,
-	};
-	int limit;
-	LaunchVerdict v = policy_launch(&in, &limit);
+	unsigned evicted = 0;
+	LaunchInput in;
+	LaunchRoom room;
+	LaunchVerdict v;
+	int k;
+	for (;;) {
+		if (launch_inputs(pool, for_replication, evicted, &in)) {
+			/* the policy's first rule, on the pool's own numbers: LAUNCH_FULL, its want bit set already */
+			log_no_launch(pool, LAUNCH_FULL, &in);
+			return false;
+		}
+		v = policy_launch(&in, &room);
+		if (room.reserve)
+			budget_set_want(&pool->budget, true); /* until a launch is sure */
+		if ((k = evicting(v)) < 0)
+			break;
+		if (!evict_for(pool, k)) {
+			log_no_launch(pool, v, &in);
+			budget_set_want(limit_ref(pool, k), true);
+			return false;
+		}
+		evicted |= 1u << k;
+	}
 	switch (v) {
 	case LAUNCH_NO:
-		log_noise("pool %s/%s: no launch: %s", pool->db->name, pool->user->name,
-		          in.login_in_flight ? "a login is in progress"
-		          : in.paused        ? "paused or shutting down"
-		                             : "within server_login_retry");
+	case LAUNCH_CHECKING:
+		log_no_launch(pool, v, &in);
 		return false;
 	case LAUNCH_FULL:
-		log_noise("pool %s/%s: no launch: pool full (%d >= %d)%s", pool->db->name, pool->user->name, in.servers,
-		          in.size,
-		          in.reserve > 0 && in.has_waiter && in.servers < in.size + in.reserve
-		              ? ", reserve_pool_timeout not reached"
-		              : "");
+		log_no_launch(pool, v, &in);
 		budget_set_want(&pool->budget, true);
 		return false;
+	case LAUNCH_YIELD:
+		log_no_launch(pool, v, &in);
+		budget_set_want(limit_ref(pool, room.full), true);
+		return false;
 	case LAUNCH_EVICT:
-		/* a replication server is never shared: an idle one of the pool gives way */
-		if (!evict_idle_of_pool(pool)) {
-			budget_set_want(&pool->budget, true);
-			return false;
-		}
-		/* closing it woke this pool, which may have launched already */
-		if (!list_empty(&pool->new_servers))
-			return false;
-		break;
-	case LAUNCH_RESERVE:
-		budget_set_want(&pool->budget, true); /* until the launch below is sure */
-		break;
+	case LAUNCH_DB_FULL:
+	case LAUNCH_USER_FULL:
 	case LAUNCH_OK:
+	case LAUNCH_RESERVE:
 		break;
 	}
-	int max_db = db_max_connections(pool->db);
-	if (max_db > 0 && db_global_servers(pool->db) >= max_db && !evict_idle(match_db, pool->db)) {
-		log_noise("pool %s/%s: no launch: database full (max_db_connections %d)", pool->db->name,
-		          pool->user->name, max_db);
-		budget_set_want(&pool->db->budget, true);
-		return false;
-	}
-	int max_user = user_max_connections(pool->user);
-	if (max_user > 0 && user_global_servers(pool->user) >= max_user && !evict_idle(match_user, pool->user)) {
-		log_noise("pool %s/%s: no launch: user full (max_user_connections %d)", pool->db->name,
-		          pool->user->name, max_user);
-		budget_set_want(&pool->user->budget, true);
-		return false;
-	}
-	/* room another worker waits for goes to it when we have our share (no ping-pong after a give-back) */
-	GlobalBudget *gb = gbudget();
-	publish_demand(pool);
-	BudgetRef *refs[3] = {&pool->budget, &pool->db->budget, &pool->user->budget};
-	int idx[3] = {pool_entry(pool), db_entry(pool->db), user_entry(pool->user)};
-	int limits[3] = {limit, max_db, max_user};
-	for (int k = 0; k < 3; k++)
-		if (idx[k] >= 0 && budget_over_share(gb, wk.id, idx[k], tree_limit(idx[k], limits[k]))) {
-			log_noise("pool %s/%s: no launch: another worker waits for this room", pool->db->name,
-			          pool->user->name);
-			budget_set_want(refs[k], true);
-			return false;
-		}
-	BudgetRef *full = take_budget(pool, limit, hold);
+	BudgetRef *full = take_budget(pool, room.limit, hold);
 	if (full) {
 		log_noise("pool %s/%s: no launch: the limits of all workers together are reached", pool->db->name,
 		          pool->user->name);
@@ -929,20 +1068,12 @@ static bool can_launch(PgPool *pool, bool for_replication, BudgetHold *hold)
 	if (v == LAUNCH_RESERVE)
 		log_warning("taking connection from reserve_pool");
 	log_debug("pool %s/%s: launch decided (%d servers in all workers, pool size %d%s)", pool->db->name,
-	          pool->user->name, in.servers, in.size, v == LAUNCH_RESERVE ? ", from the reserve" : "");
+	          pool->user->name, in.entry[LIMIT_POOL].servers, in.entry[LIMIT_POOL].limit,
+	          v == LAUNCH_RESERVE ? ", from the reserve" : "");
 	budget_set_want(&pool->budget, false);
 	budget_set_want(&pool->db->budget, false);
 	budget_set_want(&pool->user->budget, false);
 	return true;
-}
-
-/* Whether the servers running their check query are enough for the clients waiting for a server. */
-static bool checks_serve_waiters(const PgPool *pool)
-{
-	int checks = 0;
-	List *i;
-	list_for_each(i, &pool->tested_servers) checks += container_of(i, PgSocket, node)->checking;
-	return checks > 0 && pool->n_state[CL_WAITING] <= checks;
 }
 
 /*
@@ -1010,24 +1141,6 @@ void pool_maybe_launch(PgPool *pool)
 	if (!first && !auth_query_waiting(pool))
 		return;
 	bool repl = first && first->replication != REPLICATION_NONE;
-	/*
-	 * Under load this is asked at every release, and the pool is full: the
-	 * answer of can_launch() would be "full" again, and the other workers
-	 * know already that we wait for room (budget.want stays set until the
-	 * wait ends or a launch is decided). Without a reserve pool nothing in
-	 * that answer depends on time; a config change (size) is seen here too.
-	 */
-	if (pool->budget.want && !repl && pool_reserve_size(pool) <= 0) {
-		int size = pool_effective_size(pool), servers;
-		if (size > 0 && (servers = pool_global_servers(pool)) >= size) {
-			log_noise("pool %s/%s: no launch: pool full (%d >= %d)", pool->db->name, pool->user->name,
-			          servers, size);
-			return;
-		}
-	}
-	/* a server that passes its check is theirs: no new connection for them meanwhile */
-	if (first && !repl && !auth_query_waiting(pool) && checks_serve_waiters(pool))
-		return;
 	BudgetHold hold;
 	if (!can_launch(pool, repl, &hold))
 		return;

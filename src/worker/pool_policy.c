@@ -13,21 +13,54 @@ bool policy_login_retry_wait(bool login_failed, usec_t failed_at, usec_t now, us
 	return login_failed && now - failed_at < login_retry;
 }
 
-LaunchVerdict policy_launch(const LaunchInput *in, int *limit)
+/* Whether the reserve pool lends the full pool one more server: its first client waited long enough. */
+static bool reserve_applies(const LaunchInput *in, const LaunchEntry *pool)
 {
-	*limit = in->size;
+	return in->reserve > 0 && in->reserve_timeout > 0 && in->has_waiter &&
+	       pool->servers < pool->limit + in->reserve && in->waited >= in->reserve_timeout;
+}
+
+/* Whether an entry is at its limit, with no idle server closed for this launch yet. */
+static bool entry_full(const LaunchEntry *e)
+{
+	return e->limit > 0 && e->servers >= e->limit && !e->evicted;
+}
+
+LaunchVerdict policy_launch(const LaunchInput *in, LaunchRoom *room)
+{
+	const LaunchEntry *pool = &in->entry[LIMIT_POOL];
+	*room = (LaunchRoom){.limit = pool->limit};
+	if (policy_launch_still_full(in))
+		return LAUNCH_FULL;
 	if (in->login_in_flight || in->paused || in->retry_wait)
 		return LAUNCH_NO;
-	if (in->size <= 0 || in->servers < in->size)
-		return LAUNCH_OK;
-	if (in->for_replication)
-		return LAUNCH_EVICT;
-	/* the reserve pool helps clients that waited long enough */
-	if (in->reserve <= 0 || in->reserve_timeout <= 0 || !in->has_waiter || in->servers >= in->size + in->reserve ||
-	    in->waited < in->reserve_timeout)
-		return LAUNCH_FULL;
-	*limit = in->size + in->reserve;
-	return LAUNCH_RESERVE;
+	/* a server that passes its check is theirs: no new connection for them meanwhile */
+	if (!in->for_replication && !in->lookups && in->checking > 0 && in->waiting <= in->checking)
+		return LAUNCH_CHECKING;
+	if (entry_full(pool)) {
+		/* a replication server is never shared: an idle one of the pool gives way, the reserve is not used */
+		if (in->for_replication)
+			return LAUNCH_EVICT;
+		if (!reserve_applies(in, pool))
+			return LAUNCH_FULL;
+		room->limit = pool->limit + in->reserve;
+		room->reserve = true;
+	}
+	if (entry_full(&in->entry[LIMIT_DB]))
+		return LAUNCH_DB_FULL;
+	if (entry_full(&in->entry[LIMIT_USER]))
+		return LAUNCH_USER_FULL;
+	/* room another worker waits for goes to it when we have our share (no ping-pong after a give-back) */
+	for (int k = 0; k < LIMIT_COUNT; k++) {
+		const LaunchEntry *e = &in->entry[k];
+		int limit = k == LIMIT_POOL ? room->limit : e->limit;
+		int share = k == LIMIT_POOL && room->reserve ? in->reserve_share : e->share;
+		if (limit > 0 && e->others_want && e->held >= share) {
+			room->full = k;
+			return LAUNCH_YIELD;
+		}
+	}
+	return room->reserve ? LAUNCH_RESERVE : LAUNCH_OK;
 }
 
 int policy_min_target(int size, int min_pool_size)

@@ -22,6 +22,16 @@ static const char *nonempty(const char *s)
 /* A user entry's value of a setting where 0 and below mean "inherit" (NULL entry: none). */
 #define USER_OVERRIDE(u, field) ((u) && (u)->cf && (u)->cf->field > 0 ? (u)->cf->field : 0)
 
+void pool_settings_refresh(PgPool *pool)
+{
+	pool->mode = pool_configured_mode(pool);
+	pool->size = pool_configured_size(pool);
+	pool->reserve = pool_configured_reserve(pool);
+	pool->max_db = db_max_connections(pool->db);
+	pool->max_user = user_max_connections(pool->user);
+	pool->settings_gen = wk.cf_gen + 1;
+}
+
 int pool_configured_size(const PgPool *pool)
 {
 	if (pool->user->cf && pool->user->cf->pool_size != CF_UNSET)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/config.h"
+#include "common/log.h"
 #include "common/util.h"
 
 void reqqueue_grow(ReqQueue *q)
@@ -46,6 +47,7 @@ static void request_free(Request *r)
 
 static inline void pop_head(ReqQueue *q, Request *out)
 {
+	pgb_assert(q->count > 0);
 	Request *r = &q->items[q->head];
 	if (out)
 		*out = *r;
@@ -71,6 +73,7 @@ bool reqqueue_has_answer(const ReqQueue *q, ReqAnswer answer)
 /* Drop the request at position i of the queue (0 = head). */
 static void drop_at(ReqQueue *q, uint32_t i, void (*dropped)(Request *r, void *arg), void *arg)
 {
+	pgb_assert(i < q->count);
 	Request r = *reqqueue_at(q, i);
 	for (uint32_t k = i; k + 1 < q->count; k++)
 		*reqqueue_at(q, k) = *reqqueue_at(q, k + 1);

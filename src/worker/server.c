@@ -677,34 +677,13 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
  * A ReadyForQuery to a client linked in session mode. Its pool's mode may
  * have changed since the link (RELOAD, SET): the link ends at the first
  * ReadyForQuery outside a transaction that answers everything the client
- * sent (session_syncs: its Syncs, Queries and FunctionCalls not answered
- * yet; session_open: more sent since). A Sync the server ignores (during
- * COPY FROM STDIN) only keeps the link. Whether this one ends it.
+ * sent (session_tail_answered()). A Sync the server ignores (during COPY
+ * FROM STDIN) only keeps the link. Whether this one ends it.
  */
 static inline bool session_link_done(PgSocket *s)
 {
-	if (s->session_syncs > 0 && --s->session_syncs > 0)
-		return false;
-	return !s->session_open && s->txn_status == 'I' && pool_effective_mode(s->pool) != POOL_SESSION;
-}
-
-/*
- * A CopyInResponse to a client linked in session mode: the server is in
- * COPY FROM STDIN and ignores the Syncs it gets until the COPY ends
- * (libpq's PQexecParams sends one behind the Execute). When the COPY's
- * Execute or Query is the client's only request not answered, and
- * nothing but Syncs came behind it, those Syncs owe no ReadyForQuery
- * (session_link_done()), as txn.c drops them from the request queue.
- * Otherwise the count stays: the link is kept, never handed back early.
- */
-static void session_copy_begun(PgSocket *s)
-{
-	uint32_t tail = s->session_tsyncs;
-	if ((s->session_tail == SESSION_TAIL_EXEC_SYNCS && s->session_syncs == tail) ||
-	    (s->session_tail == SESSION_TAIL_QUERY && s->session_syncs == tail + 1))
-		s->session_syncs -= tail;
-	s->session_tail = SESSION_TAIL_BROKEN;
-	s->session_tsyncs = 0;
+	return session_tail_answered(&s->session) && s->txn_status == 'I' &&
+	       pool_effective_mode(s->pool) != POOL_SESSION;
 }
 
 static __attribute__((noinline)) SBufAction handle_active_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data,
@@ -756,7 +735,7 @@ static __attribute__((noinline)) SBufAction handle_active_packet(PgSocket *s, co
 		break;
 	case 'G': /* CopyInResponse */
 		if (!txn && c && s->replication == REPLICATION_NONE)
-			session_copy_begun(s);
+			session_tail_copy_begun(&s->session); /* libpq's PQexecParams sends a Sync behind the Execute */
 		s->copy_mode = true;
 		break;
 	case 'W': /* CopyBothResponse */

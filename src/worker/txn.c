@@ -7,6 +7,30 @@
  * gets, and answered in order when the pooler answers them itself; a
  * statement the pooler prepares again must keep the result type its
  * client was given (doc/transaction.md, "Schema changes").
+ *
+ * Invariants (doc/architecture.md, "Transaction pooling: when a server is
+ * released"), asserted by txn_check_invariants() with --enable-cassert at
+ * every link, release, client message and server message:
+ *
+ *  1. A link is mutual: c->link == s exactly when s->link == c, and a
+ *     client links only to a server.
+ *  2. A linked pair (but a replication server still logging in) is
+ *     SV_ACTIVE and CL_ACTIVE and forwards each to the other (sb.dst); an
+ *     unlinked client or server forwards nowhere.
+ *  3. A client waiting for a server (CL_WAITING) has no link.
+ *  4. The request queue is a ring within its room: count <= cap, cap 0 or
+ *     a power of two, head < cap; nothing is popped from an empty queue
+ *     or read past its end (reqqueue.c, reqqueue.h).
+ *  5. A session-mode link (replication's too) has nothing queued and no
+ *     message held: the queue is transaction and statement mode's.
+ *  6. A client message held for answers (held_for_check, rq.full) is a
+ *     linked server's: unlinking lets it go.
+ *  7. A server in the pool (SV_IDLE, SV_USED, SV_TESTED,
+ *     SV_BEING_CANCELED) has no link, nothing queued or skipped, no COPY
+ *     (copy_in, copy_mode) and no SET of tracked parameters in flight.
+ *  8. At the release (txn_release()) no message is cut in two in either
+ *     direction, and after it nothing of the client's is left to forward
+ *     (client_input_clean()).
  */
 #include "autoconfig.h"
 
@@ -840,7 +864,7 @@ static __attribute__((noinline)) SBufAction hold_until_answered(PgSocket *c, PgS
 	return SB_WAIT;
 }
 
-SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+static SBufAction client_message(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
 {
 	PgSocket *s = c->link;
 	ReqQueue *q = &s->rq;
@@ -931,17 +955,39 @@ SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data
 	}
 }
 
+SBufAction txn_client_packet(PgSocket *c, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+{
+	SBufAction act = client_message(c, hdr, data, avail);
+	txn_check_invariants(c);
+	return act;
+}
+
 /* ---- server messages ---- */
+
+/* Whether the sbuf is in the middle of a message it passes on (a release would cut it in two). */
+static inline bool mid_forward(const SBuf *sb)
+{
+	return sb->pkt_remain > 0 && sb->pkt_forward;
+}
+
+/* Whether the client side has nothing half-sent to the server (no message cut in two by a release). */
+static bool client_input_clean(const PgSocket *c)
+{
+	return c->sb.send_pos == c->sb.send_end && !mid_forward(&c->sb);
+}
 
 /* Unlink a server whose client is done with it, and return it to the pool. */
 void txn_release(PgSocket *s)
 {
 	PgSocket *c = s->link;
 	slog_debug(s, "released by C-%p (transaction end)", (const void *)c);
+	txn_check_invariants(s);
 	if (c) {
 		/* bytes on their way in either direction are whole messages: they leave with their sockets */
+		pgb_assert(!mid_forward(&c->sb) && !mid_forward(&s->sb));
 		sbuf_forward_own(&c->sb, NULL, 0, true);
 		sbuf_forward_own(&s->sb, NULL, 0, true);
+		pgb_assert(client_input_clean(c));
 		c->link = NULL;
 		c->sb.dst = NULL;
 		/* retiring (-R) or draining: between two transactions it may move, once its answer is sent (worker.c) */
@@ -952,14 +998,70 @@ void txn_release(PgSocket *s)
 	s->sb.dst = NULL;
 	s->held_for_check = false;
 	reqqueue_clear(&s->rq, NULL, NULL);
+	if (c)
+		txn_check_invariants(c);
 	server_reset_or_ready(s, false);
 }
 
-/* Whether the client side has nothing half-sent to the server (no message cut in two by a release). */
-static bool client_input_clean(const PgSocket *c)
+#ifdef PGB_CASSERT
+/* Invariants 1-3 of the top of this file, for a client and its link. */
+static void check_client(const PgSocket *c)
 {
-	return c->sb.send_pos == c->sb.send_end && !(c->sb.pkt_remain > 0 && c->sb.pkt_forward);
+	const PgSocket *s = c->link;
+	pgb_assert(!c->is_server);
+	if (c->state == CL_JUSTFREE || c->state == CL_FREE)
+		return; /* closed: what it was linked to is the closing's */
+	if (!s) {
+		pgb_assert(c->sb.dst == NULL);
+		return;
+	}
+	pgb_assert(s->is_server && s->link == c);
+	pgb_assert(c->state != CL_WAITING);
+	if (s->state != SV_LOGIN) /* a replication server's login: linked, nothing forwarded yet */
+		pgb_assert(c->state == CL_ACTIVE && c->sb.dst == &s->sb);
 }
+
+/* Invariants 1, 2 and 4-7 of the top of this file, for a server and its link. */
+static void check_server(const PgSocket *s)
+{
+	const ReqQueue *q = &s->rq;
+	const PgSocket *c = s->link;
+	pgb_assert(s->is_server);
+	pgb_assert(q->cap == 0 ? q->count == 0 && q->head == 0
+	                       : (q->cap & (q->cap - 1)) == 0 && q->count <= q->cap && q->head < q->cap);
+	if (s->state == SV_JUSTFREE || s->state == SV_FREE)
+		return; /* closed: its queue goes with it */
+	if (!c) {
+		pgb_assert(s->sb.dst == NULL && !s->held_for_check && !q->full);
+	} else {
+		pgb_assert(!c->is_server && c->link == s);
+		if (s->state != SV_LOGIN)
+			pgb_assert(s->state == SV_ACTIVE && s->sb.dst == &c->sb);
+		if (s->link_mode == POOL_SESSION)
+			pgb_assert(q->count == 0 && !q->skipping && !q->copy_in && !q->full && !s->held_for_check);
+	}
+	switch (s->state) {
+	case SV_IDLE:
+	case SV_USED:
+	case SV_TESTED:
+	case SV_BEING_CANCELED:
+		pgb_assert(!c && q->count == 0 && !q->skipping && !q->copy_in && !s->copy_mode && !s->setting_vars);
+		break;
+	default:
+		break;
+	}
+}
+
+void txn_check_invariants(const PgSocket *sock)
+{
+	const PgSocket *c = sock->is_server ? sock->link : sock;
+	const PgSocket *s = sock->is_server ? sock : sock->link;
+	if (c)
+		check_client(c);
+	if (s)
+		check_server(s);
+}
+#endif
 
 /*
  * A server linked in session mode whose pool has turned to transaction or
@@ -1253,7 +1355,7 @@ static SBufAction deliver_then_own(PgSocket *s, const uint8_t *data, uint32_t le
 	return SB_CONSUMED;
 }
 
-SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+static SBufAction server_message(PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
 {
 	PgSocket *c = s->link;
 	char t = hdr->type;
@@ -1368,4 +1470,11 @@ SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data
 	to_client(s, data, hdr->len);
 	txn_release(s);
 	return SB_CONSUMED;
+}
+
+SBufAction txn_server_packet(PgSocket *s, const PktHdr *hdr, const uint8_t *data, uint32_t avail)
+{
+	SBufAction act = server_message(s, hdr, data, avail);
+	txn_check_invariants(s);
+	return act;
 }

@@ -1,7 +1,8 @@
 /*
  * Unit tests for the pool's pure decisions (worker/pool_policy.c): when a
  * server may be launched (pool_size, the reserve pool, server_login_retry,
- * one login at a time), min_pool_size, what happens to a released and to an
+ * one login at a time, servers being checked, max_db_connections,
+ * max_user_connections, other workers' fair shares), min_pool_size, what happens to a released and to an
  * idle server (lifetime, idle timeout, oversize, checks), server_fast_close
  * and the order idle servers are given in.
  */
@@ -32,96 +33,242 @@ static void test_login_retry_wait(void **state)
 
 /* ---- launching ---- */
 
-/* A pool of 2 with a reserve of 1 after 5 s, one client waiting for 1 s. */
+/* A pool of 2 with a reserve of 1 after 5 s, one client waiting for 1 s; no database or user limit. */
 static LaunchInput pool_of_two(int servers)
 {
-	return (LaunchInput){.size = 2,
-	                     .reserve = 1,
-	                     .reserve_timeout = SEC(5),
-	                     .servers = servers,
-	                     .has_waiter = true,
-	                     .waited = SEC(1)};
+	LaunchInput in = {.reserve = 1, .reserve_timeout = SEC(5), .has_waiter = true, .waited = SEC(1)};
+	in.entry[LIMIT_POOL] = (LaunchEntry){.limit = 2, .servers = servers};
+	return in;
 }
 
 static void test_launch_within_size(void **state)
 {
 	(void)state;
-	int limit = -1;
+	LaunchRoom room = {.limit = -1};
 	LaunchInput in = pool_of_two(0);
-	assert_int_equal(policy_launch(&in, &limit), LAUNCH_OK);
-	assert_int_equal(limit, 2);
-	in.servers = 1;
-	assert_int_equal(policy_launch(&in, &limit), LAUNCH_OK);
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_OK);
+	assert_int_equal(room.limit, 2);
+	assert_false(room.reserve);
+	in.entry[LIMIT_POOL].servers = 1;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_OK);
 	/* pool_size = 0: unlimited */
 	in = pool_of_two(1000);
-	in.size = 0;
-	assert_int_equal(policy_launch(&in, &limit), LAUNCH_OK);
-	assert_int_equal(limit, 0);
+	in.entry[LIMIT_POOL].limit = 0;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_OK);
+	assert_int_equal(room.limit, 0);
 }
 
 static void test_launch_not_now(void **state)
 {
 	(void)state;
-	int limit;
+	LaunchRoom room;
 	LaunchInput in = pool_of_two(0);
 	in.login_in_flight = true; /* one login at a time per pool */
-	assert_int_equal(policy_launch(&in, &limit), LAUNCH_NO);
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_NO);
 	in = pool_of_two(0);
 	in.paused = true;
-	assert_int_equal(policy_launch(&in, &limit), LAUNCH_NO);
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_NO);
 	in = pool_of_two(0);
 	in.retry_wait = true; /* within server_login_retry */
-	assert_int_equal(policy_launch(&in, &limit), LAUNCH_NO);
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_NO);
 	/* even for a replication client, and even with room in the reserve */
 	in.for_replication = true;
-	assert_int_equal(policy_launch(&in, &limit), LAUNCH_NO);
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_NO);
 }
 
 static void test_launch_full_and_reserve(void **state)
 {
 	(void)state;
-	int limit;
+	LaunchRoom room;
 	LaunchInput in = pool_of_two(2);
 	/* full: the first client has waited 1 s of the 5 */
-	assert_int_equal(policy_launch(&in, &limit), LAUNCH_FULL);
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_FULL);
 	in.waited = SEC(5) - 1;
-	assert_int_equal(policy_launch(&in, &limit), LAUNCH_FULL);
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_FULL);
 	/* reserve_pool_timeout reached: one more, up to size + reserve */
 	in.waited = SEC(5);
-	assert_int_equal(policy_launch(&in, &limit), LAUNCH_RESERVE);
-	assert_int_equal(limit, 3);
-	in.servers = 3;
-	assert_int_equal(policy_launch(&in, &limit), LAUNCH_FULL);
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_RESERVE);
+	assert_int_equal(room.limit, 3);
+	assert_true(room.reserve);
+	in.entry[LIMIT_POOL].servers = 3;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_FULL);
 	/* no reserve, reserve_pool_timeout = 0, or nobody waiting: full */
 	in = pool_of_two(2);
 	in.waited = SEC(60);
 	in.reserve = 0;
-	assert_int_equal(policy_launch(&in, &limit), LAUNCH_FULL);
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_FULL);
 	in.reserve = 1;
 	in.reserve_timeout = 0;
-	assert_int_equal(policy_launch(&in, &limit), LAUNCH_FULL);
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_FULL);
 	in.reserve_timeout = SEC(5);
 	in.has_waiter = false;
-	assert_int_equal(policy_launch(&in, &limit), LAUNCH_FULL);
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_FULL);
 	/* more servers than the size (pool_size lowered by a reload): still full */
 	in = pool_of_two(5);
 	in.waited = SEC(60);
-	assert_int_equal(policy_launch(&in, &limit), LAUNCH_FULL);
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_FULL);
 }
 
 static void test_launch_for_replication(void **state)
 {
 	(void)state;
-	int limit;
+	LaunchRoom room;
 	LaunchInput in = pool_of_two(2);
 	in.for_replication = true;
 	/* a replication server is never shared: a full pool closes an idle one, the reserve is not used */
-	assert_int_equal(policy_launch(&in, &limit), LAUNCH_EVICT);
-	assert_int_equal(limit, 2);
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_EVICT);
 	in.waited = SEC(60);
-	assert_int_equal(policy_launch(&in, &limit), LAUNCH_EVICT);
-	in.servers = 1;
-	assert_int_equal(policy_launch(&in, &limit), LAUNCH_OK);
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_EVICT);
+	/* one closed and the pool still counts as full (another worker's launch): the budget take decides */
+	in.entry[LIMIT_POOL].evicted = true;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_OK);
+	assert_int_equal(room.limit, 2);
+	assert_false(room.reserve);
+	in = pool_of_two(1);
+	in.for_replication = true;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_OK);
+}
+
+/* Under load the answer at every release: whatever else holds, the wait goes on (no action but the wait's). */
+static void test_launch_still_full(void **state)
+{
+	(void)state;
+	LaunchRoom room;
+	LaunchInput in = pool_of_two(2);
+	in.reserve = 0;
+	in.pool_waits = true;
+	assert_true(policy_launch_still_full(&in));
+	in.paused = true; /* a refusal anyway: the want bit the wait has set stays */
+	in.login_in_flight = true;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_FULL);
+	assert_int_equal(room.limit, 2);
+	/* not before the pool waits, nor with room, a reserve, unlimited, or for a replication client */
+	static const size_t offsets[] = {offsetof(LaunchInput, pool_waits), offsetof(LaunchInput, for_replication)};
+	for (size_t k = 0; k < sizeof(offsets) / sizeof(offsets[0]); k++) {
+		LaunchInput b = in;
+		*(bool *)((char *)&b + offsets[k]) = !*(bool *)((char *)&b + offsets[k]);
+		assert_false(policy_launch_still_full(&b));
+		assert_int_equal(policy_launch(&b, &room), LAUNCH_NO); /* paused: the rest of the rules decide */
+	}
+	LaunchInput b = in;
+	b.entry[LIMIT_POOL].servers = 1;
+	assert_false(policy_launch_still_full(&b));
+	b = in;
+	b.reserve = 1;
+	assert_false(policy_launch_still_full(&b));
+	b = in;
+	b.entry[LIMIT_POOL].limit = 0;
+	assert_false(policy_launch_still_full(&b));
+}
+
+static void test_launch_checking(void **state)
+{
+	(void)state;
+	LaunchRoom room;
+	LaunchInput in = pool_of_two(0);
+	/* two servers run server_check_query for the two waiting clients: no new connection for them */
+	in.waiting = 2;
+	in.checking = 2;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_CHECKING);
+	in.waiting = 3; /* one more than the checks serve */
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_OK);
+	in.waiting = 1;
+	in.checking = 0;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_OK);
+	/* auth_query lookups, or a replication client, need a server of their own */
+	in.checking = 2;
+	in.lookups = true;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_OK);
+	in.lookups = false;
+	in.for_replication = true;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_OK);
+}
+
+static void test_launch_db_and_user_full(void **state)
+{
+	(void)state;
+	LaunchRoom room;
+	LaunchInput in = pool_of_two(1);
+	in.entry[LIMIT_DB] = (LaunchEntry){.limit = 5, .servers = 4};
+	in.entry[LIMIT_USER] = (LaunchEntry){.limit = 3, .servers = 2};
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_OK);
+	/* max_db_connections reached in all workers (other pools of the database count) */
+	in.entry[LIMIT_DB].servers = 5;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_DB_FULL);
+	/* an idle server of the database closed for this launch: room, as far as the decision goes */
+	in.entry[LIMIT_DB].evicted = true;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_OK);
+	/* max_user_connections, after the database's */
+	in.entry[LIMIT_DB].evicted = false;
+	in.entry[LIMIT_USER].servers = 3;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_DB_FULL);
+	in.entry[LIMIT_DB].servers = 4;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_USER_FULL);
+	in.entry[LIMIT_USER].evicted = true;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_OK);
+	/* 0 = unlimited, whatever the count */
+	in = pool_of_two(1);
+	in.entry[LIMIT_DB] = (LaunchEntry){.limit = 0, .servers = 100};
+	in.entry[LIMIT_USER] = (LaunchEntry){.limit = 0, .servers = 100};
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_OK);
+	/* a full pool is the first refusal; not now comes before all */
+	in = pool_of_two(2);
+	in.entry[LIMIT_DB] = (LaunchEntry){.limit = 1, .servers = 1};
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_FULL);
+	in.paused = true;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_NO);
+	/* the reserve passed the pool's check: the refusal after it says so (the pool's want stays) */
+	in = pool_of_two(2);
+	in.waited = SEC(5);
+	in.entry[LIMIT_DB] = (LaunchEntry){.limit = 2, .servers = 2};
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_DB_FULL);
+	assert_true(room.reserve);
+	assert_int_equal(room.limit, 3);
+}
+
+static void test_launch_yield(void **state)
+{
+	(void)state;
+	LaunchRoom room;
+	LaunchInput in = pool_of_two(1);
+	in.entry[LIMIT_DB] = (LaunchEntry){.limit = 10, .servers = 8};
+	/* another worker waits for the database's room and we hold our share of it: leave it */
+	in.entry[LIMIT_DB].others_want = true;
+	in.entry[LIMIT_DB].held = 5;
+	in.entry[LIMIT_DB].share = 5;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_YIELD);
+	assert_int_equal(room.full, LIMIT_DB);
+	in.entry[LIMIT_DB].held = 4; /* below our share: ours to take */
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_OK);
+	in.entry[LIMIT_DB].held = 5;
+	in.entry[LIMIT_DB].others_want = false; /* nobody else waits */
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_OK);
+	/* the pool first, then the database, then the user */
+	in = pool_of_two(1);
+	for (int k = LIMIT_COUNT; k-- > 0;) {
+		in.entry[k].limit = in.entry[k].limit ? in.entry[k].limit : 10;
+		in.entry[k].others_want = true;
+		in.entry[k].held = 1;
+		in.entry[k].share = 1;
+		assert_int_equal(policy_launch(&in, &room), LAUNCH_YIELD);
+		assert_int_equal(room.full, k);
+	}
+	/* no limit, no share to keep */
+	in = pool_of_two(1);
+	in.entry[LIMIT_USER] = (LaunchEntry){.limit = 0, .others_want = true, .held = 3, .share = 0};
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_OK);
+	/* from the reserve, the pool's share is the one of size + reserve */
+	in = pool_of_two(2);
+	in.waited = SEC(5);
+	in.entry[LIMIT_POOL].others_want = true;
+	in.entry[LIMIT_POOL].held = 1;
+	in.entry[LIMIT_POOL].share = 1;
+	in.reserve_share = 2;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_RESERVE);
+	in.reserve_share = 1;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_YIELD);
+	assert_int_equal(room.full, LIMIT_POOL);
+	assert_true(room.reserve);
 }
 
 /* ---- min_pool_size ---- */
@@ -306,6 +453,10 @@ int main(void)
 	    cmocka_unit_test(test_launch_not_now),
 	    cmocka_unit_test(test_launch_full_and_reserve),
 	    cmocka_unit_test(test_launch_for_replication),
+	    cmocka_unit_test(test_launch_still_full),
+	    cmocka_unit_test(test_launch_checking),
+	    cmocka_unit_test(test_launch_db_and_user_full),
+	    cmocka_unit_test(test_launch_yield),
 	    cmocka_unit_test(test_min_pool_size),
 	    cmocka_unit_test(test_lifetime),
 	    cmocka_unit_test(test_release),
