@@ -74,7 +74,7 @@ static const char *server_unmovable_reason(const PgSocket *c, bool *lasting)
 		return "server holds the pooler's prepared statements";
 	}
 	if (s->state != SV_ACTIVE || !s->ready || s->txn_status != 'I' || s->copy_mode || s->setting_vars ||
-	    s->resetting || s->checking || s->session_open || s->session_syncs || s->rq.count || s->held_for_check ||
+	    s->resetting || s->checking || s->session.open || s->session.owed || s->rq.count || s->held_for_check ||
 	    s->cancels_pending > 0 || s->auth_query || s->welcome_pending || s->tls_pending)
 		return "in a query or transaction";
 	if (in_flight(&s->sb) || s->sb.pos != s->sb.end || s->sb.paused)
@@ -173,7 +173,7 @@ static void server_to_handover(const PgSocket *s, const int *moved, HandoverServ
 			hs->vars[k++] = (HandoverVar){.name = var_name(i), .value = sock_var(s, i)};
 	hs->bytes_in = s->sb.bytes_in;
 	hs->bytes_out = s->sb.bytes_out;
-	hs->session_tail = (uint8_t)s->session_tail;
+	hs->session_tail = s->session.tail;
 }
 
 static void client_to_handover(const PgSocket *c, const int *moved, HandoverClient *hc)
@@ -656,8 +656,9 @@ static void adopt_server(PgSocket *c, const HandoverServer *hs, int fd, const in
 	s->ready = true;
 	s->lent = true;
 	s->link_mode = POOL_SESSION;
-	s->session_tail = (char)hs->session_tail;
-	pool_adopt_server_budget(s, moved); /* no limit: the connection exists and was counted */
+	session_tail_reset(&s->session);
+	s->session.tail = hs->session_tail & 7; /* a SessionTailKind; nothing owed: it was idle */
+	pool_adopt_server_budget(s, moved);     /* no limit: the connection exists and was counted */
 	pool->db->server_count++;
 	pool->user->server_count++;
 	s->link = c;

@@ -724,7 +724,7 @@ static __attribute__((noinline)) SBufAction handle_active_packet(PgSocket *s, co
 		 * may move with its server once this answer is sent (worker.c;
 		 * doc/workers.md, "Session-mode clients move too").
 		 */
-		if (!txn && c && st == 'I' && !s->session_syncs && !s->session_open &&
+		if (!txn && c && st == 'I' && !s->session.owed && !s->session.open &&
 		    (wk.handoff_fd >= 0 || wk.drain_fd >= 0))
 			wk.handoff_due = true;
 		break;
