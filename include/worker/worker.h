@@ -91,7 +91,7 @@ typedef struct Worker {
 	int master_fd;                  /* control pipe to the master (-1 = none) */
 	ChannelOut *master_out;         /* sends on master_fd, queued while it is full (NULL = none) */
 	uint64_t accepted;              /* accepted connections */
-	uint64_t moved_in;              /* clients adopted from other workers (src/worker/migrate.c) */
+	uint64_t moved_in;              /* clients adopted from other workers (src/worker/handover/migrate.c) */
 	uint64_t moved_out;             /* clients handed to other workers */
 	uint64_t move_failed;           /* clients picked for a move that stayed */
 	int intakes;                    /* batches of moved clients still arriving (no exit before they end) */
