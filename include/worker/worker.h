@@ -131,6 +131,7 @@ bool worker_tls_reload(char *err, size_t errlen); /* rebuild TLS from wk.cf; fal
 void worker_count_tls_handshake(void);
 /* Exit once a shutdown, or a drain, has nothing left to wait for. */
 void worker_check_shutdown(void);
+void worker_socket_gone(PgSocket *s);      /* CLIENT_GONE_SHUTDOWN, SERVER_GONE_SHUTDOWN (hooks.h): the check above */
 void worker_close_idle_servers(void);      /* PAUSE and the safe shutdown */
 void worker_start_shutdown(RunState mode); /* SIGTERM / SIGINT semantics */
 void worker_reload(void);
@@ -144,8 +145,9 @@ void worker_tell_master_set(const char *name, const char *value); /* a console S
  * could not be queued (logged by the channel).
  */
 bool worker_tell_master(const ChannelMsg *m, int fd);
-void worker_clients_add(int delta); /* client connections of this worker, also in the global count */
-int worker_global_clients(void);    /* client connections of all workers (max_client_conn) */
-void worker_publish(void);          /* publish counters and gauges to the slot now (also every 100 ms) */
+void worker_clients_add(int delta);   /* client connections of this worker, also in the global count */
+void worker_client_gone(PgSocket *c); /* CLIENT_GONE_COUNT (hooks.h): c leaves those counts */
+int worker_global_clients(void);      /* client connections of all workers (max_client_conn) */
+void worker_publish(void);            /* publish counters and gauges to the slot now (also every 100 ms) */
 
 #endif

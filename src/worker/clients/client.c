@@ -808,12 +808,6 @@ static __attribute__((noinline)) SBufAction handle_client_packet(PgSocket *c, co
 	return act;
 }
 
-void client_server_assigned(PgSocket *c)
-{
-	/* the packet left waiting by SB_WAIT is offered again */
-	sbuf_continue(&c->sb);
-}
-
 /* Every event but a packet after the startup phase (client_cb). */
 static __attribute__((noinline)) SBufAction client_event(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data,
                                                          uint32_t avail)

@@ -28,13 +28,17 @@
 #include "worker/admin_fanout.h"
 #include "worker/admin_state.h"
 #include "worker/auth.h"
+#include "worker/auth_query.h"
+#include "worker/auth_threads.h"
 #include "worker/cancel.h"
 #include "worker/client.h"
+#include "worker/hooks.h"
 #include "worker/janitor.h"
 #include "worker/migrate.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
 #include "worker/sendq.h"
+#include "worker/server.h"
 #include "worker/worker.h"
 
 Worker wk;
@@ -243,6 +247,12 @@ void worker_check_shutdown(void)
 	}
 }
 
+void worker_socket_gone(PgSocket *s)
+{
+	(void)s;
+	worker_check_shutdown();
+}
+
 static void drop_waiting_clients(const char *reason)
 {
 	List *i;
@@ -372,6 +382,16 @@ void worker_clients_add(int delta)
 	wk.client_count += delta;
 	if (wk.slot)
 		budget_clients_add(&wk.shm->budget, wk.id, delta);
+}
+
+void worker_client_gone(PgSocket *c)
+{
+	if (c->is_private) {
+		wk.client_count--;
+		wk.private_clients--;
+	} else {
+		worker_clients_add(-1);
+	}
 }
 
 int worker_global_clients(void)
@@ -670,10 +690,39 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/*
+ * The calls that go up a room, set before anything can use them
+ * (include/worker/hooks.h, where each is explained).
+ */
+static void connect_rooms(void)
+{
+	SocketHook *cl = hooks.client_gone, *sv = hooks.server_gone;
+	cl[CLIENT_GONE_LOOKUP] = auth_query_client_gone;
+	cl[CLIENT_GONE_AUTH_JOB] = auth_job_client_gone;
+	cl[CLIENT_GONE_SERVER] = server_client_gone;
+	cl[CLIENT_GONE_MOVED] = migrate_client_closed;
+	cl[CLIENT_GONE_COUNT] = worker_client_gone;
+	cl[CLIENT_GONE_CONSOLE] = admin_fanout_client_gone;
+	cl[CLIENT_GONE_SHUTDOWN] = worker_socket_gone;
+	sv[SERVER_GONE_LOOKUP] = auth_query_server_gone;
+	sv[SERVER_GONE_CANCEL] = cancel_server_gone;
+	sv[SERVER_GONE_LAUNCH] = server_closed;
+	sv[SERVER_GONE_SHUTDOWN] = worker_socket_gone;
+	hooks.pool_gone = pool_budget_forget;
+	hooks.db_added = admin_state_inherit_db;
+	hooks.lookups_waiting = auth_query_waiting_slow;
+	hooks.lookups_wake = auth_query_wake_slow;
+	hooks.lookups_fail = auth_query_pool_failed;
+	hooks.lookup_packet = auth_query_server_packet;
+	hooks.console_cancel = admin_console_cancel;
+	hooks_check();
+}
+
 int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *console, WorkerSocket *sockets, int n,
                 int master_fd, int cmdline_verbose, ShmSegment *shm)
 {
 	memset(&wk, 0, sizeof(wk));
+	connect_rooms();
 	wk.id = id;
 	wk.cf = *cf; /* the worker owns its copy from now on */
 	/* the master built (and checked) the contexts; the worker holds its own references */
