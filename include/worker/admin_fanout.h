@@ -48,8 +48,6 @@ typedef struct FanoutCommand {
 	bool state;
 } FanoutCommand;
 
-void admin_fanout_listen(void);             /* the private socket of this worker */
-void admin_fanout_accept_pause(bool pause); /* stop (or resume) accepting on it (worker_accept_failed()) */
 bool admin_fanout_wanted(const PgSocket *c);
 bool admin_fanout_from_worker(int pid); /* pid is another worker of this pooler */
 /*

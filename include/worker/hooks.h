@@ -2,7 +2,7 @@
  * The calls that go up a room (doc/architecture.md "Rooms of the worker").
  * A file calls the rooms below it by name; it hears from a room above only
  * through one of these pointers, which the loop sets at start, before the
- * first accept (connect_rooms() in worker.c; hooks_check() refuses a
+ * first accept (connect_rooms() in worker_main.c; hooks_check() refuses a
  * missing one). Every such call of the worker is listed here, with who
  * answers it and, for the lists, in which order.
  */
@@ -68,8 +68,14 @@ typedef struct Hooks {
 	SBufAction (*lookup_packet)(PgSocket *server, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
 
 	/* ---- from pooling/ to console/ ---- */
-	void (*console_cancel)(
-	    PgSocket *console); /* a CancelRequest for a console: its wait ends (admin_console_cancel()) */
+	/* a CancelRequest for a console: its wait ends (admin_console_cancel()) */
+	void (*console_cancel)(PgSocket *console);
+
+	/* ---- from runtime/ ---- */
+	/* a connection accepted on a listener or the private socket becomes a client (client_accept()) */
+	void (*accept)(int fd, bool is_unix, bool is_private, const struct sockaddr_storage *peer, socklen_t peer_len);
+	/* worker_publish(): the logged-in clients that could move now and those that cannot (migrate_count()) */
+	void (*count_movable)(uint32_t *movable, uint32_t *unmovable);
 } Hooks;
 
 extern Hooks hooks;

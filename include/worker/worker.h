@@ -1,8 +1,10 @@
 /*
- * The worker process: its global state (wk) and its life (worker.c): the
- * event loop, listeners, signals, reload and shutdown. Each module has its
- * own header (objects.h, client.h, server.h, pool.h, txn.h, ...); all of
- * them run inside the worker's single libevent loop (doc/architecture.md).
+ * The worker process: its global state (wk) and its services to the rooms
+ * above (runtime/worker.c): the clock, the master channel, client counts,
+ * publishing, listeners, shutdown. Its loop is loop/worker_main.c. Each
+ * module has its own header (objects.h, client.h, server.h, pool.h, txn.h,
+ * ...); all of them run inside the worker's single libevent loop
+ * (doc/architecture.md, "Rooms of the worker").
  */
 #ifndef PGB_WORKER_WORKER_H
 #define PGB_WORKER_WORKER_H
@@ -10,6 +12,7 @@
 #include <event2/event.h>
 #include <event2/event_struct.h>
 #include <stdarg.h>
+#include <stdnoreturn.h>
 
 #include "common/channel.h"
 #include "common/config.h"
@@ -114,9 +117,16 @@ typedef struct Worker {
 
 extern Worker wk;
 
-/* worker.c; worker_main() is declared in include/worker_entry.h */
+/* runtime/worker.c; worker_main() is declared in include/worker_entry.h */
 /* Stop (or resume) accepting on this worker's listeners. */
 void worker_listen_pause(bool pause);
+/* Accept on fd too (the master's listener `id`, or the unix socket); its connections go to hooks.accept. */
+void worker_add_listener(int fd, uint32_t id, bool is_unix);
+void worker_drop_listener(uint32_t id); /* stop accepting on the master's listener `id` and close it */
+void worker_listen_close(void);         /* a drain: every listener closed (another worker has them) */
+/* This worker's private socket, for the other workers' consoles, the master's scrape and operators. */
+void worker_private_listen(void);
+const char *worker_private_dir(void); /* where every worker's private socket is; "" when its name is too long */
 /*
  * accept() on a listener (`where`: NULL, or which one) failed with errno `err`: true when the next
  * connection may be taken at once, false when the worker's listeners (the
@@ -134,7 +144,9 @@ void worker_check_shutdown(void);
 void worker_socket_gone(PgSocket *s);      /* CLIENT_GONE_SHUTDOWN, SERVER_GONE_SHUTDOWN (hooks.h): the check above */
 void worker_close_idle_servers(void);      /* PAUSE and the safe shutdown */
 void worker_start_shutdown(RunState mode); /* SIGTERM / SIGINT semantics */
-void worker_reload(void);
+/* Exit now, once what is queued for the master went out (or after a second). */
+noreturn void worker_exit(void);
+void worker_close_clients(List *list, const char *reason); /* every client of one state list, with `reason` */
 void worker_tune_listeners(void); /* tcp_keepalive (reload, console SET) reaches the next logins */
 void worker_tell_master_set(const char *name, const char *value); /* a console SET, for workers started later */
 /*

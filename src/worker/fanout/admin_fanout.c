@@ -87,86 +87,6 @@ typedef struct AdminFanout {
 	struct event *finish; /* answers the console from the loop, never from inside its own callbacks */
 } AdminFanout;
 
-static char private_dir[108];
-static int private_fd = -1;
-static struct event *private_ev;
-static char private_path[160]; /* this worker's socket */
-static char private_sub[128];  /* and its directory */
-static struct stat private_st; /* the socket file as bound: a successor may have replaced it */
-
-/* ---- this worker's private socket ---- */
-
-static void on_private_accept(evutil_socket_t fd, short what, void *arg)
-{
-	for (int n = 0; n < 16; n++) {
-		int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (cfd < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
-			    !worker_accept_failed(errno, "on the private socket"))
-				return;
-			continue;
-		}
-		wk.now = get_time_usec();
-		client_accept(cfd, true, true, NULL, 0);
-	}
-}
-
-void admin_fanout_accept_pause(bool pause)
-{
-	if (!private_ev || private_fd < 0)
-		return;
-	if (pause)
-		event_del(private_ev);
-	else
-		event_add(private_ev, NULL);
-}
-
-static void remove_private_socket(void)
-{
-	struct stat st;
-	/* after an online restart the new tree's worker of this slot owns the name (doc/workers.md "Upgrading") */
-	if (private_fd >= 0 && private_path[0] && lstat(private_path, &st) == 0 && st.st_dev == private_st.st_dev &&
-	    st.st_ino == private_st.st_ino) {
-		unlink(private_path);
-		rmdir(private_sub);
-	}
-}
-
-void admin_fanout_listen(void)
-{
-	if (!private_socket_dir(wk.cf.g.unix_socket_dir, wk.cf.g.listen_port, private_dir, sizeof(private_dir))) {
-		log_warning("private socket directory name too long; this worker is reachable only through the "
-		            "shared listeners");
-		private_dir[0] = '\0';
-		return;
-	}
-	snprintf(private_sub, sizeof(private_sub), "%s/worker.%d", private_dir, wk.id);
-	snprintf(private_path, sizeof(private_path), "%s/.s.PGSQL.%d", private_sub, wk.cf.g.listen_port);
-	if (mkdir(private_sub, 0700) < 0 && errno != EEXIST) {
-		log_warning("mkdir(%s) failed: %s", private_sub, strerror(errno));
-		return;
-	}
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	pgb_strlcpy(sa.sun_path, private_path, sizeof(sa.sun_path));
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		log_warning("socket() failed: %s", strerror(errno));
-		return;
-	}
-	unlink(private_path); /* left by a crashed predecessor in this slot */
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
-		log_warning("private socket %s: bind()/listen() failed: %s", private_path, strerror(errno));
-		close(fd);
-		return;
-	}
-	if (lstat(private_path, &private_st) < 0)
-		memset(&private_st, 0, sizeof(private_st));
-	private_fd = fd;
-	atexit(remove_private_socket);
-	private_ev = event_new(wk.base, fd, EV_READ | EV_PERSIST, on_private_accept, NULL);
-	event_add(private_ev, NULL);
-}
-
 /* ---- answers ---- */
 
 static void answer_reset(Answer *a)
@@ -1028,10 +948,10 @@ static void on_finish(evutil_socket_t fd, short what, void *arg)
 /* The private socket of worker i (private_socket_dir() left room for the name). */
 static void peer_address(int i, struct sockaddr_un *sa)
 {
-	char path[sizeof(private_dir) + 32];
+	char path[sizeof(sa->sun_path) + 32];
 	memset(sa, 0, sizeof(*sa));
 	sa->sun_family = AF_UNIX;
-	snprintf(path, sizeof(path), "%s/worker.%d/.s.PGSQL.%d", private_dir, i, wk.cf.g.listen_port);
+	snprintf(path, sizeof(path), "%s/worker.%d/.s.PGSQL.%d", worker_private_dir(), i, wk.cf.g.listen_port);
 	pgb_strlcpy(sa->sun_path, path, sizeof(sa->sun_path));
 }
 
@@ -1225,7 +1145,7 @@ bool admin_fanout_from_worker(int pid)
 
 bool admin_fanout_wanted(const PgSocket *c)
 {
-	if ((c->is_private && !c->from_master) || !wk.slot || !private_dir[0])
+	if ((c->is_private && !c->from_master) || !wk.slot || !worker_private_dir()[0])
 		return false;
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
 		int32_t pid;

@@ -33,8 +33,10 @@ void hooks_check(void)
 	    {"lookups_fail", hooks.lookups_fail},
 	    {"lookup_packet", hooks.lookup_packet},
 	    {"console_cancel", hooks.console_cancel},
+	    {"accept", hooks.accept},
+	    {"count_movable", hooks.count_movable},
 	};
 	for (size_t k = 0; k < sizeof(one) / sizeof(one[0]); k++)
 		if (!one[k].set)
-			fatal("hooks.h: %s is unset (connect_rooms() in worker.c)", one[k].name);
+			fatal("hooks.h: %s is unset (connect_rooms() in worker_main.c)", one[k].name);
 }

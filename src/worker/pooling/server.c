@@ -742,7 +742,7 @@ static __attribute__((noinline)) SBufAction handle_active_packet(PgSocket *s, co
 		}
 		/*
 		 * Retiring (-R) or draining: a session-mode client between queries
-		 * may move with its server once this answer is sent (worker.c;
+		 * may move with its server once this answer is sent (worker_main.c;
 		 * doc/workers.md, "Session-mode clients move too").
 		 */
 		if (!txn && c && st == 'I' && !s->session_syncs && !s->session_open &&
