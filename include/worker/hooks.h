@@ -13,7 +13,10 @@
 #include <stdint.h>
 
 #include "common/list.h"
+#include "common/pktbuf.h"
 #include "worker/objects.h"
+
+struct DbStats;
 
 typedef void (*SocketHook)(PgSocket *s);
 
@@ -70,6 +73,25 @@ typedef struct Hooks {
 	/* ---- from pooling/ to console/ ---- */
 	/* a CancelRequest for a console: its wait ends (admin_console_cancel()) */
 	void (*console_cancel)(PgSocket *console);
+
+	/*
+	 * ---- from fanout/ to console/: what the fan-out, the console's transport
+	 * to the other workers, needs of the commands it carries (admin.c,
+	 * admin_state.c) ----
+	 */
+	struct {
+		/* merged SHOW STATS and friends, as one worker writes its own (admin_write_stats()) */
+		void (*write_stats)(PktBuf *pb, int which, const struct DbStats *arr, int n);
+		/* another worker refused the command: this worker's part is undone or its wait ends (admin_abandon_part()) */
+		void (*abandon_part)(PgSocket *console, const char *query, bool done_here);
+		void (*kill_here)(const char *db);     /* KILL's follow-up on this worker (admin_kill_here()) */
+		void (*disable_later)(const char *db); /* DISABLE's follow-up on this worker (admin_disable_later()) */
+		/* the error of a command no worker had anything for, logged once (admin_log_error()) */
+		void (*log_command_error)(PgSocket *console, const char *msg);
+		void (*report_state)(void); /* this worker's console state to the master (admin_state_report()) */
+		/* the workers a state command left out, to the master (admin_state_left_out()) */
+		void (*left_out)(uint64_t workers);
+	} console;
 
 	/* ---- from runtime/ ---- */
 	/* a connection accepted on a listener or the private socket becomes a client (client_accept()) */

@@ -3,7 +3,10 @@
  * console is also sent to every other worker over its private unix socket,
  * and the answers are merged with this worker's own (doc/workers.md).
  * Everything runs in the event loop; a worker that does not answer in time
- * is left out and named in a NOTICE.
+ * is left out and named in a NOTICE. This is the console's transport, a
+ * room below its commands: what it needs of them (a follow-up run here, the
+ * stats written, the state told to the master) it asks through
+ * hooks.console (include/worker/hooks.h).
  */
 #include "autoconfig.h"
 
@@ -14,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,10 +25,8 @@
 #include "common/pktbuf.h"
 #include "common/proto.h"
 #include "common/util.h"
-#include "worker/admin.h"
 #include "worker/admin_fanout.h"
-#include "worker/admin_state.h"
-#include "worker/client.h"
+#include "worker/hooks.h"
 #include "worker/objects.h"
 #include "worker/worker.h"
 
@@ -505,7 +505,7 @@ static void write_stats(AdminFanout *fo, PktBuf *pb)
 		}
 	}
 	qsort(arr, (size_t)n, sizeof(*arr), dbstats_cmp);
-	admin_write_stats(pb, fo->which, arr, n);
+	hooks.console.write_stats(pb, fo->which, arr, n); /* admin_write_stats() */
 	free(arr);
 }
 
@@ -634,6 +634,15 @@ static void write_notices(AdminFanout *fo, PktBuf *pb)
 
 /* ---- a process command's outcome (FM_COMMAND) ---- */
 
+bool admin_error_is_absence(const char *msg)
+{
+	static const char not_paused[] = " is not paused";
+	size_t n = strlen(msg), k = sizeof(not_paused) - 1;
+	return strncmp(msg, "no such database: ", 18) == 0 || strcmp(msg, "client not found") == 0 ||
+	       strcmp(msg, "pooler is not paused/suspended") == 0 ||
+	       (strncmp(msg, "database ", 9) == 0 && n > k && strcmp(msg + n - k, not_paused) == 0);
+}
+
 static void send_cancel(AdminFanout *fo, int i);
 
 /* An answer that refuses the command: an error other than "nothing here" (admin_error_is_absence()). */
@@ -699,7 +708,7 @@ static void fail_command(AdminFanout *fo)
 	if (!own->done || own->tag) {
 		own->undone = own->tag && fo->undo;
 		/* may answer into the capture (a bare ReadyForQuery): the finish is scheduled, never run from here */
-		admin_abandon_part(fo->console, fo->query, own->done);
+		hooks.console.abandon_part(fo->console, fo->query, own->done); /* admin_abandon_part() */
 	}
 }
 
@@ -748,9 +757,9 @@ static bool follow_worker(AdminFanout *fo, int i, const char *verb, const char *
 {
 	if (i == wk.id) {
 		if (fo->follow == FOLLOW_KILL)
-			admin_kill_here(name);
+			hooks.console.kill_here(name); /* admin_kill_here() */
 		else
-			admin_disable_later(name);
+			hooks.console.disable_later(name); /* admin_disable_later() */
 		*here = true;
 		return false;
 	}
@@ -803,7 +812,7 @@ static bool follow_up(AdminFanout *fo)
 		}
 	}
 	if (here)
-		admin_state_report();
+		hooks.console.report_state(); /* admin_state_report() */
 	return sent;
 }
 
@@ -854,7 +863,7 @@ static void write_command_outcome(AdminFanout *fo, PktBuf *pb)
 		/* no worker had anything to act on: this worker's error says why (the others say the same) */
 		pktbuf_put_bytes(pb, fo->ans[absence].error.buf, fo->ans[absence].error.len);
 		if (fo->console)
-			admin_log_error(fo->console, message_text(&fo->ans[absence].error, 0));
+			hooks.console.log_command_error(fo->console, message_text(&fo->ans[absence].error, 0));
 	}
 }
 
@@ -931,7 +940,7 @@ static void on_finish(evutil_socket_t fd, short what, void *arg)
 		pktbuf_write_command_complete(&pb, own->tag ? own->tag : "SHOW");
 	}
 	pktbuf_write_ready(&pb, 'I');
-	admin_state_left_out(left_out(fo, false));
+	hooks.console.left_out(left_out(fo, false)); /* admin_state_left_out() */
 	end_command(fo);
 	bool ok = sbuf_send(&c->sb, pb.buf, pb.len);
 	pktbuf_free(&pb);
@@ -1324,7 +1333,7 @@ void admin_fanout_client_gone(PgSocket *c)
 	end_command(fo);
 	for (int i = 0; i < SHM_MAX_WORKERS; i++)
 		peer_close(&fo->peers[i]);
-	admin_state_left_out(mask); /* after the close: what the peers still read is stale */
+	hooks.console.left_out(mask); /* after the close: what the peers still read is stale */
 	event_free(fo->timer);
 	event_free(fo->finish);
 	free(fo);

@@ -253,6 +253,13 @@ static void connect_rooms(void)
 	hooks.lookups_fail = auth_query_pool_failed;
 	hooks.lookup_packet = auth_query_server_packet;
 	hooks.console_cancel = admin_console_cancel;
+	hooks.console.write_stats = admin_write_stats;
+	hooks.console.abandon_part = admin_abandon_part;
+	hooks.console.kill_here = admin_kill_here;
+	hooks.console.disable_later = admin_disable_later;
+	hooks.console.log_command_error = admin_log_error;
+	hooks.console.report_state = admin_state_report;
+	hooks.console.left_out = admin_state_left_out;
 	hooks.accept = client_accept;
 	hooks.count_movable = migrate_count;
 	hooks_check();

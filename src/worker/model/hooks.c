@@ -33,6 +33,13 @@ void hooks_check(void)
 	    {"lookups_fail", hooks.lookups_fail},
 	    {"lookup_packet", hooks.lookup_packet},
 	    {"console_cancel", hooks.console_cancel},
+	    {"console.write_stats", hooks.console.write_stats},
+	    {"console.abandon_part", hooks.console.abandon_part},
+	    {"console.kill_here", hooks.console.kill_here},
+	    {"console.disable_later", hooks.console.disable_later},
+	    {"console.log_command_error", hooks.console.log_command_error},
+	    {"console.report_state", hooks.console.report_state},
+	    {"console.left_out", hooks.console.left_out},
 	    {"accept", hooks.accept},
 	    {"count_movable", hooks.count_movable},
 	};
