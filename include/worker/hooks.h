@@ -1,9 +1,10 @@
 /*
  * The calls that go up a room (doc/architecture.md "Rooms of the worker").
- * A file calls the rooms below it by name; it hears from a room above only
- * through one of these pointers, which the loop sets at start, before the
- * first accept (connect_rooms() in worker_main.c; hooks_check() refuses a
- * missing one). Every such call of the worker is listed here, with who
+ * A file calls the rooms below it by name. Besides the callbacks it is
+ * handed with an object (a socket's sbuf callback, a libevent event's, an
+ * AuthPool's), it calls a room above only through one of these pointers,
+ * which the loop sets at start, before the first accept (connect_rooms()
+ * in worker_main.c; hooks_check() refuses a missing one): each with who
  * answers it and, for the lists, in which order.
  */
 #ifndef PGB_WORKER_HOOKS_H
