@@ -132,7 +132,7 @@ typedef enum ChannelMsgType {
 #define CANCEL_NOT_HERE 1
 
 /*
- * The format of a moved client's packed state (src/worker/handover_codec.c).
+ * The format of a moved client's packed state (src/worker/handover/handover_codec.c).
  * A binary writes CLIENT_STATE_VERSION and reads every format from
  * CLIENT_STATE_VERSION_OLDEST on, so at -R it takes clients from a binary
  * whose format is one of those (doc/architecture.md, "The handover codec").

@@ -4,6 +4,7 @@
 
 #include "common/console_state.h"
 #include "common/pktbuf.h"
+#include "worker/admin_fanout.h"
 #include "worker/objects.h"
 
 /* Run one console command and answer it; false if the client was closed. */
@@ -21,12 +22,6 @@ void admin_resume_all(void); /* leave PAUSE/SUSPEND, wake waiting clients */
  * paused resumes; a PAUSE [db] or SUSPEND done here (done_here) is undone.
  */
 void admin_abandon_part(PgSocket *c, const char *query, bool done_here);
-/*
- * An error that says only that this worker has nothing to act on (the
- * database or client is not here, nothing is paused here): for a fanned-out
- * command it is no refusal when another worker did act (doc/workers.md).
- */
-bool admin_error_is_absence(const char *msg);
 /* Log a console command's error as refused commands are (the ERROR line, and log_pooler_errors' WARNING). */
 void admin_log_error(PgSocket *c, const char *msg);
 /*
@@ -39,20 +34,7 @@ void admin_take_state(const ConsoleState *cs);
 void admin_kill_here(const char *db_name);
 void admin_disable_later(const char *db_name);
 
-/*
- * Sums of a database's pools (SHOW STATS and friends): the totals, the
- * snapshot taken at the start of the previous stats_period, and the rates
- * per second since that snapshot (each worker divides by its own time
- * since its snapshot; the rates of several workers add up).
- */
-typedef struct DbStats {
-	const char *name;
-	PgStats total, older;
-	double rate[PGSTATS_FIELDS];
-} DbStats;
-
 /* which: 0 STATS, 1 STATS_TOTALS, 2 STATS_AVERAGES, 3 TOTALS; RowDescription, rows, CommandComplete. */
 void admin_write_stats(PktBuf *pb, int which, const DbStats *arr, int n);
-bool admin_console_busy(const PgSocket *c); /* a fanned-out command is still running: hold its input */
 
 #endif

@@ -48,8 +48,6 @@ typedef struct FanoutCommand {
 	bool state;
 } FanoutCommand;
 
-void admin_fanout_listen(void);             /* the private socket of this worker */
-void admin_fanout_accept_pause(bool pause); /* stop (or resume) accepting on it (worker_accept_failed()) */
 bool admin_fanout_wanted(const PgSocket *c);
 bool admin_fanout_from_worker(int pid); /* pid is another worker of this pooler */
 /*
@@ -72,6 +70,26 @@ const char *admin_fanout_command(const PgSocket *c, bool *done_here);
  * the command's undo.
  */
 void admin_fanout_cancel(PgSocket *c);
-void admin_fanout_client_gone(PgSocket *c); /* c is closing: drop its peer connections */
+void admin_fanout_client_gone(PgSocket *c); /* c is closing (CLIENT_GONE_CONSOLE, hooks.h): drop its peer connections */
+bool admin_console_busy(const PgSocket *c); /* a fanned-out command is still running: hold its input */
+/*
+ * An error that says only that this worker has nothing to act on (the
+ * database or client is not here, nothing is paused here): for a fanned-out
+ * command it is no refusal when another worker did act (doc/workers.md).
+ */
+bool admin_error_is_absence(const char *msg);
+
+/*
+ * Sums of a database's pools (SHOW STATS and friends): the totals, the
+ * snapshot taken at the start of the previous stats_period, and the rates
+ * per second since that snapshot (each worker divides by its own time
+ * since its snapshot; the rates of several workers add up). The fan-out
+ * sums the workers' into these; the console writes them (admin_write_stats()).
+ */
+typedef struct DbStats {
+	const char *name;
+	PgStats total, older;
+	double rate[PGSTATS_FIELDS];
+} DbStats;
 
 #endif

@@ -2,7 +2,7 @@
  * The admin console's command syntax (doc/pgbouncer.1.md, "ADMIN CONSOLE"):
  * words, double-quoted identifiers, SET's key and value. Pure code over a
  * NUL-terminated query (test/fuzz/fuzz_admin.c runs it alone); what the
- * commands do is in src/worker/admin.c.
+ * commands do is in src/worker/console/admin.c.
  */
 #ifndef PGB_WORKER_ADMIN_PARSE_H
 #define PGB_WORKER_ADMIN_PARSE_H

@@ -8,21 +8,13 @@
 bool auth_query_wanted(const PgSocket *client);
 SBufAction auth_query_start(PgSocket *client); /* instead of auth_start(); the client waits */
 SBufAction auth_query_server_packet(PgSocket *server, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
-/* Lookups waiting for a server, of all pools (asked at every release: the empty case is inline). */
-extern List auth_query_queue;
-void auth_query_wake_slow(PgPool *pool);
-bool auth_query_waiting_slow(const PgPool *pool);
-/* idle servers of the pool serve queued lookups */
-static inline void auth_query_wake(PgPool *pool)
-{
-	if (!list_empty(&auth_query_queue))
-		auth_query_wake_slow(pool);
-}
-/* lookups wait for a server of this pool */
-static inline bool auth_query_waiting(const PgPool *pool)
-{
-	return !list_empty(&auth_query_queue) && auth_query_waiting_slow(pool);
-}
+/*
+ * The pool below asks and tells the lookups waiting for its servers through
+ * include/worker/hooks.h (auth_query_waiting(), auth_query_wake(), and the
+ * hooks set to these, in the queue kept there: auth_query_queue).
+ */
+void auth_query_wake_slow(PgPool *pool);          /* idle servers of the pool serve queued lookups */
+bool auth_query_waiting_slow(const PgPool *pool); /* lookups wait for a server of this pool */
 /* The auth_user's login failed: lookups waiting for it fail, with the server's error when it sent one. */
 void auth_query_pool_failed(PgPool *pool, const char *sqlstate, const char *msg, bool from_server);
 /* The client closed: its lookup, if any, is forgotten. */

@@ -3,7 +3,7 @@
  * server, the reading of its answer, and the hint that turns a server error
  * into the grant (or set-up step) that is missing. No sockets, no event loop;
  * the run-time half (queueing clients, borrowing a pooled server) is in
- * src/worker/auth_query.c and declared in worker/auth_query.h.
+ * src/worker/auth/auth_query.c and declared in worker/auth_query.h.
  */
 #ifndef PGB_WORKER_AUTH_QUERY_MSG_H
 #define PGB_WORKER_AUTH_QUERY_MSG_H

@@ -11,9 +11,5 @@
 void client_accept(int fd, bool is_unix, bool is_private, const struct sockaddr_storage *peer, socklen_t peer_len);
 /* The client sockets' sbuf callback: login, then every packet of the client. */
 SBufAction client_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *data, uint32_t avail);
-/* AuthenticationOk, parameters, BackendKeyData, ReadyForQuery; false if it closed. */
-bool client_send_welcome(PgSocket *c);
-/* A server is linked: offer the packet that waited for it again. */
-void client_server_assigned(PgSocket *c);
 
 #endif

@@ -105,7 +105,7 @@ void migrate_stop_old_tree_intakes(void);
 /* Logged-in clients that could move now and that cannot (the gauges SHOW WORKERS shows). */
 void migrate_count(uint32_t *movable, uint32_t *unmovable);
 
-/* An adopted client closed: the master forgets where its cancel key lives. */
-void migrate_client_closed(const PgSocket *c);
+/* A client closed (CLIENT_GONE_MOVED, hooks.h): if it was adopted, the master forgets where its cancel key lives. */
+void migrate_client_closed(PgSocket *c);
 
 #endif

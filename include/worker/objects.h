@@ -381,9 +381,13 @@ PgPool *pool_find(PgDatabase *db, PgUser *user);
 void objects_load_databases(void);
 /* Re-read auth_file if it changed (or always with force) and apply [users]. */
 void objects_load_userlist(bool force);
-/* Close a client; notify: send it the reason as a FATAL first. Its server is released or closed. */
+/*
+ * Close a client; notify: send it the reason as a FATAL first. The modules
+ * that hold it hear of it in the order of include/worker/hooks.h
+ * (ClientGone): its server is released or closed, among others.
+ */
 void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Close a server; notify: send Terminate first. A linked client is closed with the reason. */
+/* Close a server; notify: send Terminate first. A linked client is closed with the reason; then ServerGone. */
 void disconnect_server(PgSocket *s, bool notify, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void client_send_error(PgSocket *c, bool fatal_err, const char *sqlstate, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -395,6 +399,8 @@ int pool_server_count(const PgPool *pool);
 int pool_client_count(const PgPool *pool);
 /* No clients, no servers, no cancel request, no auth_query lookup: the pool may be freed. */
 bool pool_unused(const PgPool *pool);
+void pool_mark_close_needed(PgPool *pool);  /* every server reconnects once it is free */
+void budget_hold_release(BudgetHold *hold); /* give back a server's or client's units (pool.c takes them) */
 /* Log a line prefixed with the socket's C-/S- name, db/user@addr:port. */
 void slog(LogLevel level, const PgSocket *s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /*
@@ -449,6 +455,12 @@ void socket_remote_text(const PgSocket *s, char *buf, size_t len, int *port);
 void socket_local_addr(const PgSocket *s, struct sockaddr_storage *ss);
 /* Set s->server_key to a copy of key (replacing an earlier one). */
 void socket_set_server_key(PgSocket *s, const uint8_t *key, uint32_t len);
+
+/* A client waiting with a message (SB_WAIT) got its server: the message is offered again. */
+static inline void client_server_assigned(PgSocket *c)
+{
+	sbuf_continue(&c->sb);
+}
 
 /* The reason logged when a server marked close_needed closes. */
 static inline const char *close_needed_reason(const PgSocket *s)

@@ -49,13 +49,11 @@ bool client_hung_up(const PgSocket *c);
 void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool from_server);
 /* Connect a new server if a client (or lookup) waits and the limits allow. */
 void pool_maybe_launch(PgPool *pool);
-void pool_mark_close_needed(PgPool *pool);     /* every server reconnects once it is free */
 PgSocket *pool_take_idle(PgPool *pool);        /* for internal work; a used server is checked first (NULL meanwhile) */
 void pool_replication_ready(PgSocket *server); /* its login is done: link it to its client, welcome the client */
 int pool_global_servers(PgPool *pool);         /* servers of the pool in all workers (per worker if no budget) */
 void pool_launch_min(PgPool *pool, int min);   /* min_pool_size: one more server while all workers have < min */
 void pool_budget_tick(void);                   /* ~10/s: give idle servers to waiting workers, retry waiters */
-void budget_hold_release(BudgetHold *hold);    /* give back a server's or client's units */
 /* A logging-in client's unit of its database's and login user's client count; NULL, or the limit that is full. */
 const char *pool_take_client_budget(PgSocket *c, int max_db, int max_user);
 /*

@@ -87,7 +87,7 @@ void prepare_client_clear(ClientStmtMap *map);
 /* The same, but for the mappings keep() says to keep (by their gen). */
 void prepare_client_clear_except(ClientStmtMap *map, bool (*keep)(uint64_t gen, void *arg), void *arg);
 unsigned prepare_client_count(const ClientStmtMap *map);
-/* Walk a client's map (a moved client's state, src/worker/migrate.c): first, next (NULL at the end), its name. */
+/* Walk a client's map (a moved client's state, src/worker/handover/migrate.c): first, next (NULL at the end), its name. */
 ClientStmt *prepare_client_first(const ClientStmtMap *map);
 ClientStmt *prepare_client_next(const ClientStmt *cs);
 const char *prepare_client_name(const ClientStmt *cs);

@@ -3,7 +3,7 @@
  * where the statement names sit in a client's Bind, Describe and Close, and
  * the server's ErrorResponse rewritten with the client's statement name.
  * No sockets, no event loop (test/fuzz/fuzz_txn_msg.c runs it alone); the
- * run-time half is src/worker/txn.c.
+ * run-time half is src/worker/pooling/txn.c.
  */
 #ifndef PGB_WORKER_TXN_MSG_H
 #define PGB_WORKER_TXN_MSG_H

@@ -1,8 +1,10 @@
 /*
- * The worker process: its global state (wk) and its life (worker.c): the
- * event loop, listeners, signals, reload and shutdown. Each module has its
- * own header (objects.h, client.h, server.h, pool.h, txn.h, ...); all of
- * them run inside the worker's single libevent loop (doc/architecture.md).
+ * The worker process: its global state (wk) and its services to the rooms
+ * above (runtime/worker.c): the clock, the master channel, client counts,
+ * publishing, listeners, shutdown. Its loop is loop/worker_main.c. Each
+ * module has its own header (objects.h, client.h, server.h, pool.h, txn.h,
+ * ...); all of them run inside the worker's single libevent loop
+ * (doc/architecture.md, "Rooms of the worker").
  */
 #ifndef PGB_WORKER_WORKER_H
 #define PGB_WORKER_WORKER_H
@@ -10,6 +12,7 @@
 #include <event2/event.h>
 #include <event2/event_struct.h>
 #include <stdarg.h>
+#include <stdnoreturn.h>
 
 #include "common/channel.h"
 #include "common/config.h"
@@ -91,7 +94,7 @@ typedef struct Worker {
 	int master_fd;                  /* control pipe to the master (-1 = none) */
 	ChannelOut *master_out;         /* sends on master_fd, queued while it is full (NULL = none) */
 	uint64_t accepted;              /* accepted connections */
-	uint64_t moved_in;              /* clients adopted from other workers (src/worker/migrate.c) */
+	uint64_t moved_in;              /* clients adopted from other workers (src/worker/handover/migrate.c) */
 	uint64_t moved_out;             /* clients handed to other workers */
 	uint64_t move_failed;           /* clients picked for a move that stayed */
 	int intakes;                    /* batches of moved clients still arriving (no exit before they end) */
@@ -114,9 +117,16 @@ typedef struct Worker {
 
 extern Worker wk;
 
-/* worker.c; worker_main() is declared in include/worker_entry.h */
+/* runtime/worker.c; worker_main() is declared in include/worker_entry.h */
 /* Stop (or resume) accepting on this worker's listeners. */
 void worker_listen_pause(bool pause);
+/* Accept on fd too (the master's listener `id`, or the unix socket); its connections go to hooks.accept. */
+void worker_add_listener(int fd, uint32_t id, bool is_unix);
+void worker_drop_listener(uint32_t id); /* stop accepting on the master's listener `id` and close it */
+void worker_listen_close(void);         /* a drain: every listener closed (another worker has them) */
+/* This worker's private socket, for the other workers' consoles, the master's scrape and operators. */
+void worker_private_listen(void);
+const char *worker_private_dir(void); /* where every worker's private socket is; "" when its name is too long */
 /*
  * accept() on a listener (`where`: NULL, or which one) failed with errno `err`: true when the next
  * connection may be taken at once, false when the worker's listeners (the
@@ -131,9 +141,12 @@ bool worker_tls_reload(char *err, size_t errlen); /* rebuild TLS from wk.cf; fal
 void worker_count_tls_handshake(void);
 /* Exit once a shutdown, or a drain, has nothing left to wait for. */
 void worker_check_shutdown(void);
+void worker_socket_gone(PgSocket *s);      /* CLIENT_GONE_SHUTDOWN, SERVER_GONE_SHUTDOWN (hooks.h): the check above */
 void worker_close_idle_servers(void);      /* PAUSE and the safe shutdown */
 void worker_start_shutdown(RunState mode); /* SIGTERM / SIGINT semantics */
-void worker_reload(void);
+/* Exit now, once what is queued for the master went out (or after a second). */
+noreturn void worker_exit(void);
+void worker_close_clients(List *list, const char *reason); /* every client of one state list, with `reason` */
 void worker_tune_listeners(void); /* tcp_keepalive (reload, console SET) reaches the next logins */
 void worker_tell_master_set(const char *name, const char *value); /* a console SET, for workers started later */
 /*
@@ -144,8 +157,9 @@ void worker_tell_master_set(const char *name, const char *value); /* a console S
  * could not be queued (logged by the channel).
  */
 bool worker_tell_master(const ChannelMsg *m, int fd);
-void worker_clients_add(int delta); /* client connections of this worker, also in the global count */
-int worker_global_clients(void);    /* client connections of all workers (max_client_conn) */
-void worker_publish(void);          /* publish counters and gauges to the slot now (also every 100 ms) */
+void worker_clients_add(int delta);   /* client connections of this worker, also in the global count */
+void worker_client_gone(PgSocket *c); /* CLIENT_GONE_COUNT (hooks.h): c leaves those counts */
+int worker_global_clients(void);      /* client connections of all workers (max_client_conn) */
+void worker_publish(void);            /* publish counters and gauges to the slot now (also every 100 ms) */
 
 #endif

@@ -2,7 +2,7 @@
  * The rebalancing plan (include/master/rebalance.h): which worker hands
  * how many clients to which. Pure arithmetic on the counts the workers
  * publish; the master sends the orders (supervisor.c), the workers move
- * the clients (src/worker/migrate.c). The user's view is doc/workers.md,
+ * the clients (src/worker/handover/migrate.c). The user's view is doc/workers.md,
  * "Rebalancing long-lived clients".
  */
 #include "autoconfig.h"

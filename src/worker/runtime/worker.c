@@ -1,20 +1,21 @@
 /*
- * The worker process: a libevent loop that accepts clients on the
- * listeners inherited from the master, runs the janitor and stats timers,
- * reacts to the signals the master passes on, and exits when the master
- * goes away or a shutdown has finished.
+ * The worker process's services to every room above it: its state (wk),
+ * the clock of the loop pass, the channel to the master, the client counts
+ * and the counters published to shared memory, the listeners (the private
+ * socket too), and the shutdown that exits once nothing is left to wait
+ * for. The loop itself is in loop/worker_main.c.
  */
 #include "autoconfig.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdnoreturn.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,18 +24,8 @@
 #include "common/log.h"
 #include "common/schedstat.h"
 #include "common/util.h"
-#include "worker/dns.h"
-#include "worker/admin.h"
-#include "worker/admin_fanout.h"
-#include "worker/admin_state.h"
-#include "worker/auth.h"
-#include "worker/cancel.h"
-#include "worker/client.h"
-#include "worker/janitor.h"
-#include "worker/migrate.h"
+#include "worker/hooks.h"
 #include "worker/objects.h"
-#include "worker/pool.h"
-#include "worker/sendq.h"
 #include "worker/worker.h"
 
 Worker wk;
@@ -44,6 +35,91 @@ Worker wk;
 
 /* How long an exiting worker waits for room for what it still has to tell the master. */
 #define WORKER_EXIT_FLUSH_MS 1000
+
+/* ---- listeners ---- */
+
+static char private_dir[108]; /* the workers' private sockets: "" when the name does not fit */
+static int private_fd = -1;
+static struct event *private_ev;
+static char private_path[160]; /* this worker's socket */
+static char private_sub[128];  /* and its directory */
+static struct stat private_st; /* the socket file as bound: a successor may have replaced it */
+
+static void on_private_accept(evutil_socket_t fd, short what, void *arg)
+{
+	for (int n = 0; n < 16; n++) {
+		int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (cfd < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
+			    !worker_accept_failed(errno, "on the private socket"))
+				return;
+			continue;
+		}
+		wk.now = get_time_usec();
+		hooks.accept(cfd, true, true, NULL, 0); /* client_accept() */
+	}
+}
+
+static void private_accept_pause(bool pause)
+{
+	if (!private_ev || private_fd < 0)
+		return;
+	if (pause)
+		event_del(private_ev);
+	else
+		event_add(private_ev, NULL);
+}
+
+static void remove_private_socket(void)
+{
+	struct stat st;
+	/* after an online restart the new tree's worker of this slot owns the name (doc/workers.md "Upgrading") */
+	if (private_fd >= 0 && private_path[0] && lstat(private_path, &st) == 0 && st.st_dev == private_st.st_dev &&
+	    st.st_ino == private_st.st_ino) {
+		unlink(private_path);
+		rmdir(private_sub);
+	}
+}
+
+void worker_private_listen(void)
+{
+	if (!private_socket_dir(wk.cf.g.unix_socket_dir, wk.cf.g.listen_port, private_dir, sizeof(private_dir))) {
+		log_warning("private socket directory name too long; this worker is reachable only through the "
+		            "shared listeners");
+		private_dir[0] = '\0';
+		return;
+	}
+	snprintf(private_sub, sizeof(private_sub), "%s/worker.%d", private_dir, wk.id);
+	snprintf(private_path, sizeof(private_path), "%s/.s.PGSQL.%d", private_sub, wk.cf.g.listen_port);
+	if (mkdir(private_sub, 0700) < 0 && errno != EEXIST) {
+		log_warning("mkdir(%s) failed: %s", private_sub, strerror(errno));
+		return;
+	}
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	pgb_strlcpy(sa.sun_path, private_path, sizeof(sa.sun_path));
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		log_warning("socket() failed: %s", strerror(errno));
+		return;
+	}
+	unlink(private_path); /* left by a crashed predecessor in this slot */
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
+		log_warning("private socket %s: bind()/listen() failed: %s", private_path, strerror(errno));
+		close(fd);
+		return;
+	}
+	if (lstat(private_path, &private_st) < 0)
+		memset(&private_st, 0, sizeof(private_st));
+	private_fd = fd;
+	atexit(remove_private_socket);
+	private_ev = event_new(wk.base, fd, EV_READ | EV_PERSIST, on_private_accept, NULL);
+	event_add(private_ev, NULL);
+}
+
+const char *worker_private_dir(void)
+{
+	return private_dir;
+}
 
 static void listeners_arm(bool arm)
 {
@@ -57,7 +133,7 @@ static void listeners_arm(bool arm)
 		else
 			event_del(&l->ev);
 	}
-	admin_fanout_accept_pause(!arm);
+	private_accept_pause(!arm);
 }
 
 bool worker_accept_failed(int err, const char *where)
@@ -116,7 +192,7 @@ static void on_accept(evutil_socket_t fd, short what, void *arg)
 			continue;
 		}
 		wk.now = get_time_usec();
-		client_accept(cfd, l->is_unix, false, &peer, peer_len);
+		hooks.accept(cfd, l->is_unix, false, &peer, peer_len); /* client_accept() */
 	}
 }
 
@@ -145,6 +221,13 @@ static void close_listener(WorkerListener *l)
 	l->fd = -1;
 }
 
+void worker_listen_close(void)
+{
+	for (int i = 0; i < wk.n_listeners; i++)
+		if (wk.listeners[i].fd >= 0)
+			close_listener(&wk.listeners[i]);
+}
+
 /* Shutdown modes stop TCP accepts; the unix socket stays for admin logins. */
 static void close_tcp_listeners(void)
 {
@@ -168,7 +251,7 @@ static int total_servers(void)
  * client's news, a cancel to forward): the master reads them within the
  * wait unless it is stuck or exiting itself.
  */
-static noreturn void worker_exit(void)
+noreturn void worker_exit(void)
 {
 	if (wk.master_out)
 		(void)channel_out_finish(wk.master_out, WORKER_EXIT_FLUSH_MS);
@@ -178,8 +261,7 @@ static noreturn void worker_exit(void)
 /* How long a safe shutdown goes on after its last server closed (a janitor tick). */
 #define SHUTDOWN_LINGER (USEC_PER_SEC / 3)
 
-/* Close every client of one state list with `reason`. */
-static void close_clients(List *list, const char *reason)
+void worker_close_clients(List *list, const char *reason)
 {
 	List *j, *t;
 	list_for_each_safe(j, list, t) disconnect_client(container_of(j, PgSocket, node), true, "%s", reason);
@@ -188,7 +270,7 @@ static void close_clients(List *list, const char *reason)
 /* Close every client still logging in or in a pool, other workers' consoles aside, with `reason`. */
 static void close_all_clients(const char *reason)
 {
-	close_clients(&wk.login_clients, reason);
+	worker_close_clients(&wk.login_clients, reason);
 	List *i;
 	list_for_each(i, &wk.pools)
 	{
@@ -243,10 +325,16 @@ void worker_check_shutdown(void)
 	}
 }
 
+void worker_socket_gone(PgSocket *s)
+{
+	(void)s;
+	worker_check_shutdown();
+}
+
 static void drop_waiting_clients(const char *reason)
 {
 	List *i;
-	list_for_each(i, &wk.pools) close_clients(&container_of(i, PgPool, node)->waiting_clients, reason);
+	list_for_each(i, &wk.pools) worker_close_clients(&container_of(i, PgPool, node)->waiting_clients, reason);
 }
 
 /* Close idle servers (used by PAUSE and the safe shutdown). */
@@ -295,31 +383,6 @@ void worker_tune_listeners(void)
 	for (int i = 0; i < wk.n_listeners; i++)
 		if (wk.listeners[i].fd >= 0 && !wk.listeners[i].is_unix)
 			tune_tcp_listener(wk.listeners[i].fd);
-}
-
-void worker_reload(void)
-{
-	Config next;
-	wk.reload_failed = true; /* until everything below has loaded */
-	if (!config_reload(&wk.cf, wk.cmdline_verbose, &next))
-		return;
-	config_keep_boot_values(&next, &wk.cf);
-	config_free(&wk.cf);
-	wk.cf = next;
-	wk.cf_gen++;
-	worker_apply_log_settings();
-	objects_load_userlist(false);
-	auth_load_hba();
-	objects_load_databases();
-	wk.cf_gen++; /* again: closes during the loading above may have cached values of the half-loaded state */
-	worker_tune_listeners();
-	char terr[TLS_ERR_LEN];
-	if (!worker_tls_reload(terr, sizeof(terr))) {
-		log_error("%s", terr);
-		log_error("TLS configuration could not be reloaded, keeping old configuration");
-		return;
-	}
-	wk.reload_failed = false;
 }
 
 bool worker_tell_master(const ChannelMsg *m, int fd)
@@ -374,6 +437,16 @@ void worker_clients_add(int delta)
 		budget_clients_add(&wk.shm->budget, wk.id, delta);
 }
 
+void worker_client_gone(PgSocket *c)
+{
+	if (c->is_private) {
+		wk.client_count--;
+		wk.private_clients--;
+	} else {
+		worker_clients_add(-1);
+	}
+}
+
 int worker_global_clients(void)
 {
 	if (!wk.slot)
@@ -389,68 +462,9 @@ void worker_count_tls_handshake(void)
 		atomic_fetch_add(&wk.slot->tls_handshakes, 1);
 }
 
-static void on_signal(evutil_socket_t sig, short what, void *arg)
-{
-	wk.now = get_time_usec();
-	switch (sig) {
-	case SIGHUP:
-		worker_reload();
-		wk.reloads++;
-		if (wk.slot)
-			atomic_store(&wk.slot->config_gen, atomic_load(&wk.shm->scaler.config_gen));
-		admin_wait_close_check(); /* a console's RELOAD waits for this */
-		break;
-	case SIGTERM:
-		if (wk.run_state == RUN_SHUTDOWN_CLIENTS || wk.run_state == RUN_SHUTDOWN_SERVERS)
-			worker_exit();
-		worker_start_shutdown(RUN_SHUTDOWN_CLIENTS);
-		break;
-	case SIGINT:
-		if (wk.run_state == RUN_SHUTDOWN_CLIENTS || wk.run_state == RUN_SHUTDOWN_SERVERS)
-			worker_exit();
-		worker_start_shutdown(RUN_SHUTDOWN_SERVERS);
-		break;
-	case SIGQUIT:
-		worker_exit();
-	case SIGUSR1:
-		if (wk.pause_mode != P_NONE) {
-			log_info("got SIGUSR1, but already paused/suspended");
-		} else {
-			log_info("got SIGUSR1, pausing all activity");
-			wk.pause_mode = P_PAUSE;
-			worker_close_idle_servers();
-		}
-		break;
-	case SIGUSR2:
-		if (wk.run_state == RUN_SHUTDOWN_CLIENTS || wk.run_state == RUN_SHUTDOWN_SERVERS) {
-			log_info("got SIGUSR2 while shutting down, ignoring");
-		} else if (wk.pause_mode == P_NONE) {
-			log_info("got SIGUSR2, but not paused/suspended");
-		} else {
-			log_info("got SIGUSR2, continuing from PAUSE/SUSPEND");
-			admin_resume_all();
-		}
-		break;
-	}
-}
-
 void worker_clock_tick(void)
 {
 	wk.now = get_time_usec();
-}
-
-static void on_janitor(evutil_socket_t fd, short what, void *arg)
-{
-	janitor_run();
-	worker_accept_resume_due();
-	if (wk.run_state == RUN_SHUTDOWN_SERVERS)
-		worker_check_shutdown();
-}
-
-static void on_stats(evutil_socket_t fd, short what, void *arg)
-{
-	worker_clock_tick();
-	stats_period_tick();
 }
 
 _Static_assert(PGSTATS_FIELDS == SHM_STATS_FIELDS, "the slot publishes every PgStats counter");
@@ -501,7 +515,7 @@ void worker_publish(void)
 	atomic_store(&slot->sv_active, sv_active);
 	atomic_store(&slot->sv_idle, sv_idle);
 	uint32_t movable, unmovable;
-	migrate_count(&movable, &unmovable);
+	hooks.count_movable(&movable, &unmovable); /* migrate_count() */
 	atomic_store(&slot->cl_movable, movable);
 	atomic_store(&slot->cl_unmovable, unmovable);
 	atomic_store(&slot->moved_in, wk.moved_in);
@@ -515,22 +529,12 @@ void worker_publish(void)
 	atomic_store(&slot->sample_time_ns, (uint64_t)mono.tv_sec * 1000000000u + (uint64_t)mono.tv_nsec);
 }
 
-static void on_publish(evutil_socket_t fd, short what, void *arg)
-{
-	wk.now = get_time_usec();
-	if (wk.pause_mode != P_SUSPEND)
-		pool_budget_tick();
-	migrate_handoff_tick(); /* retiring (-R): clients that became movable go to the new tree */
-	migrate_drain_check();
-	worker_publish();
-}
-
-static WorkerListener *add_listener(int fd, uint32_t id, bool is_unix)
+void worker_add_listener(int fd, uint32_t id, bool is_unix)
 {
 	for (int i = 0; !is_unix && i < wk.n_listeners; i++)
 		if (wk.listeners[i].fd >= 0 && !wk.listeners[i].is_unix && wk.listeners[i].id == id) {
 			close(fd); /* already accepting on it: the master's hand-over crossed our own */
-			return &wk.listeners[i];
+			return;
 		}
 	WorkerListener *l = NULL;
 	for (int i = 0; i < wk.n_listeners && !l; i++)
@@ -539,7 +543,7 @@ static WorkerListener *add_listener(int fd, uint32_t id, bool is_unix)
 	if (!l && wk.n_listeners >= WORKER_MAX_LISTENERS) {
 		log_warning("too many listeners; closing the handed-over one");
 		close(fd);
-		return NULL;
+		return;
 	}
 	if (!l)
 		l = &wk.listeners[wk.n_listeners++];
@@ -551,209 +555,13 @@ static WorkerListener *add_listener(int fd, uint32_t id, bool is_unix)
 		event_add(&l->ev, NULL);
 		l->active = true;
 	}
-	return l;
 }
 
-static void drop_listener(uint32_t id)
+void worker_drop_listener(uint32_t id)
 {
 	for (int i = 0; i < wk.n_listeners; i++) {
 		WorkerListener *l = &wk.listeners[i];
 		if (l->fd >= 0 && !l->is_unix && l->id == id)
 			close_listener(l);
 	}
-}
-
-static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
-{
-	worker_clock_tick();
-	log_info("worker_drain_timeout reached, closing the remaining clients");
-	close_clients(&wk.login_clients, "server shutting down");
-	List *p;
-	list_for_each(p, &wk.pools)
-	{
-		PgPool *pool = container_of(p, PgPool, node);
-		close_clients(&pool->active_clients, "server shutting down");
-		close_clients(&pool->waiting_clients, "server shutting down");
-	}
-	worker_check_shutdown();
-}
-
-/* Scale-down: stop accepting (the master gave our listener slot to another worker), finish, exit. */
-static void start_drain(int64_t timeout_ms)
-{
-	if (wk.run_state != RUN_ACTIVE)
-		return;
-	log_info("worker %d draining", wk.id);
-	for (int i = 0; i < wk.n_listeners; i++) {
-		WorkerListener *l = &wk.listeners[i];
-		if (l->fd < 0)
-			continue;
-		if (l->active)
-			event_del(&l->ev);
-		l->active = false;
-		close(l->fd);
-		l->fd = -1;
-	}
-	wk.run_state = RUN_DRAINING;
-	migrate_stop_old_tree_intakes();
-	if (timeout_ms > 0) {
-		struct timeval tv = {(time_t)(timeout_ms / 1000), (suseconds_t)((timeout_ms % 1000) * 1000)};
-		wk.drain_timeout_ev = evtimer_new(wk.base, on_drain_timeout, NULL);
-		evtimer_add(wk.drain_timeout_ev, &tv);
-	}
-	worker_check_shutdown();
-}
-
-static void on_master(evutil_socket_t fd, short what, void *arg)
-{
-	for (;;) {
-		ChannelMsg m;
-		int rfd;
-		int r = channel_recv(fd, &m, &rfd);
-		if (r == 0) {
-			/* the master is gone: nobody supervises us any more */
-			log_warning("master process went away, exiting");
-			exit(0);
-		}
-		if (r < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK) {
-				log_warning("control channel failed: %s; exiting", strerror(errno));
-				exit(0);
-			}
-			return;
-		}
-		wk.now = get_time_usec();
-		switch (m.type) {
-		case CH_TAKE_LISTENER:
-			if (rfd >= 0)
-				add_listener(rfd, m.id, false);
-			break;
-		case CH_DROP_LISTENER:
-			drop_listener(m.id);
-			break;
-		case CH_DRAIN:
-			wk.retiring = m.id == 1;
-			start_drain(m.arg);
-			break;
-		case CH_MIGRATE:
-			if (rfd >= 0)
-				migrate_give(rfd, (int)m.id, m.arg); /* it closes rfd */
-			break;
-		case CH_HANDOFF:
-			if (rfd >= 0)
-				migrate_handoff_start(rfd); /* kept until we exit */
-			break;
-		case CH_ADOPT:
-			if (rfd >= 0)
-				migrate_take(rfd, (int)m.id, m.arg == 1); /* read until the giver closes its end */
-			break;
-		case CH_CONSOLE_RESUME:
-			admin_state_master_resume();
-			break;
-		case CH_CONSOLE_SYNC:
-			if (rfd >= 0) {
-				admin_state_sync(rfd);
-				close(rfd);
-			}
-			break;
-		case CH_CANCEL: {
-			uint8_t key[CANCEL_KEY_LEN];
-			memcpy(key, &m.arg, CANCEL_KEY_LEN);
-			cancel_forwarded(key, rfd); /* it closes rfd once the cancel is delivered */
-			break;
-		}
-		default:
-			if (rfd >= 0)
-				close(rfd);
-			log_warning("unknown control message %u", m.type);
-		}
-	}
-}
-
-int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *console, WorkerSocket *sockets, int n,
-                int master_fd, int cmdline_verbose, ShmSegment *shm)
-{
-	memset(&wk, 0, sizeof(wk));
-	wk.id = id;
-	wk.cf = *cf; /* the worker owns its copy from now on */
-	/* the master built (and checked) the contexts; the worker holds its own references */
-	tls_contexts_init(&wk.tls);
-	if (tls) {
-		wk.tls = *tls;
-		wk.tls.server_key = xstrdup_or_null(tls->server_key);
-		if (wk.tls.client_ctx)
-			SSL_CTX_up_ref(wk.tls.client_ctx);
-		if (wk.tls.server_ctx)
-			SSL_CTX_up_ref(wk.tls.server_ctx);
-	}
-	wk.cmdline_verbose = cmdline_verbose;
-	wk.listeners = xcalloc(WORKER_MAX_LISTENERS, sizeof(*wk.listeners));
-	wk.master_fd = master_fd;
-	wk.handoff_fd = -1;
-	wk.drain_fd = -1;
-	wk.shm = shm;
-	wk.slot = shm && shm->magic == SHM_MAGIC && shm->slot_size == sizeof(WorkerSlot) ? &shm->slots[id] : NULL;
-	wk.schedstat_fd = wk.slot ? schedstat_open_self() : -1;
-	if (wk.slot) /* the master forked this worker with its current configuration */
-		atomic_store(&wk.slot->config_gen, atomic_load(&shm->scaler.config_gen));
-	wk.start_time = wk.now = get_time_usec();
-	wk.stats_older_at = wk.stats_newer_at = wk.start_time;
-	wk.base = event_base_new();
-	if (!wk.base)
-		fatal("event_base_new() failed");
-	sbuf_set_wake_hook(worker_clock_tick);
-	sbuf_set_loopcnt(&wk.cf.g.sbuf_loopcnt);
-	objects_init();
-	auth_load_hba();
-	dns_init();
-
-	static const int sigs[] = {SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2};
-	signal(SIGPIPE, SIG_IGN);
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
-		wk.sig_ev[i] = evsignal_new(wk.base, sigs[i], on_signal, NULL);
-		if (!wk.sig_ev[i] || evsignal_add(wk.sig_ev[i], NULL) < 0)
-			fatal("could not install handler for signal %d", sigs[i]);
-	}
-	/* a PAUSE or SUSPEND of the console holds from the first accept on (doc/workers.md "Console state") */
-	admin_state_inherit(console);
-	for (int i = 0; i < n; i++)
-		add_listener(sockets[i].fd, sockets[i].id, sockets[i].is_unix);
-	free(sockets);
-	struct timeval jt = {0, 333333};
-	wk.janitor_ev = event_new(wk.base, -1, EV_PERSIST, on_janitor, NULL);
-	event_add(wk.janitor_ev, &jt);
-	struct timeval st = {wk.cf.g.stats_period, 0}; /* at least 1 s (the parameter table) */
-	wk.stats_ev = event_new(wk.base, -1, EV_PERSIST, on_stats, NULL);
-	event_add(wk.stats_ev, &st);
-	if (master_fd >= 0) {
-		int fl = fcntl(master_fd, F_GETFL);
-		fcntl(master_fd, F_SETFL, fl | O_NONBLOCK);
-		wk.master_ev = event_new(wk.base, master_fd, EV_READ | EV_PERSIST, on_master, NULL);
-		event_add(wk.master_ev, NULL);
-		wk.master_out = channel_out_new(wk.base, master_fd, "the master");
-	}
-	struct timeval pt = {0, 100000};
-	wk.publish_ev = event_new(wk.base, -1, EV_PERSIST, on_publish, NULL);
-	event_add(wk.publish_ev, &pt);
-	worker_publish();
-	admin_fanout_listen();
-	if (wk.slot)
-		atomic_store(&wk.slot->state, SLOT_ACTIVE);
-	/* one pass at a time: the sends a pass queued are submitted together at its end (worker/sendq.h) */
-	sbuf_init_sends();
-	while (event_base_loop(wk.base, EVLOOP_ONCE) == 0) {
-		sendq_flush();
-		/*
-		 * Retiring (-R) or draining: a client between two transactions is
-		 * offered to the new tree or the other worker now that its answer
-		 * is sent; a client that runs one after another is seldom between
-		 * two at a tick (on_publish(), the master's move orders).
-		 */
-		if (wk.handoff_due) {
-			wk.handoff_due = false;
-			migrate_handoff_due();
-			migrate_drain_due();
-		}
-	}
-	return 0;
 }

@@ -3,7 +3,10 @@
  * console is also sent to every other worker over its private unix socket,
  * and the answers are merged with this worker's own (doc/workers.md).
  * Everything runs in the event loop; a worker that does not answer in time
- * is left out and named in a NOTICE.
+ * is left out and named in a NOTICE. This is the console's transport, a
+ * room below its commands: what it needs of them (a follow-up run here, the
+ * stats written, the state told to the master) it asks through
+ * hooks.console (include/worker/hooks.h).
  */
 #include "autoconfig.h"
 
@@ -14,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,10 +25,8 @@
 #include "common/pktbuf.h"
 #include "common/proto.h"
 #include "common/util.h"
-#include "worker/admin.h"
 #include "worker/admin_fanout.h"
-#include "worker/admin_state.h"
-#include "worker/client.h"
+#include "worker/hooks.h"
 #include "worker/objects.h"
 #include "worker/worker.h"
 
@@ -86,86 +86,6 @@ typedef struct AdminFanout {
 	struct event *timer;  /* FANOUT_TIMEOUT_SEC, then re-checks of waiting peers */
 	struct event *finish; /* answers the console from the loop, never from inside its own callbacks */
 } AdminFanout;
-
-static char private_dir[108];
-static int private_fd = -1;
-static struct event *private_ev;
-static char private_path[160]; /* this worker's socket */
-static char private_sub[128];  /* and its directory */
-static struct stat private_st; /* the socket file as bound: a successor may have replaced it */
-
-/* ---- this worker's private socket ---- */
-
-static void on_private_accept(evutil_socket_t fd, short what, void *arg)
-{
-	for (int n = 0; n < 16; n++) {
-		int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (cfd < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
-			    !worker_accept_failed(errno, "on the private socket"))
-				return;
-			continue;
-		}
-		wk.now = get_time_usec();
-		client_accept(cfd, true, true, NULL, 0);
-	}
-}
-
-void admin_fanout_accept_pause(bool pause)
-{
-	if (!private_ev || private_fd < 0)
-		return;
-	if (pause)
-		event_del(private_ev);
-	else
-		event_add(private_ev, NULL);
-}
-
-static void remove_private_socket(void)
-{
-	struct stat st;
-	/* after an online restart the new tree's worker of this slot owns the name (doc/workers.md "Upgrading") */
-	if (private_fd >= 0 && private_path[0] && lstat(private_path, &st) == 0 && st.st_dev == private_st.st_dev &&
-	    st.st_ino == private_st.st_ino) {
-		unlink(private_path);
-		rmdir(private_sub);
-	}
-}
-
-void admin_fanout_listen(void)
-{
-	if (!private_socket_dir(wk.cf.g.unix_socket_dir, wk.cf.g.listen_port, private_dir, sizeof(private_dir))) {
-		log_warning("private socket directory name too long; this worker is reachable only through the "
-		            "shared listeners");
-		private_dir[0] = '\0';
-		return;
-	}
-	snprintf(private_sub, sizeof(private_sub), "%s/worker.%d", private_dir, wk.id);
-	snprintf(private_path, sizeof(private_path), "%s/.s.PGSQL.%d", private_sub, wk.cf.g.listen_port);
-	if (mkdir(private_sub, 0700) < 0 && errno != EEXIST) {
-		log_warning("mkdir(%s) failed: %s", private_sub, strerror(errno));
-		return;
-	}
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	pgb_strlcpy(sa.sun_path, private_path, sizeof(sa.sun_path));
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		log_warning("socket() failed: %s", strerror(errno));
-		return;
-	}
-	unlink(private_path); /* left by a crashed predecessor in this slot */
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
-		log_warning("private socket %s: bind()/listen() failed: %s", private_path, strerror(errno));
-		close(fd);
-		return;
-	}
-	if (lstat(private_path, &private_st) < 0)
-		memset(&private_st, 0, sizeof(private_st));
-	private_fd = fd;
-	atexit(remove_private_socket);
-	private_ev = event_new(wk.base, fd, EV_READ | EV_PERSIST, on_private_accept, NULL);
-	event_add(private_ev, NULL);
-}
 
 /* ---- answers ---- */
 
@@ -585,7 +505,7 @@ static void write_stats(AdminFanout *fo, PktBuf *pb)
 		}
 	}
 	qsort(arr, (size_t)n, sizeof(*arr), dbstats_cmp);
-	admin_write_stats(pb, fo->which, arr, n);
+	hooks.console.write_stats(pb, fo->which, arr, n); /* admin_write_stats() */
 	free(arr);
 }
 
@@ -714,6 +634,15 @@ static void write_notices(AdminFanout *fo, PktBuf *pb)
 
 /* ---- a process command's outcome (FM_COMMAND) ---- */
 
+bool admin_error_is_absence(const char *msg)
+{
+	static const char not_paused[] = " is not paused";
+	size_t n = strlen(msg), k = sizeof(not_paused) - 1;
+	return strncmp(msg, "no such database: ", 18) == 0 || strcmp(msg, "client not found") == 0 ||
+	       strcmp(msg, "pooler is not paused/suspended") == 0 ||
+	       (strncmp(msg, "database ", 9) == 0 && n > k && strcmp(msg + n - k, not_paused) == 0);
+}
+
 static void send_cancel(AdminFanout *fo, int i);
 
 /* An answer that refuses the command: an error other than "nothing here" (admin_error_is_absence()). */
@@ -779,7 +708,7 @@ static void fail_command(AdminFanout *fo)
 	if (!own->done || own->tag) {
 		own->undone = own->tag && fo->undo;
 		/* may answer into the capture (a bare ReadyForQuery): the finish is scheduled, never run from here */
-		admin_abandon_part(fo->console, fo->query, own->done);
+		hooks.console.abandon_part(fo->console, fo->query, own->done); /* admin_abandon_part() */
 	}
 }
 
@@ -828,9 +757,9 @@ static bool follow_worker(AdminFanout *fo, int i, const char *verb, const char *
 {
 	if (i == wk.id) {
 		if (fo->follow == FOLLOW_KILL)
-			admin_kill_here(name);
+			hooks.console.kill_here(name); /* admin_kill_here() */
 		else
-			admin_disable_later(name);
+			hooks.console.disable_later(name); /* admin_disable_later() */
 		*here = true;
 		return false;
 	}
@@ -883,7 +812,7 @@ static bool follow_up(AdminFanout *fo)
 		}
 	}
 	if (here)
-		admin_state_report();
+		hooks.console.report_state(); /* admin_state_report() */
 	return sent;
 }
 
@@ -934,7 +863,7 @@ static void write_command_outcome(AdminFanout *fo, PktBuf *pb)
 		/* no worker had anything to act on: this worker's error says why (the others say the same) */
 		pktbuf_put_bytes(pb, fo->ans[absence].error.buf, fo->ans[absence].error.len);
 		if (fo->console)
-			admin_log_error(fo->console, message_text(&fo->ans[absence].error, 0));
+			hooks.console.log_command_error(fo->console, message_text(&fo->ans[absence].error, 0));
 	}
 }
 
@@ -1011,7 +940,7 @@ static void on_finish(evutil_socket_t fd, short what, void *arg)
 		pktbuf_write_command_complete(&pb, own->tag ? own->tag : "SHOW");
 	}
 	pktbuf_write_ready(&pb, 'I');
-	admin_state_left_out(left_out(fo, false));
+	hooks.console.left_out(left_out(fo, false)); /* admin_state_left_out() */
 	end_command(fo);
 	bool ok = sbuf_send(&c->sb, pb.buf, pb.len);
 	pktbuf_free(&pb);
@@ -1028,10 +957,10 @@ static void on_finish(evutil_socket_t fd, short what, void *arg)
 /* The private socket of worker i (private_socket_dir() left room for the name). */
 static void peer_address(int i, struct sockaddr_un *sa)
 {
-	char path[sizeof(private_dir) + 32];
+	char path[sizeof(sa->sun_path) + 32];
 	memset(sa, 0, sizeof(*sa));
 	sa->sun_family = AF_UNIX;
-	snprintf(path, sizeof(path), "%s/worker.%d/.s.PGSQL.%d", private_dir, i, wk.cf.g.listen_port);
+	snprintf(path, sizeof(path), "%s/worker.%d/.s.PGSQL.%d", worker_private_dir(), i, wk.cf.g.listen_port);
 	pgb_strlcpy(sa->sun_path, path, sizeof(sa->sun_path));
 }
 
@@ -1225,7 +1154,7 @@ bool admin_fanout_from_worker(int pid)
 
 bool admin_fanout_wanted(const PgSocket *c)
 {
-	if ((c->is_private && !c->from_master) || !wk.slot || !private_dir[0])
+	if ((c->is_private && !c->from_master) || !wk.slot || !worker_private_dir()[0])
 		return false;
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
 		int32_t pid;
@@ -1404,7 +1333,7 @@ void admin_fanout_client_gone(PgSocket *c)
 	end_command(fo);
 	for (int i = 0; i < SHM_MAX_WORKERS; i++)
 		peer_close(&fo->peers[i]);
-	admin_state_left_out(mask); /* after the close: what the peers still read is stale */
+	hooks.console.left_out(mask); /* after the close: what the peers still read is stale */
 	event_free(fo->timer);
 	event_free(fo->finish);
 	free(fo);

@@ -21,8 +21,8 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "worker/dns.h"
-#include "worker/admin.h"
 #include "worker/cancel.h"
+#include "worker/hooks.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
 #include "worker/pool_settings.h"
@@ -106,6 +106,8 @@ static void cancel_conn_done(PgSocket *cs)
 
 void cancel_server_gone(PgSocket *server)
 {
+	if (server->cancels_pending <= 0)
+		return;
 	List *i;
 	list_for_each(i, &inflight)
 	{
@@ -193,7 +195,7 @@ static const char *cancel_by_key(const uint8_t *key, int hold_fd)
 		why = "cancel request for unknown client";
 	} else if (c->db && c->db->admin) {
 		/* a cancel aimed at a console session aborts its pending PAUSE/WAIT_CLOSE */
-		admin_console_cancel(c);
+		hooks.console_cancel(c); /* admin_console_cancel() */
 		why = "cancel request for console client";
 	} else if (!server || (server->setting_vars && !server->vars_pipelined)) {
 		/* a pipelined SET has the client's query right behind it: that one is cancelled */

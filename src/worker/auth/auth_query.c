@@ -17,6 +17,7 @@
 #include "worker/auth_query_msg.h"
 #include "worker/auth.h"
 #include "worker/auth_query.h"
+#include "worker/hooks.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
 #include "worker/pool_settings.h"
@@ -39,8 +40,6 @@ struct AuthQuery {
 };
 
 /* Lookups waiting for a server, oldest first (across pools). */
-List auth_query_queue = {&auth_query_queue, &auth_query_queue};
-
 static const char *nonempty(const char *s)
 {
 	return s && *s ? s : NULL;

@@ -887,7 +887,7 @@ void migrate_stop_old_tree_intakes(void)
 	}
 }
 
-void migrate_client_closed(const PgSocket *c)
+void migrate_client_closed(PgSocket *c)
 {
 	if (!c->adopted || !wk.master_out || c->cancel_key_len != CANCEL_KEY_LEN)
 		return;

@@ -17,8 +17,8 @@
 #include "common/log.h"
 #include "common/pktbuf.h"
 #include "common/util.h"
-#include "worker/auth_query.h"
-#include "worker/client.h"
+#include "worker/hooks.h"
+#include "worker/welcome.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
 #include "worker/pool_policy.h"
@@ -148,16 +148,6 @@ static void budget_set_want(BudgetRef *ref, bool on)
 		return;
 	budget_want(gbudget(), wk.id, ref->idx - 1, on);
 	ref->want = on;
-}
-
-void budget_hold_release(BudgetHold *hold)
-{
-	if (!hold->taken)
-		return;
-	for (int k = 0; k < 3; k++)
-		if (hold->idx[k] >= 0)
-			budget_give(gbudget(), wk.id, hold->idx[k]);
-	hold->taken = false;
 }
 
 /*
@@ -1189,7 +1179,7 @@ void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool
 	pool->last_login_failed = true;
 	pool->last_failed_time = wk.now;
 	pgb_strlcpy(pool->failed_msg, msg, sizeof(pool->failed_msg));
-	auth_query_pool_failed(pool, sqlstate, msg, from_server); /* lookups waiting for this pool fail at once */
+	hooks.lookups_fail(pool, sqlstate, msg, from_server); /* lookups waiting for this pool fail at once */
 	if (!from_server || (sqlstate && strcmp(sqlstate, "57P03") == 0))
 		return;
 	bool usable = pool->welcome_ready && !list_empty(&pool->idle_servers);
@@ -1210,15 +1200,5 @@ void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool
 		(void)sbuf_send(&c->sb, pb.buf, pb.len);
 		pktbuf_free(&pb);
 		disconnect_client(c, false, "%s", m);
-	}
-}
-
-void pool_mark_close_needed(PgPool *pool)
-{
-	List *lists[] = {&pool->active_servers, &pool->idle_servers, &pool->used_servers, &pool->tested_servers,
-	                 &pool->new_servers};
-	for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++) {
-		List *j;
-		list_for_each(j, lists[l]) container_of(j, PgSocket, node)->close_needed = true;
 	}
 }

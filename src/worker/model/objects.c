@@ -18,20 +18,14 @@
 #include <netinet/tcp.h>
 #include <uthash.h>
 
+#include "common/budget.h"
 #include "common/log.h"
 #include "common/pktbuf.h"
 #include "common/util.h"
-#include "worker/admin_fanout.h"
-#include "worker/admin_state.h"
-#include "worker/auth_query.h"
-#include "worker/cancel.h"
-#include "worker/migrate.h"
+#include "worker/hooks.h"
 #include "worker/objects.h"
-#include "worker/auth_threads.h"
-#include "worker/pool.h"
 #include "worker/pool_policy.h"
 #include "worker/pool_settings.h"
-#include "worker/server.h"
 #include "worker/worker.h"
 
 /* Tracked parameters: the five always tracked, then track_extra_parameters. */
@@ -693,7 +687,7 @@ PgDatabase *db_register_auto(const char *name)
 	PgDatabase *db = db_add(&cf);
 	db->auto_db = true;
 	db->inactive_since = 0;
-	admin_state_inherit_db(db); /* a DISABLE or PAUSE of it before this worker started */
+	hooks.db_added(db); /* a DISABLE or PAUSE of it before this worker started */
 	log_info("registered new auto-database: %s", name);
 	return db;
 }
@@ -867,7 +861,7 @@ PgPool *pool_get(PgDatabase *db, PgUser *user)
 void pool_free(PgPool *pool)
 {
 	pgstats_add(&wk.retired_stats, &pool->stats); /* the worker's totals stay monotonic */
-	pool_budget_forget(pool);
+	hooks.pool_gone(pool);
 	list_del(&pool->node);
 	pktbuf_free(&pool->welcome_params);
 	pktbuf_free(&pool->welcome_cache);
@@ -896,6 +890,26 @@ bool pool_unused(const PgPool *pool)
 	return pool_client_count(pool) == 0 && pool_server_count(pool) == 0 && list_empty(&pool->active_cancel_req) &&
 	       list_empty(&pool->waiting_cancel_req) && list_empty(&pool->active_cancel_servers) &&
 	       !auth_query_waiting(pool);
+}
+
+void pool_mark_close_needed(PgPool *pool)
+{
+	List *lists[] = {&pool->active_servers, &pool->idle_servers, &pool->used_servers, &pool->tested_servers,
+	                 &pool->new_servers};
+	for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++) {
+		List *j;
+		list_for_each(j, lists[l]) container_of(j, PgSocket, node)->close_needed = true;
+	}
+}
+
+void budget_hold_release(BudgetHold *hold)
+{
+	if (!hold->taken)
+		return;
+	for (int k = 0; k < 3; k++)
+		if (hold->idx[k] >= 0)
+			budget_give(&wk.shm->budget, wk.id, hold->idx[k]); /* an entry of the segment: wk.slot is set */
+	hold->taken = false;
 }
 
 /* ---- sockets ---- */
@@ -1107,6 +1121,16 @@ static bool closing(PgSocket *s, bool needed, char *reason, size_t len, const ch
 	return true;
 }
 
+/*
+ * Steps [from, to) of a socket's teardown: what the modules above the
+ * model do when it closes (include/worker/hooks.h, ClientGone, ServerGone).
+ */
+static void run_gone(const SocketHook *steps, int from, int to, PgSocket *s)
+{
+	for (int k = from; k < to; k++)
+		steps[k](s);
+}
+
 void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 {
 	char reason[256];
@@ -1118,17 +1142,7 @@ void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 		return;
 	if (notify && c->sb.fd >= 0 && reason[0])
 		client_send_error(c, true, "08P01", "%s", reason);
-	auth_query_client_gone(c);
-	auth_job_client_gone(c);
-
-	PgSocket *server = c->link;
-	if (server) {
-		c->link = NULL;
-		server->link = NULL;
-		c->sb.dst = NULL;
-		server->sb.dst = NULL;
-		server_release(server);
-	}
+	run_gone(hooks.client_gone, 0, CLIENT_GONE_CLOSED, c);
 	if (c->state != CL_LOGIN && c->state != CL_WAITING_CANCEL && c->state != CL_ACTIVE_CANCEL && c->db &&
 	    !c->is_internal) {
 		c->db->client_count--;
@@ -1136,19 +1150,9 @@ void disconnect_client(PgSocket *c, bool notify, const char *fmt, ...)
 			c->login_user->client_count--;
 	}
 	budget_hold_release(&c->budget);
-	if (c->adopted)
-		migrate_client_closed(c); /* the master stops routing its cancel key here */
-	if (c->is_private) {
-		wk.client_count--;
-		wk.private_clients--;
-	} else {
-		worker_clients_add(-1);
-	}
-	if (c->fanout)
-		admin_fanout_client_gone(c);
 	sbuf_close(&c->sb);
 	change_state(c, CL_JUSTFREE);
-	worker_check_shutdown();
+	run_gone(hooks.client_gone, CLIENT_GONE_CLOSED + 1, CLIENT_GONE_STEPS, c);
 }
 
 void disconnect_server(PgSocket *s, bool notify, const char *fmt, ...)
@@ -1172,9 +1176,7 @@ void disconnect_server(PgSocket *s, bool notify, const char *fmt, ...)
 		s->sb.dst = NULL;
 		disconnect_client(client, true, "%s", reason);
 	}
-	auth_query_server_gone(s);
-	if (s->cancels_pending > 0)
-		cancel_server_gone(s);
+	run_gone(hooks.server_gone, 0, SERVER_GONE_CLOSED, s);
 	if (s->pool) {
 		s->pool->db->server_count--;
 		s->pool->user->server_count--;
@@ -1182,9 +1184,7 @@ void disconnect_server(PgSocket *s, bool notify, const char *fmt, ...)
 	budget_hold_release(&s->budget);
 	sbuf_close(&s->sb);
 	change_state(s, SV_JUSTFREE);
-	if (s->pool)
-		pool_maybe_launch(s->pool);
-	worker_check_shutdown();
+	run_gone(hooks.server_gone, SERVER_GONE_CLOSED + 1, SERVER_GONE_STEPS, s);
 }
 
 /*

@@ -16,12 +16,12 @@
 #include "common/pktbuf.h"
 #include "common/util.h"
 #include "worker/auth.h"
-#include "worker/client.h"
 #include "worker/ldap_auth.h"
 #include "worker/objects.h"
 #include "worker/pam.h"
 #include "worker/pool.h"
 #include "worker/pool_settings.h"
+#include "worker/welcome.h"
 #include "worker/worker.h"
 
 static bool send_auth(PgSocket *c, uint32_t code, const void *data, size_t len)

@@ -595,7 +595,7 @@ bool handover_peek_server_units(const uint8_t *data, size_t len, HandoverServerU
 
 /* ---- version 2: the format before this codec, read only ----
  *
- * Written by binaries before the codec (src/worker/migrate.c's
+ * Written by binaries before the codec (src/worker/handover/migrate.c's
  * migrate_pack() of that time), for -R from such a binary: magic,
  * version, then every field in a fixed order, the last two optional
  * (absent from their givers), and a fixed tail read from the end (flags,

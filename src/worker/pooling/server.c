@@ -21,8 +21,8 @@
 #include "common/pktbuf.h"
 #include "common/util.h"
 #include "worker/dns.h"
-#include "worker/auth_query.h"
 #include "worker/client.h"
+#include "worker/hooks.h"
 #include "worker/objects.h"
 #include "worker/pool.h"
 #include "worker/pool_settings.h"
@@ -721,7 +721,7 @@ static __attribute__((noinline)) SBufAction handle_active_packet(PgSocket *s, co
 		}
 		/*
 		 * Retiring (-R) or draining: a session-mode client between queries
-		 * may move with its server once this answer is sent (worker.c;
+		 * may move with its server once this answer is sent (worker_main.c;
 		 * doc/workers.md, "Session-mode clients move too").
 		 */
 		if (!txn && c && st == 'I' && !s->session.owed && !s->session.open &&
@@ -853,7 +853,7 @@ static __attribute__((noinline)) SBufAction server_event(SBuf *sb, SBufEvent ev,
 		return handle_login_packet(s, hdr, data, avail);
 	case SV_ACTIVE:
 		if (s->auth_query)
-			return auth_query_server_packet(s, hdr, data, avail);
+			return hooks.lookup_packet(s, hdr, data, avail); /* auth_query.c */
 		return handle_active_packet(s, hdr, data, avail);
 	case SV_TESTED:
 		return handle_internal_query(s, hdr, data, avail);
@@ -889,6 +889,26 @@ SBufAction server_cb(SBuf *sb, SBufEvent ev, const PktHdr *hdr, const uint8_t *d
 		return handle_active_packet(s, hdr, data, avail);
 	}
 	return server_event(sb, ev, hdr, data, avail);
+}
+
+/* The client c is closing (CLIENT_GONE_SERVER, hooks.h): its linked server is released. */
+void server_client_gone(PgSocket *c)
+{
+	PgSocket *server = c->link;
+	if (!server)
+		return;
+	c->link = NULL;
+	server->link = NULL;
+	c->sb.dst = NULL;
+	server->sb.dst = NULL;
+	server_release(server);
+}
+
+/* s has closed (SERVER_GONE_LAUNCH, hooks.h): the room it made lets its pool launch another. */
+void server_closed(PgSocket *s)
+{
+	if (s->pool)
+		pool_maybe_launch(s->pool);
 }
 
 /* The client let go of this server (session end): reset it and make it idle, or close it. */

@@ -1880,15 +1880,6 @@ static bool cmd_disable_later(PgSocket *c, const char *arg, const char *query)
 	return send_simple(c, "DISABLE");
 }
 
-bool admin_error_is_absence(const char *msg)
-{
-	static const char not_paused[] = " is not paused";
-	size_t n = strlen(msg), k = sizeof(not_paused) - 1;
-	return strncmp(msg, "no such database: ", 18) == 0 || strcmp(msg, "client not found") == 0 ||
-	       strcmp(msg, "pooler is not paused/suspended") == 0 ||
-	       (strncmp(msg, "database ", 9) == 0 && n > k && strcmp(msg + n - k, not_paused) == 0);
-}
-
 static bool cmd_enable(PgSocket *c, const char *arg, const char *query)
 {
 	return set_disabled(c, arg, false);
