@@ -912,6 +912,32 @@ static void test_peek_units(void **state)
 	assert_false(handover_peek_units(v2_waiting, 4, &u));
 }
 
+/* The units of a session client's server are found by the framing alone, like the client's. */
+static void test_peek_server_units(void **state)
+{
+	HandoverClient in;
+	HandoverServerUnits u;
+	fill_full(&in);
+	PktBuf pb;
+	encode(&in, &pb);
+	assert_true(handover_peek_server_units(pb.buf, pb.len, &u));
+	assert_int_equal(u.entry[0], 17);
+	assert_int_equal(u.entry[1], -1);
+	assert_int_equal(u.entry[2], 4095);
+	pktbuf_free(&pb);
+	/* no server, or its units not moved */
+	in.server.units_moved = false;
+	encode(&in, &pb);
+	assert_false(handover_peek_server_units(pb.buf, pb.len, &u));
+	pktbuf_free(&pb);
+	in.has_server = false;
+	encode(&in, &pb);
+	assert_false(handover_peek_server_units(pb.buf, pb.len, &u));
+	pktbuf_free(&pb);
+	/* version 2 had no servers */
+	assert_false(handover_peek_server_units(v2_waiting, sizeof(v2_waiting), &u));
+}
+
 /* -R: the formats this binary's workers read. */
 static void test_readable_formats(void **state)
 {
@@ -933,6 +959,7 @@ int main(void)
 	    cmocka_unit_test(test_each_field_left_out),
 	    cmocka_unit_test(test_table),
 	    cmocka_unit_test(test_truncated_at_every_length),
+	    cmocka_unit_test(test_peek_server_units),
 	    cmocka_unit_test(test_refused_headers),
 	    cmocka_unit_test(test_refused_values),
 	    cmocka_unit_test(test_refused_lists),

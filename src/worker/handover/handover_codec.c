@@ -535,38 +535,14 @@ bool handover_decode(const uint8_t *data, size_t len, HandoverClient *hc, char *
 	return ok;
 }
 
-bool handover_peek_units(const uint8_t *data, size_t len, HandoverUnits *units)
+/*
+ * The record of table `want` in a message of a TLV format, found by its
+ * framing alone (the rest may not decode): at the top level, or inside the
+ * record of table `via` (NULL: top level only). Decoded into out.
+ */
+static bool peek_record(const uint8_t *data, size_t len, const HandoverTable *via, const HandoverTable *want, char *out,
+                        size_t outsize)
 {
-	if (len < 8 || get_be32(data) != HANDOVER_MAGIC || !client_state_readable(get_be32(data + 4)))
-		return false;
-	if (get_be32(data + 4) < TLV_FIRST)
-		return peek_units_v2(data, len, units);
-	/* the top level's framing as far as the units, which come first */
-	const uint8_t *p = data + 8;
-	len -= 8;
-	while (len >= TLV_HEADER) {
-		uint16_t tag = (uint16_t)(p[0] << 8 | p[1]);
-		uint32_t vlen = get_be32(p + 2);
-		if (vlen > len - TLV_HEADER)
-			return false;
-		size_t idx;
-		const HandoverField *f = field_of(&handover_client_fields, tag, &idx);
-		if (f && f->sub == &units_table) {
-			memset(units, 0, sizeof(*units));
-			return decode_record(f->sub, p + TLV_HEADER, vlen, (char *)units, NULL, 0);
-		}
-		p += TLV_HEADER + vlen;
-		len -= TLV_HEADER + vlen;
-	}
-	return false;
-}
-
-bool handover_peek_server_units(const uint8_t *data, size_t len, HandoverServerUnits *units)
-{
-	if (len < 8 || get_be32(data) != HANDOVER_MAGIC || get_be32(data + 4) < TLV_FIRST ||
-	    !client_state_readable(get_be32(data + 4)))
-		return false;
-	/* the top level's framing as far as the server record, then that record's as far as its units (first) */
 	const HandoverTable *t = &handover_client_fields;
 	const uint8_t *p = data + 8;
 	len -= 8;
@@ -577,12 +553,13 @@ bool handover_peek_server_units(const uint8_t *data, size_t len, HandoverServerU
 			return false;
 		size_t idx;
 		const HandoverField *f = field_of(t, tag, &idx);
-		if (f && f->sub == &server_units_table) {
-			memset(units, 0, sizeof(*units));
-			return decode_record(f->sub, p + TLV_HEADER, vlen, (char *)units, NULL, 0);
+		if (f && f->sub == want) {
+			memset(out, 0, outsize);
+			return decode_record(want, p + TLV_HEADER, vlen, out, NULL, 0);
 		}
-		if (f && f->sub == &server_table) {
-			t = &server_table; /* into it */
+		if (f && via && f->sub == via) {
+			t = via; /* into it */
+			via = NULL;
 			p += TLV_HEADER;
 			len = vlen;
 			continue;
@@ -591,6 +568,25 @@ bool handover_peek_server_units(const uint8_t *data, size_t len, HandoverServerU
 		len -= TLV_HEADER + vlen;
 	}
 	return false;
+}
+
+bool handover_peek_units(const uint8_t *data, size_t len, HandoverUnits *units)
+{
+	if (len < 8 || get_be32(data) != HANDOVER_MAGIC || !client_state_readable(get_be32(data + 4)))
+		return false;
+	if (get_be32(data + 4) < TLV_FIRST)
+		return peek_units_v2(data, len, units);
+	/* the client's units come first in the message */
+	return peek_record(data, len, NULL, &units_table, (char *)units, sizeof(*units));
+}
+
+bool handover_peek_server_units(const uint8_t *data, size_t len, HandoverServerUnits *units)
+{
+	if (len < 8 || get_be32(data) != HANDOVER_MAGIC || get_be32(data + 4) < TLV_FIRST ||
+	    !client_state_readable(get_be32(data + 4)))
+		return false;
+	/* the server's units come first in its record */
+	return peek_record(data, len, &server_table, &server_units_table, (char *)units, sizeof(*units));
 }
 
 /* ---- version 2: the format before this codec, read only ----
