@@ -1187,13 +1187,6 @@ static void on_respawn(evutil_socket_t fd, short what, void *arg)
 
 #define WATCHDOG_PERIOD_US 250000 /* how often the master looks at the workers' heartbeats */
 
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Worker i's loop has been silent too long: its listener slots go to a responsive worker. */
 static void watchdog_flag(int i, double silent_s)
 {
@@ -1251,7 +1244,7 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
 	/* we were stopped ourselves (or the whole machine was): give the workers a period to publish */
 	if (late_us > (int64_t)WATCHDOG_PERIOD_US * 4)
 		return;
-	int64_t now = mono_ns();
+	int64_t now = mono_us() * 1000; /* sample_time_ns is CLOCK_MONOTONIC too */
 	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
 		WorkerProc *w = &sv.w[i];
 		if (w->pid <= 0)
