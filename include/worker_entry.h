@@ -27,9 +27,10 @@ typedef struct WorkerSocket {
  * the worker takes over) and shm are the master's (the worker takes its own
  * copies and references); the worker takes over the n sockets and frees
  * the `sockets` array (malloc()ed by the caller). master_fd is the
- * worker's end of its control channel.
+ * worker's end of its control channel; shm_fd the memfd behind shm (-1 =
+ * none), kept for a master that adopts the worker should its own die.
  */
 int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *console, WorkerSocket *sockets, int n,
-                int master_fd, int cmdline_verbose, ShmSegment *shm);
+                int master_fd, int cmdline_verbose, ShmSegment *shm, int shm_fd);
 
 #endif

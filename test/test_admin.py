@@ -113,7 +113,7 @@ OPTIONAL_CONFIG_KEYS = {"pool_idle_timeout"}
 EXTENSION_CONFIG_KEYS = {"min_workers", "max_workers", "worker_scale_interval", "worker_scale_up_threshold",
                          "worker_scale_up_samples", "worker_scale_down_threshold", "worker_scale_down_samples",
                          "worker_scale_cooldown", "worker_drain_timeout", "worker_state_file", "worker_cpu_affinity",
-                         "worker_watchdog_timeout",
+                         "worker_watchdog_timeout", "worker_orphan_timeout",
                          "metrics_listen", "metrics_max_connections"}
 
 DEFAULT_AUTH_QUERY = ("SELECT rolname, CASE WHEN rolvaliduntil < now() THEN NULL ELSE rolpassword END "

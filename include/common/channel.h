@@ -120,6 +120,29 @@ typedef enum ChannelMsgType {
 	 * to recover from: the old tree retires at once instead of serving on.
 	 */
 	CH_UP_BYE = 25,
+	/*
+	 * master->worker: this worker may outlive its master (doc/workers.md
+	 * "When the master dies"). Sent at once to the workers of a master that
+	 * started on its own, and only after the grace period to those of one
+	 * that took over (-R, or an orphaned tree): within it a master that
+	 * dies takes its new workers with it and the older tree carries on.
+	 */
+	CH_SETTLE = 26,
+	/*
+	 * A new master and an orphaned worker (its master died), on the
+	 * worker's adoption socket `<private dir>/worker.<id>/adopt`
+	 * (SOCK_SEQPACKET, mode 0600; both sides check the peer's uid):
+	 * new->orphan CH_ORPHAN_HELLO (arg = protocol version); orphan->new
+	 * what a master sends at -R for its tree, for this worker alone: a
+	 * CH_UP_LISTENER per listening socket it holds, CH_UP_SEGMENT (the
+	 * old tree's shared memory), CH_UP_SALT_KEY four times, then CH_UP_END
+	 * (arg = its worker id, id = its CLIENT_STATE_VERSION). From then on
+	 * the connection is the worker's control channel from the new master:
+	 * CH_DRAIN (id 1) and CH_HANDOFF once the new master's grace period is
+	 * over, CH_CANCEL for keys no client of the new tree has. If it closes
+	 * before the drain, the worker is an orphan again.
+	 */
+	CH_ORPHAN_HELLO = 27,
 } ChannelMsgType;
 
 /*
@@ -130,6 +153,12 @@ typedef enum ChannelMsgType {
  * passes it to the tree it replaced, if that one still runs, or drops it).
  */
 #define CANCEL_NOT_HERE 1
+/*
+ * CH_CANCEL's id from the master: CANCEL_FINAL = deliver it if a client
+ * here has the key, else drop it, never back to the master (a cancel that
+ * came back from an adopted tree, which must not go round again).
+ */
+#define CANCEL_FINAL    2
 
 /*
  * The format of a moved client's packed state (src/worker/handover/handover_codec.c).

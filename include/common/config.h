@@ -171,6 +171,7 @@ typedef struct CfGlobals {
 	double worker_scale_up_threshold;
 	char *worker_state_file;
 	usec_t worker_watchdog_timeout;
+	usec_t worker_orphan_timeout;
 } CfGlobals;
 
 /* Sentinel for "not set in this entry; inherit the global value". */

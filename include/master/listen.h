@@ -30,6 +30,7 @@ typedef struct Listener {
  */
 typedef struct InheritedSocket {
 	int fd;
+	uint32_t id; /* the listener id it had in the old tree (UINT32_MAX: the unix socket) */
 	int slot;
 	struct sockaddr_storage sa;
 	socklen_t salen;

@@ -32,10 +32,19 @@ void supervisor_start(int takeover_count);
 int supervisor_export(int conn);
 
 /*
- * Online restart, new side (before supervisor_start()): map the old tree's
- * segment read-only so that its budget counts add to ours until `pid` exits.
+ * Online restart or adoption, new side (before supervisor_start()): map
+ * the old tree's segment read-only so that its budget counts add to ours
+ * until the n `pids` have exited: its master (-R, `master` = that pid), or
+ * the orphaned workers we adopted (`master` = 0).
  */
-void supervisor_predecessor(int shm_fd, pid_t pid);
+void supervisor_predecessor(int shm_fd, pid_t master, const pid_t *pids, int n);
+
+/*
+ * From now on our workers may outlive us (CH_SETTLE to each, now and at
+ * every fork): at once after a start of our own, after the grace period
+ * after a take-over (doc/workers.md "When the master dies").
+ */
+void supervisor_settle(void);
 
 /* Online restart, new side (before supervisor_start()): use the old tree's listener slots. */
 void supervisor_inherit(InheritedSocket *s, int n);
@@ -55,6 +64,9 @@ bool supervisor_adopt_old(int k, int fd);
  * the worker of ours that has the key (doc/workers.md "Upgrading").
  */
 void supervisor_cancel_from_successor(ChannelMsg *m, int fd);
+
+/* A cancel an adopted orphan could not place: to the worker a client with that key moved to, else dropped. */
+void supervisor_cancel_to_moved(ChannelMsg *m, int fd);
 
 /* The running config changed (reload): new scaler settings. */
 void supervisor_config_changed(Config *cf);

@@ -17,6 +17,8 @@
 #include "common/channel.h"
 #include "master/listen.h"
 
+#define UPGRADE_MAX_ORPHANS 64 /* SHM_MAX_WORKERS */
+
 /* What the new master received from the old one. */
 typedef struct Takeover {
 	int conn;           /* the control connection, -1 after upgrade_commit() */
@@ -28,6 +30,8 @@ typedef struct Takeover {
 	uint8_t salt_key[32]; /* the old tree's SCRAM salt key (include/common/scram.h) */
 	bool have_salt_key;
 	uint32_t client_state_version; /* the old binary's CLIENT_STATE_VERSION, 0 = it cannot hand clients over */
+	int n_orphans;                 /* adopted orphaned workers (their master died; conn is -1 then), else 0 */
+	pid_t orphan_pids[UPGRADE_MAX_ORPHANS];
 } Takeover;
 
 /*
@@ -39,6 +43,26 @@ bool upgrade_connect(const char *private_dir, Takeover *t);
 
 /* New master: give one of our workers (the k-th old worker's partner) socket fd as CH_ADOPT. */
 typedef bool (*UpgradeAdoptFn)(int k, int fd);
+
+/*
+ * New master started without a running one: adopt the workers of a tree
+ * whose master died (doc/workers.md "When the master dies"), found by
+ * their adoption sockets in private_dir. Each hands over copies of the
+ * listening sockets it holds, the tree's shared memory and SCRAM salt
+ * key; t is filled as upgrade_connect() fills it (workers = the orphans
+ * found, old_pid 0) and their pids are in t->orphan_pids. False when no
+ * orphan answers.
+ */
+bool upgrade_find_orphans(const char *private_dir, Takeover *t);
+
+/*
+ * New master, its grace period over (UPGRADE_GRACE_S after its workers
+ * run): tell every adopted orphan to stop accepting and to hand its
+ * clients to one of our workers (adopt_fn), draining within
+ * drain_timeout_ms (0 = no bound). Until then a new master that dies
+ * leaves the orphans serving as they were.
+ */
+void upgrade_release_orphans(UpgradeAdoptFn adopt_fn, int64_t drain_timeout_ms);
 
 /*
  * New master, its workers started: offer the old workers a socket each to
@@ -117,6 +141,13 @@ bool upgrade_send_segment(int conn, int fd);
 
 /* Running master, retiring: the next socket a new worker takes clients on (CH_HANDOFF), -1 = none left. */
 int upgrade_next_handoff(void);
+
+/*
+ * New master: a cancel request an adopted orphan could not place (no
+ * worker of the old tree has the key) goes to fn, which passes it to a
+ * client moved to our tree, or drops it.
+ */
+void upgrade_on_orphan_cancel(UpgradeCancelFn fn);
 
 /* Stop listening (retiring, or exit); the socket file is removed only if it is still ours. */
 void upgrade_stop_listening(void);

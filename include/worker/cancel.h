@@ -8,7 +8,8 @@
 
 /* A CancelRequest: routed to the owning peer or worker, or sent to the client's server. */
 void cancel_handle_request(PgSocket *req, const uint8_t *key);
-void cancel_forwarded(const uint8_t *key, int hold_fd); /* a cancel another worker received for our client */
+/* A cancel another worker received for our client (final: CANCEL_FINAL, not passed back if no client has it). */
+void cancel_forwarded(const uint8_t *key, int hold_fd, bool final);
 void cancel_gen_key(PgSocket *c);
 void cancel_server_gone(
     PgSocket *server);             /* SERVER_GONE_CANCEL (hooks.h): cancels on their way for it no longer point at it */

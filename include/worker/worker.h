@@ -92,6 +92,9 @@ typedef struct Worker {
 	usec_t stats_older_at;          /* when the pools' older_stats were taken (start_time before the first tick) */
 	usec_t stats_newer_at;          /* when their newer_stats were taken */
 	int master_fd;                  /* control pipe to the master (-1 = none) */
+	pid_t parent_master;            /* the master that forked us, while it lives (0 = gone: an orphan) */
+	bool may_outlive;               /* CH_SETTLE came: serve on if the master dies (loop/orphan.c) */
+	int shm_fd;                     /* the tree's shared memory (memfd), for a master that adopts us (-1 = none) */
 	ChannelOut *master_out;         /* sends on master_fd, queued while it is full (NULL = none) */
 	uint64_t accepted;              /* accepted connections */
 	uint64_t moved_in;              /* clients adopted from other workers (src/worker/handover/migrate.c) */

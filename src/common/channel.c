@@ -144,6 +144,9 @@ const char *channel_msg_name(uint32_t type)
 	    [CH_UP_SEGMENT] = "CH_UP_SEGMENT",
 	    [CH_UP_HANDOFF] = "CH_UP_HANDOFF",
 	    [CH_UP_PRED] = "CH_UP_PRED",
+	    [CH_UP_BYE] = "CH_UP_BYE",
+	    [CH_SETTLE] = "CH_SETTLE",
+	    [CH_ORPHAN_HELLO] = "CH_ORPHAN_HELLO",
 	};
 	static char other[32];
 	if (type < sizeof(names) / sizeof(names[0]) && names[type])

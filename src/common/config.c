@@ -243,6 +243,7 @@ const CfParam cf_params[] = {
     PARAM_COUNT(verbose, NULL, RELOAD),
     PARAM_ENUM(worker_cpu_affinity, cpu_affinities, "off", RELOAD),
     PARAM_TIME(worker_drain_timeout, "0", RELOAD),
+    PARAM_TIME(worker_orphan_timeout, "60", RELOAD),
     PARAM_TIME(worker_scale_cooldown, "10", RELOAD),
     PARAM_INT(worker_scale_down_samples, "30", RELOAD, 1, WORKER_SAMPLES_MAX),
     PARAM_ABOVE(worker_scale_down_threshold, CF_REAL, "0.5", RELOAD, 0, 1),

@@ -174,19 +174,26 @@ static void make_private_dir(const CfGlobals *g, bool takeover)
 	master.private_dir_made = !takeover;
 }
 
+/* -R: a running master's control socket; else (or without -R) the adoption sockets of orphaned workers. */
+static bool try_tree_dir(const char *dir, Takeover *tk, bool master_too)
+{
+	return (master_too && upgrade_connect(dir, tk)) || upgrade_find_orphans(dir, tk);
+}
+
 /*
- * -R: the running tree's control socket is in its private directory, the
- * usual name or, when another user held that name, a directory of that
- * name with a random suffix (make_private_dir()). Only directories of this
- * user are tried; upgrade_connect() checks the peer too. The directory
- * found becomes ours as well.
+ * The running tree's control socket (-R, master_too), or the workers of a
+ * tree whose master died, are in its private directory, the usual name
+ * or, when another user held that name, a directory of that name with a
+ * random suffix (make_private_dir()). Only directories of this user are
+ * tried; upgrade_connect() and upgrade_find_orphans() check the peer too.
+ * The directory found becomes ours as well.
  */
-static bool find_running_tree(const CfGlobals *g, Takeover *tk)
+static bool find_running_tree(const CfGlobals *g, Takeover *tk, bool master_too)
 {
 	char dir[sizeof(master.private_dir)];
 	if (!private_socket_dir(g->unix_socket_dir, g->listen_port, dir, sizeof(dir)))
 		return false;
-	if (upgrade_connect(dir, tk))
+	if (try_tree_dir(dir, tk, master_too))
 		return true;
 	char parent[sizeof(dir)], *slash;
 	pgb_strlcpy(parent, dir, sizeof(parent));
@@ -208,7 +215,7 @@ static bool find_running_tree(const CfGlobals *g, Takeover *tk)
 		int n = snprintf(alt, sizeof(alt), "%s/%s", parent, e->d_name);
 		if (n < 0 || (size_t)n >= sizeof(alt))
 			continue;
-		if (upgrade_connect(alt, tk)) {
+		if (try_tree_dir(alt, tk, master_too)) {
 			log_info("online restart: the running process uses the private directory %s", alt);
 			private_socket_dir_override(alt);
 			found = true;
@@ -219,6 +226,15 @@ static bool find_running_tree(const CfGlobals *g, Takeover *tk)
 }
 
 static void master_exit(int code);
+
+/* UPGRADE_GRACE_S after a take-over (-R or an adoption): the old tree hands over, our workers may outlive us. */
+static void on_takeover_settled(evutil_socket_t fd, short what, void *arg)
+{
+	if (master.shutting_down)
+		return;
+	upgrade_release_orphans(supervisor_adopt_old, master.cf.g.worker_drain_timeout / 1000);
+	supervisor_settle();
+}
 
 #define REBOOT_WAIT_MS 5000 /* -R: how long a running process that does not answer may take to answer or exit */
 
@@ -616,7 +632,7 @@ int main(int argc, char **argv)
 	Takeover tk = {.conn = -1, .shm_fd = -1};
 	bool takeover = false;
 	if (reboot) {
-		takeover = find_running_tree(&master.cf.g, &tk);
+		takeover = find_running_tree(&master.cf.g, &tk, true);
 		/*
 		 * Not found, yet its pidfile or unix socket says it runs: it may be
 		 * dying (killed just now) or not listening yet. Wait a little for
@@ -633,15 +649,19 @@ int main(int argc, char **argv)
 				    (int)old, REBOOT_WAIT_MS);
 			struct timespec ts = {0, 50 * 1000 * 1000};
 			nanosleep(&ts, NULL);
-			takeover = find_running_tree(&master.cf.g, &tk);
+			takeover = find_running_tree(&master.cf.g, &tk, true);
 		}
 		if (!takeover)
 			log_info("old process not found, try to continue normally");
 	}
-	if (!takeover) {
+	/* workers whose master died: we become their master, as at -R (doc/workers.md "When the master dies") */
+	if (!takeover)
+		takeover = find_running_tree(&master.cf.g, &tk, false);
+	bool adopting = tk.n_orphans > 0;
+	if (!takeover)
 		listen_check_unix_in_use(&master.cf.g);
-		pidfile_check(master.cf.g.pidfile);
-	}
+	if (!takeover || adopting)
+		pidfile_check(master.cf.g.pidfile); /* the dead master's is stale */
 	if (master.daemon)
 		daemonize(&master.cf);
 
@@ -660,7 +680,7 @@ int main(int argc, char **argv)
 	}
 	listen_setup(&master.listeners, &master.cf.g, tk.s, tk.n);
 	make_private_dir(&master.cf.g, takeover);
-	if (!takeover)
+	if (!takeover || adopting)
 		pidfile_write(master.cf.g.pidfile);
 	/* before the first fork: one key for every worker, and the old tree's at an online restart */
 	if (tk.have_salt_key)
@@ -672,7 +692,10 @@ int main(int argc, char **argv)
 	supervisor_on_console_set(on_console_set);
 	metrics_start(master.base, &master.cf, supervisor_shm());
 	if (takeover) {
-		supervisor_predecessor(tk.shm_fd, tk.old_pid);
+		if (adopting)
+			supervisor_predecessor(tk.shm_fd, 0, tk.orphan_pids, tk.n_orphans);
+		else
+			supervisor_predecessor(tk.shm_fd, tk.old_pid, &tk.old_pid, 1);
 		supervisor_inherit(tk.s, tk.n);
 		upgrade_close_unused(&tk);
 	}
@@ -684,11 +707,21 @@ int main(int argc, char **argv)
 		 * for them here keeps that short.
 		 */
 		supervisor_wait_active(5000);
+		upgrade_on_orphan_cancel(supervisor_cancel_to_moved);
 		upgrade_commit(&tk, supervisor_adopt_old, master.base);
 		master.listeners.unix_borrowed = false;
 		master.private_dir_made = master.private_dir[0] != '\0';
 		pidfile_replace(master.cf.g.pidfile);
-	}
+		/*
+		 * Until the grace period is over, a death of ours leaves the old
+		 * tree serving (the old master carries on, the orphans wait for
+		 * another master) and our workers exit with us; then the old
+		 * tree's clients come over and ours may outlive us.
+		 */
+		struct timeval tv = {UPGRADE_GRACE_S, 0};
+		event_base_once(master.base, -1, EV_TIMEOUT, on_takeover_settled, NULL, &tv);
+	} else
+		supervisor_settle();
 	upgrade_on_resume(resume);
 	upgrade_listen(master.base, master.private_dir, export_listeners, retire, supervisor_cancel_from_successor);
 	log_info("process up: PgBouncer %s, libevent %s (%s), adns: c-ares %s, tls: %s", PACKAGE_VERSION,

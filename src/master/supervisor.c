@@ -83,10 +83,13 @@ static struct {
 	WorkerBounds bounds; /* as last resolved; its note (what was clamped) has been logged */
 	struct event *tick_ev;
 	bool shutting_down;
-	bool frozen;           /* a new master (-R) has our sockets: no scaling until it commits or gives up */
-	bool retiring;         /* a new master took over: our workers drain, nothing respawns */
-	int shm_fd;            /* the segment's memfd, -1 = anonymous mapping */
-	pid_t pred_pid;        /* the master we took over from (-R) while its tree runs, else 0 */
+	bool frozen;         /* a new master (-R) has our sockets: no scaling until it commits or gives up */
+	bool retiring;       /* a new master took over: our workers drain, nothing respawns */
+	int shm_fd;          /* the segment's memfd, -1 = anonymous mapping */
+	pid_t pred_pids[64]; /* the master we took over from (-R), or the orphans we adopted, while they run */
+	int n_pred_pids;
+	pid_t pred_master;     /* -R: the master of pred_pids; 0: they are adopted orphans */
+	bool settled;          /* our workers may outlive us (CH_SETTLE; doc/workers.md "When the master dies") */
 	CpuAllowance allow;    /* the CPUs we may use (doc/workers.md, "The CPU allowance") */
 	CpuReading cpu_prev;   /* /proc/stat and the quota cgroup at the previous tick */
 	int64_t allow_read_us; /* monotonic time it was last read */
@@ -464,8 +467,6 @@ static bool spawn(int i)
 		metrics_forget_in_child();
 		/* the worker: keep our listener slot, the unix socket and our channel end only */
 		close(ctl[0]);
-		if (sv.shm_fd >= 0)
-			close(sv.shm_fd);
 		for (int j = 0; j < SHM_MAX_WORKERS; j++) {
 			channel_out_forget_in_child(sv.w[j].out); /* e.g. a move's socket end, which must see EOF */
 			if (sv.w[j].ctl >= 0)
@@ -488,7 +489,7 @@ static bool spawn(int i)
 		if (sv.cf->g.worker_cpu_affinity == AFFINITY_CORES)
 			pin_to_core(i);
 		log_set_fatal_hook(NULL);
-		exit(worker_main(i, sv.cf, sv.tls, &sv.console, wl, k, ctl[1], sv.cmdline_verbose, sv.shm));
+		exit(worker_main(i, sv.cf, sv.tls, &sv.console, wl, k, ctl[1], sv.cmdline_verbose, sv.shm, sv.shm_fd));
 	}
 	close(ctl[1]);
 	sv.w[i].pid = pid;
@@ -507,6 +508,10 @@ static bool spawn(int i)
 	sv.w[i].hung = sv.w[i].hung_killed = false;
 	sv.w[i].holds = takes;
 	atomic_store(&sv.shm->slots[i].pid, pid);
+	if (sv.settled) {
+		ChannelMsg m = {.type = CH_SETTLE};
+		(void)tell(i, &m, -1);
+	}
 	/* this slot's listeners were served by a survivor meanwhile: take them back */
 	int prev = sv.served_by[i];
 	if (prev >= 0 && prev != i && sv.w[prev].pid > 0)
@@ -548,6 +553,16 @@ static void route_cancel(int from, ChannelMsg *m, int rfd)
 	m->id = 0;
 	if (!tell(owner, m, rfd))
 		log_debug("cancel request for worker %d not forwarded: %s", owner, strerror(errno));
+}
+
+void supervisor_cancel_to_moved(ChannelMsg *m, int fd)
+{
+	uint64_t k;
+	memcpy(&k, &m->arg, sizeof(k));
+	int owner = moved_find(k);
+	m->id = CANCEL_FINAL; /* it came back from the adopted tree: it goes no further */
+	if (owner < 0 || !tell(owner, m, fd))
+		log_debug("cancel request from the adopted tree for no client of this one: dropped");
 }
 
 void supervisor_cancel_from_successor(ChannelMsg *m, int fd)
@@ -971,11 +986,16 @@ static void scale_tick(void);
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
-	if (sv.pred_pid > 0 && kill(sv.pred_pid, 0) < 0 && errno == ESRCH) {
+	for (int i = 0; i < sv.n_pred_pids; i++)
+		if (kill(sv.pred_pids[i], 0) < 0 && errno == ESRCH)
+			sv.pred_pids[i--] = sv.pred_pids[--sv.n_pred_pids];
+	if (sv.n_pred_pids == 0 && atomic_load(&sv.shm->scaler.predecessor_live)) {
 		/* its workers gave their counts back as they exited; stop looking at its table */
 		atomic_store(&sv.shm->scaler.predecessor_live, 0);
-		log_info("online restart: the old process (pid %d) has exited", (int)sv.pred_pid);
-		sv.pred_pid = 0;
+		if (sv.pred_master > 0)
+			log_info("online restart: the old process (pid %d) has exited", (int)sv.pred_master);
+		else
+			log_info("adoption: every worker of the old tree has exited");
 	}
 	if (sv.shutting_down || sv.retiring || sv.frozen)
 		return;
@@ -1300,7 +1320,7 @@ int supervisor_export(int conn)
 	return wanted_count();
 }
 
-void supervisor_predecessor(int shm_fd, pid_t pid)
+void supervisor_predecessor(int shm_fd, pid_t master, const pid_t *pids, int n)
 {
 	if (shm_fd < 0)
 		return;
@@ -1322,7 +1342,10 @@ void supervisor_predecessor(int shm_fd, pid_t pid)
 	 * two never meet while it runs (it would need 2^32 more connections).
 	 */
 	atomic_store(&sv.shm->next_socket_id, atomic_load(&p->next_socket_id) + SOCKET_IDS_PER_TREE);
-	sv.pred_pid = pid;
+	sv.pred_master = master;
+	for (int i = 0; i < n && i < (int)(sizeof(sv.pred_pids) / sizeof(sv.pred_pids[0])); i++)
+		if (pids[i] > 0)
+			sv.pred_pids[sv.n_pred_pids++] = pids[i];
 	atomic_store(&sv.shm->scaler.predecessor_live, 1);
 }
 
@@ -1371,6 +1394,14 @@ bool supervisor_adopt_old(int k, int fd)
 	int to = act[k % n];
 	ChannelMsg m = {.type = CH_ADOPT, .id = (uint32_t)k, .arg = 1}; /* arg 1: from the old tree */
 	return tell(to, &m, fd);
+}
+
+void supervisor_settle(void)
+{
+	sv.settled = true;
+	ChannelMsg m = {.type = CH_SETTLE};
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		(void)tell(i, &m, -1);
 }
 
 void supervisor_retire(void)

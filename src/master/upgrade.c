@@ -9,6 +9,7 @@
 
 #include "master/upgrade.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -73,6 +74,8 @@ static struct {
 static int n_pred;
 
 static void on_pred(evutil_socket_t fd, short what, void *arg);
+static bool orphans_forward_cancel(const ChannelMsg *c, int fd);
+static void orphans_watch(struct event_base *base);
 
 static void pred_close(int i)
 {
@@ -126,8 +129,11 @@ static void on_pred(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+static void orphans_goodbye(void);
+
 void upgrade_goodbye(void)
 {
+	orphans_goodbye();
 	ChannelMsg m = {.type = CH_UP_BYE};
 	for (int i = 0; i < n_pred; i++)
 		if (!channel_send(pred[i].fd, &m, -1)) /* a master past its grace period ignores it */
@@ -150,7 +156,7 @@ bool upgrade_forward_cancel(const ChannelMsg *m, int fd)
 		if (errno == EPIPE || errno == ECONNRESET)
 			pred_close(i--); /* that master has exited */
 	}
-	return sent;
+	return orphans_forward_cancel(&c, fd) || sent;
 }
 
 void upgrade_forget_in_child(void)
@@ -170,6 +176,65 @@ static void pass_preds_on(int conn)
 			log_warning("online restart: could not pass on the connection to pid %d: %s", (int)pred[0].pid,
 			            strerror(errno));
 		pred_close(0);
+	}
+}
+
+/*
+ * The sockets, shared memory and salt key a running master (or an
+ * orphaned worker) sends, up to CH_UP_END (its arg in *end_arg). A
+ * listening socket already received (the same listener id: several
+ * orphans hold the unix socket) is closed. 1 = done, 0 = closed, -1 =
+ * error (errno), 2 = an unexpected message (its type in *bad).
+ */
+static int receive_tree(int fd, Takeover *t, int64_t *end_arg, uint32_t *bad)
+{
+	for (;;) {
+		ChannelMsg m;
+		int rfd;
+		int r = channel_recv(fd, &m, &rfd);
+		if (r <= 0)
+			return r;
+		if (m.type == CH_UP_END) {
+			*end_arg = m.arg;
+			t->client_state_version = m.id;
+			return 1;
+		}
+		if (m.type == CH_UP_SEGMENT && rfd >= 0) {
+			if (t->shm_fd < 0)
+				t->shm_fd = rfd;
+			else
+				close(rfd); /* the same segment, from another orphan */
+			continue;
+		}
+		if (m.type == CH_UP_SALT_KEY && rfd < 0 && m.id < SCRAM_SALT_KEY_LEN / 8) {
+			memcpy(t->salt_key + m.id * 8, &m.arg, 8);
+			t->have_salt_key = m.id == SCRAM_SALT_KEY_LEN / 8 - 1; /* the parts come in order */
+			continue;
+		}
+		if (m.type != CH_UP_LISTENER || rfd < 0) {
+			if (rfd >= 0)
+				close(rfd);
+			*bad = m.type;
+			return 2;
+		}
+		int slot = m.id == UINT32_MAX ? -1 : (int)(m.id / 16);
+		bool have = false;
+		for (int i = 0; i < t->n && !have; i++)
+			have = t->s[i].id == m.id;
+		if (have) {
+			close(rfd);
+			continue;
+		}
+		fcntl(rfd, F_SETFL, fcntl(rfd, F_GETFL) | O_NONBLOCK);
+		t->s = xrealloc(t->s, sizeof(*t->s) * (size_t)(t->n + 1));
+		InheritedSocket *s = &t->s[t->n++];
+		memset(s, 0, sizeof(*s));
+		s->fd = rfd;
+		s->id = m.id;
+		s->slot = slot;
+		s->salen = sizeof(s->sa);
+		if (getsockname(rfd, (struct sockaddr *)&s->sa, &s->salen) < 0)
+			s->salen = 0;
 	}
 }
 
@@ -201,45 +266,16 @@ bool upgrade_connect(const char *private_dir, Takeover *t)
 	ChannelMsg hello = {.type = CH_UP_HELLO, .arg = UPGRADE_PROTOCOL};
 	if (!channel_send(fd, &hello, -1))
 		fatal("online restart: could not talk to pid %d: %s", (int)t->old_pid, strerror(errno));
-	for (;;) {
-		ChannelMsg m;
-		int rfd;
-		int r = channel_recv(fd, &m, &rfd);
-		if (r <= 0) {
-			if (r == 0)
-				fatal("online restart: pid %d refused the hand-over (its log says why)",
-				      (int)t->old_pid);
-			fatal("online restart: no answer from pid %d: %s", (int)t->old_pid, strerror(errno));
-		}
-		if (m.type == CH_UP_END) {
-			t->workers = (int)m.arg;
-			t->client_state_version = m.id;
-			break;
-		}
-		if (m.type == CH_UP_SEGMENT && rfd >= 0 && t->shm_fd < 0) {
-			t->shm_fd = rfd;
-			continue;
-		}
-		if (m.type == CH_UP_SALT_KEY && rfd < 0 && m.id < SCRAM_SALT_KEY_LEN / 8) {
-			memcpy(t->salt_key + m.id * 8, &m.arg, 8);
-			t->have_salt_key = m.id == SCRAM_SALT_KEY_LEN / 8 - 1; /* the parts come in order */
-			continue;
-		}
-		if (m.type != CH_UP_LISTENER || rfd < 0) {
-			if (rfd >= 0)
-				close(rfd);
-			fatal("online restart: unexpected message %u from pid %d", m.type, (int)t->old_pid);
-		}
-		fcntl(rfd, F_SETFL, fcntl(rfd, F_GETFL) | O_NONBLOCK);
-		t->s = xrealloc(t->s, sizeof(*t->s) * (size_t)(t->n + 1));
-		InheritedSocket *s = &t->s[t->n++];
-		memset(s, 0, sizeof(*s));
-		s->fd = rfd;
-		s->slot = m.id == UINT32_MAX ? -1 : (int)(m.id / 16);
-		s->salen = sizeof(s->sa);
-		if (getsockname(rfd, (struct sockaddr *)&s->sa, &s->salen) < 0)
-			s->salen = 0;
-	}
+	int64_t workers = 0;
+	uint32_t bad = 0;
+	int r = receive_tree(fd, t, &workers, &bad);
+	if (r == 0)
+		fatal("online restart: pid %d refused the hand-over (its log says why)", (int)t->old_pid);
+	if (r < 0)
+		fatal("online restart: no answer from pid %d: %s", (int)t->old_pid, strerror(errno));
+	if (r == 2)
+		fatal("online restart: unexpected message %u from pid %d", bad, (int)t->old_pid);
+	t->workers = (int)workers;
 	t->conn = fd;
 	log_info("online restart: received %d listening sockets; the old process runs %d workers", t->n, t->workers);
 	return true;
@@ -285,6 +321,8 @@ static void offer_handoffs(Takeover *t, UpgradeAdoptFn adopt_fn)
 
 void upgrade_commit(Takeover *t, UpgradeAdoptFn adopt_fn, struct event_base *base)
 {
+	if (t->n_orphans > 0 && base)
+		orphans_watch(base); /* they hand over at upgrade_release_orphans() */
 	if (t->conn < 0)
 		return;
 	if (adopt_fn)
@@ -307,6 +345,221 @@ void upgrade_commit(Takeover *t, UpgradeAdoptFn adopt_fn, struct event_base *bas
 	} else
 		close(t->conn);
 	t->conn = -1;
+}
+
+/* ---- the new master and the workers of a tree whose master died ---- */
+
+#define ORPHAN_PROTOCOL 1 /* CH_ORPHAN_HELLO's; the worker's loop/orphan.c speaks it too */
+
+static struct {
+	int fd;
+	struct event *ev;
+	ChannelOut *out; /* cancel requests and orders to it, queued while its socket is full */
+	pid_t pid;
+	int id;        /* its worker id in the old tree */
+	bool released; /* told to drain and hand its clients over */
+} orphan[UPGRADE_MAX_ORPHANS];
+static int n_orphan;
+static uint32_t orphan_format;           /* the orphans' CLIENT_STATE_VERSION */
+static UpgradeCancelFn orphan_cancel_fn; /* a cancel an orphan could not place: to a client moved to our tree */
+
+static void orphan_close(int i)
+{
+	channel_out_free(orphan[i].out);
+	if (orphan[i].ev)
+		event_free(orphan[i].ev);
+	close(orphan[i].fd);
+	orphan[i] = orphan[--n_orphan];
+}
+
+/* One orphaned worker, through its adoption socket: its sockets into t. */
+static bool adopt_one(const char *sock, Takeover *t)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(sock) >= sizeof(sa.sun_path) || n_orphan == UPGRADE_MAX_ORPHANS)
+		return false;
+	pgb_strlcpy(sa.sun_path, sock, sizeof(sa.sun_path));
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	uid_t uid;
+	pid_t pid = 0;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || !peer_uid(fd, &uid, &pid) || uid != geteuid()) {
+		log_debug("adoption: %s: %s", sock, errno ? strerror(errno) : "another user's");
+		close(fd);
+		return false;
+	}
+	set_timeouts(fd);
+	ChannelMsg hello = {.type = CH_ORPHAN_HELLO, .arg = ORPHAN_PROTOCOL};
+	int64_t id = -1;
+	uint32_t bad = 0;
+	int r = channel_send(fd, &hello, -1) ? receive_tree(fd, t, &id, &bad) : -1;
+	if (r != 1 || id < 0 || id >= UPGRADE_MAX_ORPHANS) {
+		if (r == 2)
+			log_warning("adoption: unexpected message %u from pid %d", bad, (int)pid);
+		else
+			log_warning("adoption: pid %d (%s) did not answer: %s", (int)pid, sock,
+			            r == 0 ? "it refused" : strerror(errno));
+		close(fd);
+		return false;
+	}
+	orphan[n_orphan++] = (typeof(orphan[0])){.fd = fd, .pid = pid, .id = (int)id};
+	t->orphan_pids[t->n_orphans++] = pid;
+	log_info("adoption: worker %d (pid %d) of a tree whose master died hands over its sockets", (int)id, (int)pid);
+	return true;
+}
+
+bool upgrade_find_orphans(const char *private_dir, Takeover *t)
+{
+	struct stat st;
+	/* only a directory of ours: someone else's could hand us sockets of their choosing */
+	if (!private_dir || !private_dir[0] || lstat(private_dir, &st) < 0 || !S_ISDIR(st.st_mode) ||
+	    st.st_uid != geteuid())
+		return false;
+	DIR *d = opendir(private_dir);
+	if (!d)
+		return false;
+	int before = t->n_orphans;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		int id;
+		char tail;
+		if (sscanf(e->d_name, "worker.%d%c", &id, &tail) != 1 || id < 0 || id >= UPGRADE_MAX_ORPHANS)
+			continue;
+		char sock[160];
+		int n = snprintf(sock, sizeof(sock), "%s/%s/adopt", private_dir, e->d_name);
+		if (n > 0 && (size_t)n < sizeof(sock) && lstat(sock, &st) == 0 && S_ISSOCK(st.st_mode) &&
+		    st.st_uid == geteuid())
+			adopt_one(sock, t);
+	}
+	closedir(d);
+	if (t->n_orphans == before)
+		return false;
+	t->workers = t->n_orphans;
+	orphan_format = t->client_state_version;
+	log_info("adoption: %d workers of a tree whose master died serve on; received %d listening sockets",
+	         t->n_orphans, t->n);
+	return true;
+}
+
+/* From an adopted worker: what it tells its master (ignored), its cancels for nobody (dropped), its exit. */
+static void on_orphan(evutil_socket_t fd, short what, void *arg)
+{
+	int i = 0;
+	while (i < n_orphan && orphan[i].fd != fd)
+		i++;
+	if (i == n_orphan)
+		return;
+	ChannelMsg m;
+	int rfd;
+	int r = channel_recv(fd, &m, &rfd);
+	if (r == 1 && m.type == CH_CANCEL && rfd >= 0) {
+		/*
+		 * A key that names another worker of the old tree (byte 3) goes to
+		 * it; one that no old worker has (id CANCEL_NOT_HERE, or its worker
+		 * is gone) may be a client moved to our tree. Never back to the
+		 * orphans: what they return is not passed on again, so nothing loops.
+		 */
+		uint8_t key[sizeof(m.arg)]; /* the cancel key's 8 bytes */
+		memcpy(key, &m.arg, sizeof(key));
+		int to = -1;
+		for (int j = 0; m.id == 0 && j < n_orphan && to < 0; j++)
+			if (j != i && orphan[j].id == key[3] && orphan[j].out)
+				to = j;
+		ChannelMsg c = m;
+		c.id = 0;
+		if (to >= 0)
+			(void)channel_out_send(orphan[to].out, &c, rfd); /* a failure is logged by the channel */
+		else if (orphan_cancel_fn)
+			orphan_cancel_fn(&c, rfd);
+	}
+	if (rfd >= 0)
+		close(rfd);
+	if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+		if (orphan[i].released)
+			log_info("adoption: worker %d (pid %d) of the old tree has exited", orphan[i].id,
+			         (int)orphan[i].pid);
+		else
+			log_warning("adoption: worker %d (pid %d) of the old tree went away before handing over",
+			            orphan[i].id, (int)orphan[i].pid);
+		orphan_close(i);
+	}
+}
+
+/* upgrade_commit() for adopted orphans: their connections are watched from now on. */
+static void orphans_watch(struct event_base *base)
+{
+	for (int i = 0; i < n_orphan; i++) {
+		if (orphan[i].ev)
+			continue;
+		fcntl(orphan[i].fd, F_SETFL, fcntl(orphan[i].fd, F_GETFL) | O_NONBLOCK);
+		orphan[i].ev = event_new(base, orphan[i].fd, EV_READ | EV_PERSIST, on_orphan, NULL);
+		event_add(orphan[i].ev, NULL);
+		char peer[48];
+		snprintf(peer, sizeof(peer), "the old tree's worker %d (pid %d)", orphan[i].id, (int)orphan[i].pid);
+		orphan[i].out = channel_out_new(base, orphan[i].fd, peer);
+	}
+}
+
+/* Each adopted worker gets its own copy of the requester's socket; only the one with the key answers. */
+static bool orphans_forward_cancel(const ChannelMsg *c, int fd)
+{
+	bool sent = false;
+	for (int i = 0; i < n_orphan; i++)
+		if (orphan[i].out && channel_out_send(orphan[i].out, c, fd))
+			sent = true;
+	return sent;
+}
+
+/* Stopping on purpose before they handed over: the adopted workers stop too (they drain and exit). */
+static void orphans_goodbye(void)
+{
+	for (int i = 0; i < n_orphan; i++) {
+		if (orphan[i].released || !orphan[i].out)
+			continue;
+		orphan[i].released = true;
+		ChannelMsg drain = {.type = CH_DRAIN};
+		(void)channel_out_send(orphan[i].out, &drain, -1);
+		(void)channel_out_finish(orphan[i].out, 1000);
+	}
+}
+
+void upgrade_on_orphan_cancel(UpgradeCancelFn fn)
+{
+	orphan_cancel_fn = fn;
+}
+
+void upgrade_release_orphans(UpgradeAdoptFn adopt_fn, int64_t drain_timeout_ms)
+{
+	int sent = 0, n = 0;
+	for (int i = 0; i < n_orphan; i++) {
+		if (orphan[i].released)
+			continue;
+		orphan[i].released = true;
+		n++;
+		int sp[2] = {-1, -1};
+		bool pair = socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) == 0;
+		if (!pair)
+			log_warning("adoption: socketpair() failed: %s", strerror(errno));
+		else {
+			int big = 1 << 20; /* room for many clients' state; the kernel caps it at wmem_max */
+			(void)setsockopt(sp[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+		}
+		bool movable = pair && adopt_fn && client_state_readable(orphan_format) && adopt_fn(i, sp[1]);
+		ChannelMsg drain = {.type = CH_DRAIN, .id = 1, .arg = drain_timeout_ms};
+		ChannelMsg h = {.type = CH_HANDOFF};
+		/* the order of -R; one with no clients may exit before it reads the second */
+		if (channel_out_send(orphan[i].out, &drain, -1) && movable) {
+			(void)channel_out_send(orphan[i].out, &h, sp[0]);
+			sent++;
+		}
+		if (pair) {
+			close(sp[0]);
+			close(sp[1]);
+		}
+	}
+	if (n > 0)
+		log_info("adoption: %d of %d workers of the old tree hand their clients to this process", sent, n);
 }
 
 void upgrade_close_unused(Takeover *t)

@@ -155,6 +155,7 @@ static const ExpectedParam expected_params[] = {
     {"verbose", NULL, "yes", false},
     {"worker_cpu_affinity", "off", "yes", false},
     {"worker_drain_timeout", "0", "yes", false},
+    {"worker_orphan_timeout", "60", "yes", false},
     {"worker_scale_cooldown", "10", "yes", false},
     {"worker_scale_down_samples", "30", "yes", false},
     {"worker_scale_down_threshold", "0.5", "yes", false},

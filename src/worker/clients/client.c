@@ -40,7 +40,7 @@ void client_accept(int fd, bool is_unix, bool is_private, const struct sockaddr_
 	/* the peer connection of another worker's console, not an operator on the private socket */
 	bool from_worker = is_private && admin_fanout_from_worker(cred.pid);
 	/* the master's /metrics scrape (doc/monitoring.md): hidden and uncounted too, but fanned out */
-	bool from_master = is_private && cred.pid > 0 && cred.pid == (int)getppid();
+	bool from_master = is_private && cred.pid > 0 && cred.pid == (int)wk.parent_master;
 	PgSocket *c = from_worker || from_master ? socket_new_internal() : socket_new(false);
 	struct sockaddr_storage asked;
 	if (!peer) {

@@ -1911,8 +1911,17 @@ static bool cmd_wait_close(PgSocket *c, const char *arg, const char *query)
 	return true;
 }
 
+/* RELOAD and SHUTDOWN are the master's: an orphaned worker (doc/workers.md "When the master dies") has none. */
+static bool no_master(PgSocket *c, const char *cmd)
+{
+	return admin_error(
+	    c, "55000", "%s needs the master process, which is gone; start pgbouncer again to adopt this worker", cmd);
+}
+
 static bool cmd_reload(PgSocket *c, const char *arg, const char *query)
 {
+	if (wk.parent_master <= 0)
+		return no_master(c, "RELOAD");
 	Config probe;
 	char err[CF_ERRMSG_LEN];
 	const char *path = wk.cf.g.conffile ? wk.cf.g.conffile : wk.cf.path;
@@ -1929,17 +1938,19 @@ static bool cmd_reload(PgSocket *c, const char *arg, const char *query)
 	 */
 	log_info("RELOAD command issued");
 	add_wait(c, WAIT_RELOAD, NULL);
-	kill(getppid(), SIGHUP);
+	kill(wk.parent_master, SIGHUP);
 	return true;
 }
 
 static bool cmd_shutdown(PgSocket *c, const char *arg, const char *query)
 {
 	/* the master runs shutdowns: it closes its listener copies and tells every worker */
+	if (wk.parent_master <= 0)
+		return no_master(c, "SHUTDOWN");
 	if (!*arg) {
 		log_info("shutdown requested by admin console");
 		/* no reply: the connection stays open until the process exits */
-		kill(getppid(), SIGQUIT);
+		kill(wk.parent_master, SIGQUIT);
 		return true;
 	}
 	/* the command table let only WAIT_FOR_SERVERS and WAIT_FOR_CLIENTS through */
@@ -1947,7 +1958,7 @@ static bool cmd_shutdown(PgSocket *c, const char *arg, const char *query)
 	int sig = servers ? SIGINT : SIGTERM;
 	log_info("SHUTDOWN %s command issued", servers ? "WAIT_FOR_SERVERS" : "WAIT_FOR_CLIENTS");
 	/* the reply waits until the master's signal is back, so the next command sees the shutdown */
-	kill(getppid(), sig);
+	kill(wk.parent_master, sig);
 	add_wait(c, WAIT_SHUTDOWN, NULL);
 	return true;
 }

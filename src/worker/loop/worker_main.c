@@ -30,6 +30,7 @@
 #include "worker/janitor.h"
 #include "worker/migrate.h"
 #include "worker/objects.h"
+#include "worker/orphan.h"
 #include "worker/pool.h"
 #include "worker/sendq.h"
 #include "worker/server.h"
@@ -162,6 +163,33 @@ static void start_drain(int64_t timeout_ms)
 	worker_check_shutdown();
 }
 
+static void on_master(evutil_socket_t fd, short what, void *arg);
+
+void worker_master_attach(int fd)
+{
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	wk.master_fd = fd;
+	wk.master_ev = event_new(wk.base, fd, EV_READ | EV_PERSIST, on_master, NULL);
+	event_add(wk.master_ev, NULL);
+	wk.master_out = channel_out_new(wk.base, fd, "the master");
+}
+
+/* EOF or an error on the control channel: the master (ours, or one that adopted us) is gone. */
+static void master_gone(const char *why)
+{
+	event_free(wk.master_ev);
+	wk.master_ev = NULL;
+	channel_out_free(wk.master_out); /* what it did not read goes nowhere now */
+	wk.master_out = NULL;
+	close(wk.master_fd);
+	wk.master_fd = -1;
+	wk.parent_master = 0; /* our parent is someone else now: no signal to it (admin.c) */
+	if (orphan_begin(why))
+		return;
+	log_warning("master process went away%s%s, exiting", why ? ": " : "", why ? why : "");
+	exit(0);
+}
+
 static void on_master(evutil_socket_t fd, short what, void *arg)
 {
 	for (;;) {
@@ -169,15 +197,12 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 		int rfd;
 		int r = channel_recv(fd, &m, &rfd);
 		if (r == 0) {
-			/* the master is gone: nobody supervises us any more */
-			log_warning("master process went away, exiting");
-			exit(0);
+			master_gone(NULL);
+			return;
 		}
 		if (r < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK) {
-				log_warning("control channel failed: %s; exiting", strerror(errno));
-				exit(0);
-			}
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				master_gone(strerror(errno));
 			return;
 		}
 		wk.now = get_time_usec();
@@ -192,6 +217,9 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 		case CH_DRAIN:
 			wk.retiring = m.id == 1;
 			start_drain(m.arg);
+			break;
+		case CH_SETTLE:
+			wk.may_outlive = true;
 			break;
 		case CH_MIGRATE:
 			if (rfd >= 0)
@@ -217,7 +245,8 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 		case CH_CANCEL: {
 			uint8_t key[CANCEL_KEY_LEN];
 			memcpy(key, &m.arg, CANCEL_KEY_LEN);
-			cancel_forwarded(key, rfd); /* it closes rfd once the cancel is delivered */
+			cancel_forwarded(key, rfd,
+			                 m.id == CANCEL_FINAL); /* it closes rfd once the cancel is delivered */
 			break;
 		}
 		default:
@@ -266,7 +295,7 @@ static void connect_rooms(void)
 }
 
 int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *console, WorkerSocket *sockets, int n,
-                int master_fd, int cmdline_verbose, ShmSegment *shm)
+                int master_fd, int cmdline_verbose, ShmSegment *shm, int shm_fd)
 {
 	memset(&wk, 0, sizeof(wk));
 	connect_rooms();
@@ -284,7 +313,9 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *
 	}
 	wk.cmdline_verbose = cmdline_verbose;
 	wk.listeners = xcalloc(WORKER_MAX_LISTENERS, sizeof(*wk.listeners));
-	wk.master_fd = master_fd;
+	wk.master_fd = -1;
+	wk.parent_master = getppid();
+	wk.shm_fd = shm_fd;
 	wk.handoff_fd = -1;
 	wk.drain_fd = -1;
 	wk.shm = shm;
@@ -321,13 +352,8 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *
 	struct timeval st = {wk.cf.g.stats_period, 0}; /* at least 1 s (the parameter table) */
 	wk.stats_ev = event_new(wk.base, -1, EV_PERSIST, on_stats, NULL);
 	event_add(wk.stats_ev, &st);
-	if (master_fd >= 0) {
-		int fl = fcntl(master_fd, F_GETFL);
-		fcntl(master_fd, F_SETFL, fl | O_NONBLOCK);
-		wk.master_ev = event_new(wk.base, master_fd, EV_READ | EV_PERSIST, on_master, NULL);
-		event_add(wk.master_ev, NULL);
-		wk.master_out = channel_out_new(wk.base, master_fd, "the master");
-	}
+	if (master_fd >= 0)
+		worker_master_attach(master_fd);
 	struct timeval pt = {0, 100000};
 	wk.publish_ev = event_new(wk.base, -1, EV_PERSIST, on_publish, NULL);
 	event_add(wk.publish_ev, &pt);

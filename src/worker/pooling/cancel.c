@@ -19,6 +19,7 @@
 #include "common/channel.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/proto.h"
 #include "common/util.h"
 #include "worker/dns.h"
 #include "worker/cancel.h"
@@ -357,6 +358,31 @@ static int hold_of(PgSocket *req)
 	return req->sb.fd >= 0 ? fcntl(req->sb.fd, F_DUPFD_CLOEXEC, 0) : -1;
 }
 
+/*
+ * No master (an orphaned worker, doc/workers.md "When the master dies"):
+ * a key of another worker goes straight to that worker's private socket as
+ * a CancelRequest of its own. One small write on a unix socket: it either
+ * goes at once or not at all.
+ */
+static bool cancel_to_worker_socket(int worker, const uint8_t *key)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int n = snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/worker.%d/.s.PGSQL.%d", worker_private_dir(), worker,
+	                 wk.cf.g.listen_port);
+	if (!worker_private_dir()[0] || n < 0 || (size_t)n >= sizeof(sa.sun_path))
+		return false;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	uint8_t pkt[16] = {0, 0, 0, 16};
+	uint32_t code = htonl(PROTO_CANCEL_CODE);
+	memcpy(pkt + 4, &code, 4);
+	memcpy(pkt + 8, key, CANCEL_KEY_LEN);
+	bool ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && write(fd, pkt, sizeof(pkt)) == sizeof(pkt);
+	close(fd);
+	return ok;
+}
+
 void cancel_handle_request(PgSocket *req, const uint8_t *key_in)
 {
 	uint8_t key[CANCEL_KEY_LEN];
@@ -378,6 +404,12 @@ void cancel_handle_request(PgSocket *req, const uint8_t *key_in)
 	 * "Rebalancing long-lived clients"): the master knows where it went.
 	 */
 	bool foreign = key[3] != (uint8_t)wk.id;
+	if (!wk.master_out && foreign) {
+		bool sent = cancel_to_worker_socket(key[3], key_in);
+		disconnect_client(req, false, "cancel request %s worker %d's private socket (no master)",
+		                  sent ? "forwarded to" : "could not be forwarded to", key[3]);
+		return;
+	}
 	if (wk.master_out && (foreign || !find_client_by_key(key))) {
 		ChannelMsg m = {.type = CH_CANCEL, .id = foreign ? 0 : CANCEL_NOT_HERE};
 		memcpy(&m.arg, key, CANCEL_KEY_LEN);
@@ -432,9 +464,9 @@ void cancel_check_timeouts(void)
 	}
 }
 
-void cancel_forwarded(const uint8_t *key, int hold_fd)
+void cancel_forwarded(const uint8_t *key, int hold_fd, bool final)
 {
-	if (wk.master_out && hold_fd >= 0 && !find_client_by_key(key)) {
+	if (!final && wk.master_out && hold_fd >= 0 && !find_client_by_key(key)) {
 		/*
 		 * the master sent it here and no client has it: back to the master,
 		 * which passes it to the tree we replaced if that one still runs

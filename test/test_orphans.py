@@ -1,0 +1,181 @@
+"""The master dies; the workers do not (doc/workers.md "When the master dies").
+Its workers keep serving the clients they have and keep accepting new ones;
+a master started again with the same configuration (no -R needed) adopts
+them: their clients move to its workers with no error, the old workers exit.
+Not adopted within worker_orphan_timeout, they shut down safely."""
+
+import os
+import signal
+import threading
+
+import psycopg
+import pytest
+
+from conftest import parent_pid, pid_alive, wait_for
+from helpers import assert_cancels, rows, worker_of, workers
+from test_upgrade import Writer, old_trees  # noqa: F401 (fixture)
+
+TWO = {"min_workers": 2, "max_workers": 2, "log_connections": 0, "log_disconnections": 0,
+       "pool_mode": "transaction"}
+
+
+def tcp(b, **kw):
+    return psycopg.connect(host="127.0.0.1", port=b.port, dbname="postgres", user="postgres", autocommit=True,
+                           connect_timeout=5, **kw)
+
+
+def clients_on_both_workers(b, n=8):
+    """n idle clients, at least one on each of the two workers."""
+    conns = []
+    for _ in range(40):
+        conns.append(tcp(b))
+        if len(conns) >= n and {worker_of(c) for c in conns} == {0, 1}:
+            return conns
+    pytest.fail("the clients all landed on one worker")
+
+
+def kill_master(b, old_trees):
+    """kill -9 of b's master; returns its workers' pids (they become orphans)."""
+    pids = sorted(w["pid"] for w in workers(b))
+    old_trees.append((b.pid, os.getpgid(b.pid)))
+    proc = b.proc
+    os.kill(b.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    b.proc = None
+    return pids
+
+
+@pytest.mark.parametrize("args", [[], ["-R"]], ids=["plain", "reboot"])
+def test_workers_outlive_a_killed_master_and_a_new_master_adopts_them(bouncer, old_trees, pg, args):  # noqa: F811
+    """kill -9 of the master under a committing writer: the workers serve on
+    (old and new clients), a start with the same configuration (plain, or
+    with -R) adopts them, every client moves to the new tree without an
+    error, nothing committed is lost."""
+    b = bouncer(ini_overrides=TWO)
+    wait_for(lambda: sorted(w["state"] for w in workers(b)) == ["active", "active"], "two workers")
+    conns = clients_on_both_workers(b)
+    for c in conns:
+        c.execute("SET application_name = 'kept'")
+    writer = Writer(b, pg, f"orphan_writer_{len(args)}")
+    wait_for(lambda: len(writer.committed) > 20, "the writer to commit")
+    mark = b.log_mark()
+    orphans = kill_master(b, old_trees)
+    b.wait_log(r"master process went away; this worker serves on and waits up to 60 s", after=mark)
+
+    # no master: the clients still run queries, new ones log in on both workers
+    for c in conns:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+    served = set()
+    for _ in range(20):
+        with tcp(b) as c:
+            assert c.execute("SELECT 2").fetchone() == (2,)
+            served.add(worker_of(c))
+    assert served == {0, 1}
+    before = len(writer.committed)
+    wait_for(lambda: len(writer.committed) > before + 20, "the writer to commit without a master")
+    # a cancel request lands on either worker; one for the other worker's client goes to its private socket
+    one_each = [next(c for c in conns if worker_of(c) == w) for w in (0, 1)]
+    for c in one_each:
+        assert_cancels(c, times=3)
+    # the console works; what needs the master says why it cannot
+    with tcp(b) as _, psycopg.connect(host="127.0.0.1", port=b.port, dbname="pgbouncer", user="pgbouncer",
+                                      autocommit=True, connect_timeout=5) as admin:
+        assert len(rows(admin, "SHOW WORKERS")) == 2
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState,
+                           match="RELOAD needs the master process, which is gone"):
+            admin.execute("RELOAD")
+
+    # a start with the same configuration adopts the orphans
+    b.start(args)
+    b.wait_log(r"adoption: 2 workers of a tree whose master died serve on; received \d+ listening sockets",
+               after=mark)
+    b.wait_log(r"adoption: 2 of 2 workers of the old tree hand their clients to this process", after=mark)
+    wait_for(lambda: not any(pid_alive(p) for p in orphans), "the adopted workers to exit")
+    assert b._read_pidfile() == b.pid
+    pids = [w["pid"] for w in workers(b)]
+    assert len(pids) == 2 and all(parent_pid(p) == b.pid for p in pids)
+    # the clients are served by the new tree, with what they had set
+    for c in conns:
+        assert c.execute("SHOW application_name").fetchone() == ("kept",)
+        assert c.execute("SELECT 3").fetchone() == (3,)
+    with b.admin() as admin:
+        assert sum(r["cl_active"] + r["cl_waiting"] for r in rows(admin, "SHOW WORKERS")) >= len(conns)
+    before = len(writer.committed)
+    wait_for(lambda: len(writer.committed) > before + 20, "the writer to commit on the new tree")
+    writer.finish(pg)
+    assert writer.errors == 0, f"the writer met {writer.errors} errors"
+    for c in conns:
+        c.close()
+
+
+def test_cancels_reach_clients_of_the_adopted_tree(bouncer, old_trees):  # noqa: F811
+    """Cancel requests for clients of the orphaned workers land on either
+    tree (both accept during the new master's grace period) and reach their
+    client: before the hand-over, while a client's query keeps it on its old
+    worker, and after it moved."""
+    b = bouncer(ini_overrides=TWO)
+    wait_for(lambda: len(workers(b)) == 2, "two workers")
+    conns = clients_on_both_workers(b, 2)
+    mark = b.log_mark()
+    orphans = kill_master(b, old_trees)
+    b.start()
+    for c in conns:  # within the grace period: every request lands on one of four acceptors
+        assert_cancels(c, times=2)
+    # a query that runs across the hand-over keeps its client on the old worker until it ends
+    busy = conns[0]
+    result = {}
+
+    def sleeper():
+        try:
+            busy.execute("SELECT pg_sleep(30)")
+        except psycopg.Error as e:
+            result["error"] = e
+
+    t = threading.Thread(target=sleeper)
+    t.start()
+    b.wait_log(r"adoption: 2 of 2 workers of the old tree hand their clients to this process", after=mark)
+    wait_for(lambda: any(r["state"] == "active" and r["query"].startswith("SELECT pg_sleep")
+                         for r in pg_activity(b)), "the sleep to run")
+    assert any(pid_alive(p) for p in orphans)  # the sleeper's worker waits for its query
+    busy.cancel()
+    t.join(timeout=20)
+    assert not t.is_alive()
+    assert isinstance(result.get("error"), psycopg.errors.QueryCanceled), result
+    wait_for(lambda: not any(pid_alive(p) for p in orphans), "the adopted workers to exit")
+    for c in conns:  # moved to the new tree: cancels still reach them
+        assert_cancels(c, times=2)
+        c.close()
+
+
+def pg_activity(b):
+    with tcp(b) as c:
+        return rows(c, "SELECT state, query FROM pg_stat_activity WHERE backend_type = 'client backend'")
+
+
+def test_orphans_not_adopted_shut_down_after_the_timeout(bouncer, old_trees):  # noqa: F811
+    b = bouncer(ini_overrides={**TWO, "worker_orphan_timeout": 2})
+    wait_for(lambda: len(workers(b)) == 2, "two workers")
+    conn = tcp(b)
+    mark = b.log_mark()
+    orphans = kill_master(b, old_trees)
+    b.wait_log(r"waits up to 2 s \(worker_orphan_timeout\)", after=mark)
+    assert conn.execute("SELECT 1").fetchone() == (1,)
+    b.wait_log(r"no new master adopted this worker within worker_orphan_timeout \(2 s\): shutting down",
+               after=mark)
+    wait_for(lambda: not any(pid_alive(p) for p in orphans), "the orphans to exit")
+    with pytest.raises(psycopg.OperationalError):
+        tcp(b)
+    conn.close()
+    # nothing is left in the way of an ordinary start
+    b.start()
+    with tcp(b) as c:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_orphan_timeout_zero_keeps_the_old_behaviour(bouncer, old_trees):  # noqa: F811
+    b = bouncer(ini_overrides={**TWO, "worker_orphan_timeout": 0})
+    wait_for(lambda: len(workers(b)) == 2, "two workers")
+    mark = b.log_mark()
+    orphans = kill_master(b, old_trees)
+    b.wait_log(r"master process went away, exiting", after=mark)
+    wait_for(lambda: not any(pid_alive(p) for p in orphans), "the workers to exit with their master")
