@@ -192,7 +192,12 @@ static void shm_create(void)
 	}
 	if (p == MAP_FAILED)
 		fatal("mmap() of the shared segment failed: %s", strerror(errno));
-	memset(p, 0, sizeof(ShmSegment));
+	/*
+	 * Both mappings start zeroed, so no memset: writing the whole 2 MB
+	 * (mostly the budget table) made every page resident in the master
+	 * although a pooler touches a few of them (doc/benchmarks.md,
+	 * "Memory against PgBouncer 1.25.2").
+	 */
 	sv.shm = p;
 	sv.shm->magic = SHM_MAGIC;
 	sv.shm->version = SHM_VERSION;
