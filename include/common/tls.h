@@ -41,11 +41,21 @@ enum {
 /* The contexts a worker uses; swapped as a whole by tls_contexts_reload(). */
 typedef struct TlsContexts {
 	SSL_CTX *client_ctx; /* accepts TLS from clients; NULL when client_tls_sslmode=disable */
-	SSL_CTX *server_ctx; /* connects to PostgreSQL; NULL when server_tls_sslmode=disable */
+	SSL_CTX *server_ctx; /* connects to PostgreSQL; NULL when server_tls_sslmode=disable, or until needed
+	                        (server_deferred) */
 	int client_sslmode;  /* SSLMODE_* the client_ctx was built for */
 	int server_sslmode;  /* SSLMODE_* the server_ctx was built for */
 	char *server_key;    /* the server_tls_* settings server_ctx was built from (change detection) */
 	bool server_changed; /* set by the last successful reload: server_tls_* differ from before */
+	/*
+	 * server_tls_sslmode allow or prefer with nothing to load or check
+	 * (no key, certificate or cipher list): server_ctx is built by
+	 * tls_server_ctx_ensure() at the first server connection, so that a
+	 * pooler whose servers never use TLS never initialises OpenSSL's
+	 * providers (about 2.5 MB resident; doc/benchmarks.md, "Memory
+	 * against PgBouncer 1.25.2").
+	 */
+	bool server_deferred;
 } TlsContexts;
 
 /*
@@ -101,6 +111,13 @@ void tls_contexts_free(TlsContexts *t);
  * says why. Used at start-up (a failure is fatal) and on RELOAD/SET (the old
  * contexts stay in use).
  */
+/*
+ * Build the deferred server_ctx (server_deferred) from g, the settings it
+ * was deferred with, if not built yet. False (err set) only when OpenSSL
+ * fails. True without a context when server TLS is disabled.
+ */
+bool tls_server_ctx_ensure(TlsContexts *t, const CfGlobals *g, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
 bool tls_contexts_reload(TlsContexts *cur, const CfGlobals *g, bool need_client_cert_verify, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 

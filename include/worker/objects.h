@@ -225,7 +225,7 @@ typedef union PeerAddr {
 
 /*
  * A client or server connection. Every client carries one, so the fields
- * are ordered for as little padding as the compiler needs (736 bytes on
+ * are ordered for as little padding as the compiler needs (744 bytes on
  * x86-64; doc/benchmarks.md, "Memory per idle client"): keep it so when
  * adding one.
  */
@@ -333,6 +333,8 @@ struct PgSocket {
 
 	/* TLS */
 	SSL *tls_pending; /* servers: the SSL to use once PostgreSQL answers 'S' to the SSLRequest */
+	char *tls_host;   /* servers, while the server TLS context is deferred (TlsContexts.server_deferred):
+	                     the host name its SSL is made for at the 'S' answer; set = SSLRequest wanted */
 };
 
 /* Whether the connection runs over TLS (hostssl/hostnossl rules, SHOW `tls`). */

@@ -19,6 +19,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <stringprep.h>
+#include <sys/random.h>
 
 #define SCRAM_PREFIX "SCRAM-SHA-256$"
 
@@ -356,7 +357,13 @@ void scram_salt_key_set(const uint8_t key[SCRAM_SALT_KEY_LEN])
 
 void scram_salt_key_init(void)
 {
-	if (RAND_bytes(salt_key, sizeof(salt_key)) != 1)
+	/*
+	 * The kernel's CSPRNG first: the master needs no other OpenSSL call at
+	 * start, and RAND_bytes() would load OpenSSL's providers there, about
+	 * 2.5 MB resident (doc/benchmarks.md, "Memory against PgBouncer 1.25.2").
+	 */
+	if (getrandom(salt_key, sizeof(salt_key), 0) != (ssize_t)sizeof(salt_key) &&
+	    RAND_bytes(salt_key, sizeof(salt_key)) != 1)
 		abort(); /* no CSPRNG: nothing about authentication can be trusted */
 	salt_key_ready = true;
 }

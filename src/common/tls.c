@@ -640,14 +640,49 @@ static char *server_settings_key(const CfGlobals *g)
 	return key;
 }
 
+/* A cipher list that needs no check: unset, or a keyword apply_ciphers() leaves to OpenSSL's default or ALL. */
+static bool cipher_keyword(const char *value)
+{
+	return !is_set(value) || strcasecmp(value, "default") == 0 || strcasecmp(value, "secure") == 0 ||
+	       strcasecmp(value, "fast") == 0 || strcasecmp(value, "normal") == 0 || strcasecmp(value, "all") == 0;
+}
+
+/*
+ * Whether the server context can wait for the first server connection:
+ * TLS only if the server offers it, and nothing that could fail to load
+ * or parse except the protocol list, which tls_parse_protocols() checks
+ * without OpenSSL.
+ */
+static bool server_ctx_deferrable(const CfGlobals *g, char *err, size_t errlen, bool *ok)
+{
+	unsigned mask;
+
+	*ok = true;
+	if ((g->server_tls_sslmode != SSLMODE_ALLOW && g->server_tls_sslmode != SSLMODE_PREFER) ||
+	    is_set(g->server_tls_key_file) || is_set(g->server_tls_cert_file) ||
+	    !cipher_keyword(g->server_tls_ciphers) || is_set(g->server_tls13_ciphers))
+		return false;
+	*ok = tls_parse_protocols("server_tls_protocols", g->server_tls_protocols, &mask, err, errlen);
+	return true;
+}
+
+bool tls_server_ctx_ensure(TlsContexts *t, const CfGlobals *g, char *err, size_t errlen)
+{
+	if (t->server_ctx != NULL || !t->server_deferred)
+		return true;
+	return tls_build_server_ctx(g, &t->server_ctx, err, errlen);
+}
+
 bool tls_contexts_reload(TlsContexts *cur, const CfGlobals *g, bool need_client_cert_verify, char *err, size_t errlen)
 {
 	SSL_CTX *client_ctx = NULL, *server_ctx = NULL;
+	bool deferred, ok;
 	char *key;
 
 	if (!tls_build_client_ctx(g, need_client_cert_verify, &client_ctx, err, errlen))
 		return false;
-	if (!tls_build_server_ctx(g, &server_ctx, err, errlen)) {
+	deferred = server_ctx_deferrable(g, err, errlen, &ok);
+	if (!ok || (!deferred && !tls_build_server_ctx(g, &server_ctx, err, errlen))) {
 		SSL_CTX_free(client_ctx);
 		return false;
 	}
@@ -666,6 +701,7 @@ bool tls_contexts_reload(TlsContexts *cur, const CfGlobals *g, bool need_client_
 	cur->client_sslmode = g->client_tls_sslmode;
 	cur->server_sslmode = g->server_tls_sslmode;
 	cur->server_key = key;
+	cur->server_deferred = deferred;
 	return true;
 }
 

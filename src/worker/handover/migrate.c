@@ -75,7 +75,7 @@ static const char *server_unmovable_reason(const PgSocket *c, bool *lasting)
 	}
 	if (s->state != SV_ACTIVE || !s->ready || s->txn_status != 'I' || s->copy_mode || s->setting_vars ||
 	    s->resetting || s->checking || s->session.open || s->session.owed || s->rq.count || s->held_for_check ||
-	    s->cancels_pending > 0 || s->auth_query || s->welcome_pending || s->tls_pending)
+	    s->cancels_pending > 0 || s->auth_query || s->welcome_pending || s->tls_pending || s->tls_host)
 		return "in a query or transaction";
 	if (in_flight(&s->sb) || s->sb.pos != s->sb.end || s->sb.paused)
 		return "bytes in flight";

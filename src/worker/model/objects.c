@@ -1047,6 +1047,7 @@ static void free_socket(PgSocket *s)
 	free(s->scram_srv);
 	free(s->scram_cli);
 	SSL_free(s->tls_pending);
+	free(s->tls_host);
 	reqqueue_free(&s->rq);
 	prepare_client_clear(&s->stmts);
 	prepare_server_clear(&s->sstmts);

@@ -192,7 +192,10 @@ static bool launch(PgPool *pool, PgSocket *repl_client, BudgetHold *hold)
 	socket_set_remote(s, (const struct sockaddr *)&ss, len);
 	s->is_unix = ss.ss_family == AF_UNIX;
 	slog_debug(s, "launching new connection to server%s", repl_client ? " (replication)" : "");
-	if (!s->is_unix && wk.tls.server_ctx) {
+	if (!s->is_unix && !wk.tls.server_ctx && wk.tls.server_deferred) {
+		/* no context yet: it is built if PostgreSQL answers 'S' (handle_ssl_answer) */
+		s->tls_host = xstrdup(host);
+	} else if (!s->is_unix && wk.tls.server_ctx) {
 		/* made now, while the host list entry is known: verify-full checks that name */
 		s->tls_pending = tls_server_ssl_new(&wk.tls, host, err, sizeof(err));
 		if (!s->tls_pending) {
@@ -243,8 +246,19 @@ static SBufAction handle_ssl_answer(PgSocket *s, uint8_t answer, uint32_t avail)
 		if (avail > 1) {
 			why = "server sent unencrypted data after its SSL answer";
 		} else {
+			char err[320];
 			SSL *ssl = s->tls_pending;
 			s->tls_pending = NULL;
+			if (ssl == NULL && s->tls_host != NULL) {
+				/* the deferred context, built by the first server that offers TLS */
+				ssl = tls_server_ctx_ensure(&wk.tls, &wk.cf.g, err, sizeof(err))
+				          ? tls_server_ssl_new(&wk.tls, s->tls_host, err, sizeof(err))
+				          : NULL;
+				free(s->tls_host);
+				s->tls_host = NULL;
+				if (ssl == NULL)
+					return login_fail(s, err);
+			}
 			if (sbuf_tls_start(&s->sb, ssl, false))
 				return SB_CONSUMED;
 			why = sbuf_tls_error();
@@ -252,6 +266,8 @@ static SBufAction handle_ssl_answer(PgSocket *s, uint8_t answer, uint32_t avail)
 	} else if (answer == 'N') {
 		SSL_free(s->tls_pending);
 		s->tls_pending = NULL;
+		free(s->tls_host);
+		s->tls_host = NULL;
 		if (wk.tls.server_sslmode < SSLMODE_REQUIRE) {
 			send_startup(s);
 			return SB_CONSUMED;
@@ -772,7 +788,7 @@ static __attribute__((noinline)) SBufAction server_event(SBuf *sb, SBufEvent ev,
 	PgSocket *s = sb->owner;
 	switch (ev) {
 	case SBEV_CONNECTED: {
-		if (s->tls_pending) {
+		if (s->tls_pending || s->tls_host) {
 			/* SSLRequest; the answer is one byte */
 			static const uint8_t ssl_request[8] = {0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f};
 			sbuf_expect_byte(sb);
