@@ -800,6 +800,26 @@ def test_server_tls_modes(bouncer, pg_ssl, tls_files, mode):
     b.wait_log(rf"S-0x[0-9a-f]+: postgres/postgres@127\.0\.0\.1:{pg_ssl.port} SSL established: TLSv1\.[23]/\S+$")
 
 
+def test_server_tls_default_prefer_builds_its_context_at_the_first_offer(bouncer, pg_ssl, tls_files):
+    """server_tls_sslmode's default (prefer) with nothing else set: the server TLS context is made when the
+    first server offers TLS (doc/benchmarks.md, "Memory against PgBouncer 1.25.2"), in every worker."""
+    b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2, "log_connections": 1},
+                databases={"postgres": pg_ssl.connstr("postgres")})
+    seen = set()
+    for _ in range(30):
+        with b.connect(autocommit=True) as conn:
+            row = conn.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()
+            assert row == (True,)
+            seen.add(conn.info.backend_pid & 0xFF)
+        if seen == {0, 1}:
+            break
+    assert seen == {0, 1}
+    b.update(server_tls_sslmode="prefer")  # a reload keeps it working
+    b.write_ini()
+    b.reload()
+    assert server_uses_tls(b).startswith("TLSv1.")
+
+
 def test_server_tls_disable_against_hostssl_only(bouncer, pg_ssl, tls_files):
     b = server_tls_bouncer(bouncer, pg_ssl, tls_files, "disable")
     err = login_fails(lambda: b.connect())
