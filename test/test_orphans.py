@@ -179,3 +179,38 @@ def test_orphan_timeout_zero_keeps_the_old_behaviour(bouncer, old_trees):  # noq
     orphans = kill_master(b, old_trees)
     b.wait_log(r"master process went away, exiting", after=mark)
     wait_for(lambda: not any(pid_alive(p) for p in orphans), "the workers to exit with their master")
+
+
+def test_a_tree_that_carried_on_after_an_aborted_upgrade_is_adopted(bouncer, old_trees):  # noqa: F811
+    """-R whose new master is killed in its grace period: the old tree
+    carries on, and its workers' private sockets, which the new workers had
+    taken and removed as they exited, are there again; when the old master
+    is killed later, a new start still adopts the old workers."""
+    b = bouncer(ini_overrides=TWO)
+    wait_for(lambda: len(workers(b)) == 2, "two workers")
+    old_proc, old_pid = b.proc, b.pid
+    old_trees.append((old_pid, os.getpgid(old_pid)))
+    mark = b.log_mark()
+    b.proc = None
+    b.start(["-R"])
+    new = b.proc
+    old_trees.append((new.pid, new.pid))
+    b.wait_log(r"online restart: pid \d+ stopped accepting and finishes its clients", after=mark)
+    os.kill(new.pid, signal.SIGKILL)
+    new.wait(timeout=30)
+    b.wait_log(rf"online restart: pid {new.pid} went away \d+\.\d s after taking over", after=mark)
+    b.proc = old_proc
+    private = b.dir / f"pgbouncer-workers.{b.port}"
+    wait_for(lambda: all((private / f"worker.{i}" / f".s.PGSQL.{b.port}").exists() for i in (0, 1)),
+             "the old workers' private sockets to be back")
+    with b.admin() as admin:  # the merged console reaches both workers again
+        assert sorted(r["pid"] for r in rows(admin, "SHOW WORKERS")) == sorted(
+            w["pid"] for w in workers(b))
+    conn = tcp(b)
+    mark = b.log_mark()
+    orphans = kill_master(b, old_trees)
+    b.start()
+    b.wait_log(r"adoption: 2 of 2 workers of the old tree hand their clients to this process", after=mark)
+    wait_for(lambda: not any(pid_alive(p) for p in orphans), "the adopted workers to exit")
+    assert conn.execute("SELECT 1").fetchone() == (1,)
+    conn.close()

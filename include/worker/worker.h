@@ -130,6 +130,7 @@ void worker_listen_close(void);         /* a drain: every listener closed (anoth
 /* This worker's private socket, for the other workers' consoles, the master's scrape and operators. */
 void worker_private_listen(void);
 const char *worker_private_dir(void); /* where every worker's private socket is; "" when its name is too long */
+void worker_private_check(void);      /* bind the private socket again if its file was removed */
 /*
  * accept() on a listener (`where`: NULL, or which one) failed with errno `err`: true when the next
  * connection may be taken at once, false when the worker's listeners (the

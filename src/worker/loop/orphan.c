@@ -158,6 +158,7 @@ static bool adoption_listen(void)
 {
 	if (lfd >= 0)
 		return true;
+	worker_private_check(); /* its directory too, should a tree that died in its grace period have removed it */
 	const char *dir = worker_private_dir();
 	int n = snprintf(path, sizeof(path), "%s/worker.%d/adopt", dir, wk.id);
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};

@@ -111,6 +111,7 @@ static void on_janitor(evutil_socket_t fd, short what, void *arg)
 {
 	janitor_run();
 	worker_accept_resume_due();
+	worker_private_check();
 	if (wk.run_state == RUN_SHUTDOWN_SERVERS)
 		worker_check_shutdown();
 }

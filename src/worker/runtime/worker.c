@@ -111,9 +111,32 @@ void worker_private_listen(void)
 	if (lstat(private_path, &private_st) < 0)
 		memset(&private_st, 0, sizeof(private_st));
 	private_fd = fd;
-	atexit(remove_private_socket);
+	static bool registered;
+	if (!registered)
+		atexit(remove_private_socket);
+	registered = true;
 	private_ev = event_new(wk.base, fd, EV_READ | EV_PERSIST, on_private_accept, NULL);
 	event_add(private_ev, NULL);
+}
+
+/*
+ * A worker of a tree that took over and then went away (a new master that
+ * died in its grace period, doc/workers.md "Upgrading") removed the socket
+ * file of our slot, which it had bound in our stead, and its directory:
+ * made again, so that consoles and an adopting master find us.
+ */
+void worker_private_check(void)
+{
+	struct stat st;
+	if (private_fd < 0 || !private_path[0] || lstat(private_path, &st) == 0 || errno != ENOENT)
+		return;
+	event_free(private_ev);
+	private_ev = NULL;
+	close(private_fd);
+	private_fd = -1;
+	worker_private_listen();
+	if (private_fd >= 0)
+		log_info("private socket %s had been removed: listening on it again", private_path);
 }
 
 const char *worker_private_dir(void)
