@@ -198,8 +198,8 @@ def test_a_tree_that_carried_on_after_an_aborted_upgrade_is_adopted(bouncer, old
     b.wait_log(r"online restart: pid \d+ stopped accepting and finishes its clients", after=mark)
     os.kill(new.pid, signal.SIGKILL)
     new.wait(timeout=30)
-    b.wait_log(rf"online restart: pid {new.pid} went away \d+\.\d s after taking over", after=mark)
     b.proc = old_proc
+    b.wait_log(rf"online restart: pid {new.pid} went away \d+\.\d s after taking over", after=mark)
     private = b.dir / f"pgbouncer-workers.{b.port}"
     wait_for(lambda: all((private / f"worker.{i}" / f".s.PGSQL.{b.port}").exists() for i in (0, 1)),
              "the old workers' private sockets to be back")
@@ -214,3 +214,28 @@ def test_a_tree_that_carried_on_after_an_aborted_upgrade_is_adopted(bouncer, old
     wait_for(lambda: not any(pid_alive(p) for p in orphans), "the adopted workers to exit")
     assert conn.execute("SELECT 1").fetchone() == (1,)
     conn.close()
+
+
+def test_old_master_killed_in_its_upgrade_grace_period_leaves_orphans_the_new_master_adopts(
+        bouncer, old_trees):  # noqa: F811
+    """-R, then kill -9 of the old master while it still serves in its grace
+    period: its workers serve on as orphans and the new master, already
+    running, adopts them at once; their clients move with no error."""
+    b = bouncer(ini_overrides=TWO)
+    wait_for(lambda: len(workers(b)) == 2, "two workers")
+    conns = clients_on_both_workers(b, 4)
+    old_proc, old_pid = b.proc, b.pid
+    old_workers = [w["pid"] for w in workers(b)]
+    old_trees.append((old_pid, os.getpgid(old_pid)))
+    mark = b.log_mark()
+    b.proc = None
+    b.start(["-R"])
+    b.wait_log(r"online restart: pid \d+ took over; this process keeps serving for its grace period", after=mark)
+    os.kill(old_pid, signal.SIGKILL)
+    old_proc.wait(timeout=30)
+    b.wait_log(r"adoption: 2 of 2 workers of the old tree hand their clients to this process", after=mark)
+    wait_for(lambda: not any(pid_alive(p) for p in old_workers), "the old workers to exit")
+    for c in conns:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+        c.close()
+    assert b._read_pidfile() == b.pid

@@ -39,6 +39,9 @@ int supervisor_export(int conn);
  */
 void supervisor_predecessor(int shm_fd, pid_t master, const pid_t *pids, int n);
 
+/* Orphans of that tree adopted later (its master died after our -R): its counts add to ours until they exit. */
+void supervisor_predecessor_add(const pid_t *pids, int n);
+
 /*
  * From now on our workers may outlive us (CH_SETTLE to each, now and at
  * every fork): at once after a start of our own, after the grace period

@@ -65,6 +65,13 @@ bool upgrade_find_orphans(const char *private_dir, Takeover *t);
 void upgrade_release_orphans(UpgradeAdoptFn adopt_fn, int64_t drain_timeout_ms);
 
 /*
+ * New master: fn(pid) when the control connection to an older master
+ * closes (it exited, or died: during its grace period its workers then
+ * serve on as orphans, for us to adopt).
+ */
+void upgrade_on_pred_gone(void (*fn)(pid_t pid));
+
+/*
  * New master, its workers started: offer the old workers a socket each to
  * hand their clients to ours (adopt_fn; NULL = none), then tell the old
  * master to stop accepting and drain. Once it confirmed, the connection

@@ -227,6 +227,49 @@ static bool find_running_tree(const CfGlobals *g, Takeover *tk, bool master_too)
 
 static void master_exit(int code);
 
+/*
+ * An older master's control connection closed. If it died before its
+ * workers left (killed in its grace period after our -R), they serve on as
+ * orphans: adopt them now, as at a start, without a grace period of our
+ * own (we serve already). Tried a few times while they notice.
+ */
+static int late_tries;
+
+static void adopt_late(evutil_socket_t fd, short what, void *arg)
+{
+	if (master.shutting_down || master.retired)
+		return;
+	Takeover t = {.conn = -1, .shm_fd = -1};
+	if (!upgrade_find_orphans(master.private_dir, &t)) {
+		static const int delay_ms[] = {100, 300, 600, 1000, 2000};
+		if (late_tries < (int)(sizeof(delay_ms) / sizeof(delay_ms[0]))) {
+			struct timeval tv = {0, delay_ms[late_tries] * 1000};
+			tv.tv_sec = tv.tv_usec / 1000000;
+			tv.tv_usec %= 1000000;
+			late_tries++;
+			event_base_once(master.base, -1, EV_TIMEOUT, adopt_late, NULL, &tv);
+		}
+		return;
+	}
+	/* their listening sockets and shared memory are the ones we took at -R */
+	for (int i = 0; i < t.n; i++)
+		close(t.s[i].fd);
+	free(t.s);
+	if (t.shm_fd >= 0)
+		close(t.shm_fd);
+	explicit_bzero(t.salt_key, sizeof(t.salt_key));
+	supervisor_predecessor_add(t.orphan_pids, t.n_orphans);
+	upgrade_commit(&t, NULL, master.base);
+	upgrade_release_orphans(supervisor_adopt_old, master.cf.g.worker_drain_timeout / 1000);
+}
+
+static void on_pred_gone(pid_t pid)
+{
+	(void)pid;
+	late_tries = 0;
+	adopt_late(-1, 0, NULL);
+}
+
 /* UPGRADE_GRACE_S after a take-over (-R or an adoption): the old tree hands over, our workers may outlive us. */
 static void on_takeover_settled(evutil_socket_t fd, short what, void *arg)
 {
@@ -708,6 +751,7 @@ int main(int argc, char **argv)
 		 */
 		supervisor_wait_active(5000);
 		upgrade_on_orphan_cancel(supervisor_cancel_to_moved);
+		upgrade_on_pred_gone(on_pred_gone);
 		upgrade_commit(&tk, supervisor_adopt_old, master.base);
 		master.listeners.unix_borrowed = false;
 		master.private_dir_made = master.private_dir[0] != '\0';

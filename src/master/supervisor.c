@@ -1401,6 +1401,15 @@ bool supervisor_adopt_old(int k, int fd)
 	return tell(to, &m, fd);
 }
 
+void supervisor_predecessor_add(const pid_t *pids, int n)
+{
+	for (int i = 0; i < n && sv.n_pred_pids < (int)(sizeof(sv.pred_pids) / sizeof(sv.pred_pids[0])); i++)
+		if (pids[i] > 0)
+			sv.pred_pids[sv.n_pred_pids++] = pids[i];
+	if (sv.n_pred_pids > 0 && budget_predecessor)
+		atomic_store(&sv.shm->scaler.predecessor_live, 1); /* the old tree's counts add to ours again */
+}
+
 void supervisor_settle(void)
 {
 	sv.settled = true;

@@ -72,6 +72,12 @@ static struct {
 	pid_t pid;
 } pred[UPGRADE_MAX_PRED];
 static int n_pred;
+static void (*pred_gone_fn)(pid_t pid);
+
+void upgrade_on_pred_gone(void (*fn)(pid_t pid))
+{
+	pred_gone_fn = fn;
+}
 
 static void on_pred(evutil_socket_t fd, short what, void *arg);
 static bool orphans_forward_cancel(const ChannelMsg *c, int fd);
@@ -125,7 +131,10 @@ static void on_pred(evutil_socket_t fd, short what, void *arg)
 		close(rfd);
 	if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
 		log_debug("online restart: the control connection to pid %d is closed", (int)pred[i].pid);
+		pid_t pid = pred[i].pid;
 		pred_close(i);
+		if (pred_gone_fn)
+			pred_gone_fn(pid); /* if it died before its workers left, they are orphans to adopt */
 	}
 }
 
