@@ -366,6 +366,12 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *
 	while (event_base_loop(wk.base, EVLOOP_ONCE) == 0) {
 		sendq_flush();
 		/*
+		 * Sockets closed in this pass are freed now that no callback holds
+		 * them, into the cache of objects.c: at the janitor's 3 Hz the
+		 * cache overflowed under churn and each login had its calloc().
+		 */
+		socket_free_justfree();
+		/*
 		 * Retiring (-R) or draining: a client between two transactions is
 		 * offered to the new tree or the other worker now that its answer
 		 * is sent; a client that runs one after another is seldom between

@@ -917,9 +917,11 @@ void budget_hold_release(BudgetHold *hold)
 /*
  * Freed sockets kept for the next logins: a login under churn took a
  * calloc() and a free() of its PgSocket (about 400 instructions of 14,600,
- * doc/benchmarks.md "Logins against PgBouncer 1.25.2"). At most
- * SOCKET_CACHE_MAX (5.8 KB); none under AddressSanitizer, whose
- * use-after-free checks a reused socket would blind.
+ * doc/benchmarks.md "Logins against PgBouncer 1.25.2"). The closed
+ * sockets of a loop pass are freed at its end (worker_main), so a few
+ * suffice: at most SOCKET_CACHE_MAX (11.9 KB). None under
+ * AddressSanitizer, whose use-after-free checks a reused socket would
+ * blind.
  */
 #if defined(__SANITIZE_ADDRESS__)
 #define SOCKET_CACHE_MAX 0
@@ -929,7 +931,7 @@ void budget_hold_release(BudgetHold *hold)
 #endif
 #endif
 #ifndef SOCKET_CACHE_MAX
-#define SOCKET_CACHE_MAX 8
+#define SOCKET_CACHE_MAX 16
 #endif
 static PgSocket *socket_cache[SOCKET_CACHE_MAX + 1];
 static int socket_cached;
