@@ -364,6 +364,7 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *
 	/* one pass at a time: the sends a pass queued are submitted together at its end (worker/sendq.h) */
 	sbuf_init_sends();
 	while (event_base_loop(wk.base, EVLOOP_ONCE) == 0) {
+		wk.loop_pass++;
 		sendq_flush();
 		/*
 		 * Sockets closed in this pass are freed now that no callback holds

@@ -180,14 +180,19 @@ static void on_accept(evutil_socket_t fd, short what, void *arg)
 {
 	WorkerListener *l = arg;
 	/*
-	 * One connection per wakeup. The listener is level-triggered: while
-	 * more are queued the next epoll_wait() of the loop, which runs anyway,
-	 * reports it again at once. Taking them in a loop until EAGAIN cost a
-	 * failed accept4() for almost every login (0.94 per login at 50
-	 * clients of pgbench -C; doc/benchmarks.md, "Logins against PgBouncer
-	 * 1.25.2"), and one per pass is fairer to the clients being served.
-	 * Connections that failed in the queue are skipped, a bounded number.
+	 * One connection per wakeup while logins come one at a time: the
+	 * listener is level-triggered, so when more are queued the loop's next
+	 * epoll_wait(), which runs anyway, reports it again at once. Taking
+	 * them in a loop until EAGAIN cost a failed accept4() for almost every
+	 * login (0.94 per login at 50 clients of pgbench -C; doc/benchmarks.md,
+	 * "Logins against PgBouncer 1.25.2"). A listener ready in two passes
+	 * in a row has a queue: then up to 32 are taken at once, as before, so
+	 * that a login storm is not accepted one per pass behind busy clients.
+	 * Connections that failed in the queue are skipped.
 	 */
+	bool queue = l->last_pass + 1 == wk.loop_pass;
+	l->last_pass = wk.loop_pass;
+	int taken = 0;
 	for (int tries = 0; tries < 32; tries++) {
 		/* the peer's address comes with it: no getpeername() per login */
 		struct sockaddr_storage peer;
@@ -201,7 +206,8 @@ static void on_accept(evutil_socket_t fd, short what, void *arg)
 		}
 		wk.now = get_time_usec();
 		hooks.accept(cfd, l->is_unix, false, &peer, peer_len); /* client_accept() */
-		return;
+		if (!queue || ++taken >= 32)
+			return;
 	}
 }
 
