@@ -70,7 +70,9 @@ struct SBuf {
 	bool in_process;           /* guards against re-entering sbuf_process */
 	bool resume_pending;       /* sbuf_continue() was called from inside a callback */
 	bool raw_byte;             /* deliver the next input byte as SBEV_RAW_BYTE (SSLRequest answer) */
-	bool detect_tls;           /* peek at the first byte for a direct TLS handshake */
+	bool detect_tls : 1;       /* the first byte read tells whether the client starts a direct TLS handshake */
+	bool tls_prefix : 1;       /* buf[pos, end) is the start of a direct TLS handshake, for OpenSSL to read first */
+	bool tls_drained : 1;      /* a TLS read found the socket empty: no read() until it is reported readable */
 	bool tls_handshake;        /* the TLS handshake is in progress */
 	bool tls_read_wants_write; /* SSL_read needs the socket writable */
 	bool tls_failed;           /* a fatal TLS error: no close_notify at close */

@@ -31,8 +31,9 @@ typedef struct WorkerListener {
 	int fd;
 	uint32_t id; /* the master's listener id (for hand-over messages) */
 	bool is_unix;
-	struct event ev; /* accept event */
-	bool active;     /* ev is armed */
+	struct event ev;    /* accept event */
+	bool active;        /* ev is armed */
+	uint64_t last_pass; /* wk.loop_pass when on_accept() last ran */
 } WorkerListener;
 
 /* What the worker is doing overall. */
@@ -88,6 +89,7 @@ typedef struct Worker {
 	bool reload_failed; /* the last SIGHUP's config file or TLS set-up did not load (RELOAD answers an error) */
 	uint32_t cf_gen;    /* bumped whenever the running config changes (reload, console SET) */
 	usec_t now;         /* time at the start of the current callback */
+	uint64_t loop_pass; /* event-loop passes so far (worker_main) */
 	usec_t start_time;
 	usec_t stats_older_at;          /* when the pools' older_stats were taken (start_time before the first tick) */
 	usec_t stats_newer_at;          /* when their newer_stats were taken */

@@ -621,12 +621,37 @@ def callgrind_dump(pooler, run_as, seen):
     return total
 
 
-def callgrind_per_xact(name, binary, run_as, tmp, pg, settings, run, xacts, unit="transactions", forks=False):
+ALLOC_FUNCTIONS = ("malloc", "calloc", "realloc", "free")
+
+
+def callgrind_calls(files, names=ALLOC_FUNCTIONS):
+    """Calls to each of `names` (the libc functions, from any caller: the pooler's
+    own and its libraries', e.g. OpenSSL's CRYPTO_malloc) counted in callgrind dump
+    files: {name: calls}."""
+    counts = dict.fromkeys(names, 0)
+    for f in files:
+        ids, cfn = {}, None
+        for line in f.read_text(errors="replace").splitlines():
+            if line.startswith("cfn="):
+                m = re.match(r"\((\d+)\)(?: (.*))?$", line[4:])
+                if m:  # "(id) name" defines an id, "(id)" refers to one
+                    cfn = ids.setdefault(m.group(1), m.group(2)) if m.group(2) else ids.get(m.group(1))
+                else:
+                    cfn = line[4:]
+                cfn = cfn.split("'")[0] if cfn else cfn  # callgrind's "'2" marks a recursion level
+            elif line.startswith("calls=") and cfn in counts:
+                counts[cfn] += int(line[6:].split()[0])
+    return counts
+
+
+def callgrind_per_xact(name, binary, run_as, tmp, pg, settings, run, xacts, unit="transactions", forks=False,
+                       allocs=None):
     """User-space instructions per transaction of a pooler started again under
     callgrind: run(pooler, n) runs n transactions per client and returns how many
     ran; after a warm-up run, (I2 - I1) / (x2 - x1) over a run of xacts[0] and one
     of xacts[1]. forks: the pooler forks a worker after start-up (ours). Strings are not compressed in the dumps, so that each dump (kept
-    in tmp/NAME-callgrind) names its own functions."""
+    in tmp/NAME-callgrind) names its own functions. allocs: a dict to fill with the
+    calls per transaction of each of ALLOC_FUNCTIONS, the same way."""
     valgrind = shutil.which("valgrind")
     if not valgrind or not shutil.which("callgrind_control"):
         raise BenchError("the instruction counts need valgrind (Debian package valgrind)")
@@ -642,10 +667,16 @@ def callgrind_per_xact(name, binary, run_as, tmp, pg, settings, run, xacts, unit
         run(p, xacts[0])  # warm-up: server connections
         callgrind_dump(p, run_as, seen)
         x1 = run(p, xacts[0])
+        before = set(seen)
         i1 = callgrind_dump(p, run_as, seen)
+        c1 = callgrind_calls(seen - before)
         x2 = run(p, xacts[1])
+        before = set(seen)
         i2 = callgrind_dump(p, run_as, seen)
+        c2 = callgrind_calls(seen - before)
         log(f"  {name}: {i1} instructions over {x1} {unit}, {i2} over {x2}")
+        if allocs is not None:
+            allocs.update({f: (c2[f] - c1[f]) / (x2 - x1) for f in ALLOC_FUNCTIONS})
         return (i2 - i1) / (x2 - x1)
     finally:
         p.stop()
@@ -698,11 +729,20 @@ def user_system_seconds(pids):
     return user / CLK_TCK, system / CLK_TCK
 
 
-def perf_kernel_split(pids, out_path, run):
+# A login's own kernel paths, added to KERNEL_SPLIT for the churn benchmarks
+# (close's work runs in task_work at the return to user space).
+LOGIN_SPLIT = KERNEL_SPLIT + (
+    ("accept", (("__x64_sys_accept4", "__sys_accept4", "__x64_sys_accept", "do_accept"),)),
+    ("close", (("__x64_sys_close", "close_fd"), ("task_work_run",))),
+    ("getrandom, getpid", (("__x64_sys_getrandom",), ("__x64_sys_getpid",))),
+)
+
+
+def perf_kernel_split(pids, out_path, run, split=KERNEL_SPLIT):
     """Where the processes `pids` spend their CPU while run() runs (run returns
     its number of transactions): `perf record -e cpu-clock -g` (a software
     clock, so it works in a VM without a PMU), reduced to the shares of
-    KERNEL_SPLIT and of user space, plus utime/stime and context switches per
+    `split` (KERNEL_SPLIT by default) and of user space, plus utime/stime and context switches per
     transaction from /proc. Returns (transactions, {label: value})."""
     perf = shutil.which("perf")
     if not perf:
@@ -739,7 +779,7 @@ def perf_kernel_split(pids, out_path, run):
         raise BenchError(f"perf recorded no samples (see {out_path})")
     x = max(xacts, 1)
     out = {label: sum(max(children.get(f, 0.0) for f in names) for names in paths)
-           for label, paths in KERNEL_SPLIT}
+           for label, paths in split}
     out["user space"] = user
     out["utime us/xact"] = (t1[0] - t0[0]) / x * 1e6
     out["stime us/xact"] = (t1[1] - t0[1]) / x * 1e6

@@ -309,7 +309,6 @@ void janitor_run(void)
 	}
 	admin_pause_done_check();
 	admin_wait_close_check();
-	socket_free_justfree();
 }
 
 /* What every worker's counters were at this worker's previous stats_period tick. */

@@ -365,7 +365,14 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *
 	/* one pass at a time: the sends a pass queued are submitted together at its end (worker/sendq.h) */
 	sbuf_init_sends();
 	while (event_base_loop(wk.base, EVLOOP_ONCE) == 0) {
+		wk.loop_pass++;
 		sendq_flush();
+		/*
+		 * Sockets closed in this pass are freed now that no callback holds
+		 * them, into the cache of objects.c: at the janitor's 3 Hz the
+		 * cache overflowed under churn and each login had its calloc().
+		 */
+		socket_free_justfree();
 		/*
 		 * Retiring (-R) or draining: a client between two transactions is
 		 * offered to the new tree or the other worker now that its answer

@@ -8,6 +8,7 @@
 #include "autoconfig.h"
 
 #include <openssl/rand.h>
+#include <pthread.h>
 #include <sys/random.h>
 #include <sys/un.h>
 #include <netinet/in.h>
@@ -30,6 +31,42 @@
 #include "worker/worker.h"
 
 /*
+ * Random bytes for cancel keys, taken from the kernel's CSPRNG 512 at a
+ * time: a getrandom() per login was one syscall in 18 of a plain login
+ * (OpenSSL's generator costs more instructions: its fork check is a
+ * getpid() syscall per call, and AES-CTR). A byte handed out is wiped
+ * from the pool, and a child of fork() starts with an empty pool, so two
+ * processes never give out the same key.
+ */
+static struct {
+	uint8_t bytes[512]; /* unused random bytes: bytes[0..left) */
+	size_t left;        /* how many are left */
+	bool atfork;        /* the fork handler is registered */
+} key_pool;
+
+static void key_pool_forget(void)
+{
+	memset(key_pool.bytes, 0, sizeof(key_pool.bytes));
+	key_pool.left = 0;
+}
+
+static bool key_random(uint8_t *k, size_t n)
+{
+	if (key_pool.left < n) {
+		if (!key_pool.atfork)
+			key_pool.atfork = pthread_atfork(NULL, NULL, key_pool_forget) == 0;
+		if (!key_pool.atfork ||
+		    getrandom(key_pool.bytes, sizeof(key_pool.bytes), GRND_NONBLOCK) != (ssize_t)sizeof(key_pool.bytes))
+			return RAND_bytes(k, (int)n) == 1; /* OpenSSL only if the kernel cannot answer */
+		key_pool.left = sizeof(key_pool.bytes);
+	}
+	key_pool.left -= n;
+	memcpy(k, key_pool.bytes + key_pool.left, n);
+	memset(key_pool.bytes + key_pool.left, 0, n);
+	return true;
+}
+
+/*
  * Key layout (8 bytes): byte 0 random with the top bit clear; bytes 1-2 the
  * peer_id (low, high) when peering is on; byte 3 the worker id; byte 7's
  * two low bits are the forwarding TTL (11) when peering is on. The rest is
@@ -38,12 +75,7 @@
 void cancel_gen_key(PgSocket *c)
 {
 	uint8_t *k = c->cancel_key;
-	/*
-	 * One getrandom() from the kernel's CSPRNG: cheaper per login than
-	 * OpenSSL's generator (its fork check and AES-CTR showed in churn
-	 * profiles); OpenSSL only if the kernel cannot answer.
-	 */
-	if (getrandom(k, CANCEL_KEY_LEN, GRND_NONBLOCK) != CANCEL_KEY_LEN && RAND_bytes(k, CANCEL_KEY_LEN) != 1)
+	if (!key_random(k, CANCEL_KEY_LEN))
 		log_warning("no random bytes for a cancel key");
 	k[0] &= 0x7f;
 	if (wk.cf.g.peer_id > 0) {

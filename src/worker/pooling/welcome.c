@@ -50,8 +50,11 @@ static void put_pool_params(PktBuf *pb, PgSocket *c)
 
 bool client_send_welcome(PgSocket *c)
 {
-	PktBuf pb;
-	pktbuf_init(&pb, 512);
+	/* built in memory kept from login to login: sbuf_send() copies what the socket does not take */
+	static PktBuf pb;
+	if (!pb.buf)
+		pktbuf_init(&pb, 512);
+	pktbuf_reset(&pb);
 	pktbuf_write_auth(&pb, 0, NULL, 0);
 	if (c->db->admin) {
 		static const char *const fixed[][2] = {
@@ -94,9 +97,7 @@ bool client_send_welcome(PgSocket *c)
 	change_state(c, CL_ACTIVE);
 	if (!c->is_internal)
 		c->pool->stats.client_login_count++;
-	bool ok = sbuf_send(&c->sb, pb.buf, pb.len);
-	pktbuf_free(&pb);
-	if (!ok) {
+	if (!sbuf_send(&c->sb, pb.buf, pb.len)) {
 		disconnect_client(c, false, "client unexpected eof");
 		return false;
 	}

@@ -202,20 +202,35 @@ void worker_accept_resume_due(void)
 static void on_accept(evutil_socket_t fd, short what, void *arg)
 {
 	WorkerListener *l = arg;
-	/* take what the kernel has queued, a bounded number per wakeup for fairness */
-	for (int n = 0; n < 32; n++) {
+	/*
+	 * One connection per wakeup while logins come one at a time: the
+	 * listener is level-triggered, so when more are queued the loop's next
+	 * epoll_wait(), which runs anyway, reports it again at once. Taking
+	 * them in a loop until EAGAIN cost a failed accept4() for almost every
+	 * login (0.94 per login at 50 clients of pgbench -C; doc/benchmarks.md,
+	 * "Logins against PgBouncer 1.25.2"). A listener ready in two passes
+	 * in a row has a queue: then up to 32 are taken at once, as before, so
+	 * that a login storm is not accepted one per pass behind busy clients.
+	 * Connections that failed in the queue are skipped.
+	 */
+	bool queue = l->last_pass + 1 == wk.loop_pass;
+	l->last_pass = wk.loop_pass;
+	int taken = 0;
+	for (int tries = 0; tries < 32; tries++) {
 		/* the peer's address comes with it: no getpeername() per login */
 		struct sockaddr_storage peer;
 		socklen_t peer_len = sizeof(peer);
 		int cfd = accept4(fd, (struct sockaddr *)&peer, &peer_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (cfd < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
-			    !worker_accept_failed(errno, NULL))
-				return;
-			continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+			    worker_accept_failed(errno, NULL))
+				continue;
+			return;
 		}
 		wk.now = get_time_usec();
 		hooks.accept(cfd, l->is_unix, false, &peer, peer_len); /* client_accept() */
+		if (!queue || ++taken >= 32)
+			return;
 	}
 }
 
