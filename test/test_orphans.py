@@ -116,13 +116,10 @@ def test_cancels_reach_clients_of_the_adopted_tree(bouncer, old_trees):  # noqa:
     b = bouncer(ini_overrides=TWO)
     wait_for(lambda: len(workers(b)) == 2, "two workers")
     conns = clients_on_both_workers(b, 2)
+    busy = tcp(b)
     mark = b.log_mark()
     orphans = kill_master(b, old_trees)
-    b.start()
-    for c in conns:  # within the grace period: every request lands on one of four acceptors
-        assert_cancels(c, times=2)
     # a query that runs across the hand-over keeps its client on the old worker until it ends
-    busy = conns[0]
     result = {}
 
     def sleeper():
@@ -133,16 +130,19 @@ def test_cancels_reach_clients_of_the_adopted_tree(bouncer, old_trees):  # noqa:
 
     t = threading.Thread(target=sleeper)
     t.start()
-    b.wait_log(r"adoption: 2 of 2 workers of the old tree hand their clients to this process", after=mark)
     wait_for(lambda: any(r["state"] == "active" and r["query"].startswith("SELECT pg_sleep")
                          for r in pg_activity(b)), "the sleep to run")
+    b.start()
+    for c in conns:  # within the grace period: every request lands on one of four acceptors
+        assert_cancels(c, times=2)
+    b.wait_log(r"adoption: 2 of 2 workers of the old tree hand their clients to this process", after=mark)
     assert any(pid_alive(p) for p in orphans)  # the sleeper's worker waits for its query
     busy.cancel()
     t.join(timeout=20)
     assert not t.is_alive()
     assert isinstance(result.get("error"), psycopg.errors.QueryCanceled), result
     wait_for(lambda: not any(pid_alive(p) for p in orphans), "the adopted workers to exit")
-    for c in conns:  # moved to the new tree: cancels still reach them
+    for c in conns + [busy]:  # moved to the new tree: cancels still reach them
         assert_cancels(c, times=2)
         c.close()
 

@@ -48,6 +48,7 @@ void supervisor_predecessor_add(const pid_t *pids, int n);
  * after a take-over (doc/workers.md "When the master dies").
  */
 void supervisor_settle(void);
+bool supervisor_settled(void); /* supervisor_settle() was called */
 
 /* Online restart, new side (before supervisor_start()): use the old tree's listener slots. */
 void supervisor_inherit(InheritedSocket *s, int n);

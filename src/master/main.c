@@ -260,7 +260,9 @@ static void adopt_late(evutil_socket_t fd, short what, void *arg)
 	explicit_bzero(t.salt_key, sizeof(t.salt_key));
 	supervisor_predecessor_add(t.orphan_pids, t.n_orphans);
 	upgrade_commit(&t, NULL, master.base);
-	upgrade_release_orphans(supervisor_adopt_old, master.cf.g.worker_drain_timeout / 1000);
+	/* within our own grace period they wait for its end (on_takeover_settled), as a start's orphans do */
+	if (supervisor_settled())
+		upgrade_release_orphans(supervisor_adopt_old, master.cf.g.worker_drain_timeout / 1000);
 }
 
 static void on_pred_gone(pid_t pid)

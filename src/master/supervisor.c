@@ -1410,6 +1410,11 @@ void supervisor_predecessor_add(const pid_t *pids, int n)
 		atomic_store(&sv.shm->scaler.predecessor_live, 1); /* the old tree's counts add to ours again */
 }
 
+bool supervisor_settled(void)
+{
+	return sv.settled;
+}
+
 void supervisor_settle(void)
 {
 	sv.settled = true;
