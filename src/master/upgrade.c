@@ -451,7 +451,7 @@ bool upgrade_find_orphans(const char *private_dir, Takeover *t)
 	return true;
 }
 
-/* From an adopted worker: what it tells its master (ignored), its cancels for nobody (dropped), its exit. */
+/* From an adopted worker: what it tells its master (ignored), the cancels it could not place, its exit. */
 static void on_orphan(evutil_socket_t fd, short what, void *arg)
 {
 	int i = 0;
