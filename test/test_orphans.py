@@ -239,3 +239,37 @@ def test_old_master_killed_in_its_upgrade_grace_period_leaves_orphans_the_new_ma
         assert c.execute("SELECT 1").fetchone() == (1,)
         c.close()
     assert b._read_pidfile() == b.pid
+
+
+def test_new_master_killed_while_adopting_leaves_the_orphans_serving(bouncer, old_trees):  # noqa: F811
+    """The master that adopts the orphans is itself killed (kill -9) right
+    after they handed it their sockets, within its grace period: its own
+    workers exit with it, the orphans serve on as before, and the next start
+    adopts them; the clients never see an error."""
+    b = bouncer(ini_overrides=TWO)
+    wait_for(lambda: len(workers(b)) == 2, "two workers")
+    conns = clients_on_both_workers(b, 4)
+    mark = b.log_mark()
+    orphans = kill_master(b, old_trees)
+    b.start(wait=False)
+    adopter = b.proc
+    old_trees.append((adopter.pid, adopter.pid))
+    b.wait_log(r"adoption: 2 workers of a tree whose master died serve on", after=mark)
+    os.kill(adopter.pid, signal.SIGKILL)
+    adopter.wait(timeout=30)
+    b.proc = None
+    wait_for(lambda: b.log_text()[mark:].count("master process went away; this worker serves on") >= 4,
+             "the orphans to be orphans again")
+    assert "hand their clients to this process" not in b.log_text()[mark:]
+    assert all(pid_alive(p) for p in orphans)
+    for c in conns:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+    with tcp(b) as c:
+        assert c.execute("SELECT 2").fetchone() == (2,)
+    mark2 = b.log_mark()
+    b.start()
+    b.wait_log(r"adoption: 2 of 2 workers of the old tree hand their clients to this process", after=mark2)
+    wait_for(lambda: not any(pid_alive(p) for p in orphans), "the adopted workers to exit")
+    for c in conns:
+        assert c.execute("SELECT 3").fetchone() == (3,)
+        c.close()
