@@ -273,3 +273,28 @@ def test_new_master_killed_while_adopting_leaves_the_orphans_serving(bouncer, ol
     for c in conns:
         assert c.execute("SELECT 3").fetchone() == (3,)
         c.close()
+
+
+def test_without_a_master_a_cancel_on_the_wrong_worker_reaches_its_client(bouncer, old_trees):  # noqa: F811
+    """No master: a cancel request that arrives at worker 1 for a client of
+    worker 0 goes to worker 0's private socket and cancels the query."""
+    from pgwire import CANCEL_REQUEST, PgWire, error_fields, query_message, request_packet
+    b = bouncer(ini_overrides=TWO)
+    wait_for(lambda: len(workers(b)) == 2, "two workers")
+    private = b.dir / f"pgbouncer-workers.{b.port}"
+    mark = b.log_mark()
+    kill_master(b, old_trees)
+    b.wait_log(r"master process went away; this worker serves on", after=mark)
+    w = PgWire(b.port, host=str(private / "worker.0"))
+    key = next(body for mtype, body in w.login() if mtype == b"K")
+    assert key[3] == 0  # byte 3 of the key names worker 0
+    w.send(query_message("SELECT pg_sleep(20)"))
+    wait_for(lambda: any(r["state"] == "active" and r["query"].startswith("SELECT pg_sleep")
+                         for r in pg_activity(b)), "the sleep to run")
+    other = PgWire(b.port, host=str(private / "worker.1"))
+    other.send(request_packet(CANCEL_REQUEST, key))
+    assert other.expect_closed() == []  # a cancel request gets no answer, only the close
+    errors = [error_fields(body) for mtype, body in w.read_until(b"Z") if mtype == b"E"]
+    assert [e["C"] for e in errors] == ["57014"], errors
+    w.close()
+    other.close()
