@@ -277,8 +277,13 @@ static void on_takeover_settled(evutil_socket_t fd, short what, void *arg)
 {
 	if (master.shutting_down)
 		return;
-	upgrade_release_orphans(supervisor_adopt_old, master.cf.g.worker_drain_timeout / 1000);
+	/*
+	 * Settled first: should we die between the two, our workers serve on
+	 * beside orphans that still accept, rather than orphans that stopped
+	 * accepting beside workers that exit with us.
+	 */
 	supervisor_settle();
+	upgrade_release_orphans(supervisor_adopt_old, master.cf.g.worker_drain_timeout / 1000);
 }
 
 #define REBOOT_WAIT_MS 5000 /* -R: how long a running process that does not answer may take to answer or exit */
