@@ -79,6 +79,8 @@ struct SBuf {
 	bool give_back;            /* accepted (a client): give the input buffer back when idle and unlinked */
 	bool pkt_forward;          /* the current packet is forwarded (else skipped) */
 	bool marked_mid_pkt;       /* [send_pos, send_end) starts inside a packet whose head went out already */
+	bool ring_ok : 1;          /* the owner allows receiving through io_uring (sbuf_use_ring) */
+	uint8_t direct_reads;      /* recv() calls since ring_ok, up to the switch (sbuf.c RING_AFTER_READS) */
 
 	uint8_t *buf;        /* input buffer, NULL while idle (nothing buffered) */
 	uint32_t size;       /* its size (grows for a packet that must be held whole); 0 without one */
@@ -96,6 +98,7 @@ struct SBuf {
 	PktBuf out;              /* pooler-generated output, written before forwarded bytes */
 	size_t out_pos;          /* bytes of `out` already written */
 	struct SBufSpill *spill; /* what a queued send could not write: goes out before anything else */
+	struct SBufRing *rq;     /* receiving through io_uring (worker/recvq.h), NULL while on epoll */
 
 	sbuf_cb_t cb;       /* owner's callback */
 	void *owner;        /* the PgSocket */
@@ -219,6 +222,33 @@ bool sbuf_unsent(const SBuf *sb);
  * (worker/sendq.h); the loop must call sendq_flush() after each pass.
  */
 void sbuf_init_sends(void);
+
+/*
+ * Receive this process's logged-in plain sockets through io_uring
+ * (worker/recvq.h) when the kernel allows; the loop must call
+ * recvq_submit() after each pass.
+ */
+void sbuf_init_receives(struct event_base *base);
+
+/*
+ * The owner allows this socket to be received through io_uring: a plain
+ * socket in a session's steady state, read by nobody else, never switched
+ * to TLS. It moves there after a few reads of its own (a connection that
+ * lives for one query never does).
+ */
+void sbuf_use_ring(SBuf *sb);
+
+/*
+ * Before the descriptor leaves this process (a client or server moved to
+ * another worker or tree): the ring gives the socket up and reads it no
+ * more. False when it had received bytes or an EOF that are not processed
+ * yet: the socket is not movable now (its input is processed from the
+ * event loop, and it reads through epoll from then on).
+ */
+bool sbuf_ring_release(SBuf *sb);
+
+/* Input received through io_uring and not yet in the buffer (see sbuf_unprocessed). */
+bool sbuf_ring_holds(const SBuf *sb);
 
 /* Bytes buffered but not processed yet (a Terminate may be among them). */
 static inline uint32_t sbuf_unprocessed(const SBuf *sb)

@@ -19,6 +19,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define SENDQ_MAX_SEND (16 * 1024) /* larger sends go out directly: copying them would cost more than a syscall */
 
@@ -30,6 +32,17 @@
  * being pending (sendq_pending()). The callback may not queue sends itself.
  */
 typedef void (*sendq_result_cb)(void *owner, const void *data, size_t unsent, int err);
+
+/*
+ * PGBOUNCER_IO_URING=0 in the environment keeps a worker off io_uring
+ * altogether (sends and receives): for a kernel where it misbehaves, and
+ * for the tests of the path without it (doc/pgbouncer.1.md, ENVIRONMENT).
+ */
+static inline bool io_uring_wanted(void)
+{
+	const char *v = getenv("PGBOUNCER_IO_URING");
+	return !v || strcmp(v, "0") != 0;
+}
 
 /* Set up this process's queue (a worker, after the fork); false = sends stay direct. */
 bool sendq_init(sendq_result_cb cb);

@@ -556,7 +556,7 @@ def plural(n, word):
 TRACED_SYSCALLS = ("recvfrom", "sendto", "recvmsg", "sendmsg", "read", "write", "readv", "writev",
                    "epoll_wait", "epoll_pwait", "epoll_ctl", "accept", "accept4", "connect", "socket",
                    "close", "shutdown", "setsockopt", "getsockopt", "getsockname", "getpeername", "fcntl",
-                   "ioctl", "getpid", "getrandom", "clock_gettime", "gettimeofday")
+                   "ioctl", "getpid", "getrandom", "clock_gettime", "gettimeofday", "io_uring_enter")
 
 
 def perf_syscalls(pids, out_path, run):

@@ -43,7 +43,7 @@ static bool in_flight(const SBuf *sb)
 {
 	return sb->fd < 0 || sb->pkt_remain || sb->send_pos != sb->send_end || sb->out_pos < sb->out.len ||
 	       sb->writing || sb->connecting || sb->waiting_src || sb->in_process || sb->resume_pending ||
-	       sbuf_unsent(sb);
+	       sbuf_unsent(sb) || sbuf_ring_holds(sb);
 }
 
 /*
@@ -329,6 +329,14 @@ void migrate_forget(PgSocket *c, bool units_moved)
 	change_state(c, CL_JUSTFREE);
 }
 
+/* A client that stays after all: its sockets may go back to the receive ring. */
+static void stay_on_ring(PgSocket *c)
+{
+	sbuf_use_ring(&c->sb);
+	if (c->link)
+		sbuf_use_ring(&c->link->sb);
+}
+
 /*
  * Send up to count movable clients over sock (left open) to worker `to` of
  * this tree (-1: of another tree). *gone: the other end is closed or full.
@@ -358,6 +366,17 @@ static int give_batch(int sock, int to, int64_t count, int *failed, const char *
 				bool lasting;
 				if (!migrate_counts(c) || migrate_unmovable_reason(c, &lasting))
 					continue;
+				/*
+				 * The receive ring lets go of the sockets first; what it had
+				 * taken from them meanwhile keeps the client here for now.
+				 */
+				bool released = sbuf_ring_release(&c->sb);
+				if (c->link && !sbuf_ring_release(&c->link->sb))
+					released = false;
+				if (!released) {
+					stay_on_ring(c);
+					continue;
+				}
 				pktbuf_reset(&pb);
 				/* its units go first: the totals never dip while it is on its way */
 				int units_to[2], sunits_to[3];
@@ -369,6 +388,7 @@ static int give_batch(int sock, int to, int64_t count, int *failed, const char *
 						pool_unmove_client_budget(c, to, units_to);
 					if (sunits)
 						pool_unmove_server_budget(s, to, sunits_to);
+					stay_on_ring(c);
 					(*failed)++;
 					*why = "state too large";
 					continue;
@@ -380,6 +400,7 @@ static int give_batch(int sock, int to, int64_t count, int *failed, const char *
 						pool_unmove_client_budget(c, to, units_to);
 					if (sunits)
 						pool_unmove_server_budget(s, to, sunits_to);
+					stay_on_ring(c);
 					errno = e;
 					(*failed)++;
 					*why = strerror(errno);
@@ -666,6 +687,7 @@ static void adopt_server(PgSocket *c, const HandoverServer *hs, int fd, const in
 	change_state(s, SV_ACTIVE);
 	sbuf_set_nonblocking(fd);
 	sbuf_attach(&s->sb, wk.base, fd, (uint32_t)wk.cf.g.pkt_buf, wk.cf.g.max_packet_size, server_cb, s);
+	sbuf_use_ring(&s->sb);
 	s->sb.bytes_in = hs->bytes_in;
 	s->sb.bytes_out = hs->bytes_out;
 	c->sb.dst = &s->sb;
@@ -727,6 +749,7 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, int server_fd, 
 	sbuf_set_nonblocking(fd); /* passed over a unix socket: from whatever made it */
 	sbuf_accept(&c->sb, wk.base, fd, (uint32_t)wk.cf.g.pkt_buf, wk.cf.g.max_packet_size, client_cb, c);
 	c->sb.startup = false;
+	sbuf_use_ring(&c->sb); /* a logged-in pooled client (TLS and replication ones do not move) */
 	c->sb.bytes_in = hc.bytes_in;
 	c->sb.bytes_out = hc.bytes_out;
 	if (hc.request_len > 0) {

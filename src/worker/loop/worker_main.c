@@ -32,6 +32,7 @@
 #include "worker/objects.h"
 #include "worker/orphan.h"
 #include "worker/pool.h"
+#include "worker/recvq.h"
 #include "worker/sendq.h"
 #include "worker/server.h"
 #include "worker/worker.h"
@@ -364,9 +365,11 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *
 		atomic_store(&wk.slot->state, SLOT_ACTIVE);
 	/* one pass at a time: the sends a pass queued are submitted together at its end (worker/sendq.h) */
 	sbuf_init_sends();
+	sbuf_init_receives(wk.base);
 	while (event_base_loop(wk.base, EVLOOP_ONCE) == 0) {
 		wk.loop_pass++;
 		sendq_flush();
+		recvq_submit(); /* receives started and stopped in the pass (worker/recvq.h) */
 		/*
 		 * Sockets closed in this pass are freed now that no callback holds
 		 * them, into the cache of objects.c: at the janitor's 3 Hz the

@@ -557,6 +557,9 @@ static SBufAction handle_login_packet(PgSocket *s, const PktHdr *hdr, const uint
 		s->ready = true;
 		s->txn_status = blen > 0 ? (char)body[0] : 'I';
 		s->pool->last_login_failed = false;
+		/* logged in: its answers may come through the receive ring (worker/recvq.h) */
+		if (s->replication == REPLICATION_NONE)
+			sbuf_use_ring(&s->sb);
 		if (s->replication != REPLICATION_NONE) {
 			/* no connect_query: a physical walsender runs no SQL */
 			pool_replication_ready(s);

@@ -101,5 +101,8 @@ bool client_send_welcome(PgSocket *c)
 		disconnect_client(c, false, "client unexpected eof");
 		return false;
 	}
+	/* a pooled session's queries may come through the receive ring (worker/recvq.h) */
+	if (!c->db->admin && c->replication == REPLICATION_NONE && !c->is_internal)
+		sbuf_use_ring(&c->sb);
 	return true;
 }

@@ -22,6 +22,8 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "common/list.h"
+#include "worker/recvq.h"
 #include "worker/sendq.h"
 
 /* Result of one step of the processing loop. */
@@ -125,6 +127,10 @@ static ssize_t io_recv(SBuf *sb, void *buf, size_t len)
 
 static bool batching; /* sbuf_init_sends() set up the send queue */
 
+/* Sockets the receive ring brought something for (SBufRing), and the ones being processed now. */
+static List ready = {&ready, &ready};
+static List ring_batch = {&ring_batch, &ring_batch};
+
 /* The unsent tail of a queued send (SBuf.spill). */
 struct SBufSpill {
 	uint32_t len, pos;
@@ -193,8 +199,8 @@ static ssize_t plain_send(SBuf *sb, const void *a, size_t alen, const void *b, s
 	 * A pass's only send goes out directly: one io_uring_enter() for one
 	 * send costs more than the send() itself (a login, a light load).
 	 */
-	if (batching &&
-	    (sendq_queued() || event_base_get_num_events(event_get_base(&sb->ev_read), EVENT_BASE_COUNT_ACTIVE) > 0)) {
+	if (batching && (sendq_queued() || !list_empty(&ring_batch) ||
+	                 event_base_get_num_events(event_get_base(&sb->ev_read), EVENT_BASE_COUNT_ACTIVE) > 0)) {
 		uint32_t batch = sendq_add(sb, sb->fd, a, alen, b, blen);
 		if (batch) {
 			sb->queued_in = batch;
@@ -311,18 +317,263 @@ static void sbuf_setup(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_b
 	event_assign(&sb->ev_read, base, fd, EV_READ | EV_PERSIST, on_read, sb);
 }
 
+/*
+ * Receiving through io_uring (worker/recvq.h; doc/architecture.md,
+ * "Batched receives"). What the ring received for a socket waits in its
+ * stash until read_some() takes it, as it would take it from the socket;
+ * sockets that got something are put on the ready list and processed
+ * after the ring's completions were reaped, as a readiness event would.
+ * While the socket is paused the receive stays armed, as the read event
+ * does on epoll; a stash that grows beyond STASH_LIMIT stops it until
+ * read_some() emptied the stash.
+ */
+typedef struct SBufRing {
+	List ready_node; /* on `ready` or `ring_batch` */
+	SBuf *sb;
+	uint32_t id;   /* the receive in the ring, 0 = none */
+	bool stopping; /* recvq_stop() asked for its end */
+	bool eof;      /* EOF behind the stash */
+	int err;       /* an error behind the stash (errno), 0 = none */
+	uint8_t *data; /* the stash: [off, len) not yet read */
+	uint32_t off, len, cap;
+} SBufRing;
+
+#define STASH_LIMIT      (32 * 1024)
+#define RING_AFTER_READS 4 /* recv() calls before a socket moves to the ring: a one-query connection never does */
+
+static void ring_schedule(SBufRing *r)
+{
+	if (!list_linked(&r->ready_node)) {
+		list_append(&ready, &r->ready_node);
+		recvq_wake();
+	}
+}
+
+static inline bool ring_has_input(const SBufRing *r)
+{
+	return r->len > r->off || r->eof || r->err;
+}
+
+/* Start the receive when it may run: wanted, not running, room in the stash. */
+static void ring_restart(SBuf *sb)
+{
+	SBufRing *r = sb->rq;
+	if (r->id || !sb->ring_ok || r->eof || r->err || r->len - r->off >= STASH_LIMIT || sb->fd < 0)
+		return;
+	r->id = recvq_start(sb, sb->fd);
+	r->stopping = false;
+	if (!r->id)
+		sb->ring_ok = false; /* read_some() goes back to recv() once the stash is empty */
+}
+
+/* Move a socket that reads on epoll to the ring. */
+static void ring_enter(SBuf *sb)
+{
+	if (sb->rq || !recvq_enabled() || sb->ssl || sb->tls_handshake || sb->raw_byte || sb->detect_tls ||
+	    sb->connecting || sb->fd < 0)
+		return;
+	SBufRing *r = xcalloc(1, sizeof(*r));
+	list_init(&r->ready_node);
+	r->sb = sb;
+	sb->rq = r;
+	ring_restart(sb);
+	if (!r->id) {
+		sb->rq = NULL;
+		free(r);
+		return;
+	}
+	if (sb->reading)
+		event_del(&sb->ev_read);
+}
+
+/* Back to epoll, with nothing in the stash and no receive in the ring. */
+static void ring_leave(SBuf *sb)
+{
+	SBufRing *r = sb->rq;
+	pgb_assert(!r->id && !ring_has_input(r));
+	list_del(&r->ready_node);
+	free(r->data);
+	free(r);
+	sb->rq = NULL;
+	if (sb->reading)
+		event_add(&sb->ev_read, NULL);
+}
+
+/* The socket is being closed: the ring forgets it. */
+static void ring_drop(SBuf *sb)
+{
+	SBufRing *r = sb->rq;
+	if (r->id)
+		recvq_stop(r->id, false);
+	list_del(&r->ready_node);
+	free(r->data);
+	free(r);
+	sb->rq = NULL;
+}
+
+static void ring_on_data(void *owner, const uint8_t *data, size_t len)
+{
+	SBuf *sb = owner;
+	SBufRing *r = sb->rq;
+	if (r->off == r->len)
+		r->off = r->len = 0;
+	if (r->len + len > r->cap) {
+		if (r->off) {
+			memmove(r->data, r->data + r->off, r->len - r->off);
+			r->len -= r->off;
+			r->off = 0;
+		}
+		uint32_t cap = r->cap ? r->cap : 512;
+		while (cap < r->len + len)
+			cap *= 2;
+		if (cap != r->cap) {
+			r->data = xrealloc(r->data, cap);
+			r->cap = cap;
+		}
+	}
+	memcpy(r->data + r->len, data, len);
+	r->len += (uint32_t)len;
+	if (r->len - r->off >= STASH_LIMIT && r->id && !r->stopping) {
+		/* nobody takes it now: the rest waits in the socket (back-pressure, as on epoll) */
+		recvq_stop(r->id, true);
+		r->stopping = true;
+	}
+	ring_schedule(r);
+}
+
+static void ring_on_end(void *owner, int res)
+{
+	SBuf *sb = owner;
+	SBufRing *r = sb->rq;
+	r->id = 0;
+	r->stopping = false;
+	if (res == 0)
+		r->eof = true;
+	else if (res == -ENOBUFS || res == -ECANCELED)
+		; /* started again by read_some() or enable_read() */
+	else if (res == -EINVAL || res == -EOPNOTSUPP)
+		sb->ring_ok = false; /* the kernel cannot: back to epoll */
+	else
+		r->err = -res;
+	ring_schedule(r);
+}
+
+static void sbuf_process(SBuf *sb, bool do_read);
+
+/* The sockets the ring brought something for, processed as a readiness event would be. */
+static void ring_on_done(void)
+{
+	if (list_empty(&ready))
+		return;
+	if (wake_hook)
+		wake_hook();
+	/* those put back on `ready` while these run wait for the next round */
+	ring_batch.next = ready.next;
+	ring_batch.prev = ready.prev;
+	ring_batch.next->prev = &ring_batch;
+	ring_batch.prev->next = &ring_batch;
+	list_init(&ready);
+	List *n;
+	while ((n = list_first(&ring_batch))) {
+		list_del(n);
+		SBuf *sb = container_of(n, SBufRing, ready_node)->sb;
+		if (sb->fd < 0 || !sb->reading || sb->in_process)
+			continue;
+		if (sb->paused && !sb->tls_handshake) {
+			/* the stash keeps it until sbuf_continue() */
+			sb->reading = false;
+			continue;
+		}
+		sbuf_process(sb, true);
+	}
+}
+
+static const RecvqOps ring_ops = {.data = ring_on_data, .end = ring_on_end, .done = ring_on_done};
+
+void sbuf_init_receives(struct event_base *base)
+{
+	(void)recvq_init(base, &ring_ops);
+}
+
+void sbuf_use_ring(SBuf *sb)
+{
+	if (recvq_enabled() && !sb->ssl && sb->fd >= 0) {
+		sb->ring_ok = true;
+		sb->direct_reads = 0;
+	}
+}
+
+bool sbuf_ring_release(SBuf *sb)
+{
+	sb->ring_ok = false;
+	SBufRing *r = sb->rq;
+	if (!r)
+		return true;
+	if (r->id)
+		recvq_stop_wait(r->id);
+	if (ring_has_input(r)) {
+		ring_schedule(r); /* read_some() takes it, then leaves the ring */
+		return false;
+	}
+	ring_leave(sb);
+	return true;
+}
+
+bool sbuf_ring_holds(const SBuf *sb)
+{
+	return sb->rq && ring_has_input(sb->rq);
+}
+
+/*
+ * read_some() on a socket in the ring: take from the stash. STEP_NEED with
+ * sb->rq NULL: the socket left the ring, recv() it.
+ */
+static Step ring_read(SBuf *sb, bool *filled)
+{
+	SBufRing *r = sb->rq;
+	if (r->len > r->off) {
+		uint32_t n = r->len - r->off, space = sb->size - sb->end;
+		if (n > space)
+			n = space;
+		memcpy(sb->buf + sb->end, r->data + r->off, n);
+		r->off += n;
+		sb->end += n;
+		sb->bytes_in += n;
+		*filled = r->len > r->off;
+		if (!*filled)
+			ring_restart(sb);
+		return STEP_OK;
+	}
+	if (r->eof || r->err) {
+		sb->last_errno = r->err;
+		sb->cb(sb, SBEV_EOF, NULL, NULL, 0);
+		return STEP_CLOSED;
+	}
+	ring_restart(sb);
+	if (!r->id && !sb->ring_ok)
+		ring_leave(sb);
+	return STEP_NEED;
+}
+
 static void enable_read(SBuf *sb)
 {
-	if (!sb->reading && sb->fd >= 0 && !sb->connecting) {
-		event_add(&sb->ev_read, NULL);
-		sb->reading = true;
+	if (sb->reading || sb->fd < 0 || sb->connecting)
+		return;
+	sb->reading = true;
+	if (sb->rq) {
+		ring_restart(sb);
+		if (ring_has_input(sb->rq))
+			ring_schedule(sb->rq); /* as a level-triggered event would fire */
+		return;
 	}
+	event_add(&sb->ev_read, NULL);
 }
 
 static void disable_read(SBuf *sb)
 {
 	if (sb->reading) {
-		event_del(&sb->ev_read);
+		if (!sb->rq)
+			event_del(&sb->ev_read);
 		sb->reading = false;
 	}
 }
@@ -711,6 +962,11 @@ static Step read_some(SBuf *sb, bool *filled)
 	}
 	if (sb->end == sb->size)
 		return STEP_NEED; /* full and waiting on the peer */
+	if (sb->rq) {
+		Step st = ring_read(sb, filled);
+		if (st != STEP_NEED || sb->rq)
+			return st;
+	}
 	for (;;) {
 		size_t space = sb->size - sb->end;
 		ssize_t n = io_recv(sb, sb->buf + sb->end, space);
@@ -734,6 +990,8 @@ static Step read_some(SBuf *sb, bool *filled)
 			*filled = (size_t)n == space;
 			sb->end += (uint32_t)n;
 			sb->bytes_in += (uint64_t)n;
+			if (sb->ring_ok && ++sb->direct_reads >= RING_AFTER_READS)
+				ring_enter(sb); /* a filled read continues from the ring */
 			return STEP_OK;
 		}
 		if (n < 0 && errno == EINTR)
@@ -847,6 +1105,9 @@ static void sbuf_process(SBuf *sb, bool do_read)
 		do_read = filled && (!loopcnt || *loopcnt <= 0 || loops < *loopcnt);
 	}
 	sb->in_process = false;
+	/* the ring's stash holds more (sbuf_loopcnt ended the reads): come back, as level-triggered epoll would */
+	if (sb->rq && sb->reading && !sb->paused && ring_has_input(sb->rq))
+		ring_schedule(sb->rq);
 	if ((sb->give_back && !sb->dst) || buffers_held * sb->base_size > KEEP_BYTES) {
 		/*
 		 * A client not linked to a server keeps no input buffer while it
@@ -1030,6 +1291,8 @@ static BIO *tls_gate_new(SBuf *sb)
 
 bool sbuf_tls_start(SBuf *sb, SSL *ssl, bool accept)
 {
+	/* sbuf_use_ring() is for sessions past their TLS start: OpenSSL reads the socket itself */
+	pgb_assert(!sb->rq);
 	/* the plain answer ('S') goes out before any TLS byte: not left in the send queue */
 	Step st = flush_out(sb);
 	if (st == STEP_OK && is_queued(sb)) {
@@ -1297,8 +1560,11 @@ void sbuf_close(SBuf *sb)
 		sb->ssl = NULL;
 	}
 	sb->tls_handshake = sb->tls_read_wants_write = sb->raw_byte = sb->detect_tls = sb->tls_prefix = false;
+	sb->ring_ok = false;
 	if (sb->fd >= 0) {
 		disable_read(sb);
+		if (sb->rq)
+			ring_drop(sb);
 		disable_write(sb);
 		close(sb->fd);
 		sb->fd = -1;
@@ -1323,6 +1589,11 @@ void sbuf_trim(SBuf *sb)
 {
 	if (sb->fd < 0 || sb->in_process)
 		return;
+	if (sb->rq && sb->rq->off == sb->rq->len && sb->rq->data) {
+		free(sb->rq->data);
+		sb->rq->data = NULL;
+		sb->rq->off = sb->rq->len = sb->rq->cap = 0;
+	}
 	release_input(sb);
 	if (!sb->writing)
 		release_output(sb);

@@ -80,6 +80,10 @@ bool sendq_init(sendq_result_cb cb)
 {
 	if (enabled)
 		return true;
+	if (!io_uring_wanted()) {
+		log_debug("PGBOUNCER_IO_URING=0: sends are not batched");
+		return false;
+	}
 	if (!ring_setup())
 		return false;
 	result_cb = cb;
