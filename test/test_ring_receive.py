@@ -2,10 +2,10 @@
 
 After a few reads of its own, a logged-in pooled client's plain socket and
 a logged-in server's are read by one multishot receive in the worker's
-io_uring, not by a recv() per readiness event. Each story here runs twice:
-with the ring (the default where the kernel allows it) and without
-(PGBOUNCER_IO_URING=0, the path of kernels and builds without io_uring),
-and a user sees the same in both. /proc tells which path the worker took.
+io_uring, not by a recv() per readiness event. Each story here runs three times:
+with the ring (the default where the kernel allows it), with batched sends
+only (PGBOUNCER_IO_URING=send) and without io_uring (=0, the path of
+kernels and builds without it), and a user sees the same in all three. /proc tells which path the worker took.
 """
 
 import hashlib
@@ -21,7 +21,8 @@ from helpers import rows, workers
 
 TX = {"pool_mode": "transaction", "default_pool_size": "2", "max_client_conn": "100"}
 
-MODES = [pytest.param(None, id="ring"), pytest.param({"PGBOUNCER_IO_URING": "0"}, id="epoll")]
+MODES = [pytest.param(None, id="ring"), pytest.param({"PGBOUNCER_IO_URING": "send"}, id="send-only"),
+         pytest.param({"PGBOUNCER_IO_URING": "0"}, id="epoll")]
 
 
 def uring_fdinfo(pid):
@@ -96,6 +97,8 @@ def test_long_lived_clients_get_their_own_answers(bouncer, mode):
         assert len(rings) == 2, rings  # the send queue's and the receive ring
         # 8 x 60 queries and their answers: most of them came through the rings
         assert completions(pid) - before > 8 * 60
+    elif mode["PGBOUNCER_IO_URING"] == "send":
+        assert len(rings) == 1, rings  # the send queue's only
     else:
         assert rings == []
 

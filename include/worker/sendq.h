@@ -34,14 +34,20 @@
 typedef void (*sendq_result_cb)(void *owner, const void *data, size_t unsent, int err);
 
 /*
- * PGBOUNCER_IO_URING=0 in the environment keeps a worker off io_uring
- * altogether (sends and receives): for a kernel where it misbehaves, and
- * for the tests of the path without it (doc/pgbouncer.1.md, ENVIRONMENT).
+ * PGBOUNCER_IO_URING in the environment (doc/pgbouncer.1.md, ENVIRONMENT):
+ * `0` keeps a worker off io_uring altogether, for a kernel where it
+ * misbehaves and for the tests of the path without it; `send` batches the
+ * sends and leaves the receives on epoll (worker/recvq.h says why one may
+ * want that). receives = false asks about the receive ring.
  */
-static inline bool io_uring_wanted(void)
+static inline bool io_uring_wanted(bool receives)
 {
 	const char *v = getenv("PGBOUNCER_IO_URING");
-	return !v || strcmp(v, "0") != 0;
+	if (!v)
+		return true;
+	if (strcmp(v, "0") == 0)
+		return false;
+	return !receives || strcmp(v, "send") != 0;
 }
 
 /* Set up this process's queue (a worker, after the fork); false = sends stay direct. */

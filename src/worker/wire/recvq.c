@@ -117,8 +117,8 @@ bool recvq_init(struct event_base *base, const RecvqOps *cb)
 {
 	if (enabled)
 		return true;
-	if (!io_uring_wanted()) {
-		log_debug("PGBOUNCER_IO_URING=0: receives stay on epoll");
+	if (!io_uring_wanted(true)) {
+		log_debug("PGBOUNCER_IO_URING is 0 or send: receives stay on epoll");
 		return false;
 	}
 	if (!setup())

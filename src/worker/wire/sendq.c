@@ -80,7 +80,7 @@ bool sendq_init(sendq_result_cb cb)
 {
 	if (enabled)
 		return true;
-	if (!io_uring_wanted()) {
+	if (!io_uring_wanted(false)) {
 		log_debug("PGBOUNCER_IO_URING=0: sends are not batched");
 		return false;
 	}
