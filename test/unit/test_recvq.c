@@ -232,6 +232,35 @@ static void test_stop_wait_lets_go_of_the_socket(void **state)
 	close(sv[0]), close(sv[1]);
 }
 
+static void test_closed_before_submission_never_reads_a_reused_descriptor(void **state)
+{
+	(void)state;
+	require_ring();
+	int sv[2];
+	pair(sv);
+	int fd = sv[0];
+	/* started and dropped in one pass, its descriptor closed at once */
+	uint32_t id = recvq_start(owners[0], fd);
+	assert_int_not_equal(id, 0);
+	recvq_stop(id, false);
+	close(sv[0]);
+	close(sv[1]);
+	/* a socket of the same pass gets the number, with bytes waiting */
+	int b[2];
+	pair(b);
+	assert_int_equal(b[0], fd);
+	assert_int_equal(send(b[1], "not yours", 9, 0), 9);
+	recvq_submit();
+	struct timeval tv = {0, 20000};
+	event_base_loopexit(base, &tv);
+	event_base_loop(base, 0);
+	assert_int_equal(owners[0]->len, 0);
+	char buf[16];
+	assert_int_equal(recv(b[0], buf, sizeof(buf), MSG_DONTWAIT), 9);
+	assert_memory_equal(buf, "not yours", 9);
+	close(b[0]), close(b[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -240,6 +269,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_cancel_reports_what_came_before_it, test_setup),
 	    cmocka_unit_test_setup(test_dropped_owner_hears_nothing, test_setup),
 	    cmocka_unit_test_setup(test_stop_wait_lets_go_of_the_socket, test_setup),
+	    cmocka_unit_test_setup(test_closed_before_submission_never_reads_a_reused_descriptor, test_setup),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

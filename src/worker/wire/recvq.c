@@ -39,6 +39,7 @@
 typedef struct Slot {
 	void *owner; /* NULL: nothing more is reported */
 	bool used;
+	uint32_t batch; /* the submission its start went with (see `batch`) */
 	uint32_t next_free;
 } Slot;
 
@@ -49,6 +50,7 @@ static bool enabled;
 static const RecvqOps *ops;
 static struct event *ring_ev;
 static unsigned queued; /* SQEs waiting for recvq_submit() */
+static uint32_t batch;  /* counts submissions: a slot whose batch is this one waits for the next */
 static bool reaping;    /* on_ring() reports completions: done() follows anyway */
 
 static Slot *slots;
@@ -170,7 +172,7 @@ uint32_t recvq_start(void *owner, int fd)
 	uint32_t id = free_head;
 	Slot *s = &slots[id - 1];
 	free_head = s->next_free;
-	*s = (Slot){.owner = owner, .used = true};
+	*s = (Slot){.owner = owner, .used = true, .batch = batch};
 	io_uring_prep_recv_multishot(sqe, fd, NULL, 0, 0);
 	sqe->flags |= IOSQE_BUFFER_SELECT;
 	sqe->buf_group = BUF_GROUP;
@@ -181,6 +183,14 @@ uint32_t recvq_start(void *owner, int fd)
 void recvq_stop(uint32_t id, bool keep_owner)
 {
 	pgb_assert(id && id <= n_slots && slots[id - 1].used);
+	/*
+	 * A start not submitted yet names its socket by descriptor number: the
+	 * owner may close it right after this, and a socket accepted in the
+	 * same pass may get the number. The start goes to the kernel now,
+	 * while the number is still its socket's.
+	 */
+	if (slots[id - 1].batch == batch && queued)
+		recvq_submit();
 	if (!keep_owner)
 		slots[id - 1].owner = NULL;
 	struct io_uring_sqe *sqe = get_sqe();
@@ -210,6 +220,7 @@ void recvq_submit(void)
 	if (r < 0)
 		log_warning("io_uring: submitting %u receive starts and stops failed: %s", queued, strerror(-r));
 	queued = 0;
+	batch++;
 }
 
 /* Report one completion; true when it was its receive's last. */
