@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -14,8 +15,8 @@ from conftest import DEADLINE
 
 
 def built_with_systemd(binary):
-    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
-    return "libsystemd" in out
+    """The build loads libsystemd when NOTIFY_SOCKET is set (doc/packaging.md): it names the library."""
+    return b"libsystemd.so.0" in Path(binary).read_bytes()
 
 
 class NotifySocket:
@@ -114,3 +115,19 @@ def test_online_restart_moves_mainpid(bouncer, notify):
     finally:
         if old.poll() is None:
             os.killpg(old.pid, signal.SIGKILL)
+
+
+def test_libsystemd_is_mapped_only_under_systemd(bouncer, notify, pgbouncer_bin):
+    """The master loads libsystemd when NOTIFY_SOCKET is set, at its first message; a pooler started
+    otherwise maps neither it nor the libraries it pulls in (an idle pooler's memory, doc/packaging.md)."""
+    if not built_with_systemd(pgbouncer_bin):
+        pytest.skip("built without libsystemd (configure found no libsystemd-dev)")
+
+    def maps_libsystemd(pid):
+        return "libsystemd.so" in Path(f"/proc/{pid}/maps").read_text()
+
+    plain = bouncer()
+    assert not maps_libsystemd(plain.pid)
+    told = bouncer(env={"NOTIFY_SOCKET": notify.path})
+    assert notify.wait_for("READY=1")["MAINPID"] == str(told.pid)
+    assert maps_libsystemd(told.pid)

@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 #ifdef HAVE_SYSTEMD
+#include <dlfcn.h>
 #include <systemd/sd-daemon.h>
 #endif
 
@@ -302,13 +303,46 @@ static void cleanup_at_exit(void)
 	pidfile_remove();
 }
 
+/*
+ * sd_notify() of libsystemd, loaded the first time there is something to
+ * tell, and only when NOTIFY_SOCKET says systemd listens: without it
+ * sd_notify() does nothing, and a pooler started otherwise does not map
+ * libsystemd and the five libraries it pulls in (1 MiB of an idle
+ * pooler's memory, doc/benchmarks.md "Memory against PgBouncer 1.25.2, as
+ * merged"). When it cannot be loaded, a warning says so once.
+ */
+#ifdef HAVE_SYSTEMD
+static void systemd_send(const char *text)
+{
+	static __typeof__(sd_notify) *fn;
+	static bool tried;
+	if (!getenv("NOTIFY_SOCKET"))
+		return;
+	if (!tried) {
+		tried = true;
+		void *lib = dlopen("libsystemd.so.0", RTLD_NOW | RTLD_LOCAL);
+		fn = lib ? (__typeof__(sd_notify) *)dlsym(lib, "sd_notify") : NULL;
+		if (!fn) {
+			const char *why = dlerror();
+			log_warning("NOTIFY_SOCKET is set but libsystemd could not be loaded (%s): systemd is not told "
+			            "where the pooler stands",
+			            why ? why : "no sd_notify");
+		}
+	}
+	if (fn)
+		(void)fn(0, text);
+}
+#endif
+
 /* Online restart, old side: the new master serves on our sockets. */
 static void retire(pid_t new_pid)
 {
 	log_info("online restart: pid %d took over; not accepting any more, finishing the clients", (int)new_pid);
 #ifdef HAVE_SYSTEMD
 	/* systemd follows the new master (a Type=notify unit; doc/workers.md "Upgrading") */
-	(void)sd_notifyf(0, "MAINPID=%lu", (unsigned long)new_pid);
+	char text[64];
+	snprintf(text, sizeof(text), "MAINPID=%lu", (unsigned long)new_pid);
+	systemd_send(text);
 #endif
 	master.retired = true;
 	/* the unix socket file, the private directory and the pidfile are the new master's now */
@@ -433,17 +467,19 @@ static void notify_systemd(const char *state)
 	if (master.retired)
 		return;
 #ifdef HAVE_SYSTEMD
+	char text[96];
 	if (strcmp(state, "RELOADING=1") == 0) {
 		/* systemd >= 253 wants the reload's start on the monotonic clock */
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
-		(void)sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu",
-		                 (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000);
+		snprintf(text, sizeof(text), "RELOADING=1\nMONOTONIC_USEC=%llu",
+		         (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000);
 	} else if (strcmp(state, "READY=1") == 0) {
-		(void)sd_notifyf(0, "READY=1\nMAINPID=%lu", (unsigned long)getpid());
+		snprintf(text, sizeof(text), "READY=1\nMAINPID=%lu", (unsigned long)getpid());
 	} else {
-		(void)sd_notify(0, state);
+		snprintf(text, sizeof(text), "%s", state);
 	}
+	systemd_send(text);
 #else
 	(void)state;
 #endif
