@@ -86,11 +86,7 @@ def test_long_lived_clients_get_their_own_answers(bouncer, mode):
         except Exception as e:  # reported below, with the client's number
             errors.append((k, repr(e)))
 
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    all_clients(run, 8)
     assert not errors
     rings = uring_fdinfo(pid)
     if mode is None:
@@ -129,16 +125,7 @@ def test_waiting_client_that_leaves_disturbs_nobody(bouncer, pg, mode):
     for i in range(6):  # long-lived: past the reads of its own
         assert leaver.execute("SELECT %s::int", (i,)).fetchone() == (i,)
     holder.execute("INSERT INTO ring_leaver VALUES (1)")
-    failed = []
-
-    def wait_then_fail():
-        try:
-            leaver.execute("SELECT 'never'")
-        except psycopg.Error as e:
-            failed.append(e)
-
-    t = threading.Thread(target=wait_then_fail)
-    t.start()
+    t, failed = in_background(leaver, "SELECT 'never'")
     wait_for(lambda: rows_of(b)["cl_waiting"] == 1, "the client to wait")
     sock = socket.socket(fileno=os.dup(leaver.pgconn.socket))
     sock.shutdown(socket.SHUT_RDWR)
@@ -151,6 +138,31 @@ def test_waiting_client_that_leaves_disturbs_nobody(bouncer, pg, mode):
     with b.connect(autocommit=True) as c:
         assert c.execute("SELECT 'served'").fetchone() == ("served",)
     holder.close()
+
+
+def all_clients(run, n):
+    """run(k) for k in 0..n-1, each in a thread of its own; returns when all are done."""
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a client is still running"
+
+
+def in_background(conn, sql):
+    """Runs sql on conn in a thread; returns the thread and the list that gets its psycopg error."""
+    errors = []
+
+    def run():
+        try:
+            conn.execute(sql)
+        except psycopg.Error as e:
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, errors
 
 
 def rows_of(b):
@@ -167,16 +179,7 @@ def test_server_that_dies_mid_query(bouncer, pg, mode):
     for i in range(6):
         assert c.execute("SELECT %s::int", (i,)).fetchone() == (i,)
         assert other.execute("SELECT %s::int", (i,)).fetchone() == (i,)
-    errors = []
-
-    def sleep():
-        try:
-            c.execute("SELECT pg_sleep(30)")
-        except psycopg.Error as e:
-            errors.append(e)
-
-    t = threading.Thread(target=sleep)
-    t.start()
+    t, errors = in_background(c, "SELECT pg_sleep(30)")
     victim = wait_for(lambda: pg.sql("SELECT pid FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(30)'"),
                       "the query to run")[0][0]
     pg.sql("SELECT pg_terminate_backend(%s)", [victim])
@@ -210,9 +213,5 @@ def test_read_limit_per_event_never_stalls_a_stream(bouncer, mode, loopcnt):
         except Exception as e:  # reported below
             errors.append((k, repr(e)))
 
-    threads = [threading.Thread(target=fetch, args=(k,)) for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors and not any(t.is_alive() for t in threads)
+    all_clients(fetch, 2)
+    assert not errors

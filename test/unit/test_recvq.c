@@ -89,6 +89,17 @@ static void pair(int sv[2])
 	assert_int_equal(fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK), 0);
 }
 
+/* A socket pair whose first end the ring receives for owner (the start submitted); the receive's id. */
+static uint32_t started_pair(int sv[2], Owner *owner)
+{
+	require_ring();
+	pair(sv);
+	uint32_t id = recvq_start(owner, sv[0]);
+	assert_int_not_equal(id, 0);
+	recvq_submit();
+	return id;
+}
+
 /* Run the loop until cond holds (at most a few seconds). */
 #define LOOP_UNTIL(cond)                                                                                               \
 	do {                                                                                                           \
@@ -104,12 +115,8 @@ static void pair(int sv[2])
 static void test_bytes_arrive_whole_and_in_order(void **state)
 {
 	(void)state;
-	require_ring();
 	int sv[2];
-	pair(sv);
-	uint32_t id = recvq_start(owners[0], sv[0]);
-	assert_int_not_equal(id, 0);
-	recvq_submit();
+	(void)started_pair(sv, owners[0]);
 	/* more than a provided buffer holds, in pieces */
 	static uint8_t msg[100000];
 	for (size_t k = 0; k < sizeof(msg); k++)
@@ -156,11 +163,8 @@ static void test_two_sockets_are_kept_apart(void **state)
 static void test_cancel_reports_what_came_before_it(void **state)
 {
 	(void)state;
-	require_ring();
 	int sv[2];
-	pair(sv);
-	uint32_t id = recvq_start(owners[0], sv[0]);
-	recvq_submit();
+	uint32_t id = started_pair(sv, owners[0]);
 	assert_int_equal(send(sv[1], "before", 6, 0), 6);
 	LOOP_UNTIL(owners[0]->len == 6);
 	recvq_stop(id, true);
@@ -178,11 +182,8 @@ static void test_cancel_reports_what_came_before_it(void **state)
 static void test_dropped_owner_hears_nothing(void **state)
 {
 	(void)state;
-	require_ring();
 	int sv[2];
-	pair(sv);
-	uint32_t id = recvq_start(owners[0], sv[0]);
-	recvq_submit();
+	uint32_t id = started_pair(sv, owners[0]);
 	recvq_stop(id, false);
 	assert_int_equal(send(sv[1], "late", 4, 0), 4);
 	close(sv[1]);
@@ -203,11 +204,8 @@ static void test_dropped_owner_hears_nothing(void **state)
 static void test_stop_wait_lets_go_of_the_socket(void **state)
 {
 	(void)state;
-	require_ring();
 	int sv[2];
-	pair(sv);
-	uint32_t id = recvq_start(owners[0], sv[0]);
-	recvq_submit();
+	uint32_t id = started_pair(sv, owners[0]);
 	assert_int_equal(send(sv[1], "mine", 4, 0), 4);
 	LOOP_UNTIL(owners[0]->len == 4);
 	/* not reaped yet: stop_wait reports it before it returns */
