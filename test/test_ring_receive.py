@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from conftest import wait_for
-from helpers import rows, workers
+from helpers import Background, rows, workers
 
 TX = {"pool_mode": "transaction", "default_pool_size": "2", "max_client_conn": "100"}
 
@@ -125,13 +125,13 @@ def test_waiting_client_that_leaves_disturbs_nobody(bouncer, pg, mode):
     for i in range(6):  # long-lived: past the reads of its own
         assert leaver.execute("SELECT %s::int", (i,)).fetchone() == (i,)
     holder.execute("INSERT INTO ring_leaver VALUES (1)")
-    t, failed = in_background(leaver, "SELECT 'never'")
+    waiting = Background(lambda: leaver.execute("SELECT 'never'"))
     wait_for(lambda: rows_of(b)["cl_waiting"] == 1, "the client to wait")
     sock = socket.socket(fileno=os.dup(leaver.pgconn.socket))
     sock.shutdown(socket.SHUT_RDWR)
     sock.close()
-    t.join(timeout=10)
-    assert failed
+    with pytest.raises(psycopg.OperationalError):
+        waiting.result(timeout=10)
     wait_for(lambda: rows_of(b)["cl_waiting"] == 0, "the leaver to be gone")
     holder.commit()
     assert pg.sql("SELECT count(*) FROM ring_leaver") == [(1,)]
@@ -150,21 +150,6 @@ def all_clients(run, n):
     assert not any(t.is_alive() for t in threads), "a client is still running"
 
 
-def in_background(conn, sql):
-    """Runs sql on conn in a thread; returns the thread and the list that gets its psycopg error."""
-    errors = []
-
-    def run():
-        try:
-            conn.execute(sql)
-        except psycopg.Error as e:
-            errors.append(e)
-
-    t = threading.Thread(target=run)
-    t.start()
-    return t, errors
-
-
 def rows_of(b):
     with b.admin() as con:
         return next(r for r in rows(con, "SHOW POOLS") if r["database"] == "postgres")
@@ -179,12 +164,12 @@ def test_server_that_dies_mid_query(bouncer, pg, mode):
     for i in range(6):
         assert c.execute("SELECT %s::int", (i,)).fetchone() == (i,)
         assert other.execute("SELECT %s::int", (i,)).fetchone() == (i,)
-    t, errors = in_background(c, "SELECT pg_sleep(30)")
+    sleeping = Background(lambda: c.execute("SELECT pg_sleep(30)"))
     victim = wait_for(lambda: pg.sql("SELECT pid FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(30)'"),
                       "the query to run")[0][0]
     pg.sql("SELECT pg_terminate_backend(%s)", [victim])
-    t.join(timeout=20)
-    assert not t.is_alive() and len(errors) == 1
+    with pytest.raises(psycopg.Error):
+        sleeping.result(timeout=20)
     assert other.execute("SELECT 'still here'").fetchone() == ("still here",)
     if c.closed:
         c = b.connect(autocommit=True)
