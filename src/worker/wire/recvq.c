@@ -31,8 +31,8 @@
 
 #define RING_ENTRIES 256  /* starts and stops per submission */
 #define CQ_ENTRIES   2048 /* completions between two reapings before the kernel keeps them aside */
-#define BUF_COUNT    256  /* provided buffers (a power of two) */
-#define BUF_SIZE     2048 /* bytes each: a completion carries at most that much */
+#define BUF_COUNT    128  /* provided buffers (a power of two) */
+#define BUF_SIZE     1024 /* bytes each: a completion carries at most that much */
 #define BUF_GROUP    1
 #define CANCEL_TAG   UINT64_MAX /* the user data of a cancel's own completion */
 
