@@ -12,6 +12,7 @@ the same names, so a session shows who logged in.
 
 import re
 import threading
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -96,6 +97,19 @@ def test_simple_bind(bouncer, d):
     w.close()
     # the directory knows its users: nothing about auth_file
     assert "no such user" not in b.log_text()
+
+
+def test_libldap_is_loaded_by_the_first_ldap_login(bouncer, d):
+    """libldap is loaded when LDAP is first needed, not at start (doc/ldap.md): a pooler maps it only
+    from its first LDAP login on, and the login works as when it was linked."""
+    def maps_libldap(pid):
+        return "libldap" in Path(f"/proc/{pid}/maps").read_text()
+
+    b = ldap_pooler(bouncer, d, simple(d), min_workers=1, max_workers=1)
+    (worker,) = [int(p) for p in Path(f"/proc/{b.pid}/task/{b.pid}/children").read_text().split()]
+    assert not maps_libldap(b.pid) and not maps_libldap(worker)
+    assert who(b, ALICE) == ALICE
+    assert maps_libldap(worker)
 
 
 @pytest.mark.parametrize("extra,user", [

@@ -8,7 +8,7 @@
 
 #include "common/ldap_options.h"
 
-#include <ldap.h>
+#include "common/ldap_dl.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +113,9 @@ static bool set_port(LdapOptions *o, const char *value, char *err, size_t errlen
 /* ldapurl: scheme, host and port, base DN, attribute, scope, filter, as PostgreSQL reads them. */
 static bool set_url(LdapOptions *o, const char *value, char *err, size_t errlen)
 {
+	char why[300];
+	if (!ldap_dl_load(why, sizeof(why)))
+		return set_error(err, errlen, "ldapurl \"%s\" cannot be read: %s", value, why);
 	LDAPURLDesc *d = NULL;
 	int rc = ldap_url_parse(value, &d);
 	if (rc != LDAP_URL_SUCCESS)

@@ -40,11 +40,9 @@ bool ldap_auth_start(PgSocket *c, const char *password)
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
-#include <ldap.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openldap.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -52,6 +50,7 @@ bool ldap_auth_start(PgSocket *c, const char *password)
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "common/ldap_dl.h"
 #include "common/ldap_options.h"
 #include "worker/auth_threads.h"
 
@@ -441,6 +440,13 @@ bool ldap_auth_start(PgSocket *c, const char *password)
 		return false;
 	}
 	LdapRequest *r = (LdapRequest *)job;
+	char why[300];
+	if (!ldap_dl_load(why, sizeof(why))) {
+		slog(LG_WARNING, c, "LDAP authentication: %s", why);
+		auth_job_client_gone(c);
+		disconnect_client(c, true, "LDAP authentication failed");
+		return false;
+	}
 	init_library();
 	r->password = xstrdup(password);
 	/* the check ends with the login's deadline (doc/ldap.md, "When the directory does not answer") */
