@@ -324,7 +324,7 @@ static void sbuf_setup(SBuf *sb, struct event_base *base, int fd, uint32_t pkt_b
  * sockets that got something are put on the ready list and processed
  * after the ring's completions were reaped, as a readiness event would.
  * While the socket is paused the receive stays armed, as the read event
- * does on epoll; a stash that grows beyond STASH_LIMIT stops it until
+ * does on epoll; a stash that grows beyond stash_limit() stops it until
  * read_some() emptied the stash.
  */
 typedef struct SBufRing {
@@ -338,8 +338,14 @@ typedef struct SBufRing {
 	uint32_t off, len, cap;
 } SBufRing;
 
-#define STASH_LIMIT      (32 * 1024)
+#define STASH_LIMIT      (32 * 1024) /* or pkt_buf, if larger: what one recv() could have taken */
 #define RING_AFTER_READS 4 /* recv() calls before a socket moves to the ring: a one-query connection never does */
+
+/* How much the stash holds before the receive stops: as much as one recv() into the buffer could take. */
+static inline uint32_t stash_limit(const SBuf *sb)
+{
+	return sb->base_size > STASH_LIMIT ? sb->base_size : STASH_LIMIT;
+}
 
 static void ring_schedule(SBufRing *r)
 {
@@ -358,7 +364,7 @@ static inline bool ring_has_input(const SBufRing *r)
 static void ring_restart(SBuf *sb)
 {
 	SBufRing *r = sb->rq;
-	if (r->id || !sb->ring_ok || r->eof || r->err || r->len - r->off >= STASH_LIMIT || sb->fd < 0)
+	if (r->id || !sb->ring_ok || r->eof || r->err || r->len - r->off >= stash_limit(sb) || sb->fd < 0)
 		return;
 	r->id = recvq_start(sb, sb->fd);
 	r->stopping = false;
@@ -433,7 +439,7 @@ static void ring_on_data(void *owner, const uint8_t *data, size_t len)
 	}
 	memcpy(r->data + r->len, data, len);
 	r->len += (uint32_t)len;
-	if (r->len - r->off >= STASH_LIMIT && r->id && !r->stopping) {
+	if (r->len - r->off >= stash_limit(sb) && r->id && !r->stopping) {
 		/* nobody takes it now: the rest waits in the socket (back-pressure, as on epoll) */
 		recvq_stop(r->id, true);
 		r->stopping = true;
@@ -449,7 +455,9 @@ static void ring_on_end(void *owner, int res)
 	r->stopping = false;
 	if (res == 0)
 		r->eof = true;
-	else if (res == -ENOBUFS || res == -ECANCELED)
+	else if (res == -ENOBUFS)
+		ring_restart(sb); /* the buffers ran out, not the stash's room: on at once, as a recv() would go on */
+	else if (res == -ECANCELED)
 		; /* started again by read_some() or enable_read() */
 	else if (res == -EINVAL || res == -EOPNOTSUPP)
 		sb->ring_ok = false; /* the kernel cannot: back to epoll */
