@@ -59,13 +59,14 @@ uint32_t recvq_start(void *owner, int fd);
 void recvq_stop(uint32_t id, bool keep_owner);
 
 /*
- * Cancel the receive `id` and return once its end was reported: the ring
- * holds no reference to the socket any more (before its descriptor is
+ * Cancel the receive `id` and return true once its end was reported: the
+ * ring holds no reference to the socket any more (before its descriptor is
  * handed to another process or read directly). Completions of other
  * sockets reaped meanwhile are reported too, and done() runs from the
- * event loop later.
+ * event loop later. False when the end did not come within half a second
+ * (the ring still holds the socket; the end is reported later as usual).
  */
-void recvq_stop_wait(uint32_t id);
+bool recvq_stop_wait(uint32_t id);
 
 /* Have done() run from the event loop soon (a socket was put on the owner's list of work). */
 void recvq_wake(void);

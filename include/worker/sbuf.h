@@ -242,8 +242,9 @@ void sbuf_use_ring(SBuf *sb);
  * Before the descriptor leaves this process (a client or server moved to
  * another worker or tree): the ring gives the socket up and reads it no
  * more. False when it had received bytes or an EOF that are not processed
- * yet: the socket is not movable now (its input is processed from the
- * event loop, and it reads through epoll from then on).
+ * yet (processed from the event loop), or did not let go within half a
+ * second: the socket is not movable now, and sbuf_use_ring() lets it back
+ * on the ring.
  */
 bool sbuf_ring_release(SBuf *sb);
 

@@ -210,7 +210,7 @@ static void test_stop_wait_lets_go_of_the_socket(void **state)
 	LOOP_UNTIL(owners[0]->len == 4);
 	/* not reaped yet: stop_wait reports it before it returns */
 	assert_int_equal(send(sv[1], "+tail", 5, 0), 5);
-	recvq_stop_wait(id);
+	assert_true(recvq_stop_wait(id));
 	assert_true(owners[0]->ended);
 	assert_int_equal(owners[0]->end_res, -ECANCELED);
 	/* from now on the socket's bytes are its next reader's: nothing lost, nothing twice */

@@ -29,12 +29,13 @@
 
 #include <liburing.h>
 
-#define RING_ENTRIES 256  /* starts and stops per submission */
-#define CQ_ENTRIES   2048 /* completions between two reapings before the kernel keeps them aside */
-#define BUF_COUNT    128  /* provided buffers (a power of two) */
-#define BUF_SIZE     1024 /* bytes each: a completion carries at most that much */
-#define BUF_GROUP    1
-#define CANCEL_TAG   UINT64_MAX /* the user data of a cancel's own completion */
+#define RING_ENTRIES   256  /* starts and stops per submission */
+#define CQ_ENTRIES     2048 /* completions between two reapings before the kernel keeps them aside */
+#define BUF_COUNT      128  /* provided buffers (a power of two) */
+#define BUF_SIZE       1024 /* bytes each: a completion carries at most that much */
+#define BUF_GROUP      1
+#define CANCEL_TAG     UINT64_MAX   /* the user data of a cancel's own completion */
+#define STOP_WAIT_USEC (500 * 1000) /* recvq_stop_wait()'s bound */
 
 typedef struct Slot {
 	void *owner; /* NULL: nothing more is reported */
@@ -282,20 +283,35 @@ static void reap(void)
 	(void)reap_until(0);
 }
 
-void recvq_stop_wait(uint32_t id)
+bool recvq_stop_wait(uint32_t id)
 {
 	recvq_stop(id, true);
 	recvq_submit();
-	while (!reap_until(id)) {
+	/*
+	 * A receive waiting for data is cancelled at the submission itself; the
+	 * bound keeps a worker from hanging on one that is not, with every
+	 * other client of the worker waiting behind it.
+	 */
+	uint64_t until = get_mono_usec() + STOP_WAIT_USEC;
+	bool ended;
+	while (!(ended = reap_until(id))) {
+		uint64_t now = get_mono_usec();
+		if (now >= until)
+			break;
+		struct __kernel_timespec ts = {.tv_sec = 0, .tv_nsec = (long long)(until - now) * 1000};
 		struct io_uring_cqe *cqe;
-		int r = io_uring_wait_cqe(&ring, &cqe);
-		if (r < 0 && r != -EINTR) {
+		int r = io_uring_wait_cqe_timeout(&ring, &cqe, &ts);
+		if (r < 0 && r != -EINTR && r != -ETIME) {
 			log_warning("io_uring: waiting for a cancelled receive failed: %s", strerror(-r));
 			break;
 		}
 	}
+	if (!ended)
+		log_warning("io_uring: a cancelled receive did not end within %d ms: its socket stays here",
+		            (int)(STOP_WAIT_USEC / 1000));
 	/* what the others received is processed from the event loop */
 	event_active(ring_ev, EV_READ, 0);
+	return ended;
 }
 
 #else /* !HAVE_LIBURING */
@@ -322,9 +338,10 @@ void recvq_stop(uint32_t id, bool keep_owner)
 	(void)id, (void)keep_owner;
 }
 
-void recvq_stop_wait(uint32_t id)
+bool recvq_stop_wait(uint32_t id)
 {
 	(void)id;
+	return true;
 }
 
 void recvq_wake(void)

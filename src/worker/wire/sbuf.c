@@ -487,8 +487,8 @@ static void ring_on_done(void)
 		SBuf *sb = container_of(n, SBufRing, ready_node)->sb;
 		if (sb->fd < 0 || !sb->reading || sb->in_process)
 			continue;
-		if (sb->paused && !sb->tls_handshake) {
-			/* the stash keeps it until sbuf_continue() */
+		if (sb->paused) {
+			/* the stash keeps it until sbuf_continue() (no TLS socket is on the ring) */
 			sb->reading = false;
 			continue;
 		}
@@ -517,8 +517,10 @@ bool sbuf_ring_release(SBuf *sb)
 	SBufRing *r = sb->rq;
 	if (!r)
 		return true;
-	if (r->id)
-		recvq_stop_wait(r->id);
+	if (r->id && !recvq_stop_wait(r->id)) {
+		r->stopping = true; /* still in the ring: the socket stays, its end comes later */
+		return false;
+	}
 	if (ring_has_input(r)) {
 		ring_schedule(r); /* read_some() takes it, then leaves the ring */
 		return false;
