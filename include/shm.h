@@ -246,6 +246,16 @@ typedef struct ShmSegment {
 	                                                           [every worker, fetch-add] */
 } ShmSegment;
 
+/*
+ * The id of the n-th connection counted by next_socket_id (n >= 1): SHOW's
+ * `id` column is an int4, so the ids go round within 1..2^31-1
+ * (doc/workers.md, "Connection ids").
+ */
+static inline uint64_t shm_socket_id(uint64_t n)
+{
+	return n == 0 ? 1 : (n - 1) % INT32_MAX + 1;
+}
+
 _Static_assert(sizeof(WorkerSlot) % SHM_CACHELINE == 0, "worker slots must fill whole cache lines");
 /*
  * The config_gen and cpus fields took padding: the sizes, and so every

@@ -428,6 +428,9 @@ def test_upgrade_hands_persistent_clients_over(bouncer, old_trees, mode):
     with b.admin() as admin:
         ids = [r["id"] for r in rows(admin, "SHOW CLIENTS")]
         assert len(ids) == len(set(ids)), sorted(ids)
+        # the column is an int4: a driver reading it into 32 bits gets every id
+        server_ids = [r["id"] for r in rows(admin, "SHOW SERVERS")]
+        assert all(1 <= i <= 2**31 - 1 for i in ids + server_ids), sorted(ids + server_ids)
         vid = next(r["id"] for r in held if r["port"] == local_port(victim))
         admin.execute(f"KILL_CLIENT {vid}")
     with pytest.raises(psycopg.OperationalError, match="admin forced disconnect"):
@@ -449,6 +452,38 @@ def test_upgrade_hands_persistent_clients_over(bouncer, old_trees, mode):
     for c in clients:
         c.close()
 
+
+
+def test_ids_stay_int4_and_apart_across_upgrades(bouncer, old_trees):
+    """SHOW's `id` is an int4: through three online restarts in a row (each new tree's ids start
+    2^30 above the old tree's, so the third goes round the int4 range) every id a client or server
+    shows stays within it, no two connections share one, and KILL_CLIENT with the id of a client
+    handed over three times closes that client and no other."""
+    import psycopg
+    b = bouncer(ini_overrides={**TWO, "pool_mode": "transaction"})
+    two_workers(b)
+    kept = b.connect(autocommit=True)
+    assert kept.execute("SELECT 1").fetchone() == (1,)
+    others = []
+    for round_ in range(3):
+        old_pid, _ = upgrade(b, old_trees)
+        wait_for(lambda: not pid_alive(old_pid), "the old master to exit once its clients moved")
+        others.append(b.connect(autocommit=True))
+        assert others[-1].execute("SELECT %s::int", (round_,)).fetchone() == (round_,)
+        assert kept.execute("SELECT %s::int", (round_,)).fetchone() == (round_,)
+        with b.admin() as admin:
+            ids = [r["id"] for r in rows(admin, "SHOW CLIENTS")] + [r["id"] for r in rows(admin, "SHOW SERVERS")]
+        assert all(1 <= i <= 2**31 - 1 for i in ids), (round_, sorted(ids))
+        assert len(ids) == len(set(ids)), (round_, sorted(ids))
+    with b.admin() as admin:
+        mine = [r["id"] for r in rows(admin, "SHOW CLIENTS") if r["port"] == local_port(kept)]
+        assert len(mine) == 1, mine
+        admin.execute(f"KILL_CLIENT {mine[0]}")
+    with pytest.raises(psycopg.OperationalError, match="admin forced disconnect"):
+        kept.execute("SELECT 1")
+    for i, c in enumerate(others):
+        assert c.execute("SELECT %s::int", (i,)).fetchone() == (i,)
+        c.close()
 
 PREV_BIN = os.environ.get("PGBOUNCER_PREV_BIN")
 

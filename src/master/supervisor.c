@@ -65,8 +65,11 @@ typedef struct WorkerProc {
 	bool hung_killed; /* still silent: SIGKILL sent, the reaper respawns the slot */
 } WorkerProc;
 
-/* How far above the old tree's ids a new tree's start (-R). */
-#define SOCKET_IDS_PER_TREE (UINT64_C(1) << 32)
+/*
+ * How far above the old tree's ids a new tree's start (-R): half of the
+ * int4 range the ids go round in (shm_socket_id()).
+ */
+#define SOCKET_IDS_PER_TREE (UINT64_C(1) << 30)
 
 static struct {
 	struct event_base *base;

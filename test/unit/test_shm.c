@@ -142,6 +142,28 @@ static void test_atomic_adds_across_processes(void **state)
 	assert_int_equal(munmap(seg, sizeof(ShmSegment)), 0);
 }
 
+/* SHOW's id column is an int4: the ids go round within it, and a new tree's start stays apart from the old's */
+static void test_socket_ids_fit_int4(void **state)
+{
+	(void)state;
+	assert_int_equal(shm_socket_id(1), 1);
+	assert_int_equal(shm_socket_id(2), 2);
+	assert_int_equal(shm_socket_id(INT32_MAX), INT32_MAX);
+	assert_int_equal(shm_socket_id((uint64_t)INT32_MAX + 1), 1);
+	assert_int_equal(shm_socket_id((uint64_t)INT32_MAX + 2), 2);
+	/* an old tree that gave out 2^32 + 5 ids; the new one starts 2^30 above it */
+	uint64_t old_next = (UINT64_C(1) << 32) + 5;
+	uint64_t new_first = old_next + (UINT64_C(1) << 30) + 1;
+	for (uint64_t k = 0; k < 1000; k++) {
+		uint64_t id = shm_socket_id(new_first + k);
+		assert_true(id >= 1 && id <= INT32_MAX);
+		assert_int_not_equal(id, shm_socket_id(old_next));
+		assert_int_not_equal(id, shm_socket_id(old_next + 1000));
+	}
+	for (uint64_t n = UINT64_MAX - 3; n != 0; n++)
+		assert_true(shm_socket_id(n) >= 1 && shm_socket_id(n) <= INT32_MAX);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -149,6 +171,7 @@ int main(void)
 	    cmocka_unit_test(test_atomics_are_lock_free),
 	    cmocka_unit_test(test_child_writes_parent_sees),
 	    cmocka_unit_test(test_atomic_adds_across_processes),
+	    cmocka_unit_test(test_socket_ids_fit_int4),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -961,8 +961,8 @@ PgSocket *socket_new(bool is_server)
 	 * id names one connection whatever the worker (doc/workers.md,
 	 * "Connection ids").
 	 */
-	uint64_t id = wk.slot ? atomic_fetch_add(&wk.shm->next_socket_id, 1) + 1 : ++wk.next_id;
-	return socket_new_with_id(is_server, id);
+	uint64_t n = wk.slot ? atomic_fetch_add(&wk.shm->next_socket_id, 1) + 1 : ++wk.next_id;
+	return socket_new_with_id(is_server, shm_socket_id(n));
 }
 
 PgSocket *socket_new_internal(void)
