@@ -44,7 +44,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC       0x50474257u /* "PGBW" */
-#define SHM_VERSION     7u
+#define SHM_VERSION     8u
 #define SHM_MAX_WORKERS 64
 #define SHM_CACHELINE   64
 
@@ -232,6 +232,15 @@ typedef struct GlobalBudget {
 	alignas(SHM_CACHELINE) _Atomic int32_t clients; /* client connections, all workers (max_client_conn) */
 	_Atomic int32_t clients_of[SHM_MAX_WORKERS];    /* worker w's share [worker w; master zeroes] */
 	BudgetEntry entries[SHM_BUDGET_ENTRIES];
+	/*
+	 * SHOW STATS totals of the database of entry i (a BUDGET_DB entry), as
+	 * every worker of the tree has counted them so far, exited ones included:
+	 * each adds what it counted since its last addition, every 100 ms and
+	 * before it answers a SHOW STATS, so the totals never go back while the
+	 * tree runs (doc/workers.md, "The admin console with several workers") [every worker,
+	 * fetch-add]
+	 */
+	alignas(SHM_CACHELINE) _Atomic uint64_t db_stats[SHM_BUDGET_ENTRIES][SHM_STATS_FIELDS];
 } GlobalBudget;
 
 typedef struct ShmSegment {

@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 
 from conftest import DEADLINE, free_port, wait_for
-from helpers import two_workers
+from helpers import states, two_workers
 
 parser = pytest.importorskip(
     "prometheus_client.parser", reason="python3-prometheus-client is not installed (scripts/debian-packages)")
@@ -454,3 +454,64 @@ def test_metrics_connection_open_at_a_fork_is_closed(one_worker_metered):
     wait_for(respawned, "worker 0 to be replaced")
     wait_for(lambda: peer_closed(idle), "the master to close the idle connection", timeout=20)
     idle.close()
+
+
+# ---- counters never go back (doc/workers.md, "The admin console with several workers") ----
+
+def stats_totals(b):
+    """SHOW STATS's total_query_count and total_xact_count of postgres, and SHOW TOTALS's query count."""
+    with b.admin() as admin:
+        row = next(r for r in rows(admin, "SHOW STATS") if r["database"] == "postgres")
+        totals = {r["name"]: r["value"] for r in rows(admin, "SHOW TOTALS")}
+    return row["total_query_count"], row["total_xact_count"], totals["total_query_count"]
+
+
+def pooled_queries(mport):
+    return value(scrape(mport)[0], "pgbouncer_stats_totals_queries_pooled_total", database="postgres")
+
+
+def queries_on_both(b, n):
+    from helpers import conn_on
+    for w in (0, 1):
+        with conn_on(b, w) as c:
+            for _ in range(n):
+                c.execute("SELECT 1")
+
+
+def test_counters_keep_a_drained_workers_share(metered):
+    """Scaling down from two workers to one keeps what the drained worker
+    counted in SHOW STATS, SHOW TOTALS and /metrics: a Prometheus counter
+    that went back would read as a restart and make rate() jump."""
+    b, mport = metered
+    queries_on_both(b, 40)
+    before = stats_totals(b)
+    metric_before = pooled_queries(mport)
+    assert before[0] >= 80 and metric_before >= 80, (before, metric_before)
+    with b.admin() as admin:
+        admin.execute("SET min_workers = 1")
+        admin.execute("SET max_workers = 1")
+    wait_for(lambda: states(b) == ["active"], "one worker left")
+    after = stats_totals(b)
+    assert all(a >= x for a, x in zip(after, before)), (before, after)
+    assert pooled_queries(mport) >= metric_before
+
+
+def test_counters_keep_a_crashed_workers_share(metered):
+    """A worker killed with SIGKILL: what SHOW STATS counted for it before
+    stays counted after the master has replaced it."""
+    b, mport = metered
+    queries_on_both(b, 40)
+    before = stats_totals(b)
+    metric_before = pooled_queries(mport)
+    with b.admin() as admin:
+        pid = next(r["pid"] for r in rows(admin, "SHOW WORKERS") if r["worker"] == 1)
+    os.kill(pid, signal.SIGKILL)
+
+    def replaced():
+        with b.admin() as admin:
+            w = [r for r in rows(admin, "SHOW WORKERS") if r["worker"] == 1]
+        return w and w[0]["pid"] != pid and w[0]["state"] == "active"
+    wait_for(replaced, "worker 1 to be replaced")
+    after = stats_totals(b)
+    assert all(a >= x for a, x in zip(after, before)), (before, after)
+    assert pooled_queries(mport) >= metric_before

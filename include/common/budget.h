@@ -19,6 +19,12 @@
 int budget_lookup(GlobalBudget *gb, int self, BudgetKind kind, const char *db, const char *user)
     __attribute__((warn_unused_result));
 
+/* Add a worker's new counts to the SHOW STATS totals of the database of entry idx (db_stats). */
+void budget_stats_add(GlobalBudget *gb, int idx, const uint64_t delta[SHM_STATS_FIELDS]);
+
+/* The SHOW STATS totals of the database of entry idx, as far as the workers have added them. */
+void budget_stats_read(const GlobalBudget *gb, int idx, uint64_t out[SHM_STATS_FIELDS]);
+
 /* One unit of entry idx for worker self, if the count is below limit (limit <= 0: no limit). */
 bool budget_take(GlobalBudget *gb, int self, int idx, int limit) __attribute__((warn_unused_result));
 

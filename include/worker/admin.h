@@ -34,7 +34,12 @@ void admin_take_state(const ConsoleState *cs);
 void admin_kill_here(const char *db_name);
 void admin_disable_later(const char *db_name);
 
-/* which: 0 STATS, 1 STATS_TOTALS, 2 STATS_AVERAGES, 3 TOTALS; RowDescription, rows, CommandComplete. */
-void admin_write_stats(PktBuf *pb, int which, const DbStats *arr, int n);
+/*
+ * which: 0 STATS, 1 STATS_TOTALS, 2 STATS_AVERAGES, 3 TOTALS; RowDescription,
+ * rows, CommandComplete. tree: the answer is the whole pooler's, and the
+ * totals are the tree's in shared memory (db_stats_totals()), which keep the
+ * counts of workers that exited.
+ */
+void admin_write_stats(PktBuf *pb, int which, const DbStats *arr, int n, bool tree);
 
 #endif

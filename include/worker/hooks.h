@@ -82,7 +82,7 @@ typedef struct Hooks {
 	 */
 	struct {
 		/* merged SHOW STATS and friends, as one worker writes its own (admin_write_stats()) */
-		void (*write_stats)(PktBuf *pb, int which, const struct DbStats *arr, int n);
+		void (*write_stats)(PktBuf *pb, int which, const struct DbStats *arr, int n, bool tree);
 		/* another worker refused the command: this worker's part is undone or its wait ends (admin_abandon_part()) */
 		void (*abandon_part)(PgSocket *console, const char *query, bool done_here);
 		void (*kill_here)(const char *db);     /* KILL's follow-up on this worker (admin_kill_here()) */

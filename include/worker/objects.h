@@ -207,6 +207,7 @@ struct PgPool {
 	uint32_t settings_gen; /* wk.cf_gen + 1 when they were computed; 0 = never */
 
 	PgStats stats;       /* totals */
+	PgStats flushed;     /* the part of them added to the tree's totals (pool_stats_flush()) */
 	PgStats older_stats; /* snapshot at the start of the previous period */
 	PgStats newer_stats; /* snapshot at the start of the current period */
 };
@@ -378,6 +379,18 @@ void user_set_secret(PgUser *u, const char *secret, SecretKind kind);
 /* The pool of (db, user), made if missing. */
 PgPool *pool_get(PgDatabase *db, PgUser *user);
 void pool_free(PgPool *pool); /* one without clients and servers; its statistics go with it */
+
+/*
+ * Add what the pool (or every pool) counted since the last time to the
+ * tree's SHOW STATS totals of its database in shared memory (db_stats in
+ * include/shm.h): every 100 ms, before a SHOW STATS and as the worker
+ * exits, so that a worker that exits (drained or crashed) leaves its counts.
+ */
+void pool_stats_flush(PgPool *pool);
+void pools_stats_flush(void);
+
+/* The tree's SHOW STATS totals of database `name` into out; false without shared memory or an entry. */
+bool db_stats_totals(const char *name, PgStats *out);
 PgPool *pool_find(PgDatabase *db, PgUser *user);
 /* Apply wk.cf's [databases]: add, update, mark for reconnect. */
 void objects_load_databases(void);

@@ -65,6 +65,19 @@ int budget_lookup(GlobalBudget *gb, int self, BudgetKind kind, const char *db, c
 	return -1;
 }
 
+void budget_stats_add(GlobalBudget *gb, int idx, const uint64_t delta[SHM_STATS_FIELDS])
+{
+	for (int f = 0; f < SHM_STATS_FIELDS; f++)
+		if (delta[f])
+			atomic_fetch_add(&gb->db_stats[idx][f], delta[f]);
+}
+
+void budget_stats_read(const GlobalBudget *gb, int idx, uint64_t out[SHM_STATS_FIELDS])
+{
+	for (int f = 0; f < SHM_STATS_FIELDS; f++)
+		out[f] = atomic_load(&gb->db_stats[idx][f]);
+}
+
 const GlobalBudget *budget_predecessor;
 
 int budget_foreign_count(const GlobalBudget *gb, int idx)

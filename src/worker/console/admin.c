@@ -563,6 +563,16 @@ static void averages(const DbStats *d, long long avg[STATS_COLUMNS])
 #undef RATE
 }
 
+/*
+ * The totals of row d: the tree's for its database (they keep the counts of
+ * workers that exited; every worker answering added its own first), else
+ * what the workers answered.
+ */
+static const PgStats *row_totals(const DbStats *d, bool tree, PgStats *buf)
+{
+	return tree && db_stats_totals(d->name, buf) ? buf : &d->total;
+}
+
 static void totals(const PgStats *t, long long tot[STATS_COLUMNS])
 {
 	tot[0] = (long long)t->server_assignment_count;
@@ -579,12 +589,12 @@ static void totals(const PgStats *t, long long tot[STATS_COLUMNS])
 	tot[11] = (long long)t->client_login_count;
 }
 
-static void write_totals(PktBuf *pb, const DbStats *arr, int n);
+static void write_totals(PktBuf *pb, const DbStats *arr, int n, bool tree);
 
-void admin_write_stats(PktBuf *pb, int which, const DbStats *arr, int n)
+void admin_write_stats(PktBuf *pb, int which, const DbStats *arr, int n, bool tree)
 {
 	if (which == 3) {
-		write_totals(pb, arr, n);
+		write_totals(pb, arr, n, tree);
 		return;
 	}
 	static const char *const full[] = {"database",
@@ -641,7 +651,8 @@ void admin_write_stats(PktBuf *pb, int which, const DbStats *arr, int n)
 	pktbuf_write_row_description(&r.pb, types, which == 0 ? full : which == 1 ? tot_names : avg_names);
 	for (int k = 0; k < n; k++) {
 		long long tot[STATS_COLUMNS], avg[STATS_COLUMNS];
-		totals(&arr[k].total, tot);
+		PgStats buf;
+		totals(row_totals(&arr[k], tree, &buf), tot);
 		averages(&arr[k], avg);
 		const char *v[1 + 2 * STATS_COLUMNS];
 		v[0] = arr[k].name;
@@ -658,7 +669,7 @@ void admin_write_stats(PktBuf *pb, int which, const DbStats *arr, int n)
 	*pb = r.pb;
 }
 
-static void write_totals(PktBuf *pb, const DbStats *arr, int n)
+static void write_totals(PktBuf *pb, const DbStats *arr, int n, bool tree)
 {
 	static const char *const names[] = {"name", "value"};
 	static const char *const rows[] = {"total_server_assignment_count",
@@ -686,14 +697,17 @@ static void write_totals(PktBuf *pb, const DbStats *arr, int n)
 	                                   "avg_ps_bind_count",
 	                                   "avg_client_login_count"};
 	DbStats all = {0};
+	PgStats shown = {0};
 	for (int k = 0; k < n; k++) {
+		PgStats buf;
+		pgstats_add(&shown, row_totals(&arr[k], tree, &buf));
 		pgstats_add(&all.total, &arr[k].total);
 		pgstats_add(&all.older, &arr[k].older);
 		for (size_t f = 0; f < PGSTATS_FIELDS; f++)
 			all.rate[f] += arr[k].rate[f];
 	}
 	long long tot[STATS_COLUMNS], avg[STATS_COLUMNS];
-	totals(&all.total, tot);
+	totals(&shown, tot);
 	averages(&all, avg);
 	Reply r = {.pb = *pb, .ncols = 2};
 	pktbuf_write_row_description(&r.pb, "TN", names);
@@ -705,14 +719,19 @@ static void write_totals(PktBuf *pb, const DbStats *arr, int n)
 	*pb = r.pb;
 }
 
-/* SHOW STATS, STATS_TOTALS, STATS_AVERAGES (which 0-2) and TOTALS (3) of this worker. */
+/*
+ * SHOW STATS, STATS_TOTALS, STATS_AVERAGES (which 0-2) and TOTALS (3) of
+ * this worker: the whole pooler's when no other worker runs, else (a
+ * private console) this worker's own.
+ */
 static bool show_stats(PgSocket *c, int which)
 {
+	pools_stats_flush();
 	DbStats *arr;
 	int n = collect_stats(&arr);
 	PktBuf pb;
 	pktbuf_init(&pb, 1024);
-	admin_write_stats(&pb, which, arr, n);
+	admin_write_stats(&pb, which, arr, n, !c->is_private || c->from_master);
 	free(arr);
 	pktbuf_write_ready(&pb, 'I');
 	return send_pktbuf(c, &pb);
@@ -740,6 +759,7 @@ static bool show_stats_raw(PgSocket *c, int variant)
 	types[1 + 3 * NF] = '\0';
 	Reply r;
 	reply_begin(&r, c, types, names);
+	pools_stats_flush(); /* the tree's totals have all of ours when the merged answer reads them */
 	DbStats *arr;
 	int n = collect_stats(&arr);
 	for (int k = 0; k < n; k++) {

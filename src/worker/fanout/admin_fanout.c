@@ -505,7 +505,7 @@ static void write_stats(AdminFanout *fo, PktBuf *pb)
 		}
 	}
 	qsort(arr, (size_t)n, sizeof(*arr), dbstats_cmp);
-	hooks.console.write_stats(pb, fo->which, arr, n); /* admin_write_stats() */
+	hooks.console.write_stats(pb, fo->which, arr, n, true); /* admin_write_stats() */
 	free(arr);
 }
 

@@ -858,8 +858,57 @@ PgPool *pool_get(PgDatabase *db, PgUser *user)
 	return pool;
 }
 
+/* The entry of the tree's SHOW STATS totals of db: its BUDGET_DB budget entry, looked up once; -1: none. */
+static int db_stats_entry(PgDatabase *db)
+{
+	if (!wk.slot)
+		return -1;
+	if (db->budget.idx == 0) {
+		int idx = budget_lookup(&wk.shm->budget, wk.id, BUDGET_DB, db->name, "");
+		db->budget.idx = idx < 0 ? -1 : idx + 1;
+	}
+	return db->budget.idx > 0 ? db->budget.idx - 1 : -1;
+}
+
+void pool_stats_flush(PgPool *pool)
+{
+	const uint64_t *now = (const uint64_t *)&pool->stats;
+	const uint64_t *done = (const uint64_t *)&pool->flushed;
+	uint64_t delta[PGSTATS_FIELDS];
+	bool any = false;
+	for (size_t f = 0; f < PGSTATS_FIELDS; f++) {
+		delta[f] = now[f] - done[f];
+		any = any || delta[f];
+	}
+	if (!any)
+		return;
+	int e = db_stats_entry(pool->db);
+	if (e < 0)
+		return;
+	budget_stats_add(&wk.shm->budget, e, delta);
+	pool->flushed = pool->stats;
+}
+
+void pools_stats_flush(void)
+{
+	List *i;
+	list_for_each(i, &wk.pools) pool_stats_flush(container_of(i, PgPool, node));
+}
+
+bool db_stats_totals(const char *name, PgStats *out)
+{
+	if (!wk.slot)
+		return false;
+	int idx = budget_lookup(&wk.shm->budget, wk.id, BUDGET_DB, name, "");
+	if (idx < 0)
+		return false;
+	budget_stats_read(&wk.shm->budget, idx, (uint64_t *)out);
+	return true;
+}
+
 void pool_free(PgPool *pool)
 {
+	pool_stats_flush(pool);
 	pgstats_add(&wk.retired_stats, &pool->stats); /* the worker's totals stay monotonic */
 	hooks.pool_gone(pool);
 	list_del(&pool->node);

@@ -291,6 +291,7 @@ static int total_servers(void)
  */
 noreturn void worker_exit(void)
 {
+	pools_stats_flush(); /* its counts stay in the tree's SHOW STATS totals */
 	if (wk.master_out)
 		(void)channel_out_finish(wk.master_out, WORKER_EXIT_FLUSH_MS);
 	exit(0);
@@ -524,6 +525,7 @@ void worker_publish(void)
 	WorkerSlot *slot = wk.slot;
 	if (!slot)
 		return;
+	pools_stats_flush();
 	struct timespec cpu, mono;
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
 	clock_gettime(CLOCK_MONOTONIC, &mono);
