@@ -12,12 +12,14 @@ import hashlib
 import os
 import socket
 import threading
+import time
 
 import psycopg
 import pytest
 
 from conftest import wait_for
 from helpers import Background, rows, workers
+from pgwire import PgWire
 
 TX = {"pool_mode": "transaction", "default_pool_size": "2", "max_client_conn": "100"}
 
@@ -200,3 +202,45 @@ def test_read_limit_per_event_never_stalls_a_stream(bouncer, mode, loopcnt):
 
     all_clients(fetch, 2)
     assert not errors
+
+
+def cpu_ticks(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return int(f[11]) + int(f[12])
+
+
+def test_mass_close_leaves_the_worker_serving(bouncer, pg, mode):
+    """2,300 long-lived clients closed in one loop pass (KILL of their
+    database): with the ring, each close cancels a receive, and their
+    completions are more than the completion queue holds, so the kernel
+    keeps the rest aside until the worker asks. The worker asks: it does
+    not spin on a ring that stays readable, and a client of another
+    database goes on being answered."""
+    b = bouncer(ini_overrides={**TX, "max_client_conn": "3000", "max_workers": "1"},
+                databases={"postgres": pg.connstr("postgres"), "other": pg.connstr("postgres")}, env=mode)
+    pid = worker_pid(b)
+    survivor = b.connect(dbname="other", autocommit=True)
+    for i in range(6):  # on the ring too
+        assert survivor.execute("SELECT %s::int", (i,)).fetchone() == (i,)
+    admin = b.admin()  # opened before the descriptors pass 1024 (libpq waits with poll(), psycopg too)
+    clients = []
+    try:
+        for _ in range(2300):
+            w = PgWire(b.port)
+            w.login()
+            for _ in range(5):
+                assert w.simple_query("SELECT 1")[0] == [["1"]]
+            clients.append(w)
+        admin.execute("KILL postgres")
+        time.sleep(0.5)
+        t0 = cpu_ticks(pid)
+        time.sleep(2)
+        spent = cpu_ticks(pid) - t0
+        answer = Background(lambda: survivor.execute("SELECT 'survivor'").fetchone())
+        assert answer.result(timeout=20) == ("survivor",)
+        # idle but for the answer: a spinning loop would take about 200 ticks in 2 s
+        assert spent < 50, f"the idle worker used {spent} clock ticks in 2 s"
+    finally:
+        for w in clients:
+            w.close()
+        admin.close()

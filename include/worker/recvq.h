@@ -55,8 +55,11 @@ uint32_t recvq_start(void *owner, int fd);
  * Cancel the receive `id`. keep_owner: what it received before the cancel
  * took effect is still reported, then end(-ECANCELED) (or its earlier end);
  * otherwise nothing more is reported for it (the owner is going away).
+ * True when it ended here: its start had not reached the kernel (a
+ * submission failed) and was withdrawn; with keep_owner, end(-ECANCELED)
+ * was reported before the return.
  */
-void recvq_stop(uint32_t id, bool keep_owner);
+bool recvq_stop(uint32_t id, bool keep_owner);
 
 /*
  * Cancel the receive `id` and return true once its end was reported: the

@@ -5,8 +5,9 @@
  * buffer's worth included; EOF and a cancel end the receive with their
  * codes; a dropped owner hears nothing more; after recvq_stop_wait() the
  * ring takes nothing more from the socket, so a descriptor handed on is
- * read only by its new owner. Skipped where io_uring or multishot receives
- * are not available.
+ * read only by its new owner; completions beyond the completion queue's
+ * room are fetched, not left in the kernel. Skipped where io_uring or
+ * multishot receives are not available.
  */
 #include "autoconfig.h"
 
@@ -18,6 +19,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -27,7 +29,7 @@
 #include "worker/recvq.h"
 
 typedef struct Owner {
-	uint8_t got[1 << 20];
+	uint8_t got[1 << 17];
 	size_t len;
 	bool ended;
 	int end_res;
@@ -259,6 +261,50 @@ static void test_closed_before_submission_never_reads_a_reused_descriptor(void *
 	close(b[0]), close(b[1]);
 }
 
+static int count_ended(const Owner *o, int n)
+{
+	int k = 0;
+	for (int i = 0; i < n; i++)
+		k += o[i].ended;
+	return k;
+}
+
+/*
+ * More completions at once than the completion queue holds (2048): 2,500
+ * receives end together (their peers close), and every end is reported,
+ * those the kernel kept aside included.
+ */
+static void test_completions_beyond_the_queue_are_fetched(void **state)
+{
+	(void)state;
+	require_ring();
+	enum { N = 2500 };
+	struct rlimit rl;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_cur < 2 * N + 64) {
+		rl.rlim_cur = rl.rlim_max;
+		if (rl.rlim_cur < 2 * N + 64 || setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			skip();
+	}
+	Owner *many = calloc(N, sizeof(Owner));
+	static int sv[N][2];
+	assert_non_null(many);
+	for (int i = 0; i < N; i++) {
+		pair(sv[i]);
+		assert_int_not_equal(recvq_start(&many[i], sv[i][0]), 0);
+	}
+	recvq_submit();
+	/* every receive posts its last completion before the loop reaps one */
+	for (int i = 0; i < N; i++)
+		close(sv[i][1]);
+	LOOP_UNTIL(count_ended(many, N) == N);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(many[i].end_res, 0);
+		close(sv[i][0]);
+	}
+	free(many);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -268,6 +314,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_dropped_owner_hears_nothing, test_setup),
 	    cmocka_unit_test_setup(test_stop_wait_lets_go_of_the_socket, test_setup),
 	    cmocka_unit_test_setup(test_closed_before_submission_never_reads_a_reused_descriptor, test_setup),
+	    cmocka_unit_test_setup(test_completions_beyond_the_queue_are_fetched, test_setup),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -40,7 +40,8 @@
 typedef struct Slot {
 	void *owner; /* NULL: nothing more is reported */
 	bool used;
-	uint32_t batch; /* the submission its start went with (see `batch`) */
+	uint32_t batch;  /* the submission its start went with (see `batch`) */
+	uint32_t sq_pos; /* its start's place in the submission queue, while batch is the current one */
 	uint32_t next_free;
 } Slot;
 
@@ -48,6 +49,7 @@ static struct io_uring ring;
 static struct io_uring_buf_ring *bufring;
 static uint8_t *bufs;
 static bool enabled;
+static bool skip_cancel_cqe; /* IORING_FEAT_CQE_SKIP: a cancel that found its receive posts nothing */
 static const RecvqOps *ops;
 static struct event *ring_ev;
 static unsigned queued; /* SQEs waiting for recvq_submit() */
@@ -69,6 +71,7 @@ static bool setup(void)
 		log_debug("io_uring not available (%s): receives stay on epoll", strerror(-r));
 		return false;
 	}
+	skip_cancel_cqe = p.features & IORING_FEAT_CQE_SKIP;
 	struct io_uring_probe *probe = io_uring_get_probe_ring(&ring);
 	bool ok = probe && io_uring_opcode_supported(probe, IORING_OP_RECV) &&
 	          io_uring_opcode_supported(probe, IORING_OP_ASYNC_CANCEL);
@@ -173,7 +176,7 @@ uint32_t recvq_start(void *owner, int fd)
 	uint32_t id = free_head;
 	Slot *s = &slots[id - 1];
 	free_head = s->next_free;
-	*s = (Slot){.owner = owner, .used = true, .batch = batch};
+	*s = (Slot){.owner = owner, .used = true, .batch = batch, .sq_pos = ring.sq.sqe_tail - 1};
 	io_uring_prep_recv_multishot(sqe, fd, NULL, 0, 0);
 	sqe->flags |= IOSQE_BUFFER_SELECT;
 	sqe->buf_group = BUF_GROUP;
@@ -181,27 +184,51 @@ uint32_t recvq_start(void *owner, int fd)
 	return id;
 }
 
-void recvq_stop(uint32_t id, bool keep_owner)
+/* Whether the kernel has not taken slot s's start from the submission queue yet. */
+static bool start_pending(const Slot *s)
+{
+	/* batch moves on once the queue is empty: only then can sq_pos be far behind the head */
+	return s->batch == batch && queued && (int32_t)(s->sq_pos - io_uring_smp_load_acquire(ring.sq.khead)) >= 0;
+}
+
+bool recvq_stop(uint32_t id, bool keep_owner)
 {
 	pgb_assert(id && id <= n_slots && slots[id - 1].used);
+	Slot *s = &slots[id - 1];
 	/*
 	 * A start not submitted yet names its socket by descriptor number: the
 	 * owner may close it right after this, and a socket accepted in the
 	 * same pass may get the number. The start goes to the kernel now,
-	 * while the number is still its socket's.
+	 * while the number is still its socket's; if the kernel does not take
+	 * it, it is withdrawn (a no-op in its place) and ends here.
 	 */
-	if (slots[id - 1].batch == batch && queued)
+	if (start_pending(s))
 		recvq_submit();
+	if (start_pending(s)) {
+		struct io_uring_sqe *sqe = &ring.sq.sqes[s->sq_pos & *ring.sq.kring_mask];
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data64(sqe, CANCEL_TAG);
+		void *owner = keep_owner ? s->owner : NULL;
+		*s = (Slot){.next_free = free_head};
+		free_head = id;
+		if (owner)
+			ops->end(owner, -ECANCELED);
+		return true;
+	}
 	if (!keep_owner)
-		slots[id - 1].owner = NULL;
+		s->owner = NULL;
 	struct io_uring_sqe *sqe = get_sqe();
 	if (!sqe) {
 		/* the ring refuses submissions: nothing more can arrive through it either */
 		log_warning("io_uring: could not cancel a receive");
-		return;
+		return false;
 	}
 	io_uring_prep_cancel64(sqe, id, 0);
 	io_uring_sqe_set_data64(sqe, CANCEL_TAG);
+	/* the receive's own last completion says it ended: half the completions of a mass close */
+	if (skip_cancel_cqe)
+		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+	return false;
 }
 
 void recvq_wake(void)
@@ -218,10 +245,25 @@ void recvq_submit(void)
 	do
 		r = io_uring_submit(&ring);
 	while (r == -EINTR);
-	if (r < 0)
-		log_warning("io_uring: submitting %u receive starts and stops failed: %s", queued, strerror(-r));
-	queued = 0;
-	batch++;
+	/*
+	 * What the kernel did not take stays in the submission queue and goes
+	 * with the next io_uring_enter(): those starts are not submitted yet
+	 * (their slots keep this batch), and recvq_stop() tries again before
+	 * their sockets may be closed.
+	 */
+	unsigned left = io_uring_sq_ready(&ring);
+	if (r < 0) {
+		static usec_t logged;
+		usec_t now = get_mono_usec();
+		if (!logged || now - logged >= 10 * USEC_PER_SEC) {
+			logged = now;
+			log_warning("io_uring: submitting %u receive starts and stops failed: %s", queued,
+			            strerror(-r));
+		}
+	}
+	queued = left;
+	if (!left)
+		batch++;
 }
 
 /* Report one completion; true when it was its receive's last. */
@@ -270,8 +312,24 @@ static bool reap_until(uint32_t id)
 			if (complete(cqe, &back) && id && io_uring_cqe_get_data64(cqe) == id)
 				ended = true;
 		}
-		if (!seen)
-			return ended;
+		if (!seen) {
+			/*
+			 * Completions beyond the queue's room wait in the kernel,
+			 * which keeps the ring's descriptor readable meanwhile:
+			 * fetch them, or the loop would spin and no receive would
+			 * report again.
+			 */
+			if (!io_uring_cq_has_overflow(&ring))
+				return ended;
+			int r = io_uring_get_events(&ring);
+			if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) {
+				log_warning("io_uring: fetching the completions kept aside failed: %s", strerror(-r));
+				return ended;
+			}
+			if (!io_uring_cq_ready(&ring))
+				return ended; /* nothing came back now: the ring stays readable, the next pass asks again */
+			continue;
+		}
 		if (back)
 			io_uring_buf_ring_advance(bufring, (int)back);
 		io_uring_cq_advance(&ring, seen);
@@ -285,7 +343,8 @@ static void reap(void)
 
 bool recvq_stop_wait(uint32_t id)
 {
-	recvq_stop(id, true);
+	if (recvq_stop(id, true))
+		return true; /* it never started */
 	recvq_submit();
 	/*
 	 * A receive waiting for data is cancelled at the submission itself; the
@@ -333,9 +392,10 @@ uint32_t recvq_start(void *owner, int fd)
 	return 0;
 }
 
-void recvq_stop(uint32_t id, bool keep_owner)
+bool recvq_stop(uint32_t id, bool keep_owner)
 {
 	(void)id, (void)keep_owner;
+	return true;
 }
 
 bool recvq_stop_wait(uint32_t id)

@@ -441,8 +441,9 @@ static void ring_on_data(void *owner, const uint8_t *data, size_t len)
 	r->len += (uint32_t)len;
 	if (r->len - r->off >= stash_limit(sb) && r->id && !r->stopping) {
 		/* nobody takes it now: the rest waits in the socket (back-pressure, as on epoll) */
-		recvq_stop(r->id, true);
 		r->stopping = true;
+		if (!recvq_stop(r->id, true)) /* true: it ended at once (ring_on_end()) */
+			recvq_submit();       /* now, or more buffers fill before the pass ends */
 	}
 	ring_schedule(r);
 }
@@ -574,6 +575,9 @@ static void enable_read(SBuf *sb)
 		ring_restart(sb);
 		if (ring_has_input(sb->rq))
 			ring_schedule(sb->rq); /* as a level-triggered event would fire */
+		else if (!sb->rq->id && !sb->ring_ok)
+			ring_leave(
+			    sb); /* the ring cannot take it again: epoll reads it (ring_leave() adds the event) */
 		return;
 	}
 	event_add(&sb->ev_read, NULL);
