@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -483,6 +484,49 @@ def test_ids_stay_int4_and_apart_across_upgrades(bouncer, old_trees):
         kept.execute("SELECT 1")
     for i, c in enumerate(others):
         assert c.execute("SELECT %s::int", (i,)).fetchone() == (i,)
+        c.close()
+
+
+def test_new_login_after_moved_sessions_gets_a_server_of_the_full_pool(bouncer, old_trees):
+    """Session mode, the pool full with three sessions that -R moves with their servers. On the new
+    tree no server has logged in, so a new login waits for its pool's first welcome; when one of the
+    moved sessions ends its server is idle there, and it gives way to a fresh login: the new client
+    is served at once, not after client_login_timeout (it waited 8 s for it before)."""
+    b = bouncer(ini_overrides={**QUIET, "min_workers": 1, "max_workers": 1, "pool_mode": "session",
+                               "default_pool_size": 3, "client_login_timeout": 8})
+    held = [b.connect(autocommit=True) for _ in range(3)]
+    for c in held:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+    old_pid, _ = upgrade(b, old_trees)
+    wait_for(lambda: not pid_alive(old_pid), "the old tree to exit once its sessions moved")
+    held[0].close()
+    wait_for(lambda: pool_row(b)["sv_idle"] == 1, "the ended session's server idle on the new tree")
+    started = time.monotonic()
+    with b.connect(connect_timeout=20, autocommit=True) as c:
+        assert c.execute("SELECT 7").fetchone() == (7,)
+    assert time.monotonic() - started < 5
+    for c in held[1:]:
+        assert c.execute("SELECT 2").fetchone() == (2,)
+        c.close()
+
+
+def test_moved_servers_of_a_changed_database_are_not_reused(bouncer, old_trees, pg):
+    """-R with the database's entry changed (another dbname): a session moved with its server ends,
+    and the new tree does not lend that server, still connected to the old database, to anyone: it
+    closes when released, as after a RELOAD."""
+    b = bouncer(ini_overrides={**QUIET, "min_workers": 1, "max_workers": 1, "pool_mode": "session",
+                               "default_pool_size": 2}, databases={"app": pg.connstr("postgres")})
+    a = b.connect(dbname="app", autocommit=True)
+    assert a.execute("SELECT current_database()").fetchone() == ("postgres",)
+    b.databases["app"] = pg.connstr("template1")
+    b.write_ini()
+    old_pid, _ = upgrade(b, old_trees)
+    wait_for(lambda: not pid_alive(old_pid), "the old tree to exit once the session moved")
+    assert a.execute("SELECT current_database()").fetchone() == ("postgres",)  # its session goes on
+    a.close()
+    clients = [b.connect(dbname="app", autocommit=True) for _ in range(2)]
+    assert [c.execute("SELECT current_database()").fetchone()[0] for c in clients] == ["template1"] * 2
+    for c in clients:
         c.close()
 
 PREV_BIN = os.environ.get("PGBOUNCER_PREV_BIN")

@@ -85,6 +85,8 @@ typedef struct HandoverServer {
 	uint32_t session_tail;     /* what its client sent last (SESSION_TAIL_*) */
 	bool units_moved;          /* units is set */
 	HandoverServerUnits units; /* its units, moved to the receiver */
+	uint64_t db_definition;    /* db_definition_hash() of the entry it connected by (0: not told) */
+	bool close_needed;         /* the giver would have closed it when released */
 } HandoverServer;
 
 /*

@@ -381,6 +381,14 @@ PgPool *pool_get(PgDatabase *db, PgUser *user);
 void pool_free(PgPool *pool); /* one without clients and servers; its statistics go with it */
 
 /*
+ * A hash of how a database entry's servers connect (the fields whose change
+ * makes a RELOAD replace them): a server moved from another worker or tree
+ * carries it, and the receiver closes it when released if its own entry
+ * differs.
+ */
+uint64_t db_definition_hash(const CfDatabase *cf);
+
+/*
  * Add what the pool (or every pool) counted since the last time to the
  * tree's SHOW STATS totals of its database in shared memory (db_stats in
  * include/shm.h): every 100 ms, before a SHOW STATS and as the worker

@@ -53,19 +53,26 @@ typedef struct LaunchInput {
 	bool paused;                    /* PAUSE, the database paused, or the safe shutdown */
 	bool retry_wait;                /* policy_login_retry_wait() */
 	bool for_replication;           /* the server is for a replication client (never shared) */
-	bool has_waiter;                /* a client waits (its wait time is `waited`) */
-	usec_t waited;                  /* how long the first waiting client has waited */
-	bool lookups;                   /* auth_query lookups wait for a server */
-	int waiting;                    /* clients waiting for a server (CL_WAITING) */
-	int checking;                   /* servers running server_check_query for them */
+	/*
+	 * A login waits for the pool's first welcome on this worker, and the
+	 * pool's idle servers here came from another worker or tree with their
+	 * sessions (none logged in here, so none can give a welcome): only a
+	 * new server's login can, and an idle one gives way to it.
+	 */
+	bool welcome_login;
+	bool has_waiter; /* a client waits (its wait time is `waited`) */
+	usec_t waited;   /* how long the first waiting client has waited */
+	bool lookups;    /* auth_query lookups wait for a server */
+	int waiting;     /* clients waiting for a server (CL_WAITING) */
+	int checking;    /* servers running server_check_query for them */
 } LaunchInput;
 
 typedef enum LaunchVerdict {
-	LAUNCH_NO,        /* not now: a login in flight, paused, or within server_login_retry */
-	LAUNCH_CHECKING,  /* the servers being checked are enough for the waiting clients */
-	LAUNCH_FULL,      /* the pool is full (reserve included): wait for room */
-	LAUNCH_EVICT,     /* full, for a replication client: an idle server of the pool must close first */
-	LAUNCH_DB_FULL,   /* max_db_connections reached: an idle server of the database closes, else wait */
+	LAUNCH_NO,       /* not now: a login in flight, paused, or within server_login_retry */
+	LAUNCH_CHECKING, /* the servers being checked are enough for the waiting clients */
+	LAUNCH_FULL,     /* the pool is full (reserve included): wait for room */
+	LAUNCH_EVICT,   /* full, for a replication client or a welcome_login: an idle server of the pool closes first */
+	LAUNCH_DB_FULL, /* max_db_connections reached: an idle server of the database closes, else wait */
 	LAUNCH_USER_FULL, /* max_user_connections reached: an idle server of the user closes, else wait */
 	LAUNCH_YIELD,     /* another worker waits for this room and this worker has its share: leave it */
 	LAUNCH_OK,        /* within pool_size (limit = size) */
@@ -92,7 +99,7 @@ typedef struct LaunchRoom {
 static inline bool policy_launch_still_full(const LaunchInput *in)
 {
 	const LaunchEntry *pool = &in->entry[LIMIT_POOL];
-	return in->pool_waits && !in->for_replication && in->reserve <= 0 && pool->limit > 0 &&
+	return in->pool_waits && !in->for_replication && !in->welcome_login && in->reserve <= 0 && pool->limit > 0 &&
 	       pool->servers >= pool->limit;
 }
 

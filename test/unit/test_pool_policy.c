@@ -129,6 +129,33 @@ static void test_launch_for_replication(void **state)
 	assert_int_equal(policy_launch(&in, &room), LAUNCH_OK);
 }
 
+/*
+ * A login waits for the pool's first welcome on this worker, whose servers all
+ * came with moved sessions: a full pool closes an idle one for a new login,
+ * without the reserve; with room it simply launches.
+ */
+static void test_launch_for_a_first_welcome(void **state)
+{
+	(void)state;
+	LaunchRoom room;
+	LaunchInput in = pool_of_two(2);
+	in.welcome_login = true;
+	in.pool_waits = true; /* the still-full shortcut does not hold it back */
+	in.reserve = 0;
+	assert_false(policy_launch_still_full(&in));
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_EVICT);
+	in.entry[LIMIT_POOL].evicted = true;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_OK);
+	/* checks running for waiting clients do not give a welcome either */
+	in = pool_of_two(1);
+	in.welcome_login = true;
+	in.waiting = 1;
+	in.checking = 1;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_OK);
+	in.welcome_login = false;
+	assert_int_equal(policy_launch(&in, &room), LAUNCH_CHECKING);
+}
+
 /* Under load the answer at every release: whatever else holds, the wait goes on (no action but the wait's). */
 static void test_launch_still_full(void **state)
 {
@@ -143,7 +170,8 @@ static void test_launch_still_full(void **state)
 	assert_int_equal(policy_launch(&in, &room), LAUNCH_FULL);
 	assert_int_equal(room.limit, 2);
 	/* not before the pool waits, nor with room, a reserve, unlimited, or for a replication client */
-	static const size_t offsets[] = {offsetof(LaunchInput, pool_waits), offsetof(LaunchInput, for_replication)};
+	static const size_t offsets[] = {offsetof(LaunchInput, pool_waits), offsetof(LaunchInput, for_replication),
+	                                 offsetof(LaunchInput, welcome_login)};
 	for (size_t k = 0; k < sizeof(offsets) / sizeof(offsets[0]); k++) {
 		LaunchInput b = in;
 		*(bool *)((char *)&b + offsets[k]) = !*(bool *)((char *)&b + offsets[k]);
@@ -453,6 +481,7 @@ int main(void)
 	    cmocka_unit_test(test_launch_not_now),
 	    cmocka_unit_test(test_launch_full_and_reserve),
 	    cmocka_unit_test(test_launch_for_replication),
+	    cmocka_unit_test(test_launch_for_a_first_welcome),
 	    cmocka_unit_test(test_launch_still_full),
 	    cmocka_unit_test(test_launch_checking),
 	    cmocka_unit_test(test_launch_db_and_user_full),

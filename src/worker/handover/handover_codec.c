@@ -136,6 +136,8 @@ static const HandoverField server_fields[] = {
     F_U64(10, HandoverServer, bytes_in, OPT),
     F_U64(11, HandoverServer, bytes_out, OPT),
     F_U32(12, HandoverServer, session_tail, OPT, 255),
+    F_U64(13, HandoverServer, db_definition, OPT),
+    F_BOOL(14, HandoverServer, close_needed, OPT),
 };
 static const HandoverTable server_table = TABLE("server", server_fields);
 

@@ -174,6 +174,8 @@ static void server_to_handover(const PgSocket *s, const int *moved, HandoverServ
 	hs->bytes_in = s->sb.bytes_in;
 	hs->bytes_out = s->sb.bytes_out;
 	hs->session_tail = s->session.tail;
+	hs->db_definition = db_definition_hash(&s->pool->db->cf);
+	hs->close_needed = s->close_needed;
 }
 
 static void client_to_handover(const PgSocket *c, const int *moved, HandoverClient *hc)
@@ -672,6 +674,17 @@ static void adopt_server(PgSocket *c, const HandoverServer *hs, int fd, const in
 		int idx = var_index(hs->vars[k].name);
 		if (idx >= 0)
 			sock_var_set(s, idx, hs->vars[k].value);
+	}
+	/*
+	 * Connected by an entry this worker's does not match (an online restart
+	 * with [databases] changed; a RELOAD meanwhile): it goes on serving its
+	 * session, then closes when released, as db_load() has a reload's close.
+	 */
+	if (hs->close_needed || hs->db_definition != db_definition_hash(&pool->db->cf)) {
+		s->close_needed = true;
+		if (wk.cf.g.verbose > 0)
+			slog(LG_DEBUG, s, "moved here from another definition of %s: closes when released",
+			     pool->db->name);
 	}
 	s->txn_status = 'I';
 	s->ready = true;

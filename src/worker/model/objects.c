@@ -715,6 +715,23 @@ static bool db_definition_changed(const CfDatabase *old, const CfDatabase *cf)
 	       old->load_balance_hosts != cf->load_balance_hosts;
 }
 
+/* FNV-1a over what db_definition_changed() compares: equal entries, equal hashes; never 0. */
+uint64_t db_definition_hash(const CfDatabase *cf)
+{
+	uint64_t h = 1469598103934665603ull;
+	const char *strs[] = {cf->dbname, cf->host, cf->user, cf->connect_query, cf->auth_dbname, cf->auth_query};
+	for (size_t k = 0; k < sizeof(strs) / sizeof(strs[0]); k++) {
+		for (const char *p = strs[k] ? strs[k] : ""; *p; p++)
+			h = (h ^ (uint8_t)*p) * 1099511628211ull;
+		h = (h ^ (strs[k] ? 0xffu : 0xfeu)) * 1099511628211ull; /* NULL and "" differ, as same_str() has it */
+	}
+	int nums[] = {cf->port, (int)cf->load_balance_hosts};
+	for (size_t k = 0; k < 2; k++)
+		for (int b = 0; b < 4; b++)
+			h = (h ^ (uint8_t)((unsigned)nums[k] >> (8 * b))) * 1099511628211ull;
+	return h ? h : 1;
+}
+
 /* Add or update a database from its (new) entry. */
 static PgDatabase *db_load(PgDatabase *db, const CfDatabase *cf)
 {

@@ -828,8 +828,8 @@ static bool match_user(const PgPool *p, const void *u)
 	return p->user == u;
 }
 
-/* Close the longest-idle free server of this pool, to make room for a replication server. */
-static bool evict_idle_of_pool(PgPool *pool)
+/* Close the longest-idle free server of this pool, to make room for a replication server or a first welcome. */
+static bool evict_idle_of_pool(PgPool *pool, bool for_replication)
 {
 	PgSocket *oldest = NULL;
 	List *lists[] = {&pool->idle_servers, &pool->used_servers};
@@ -844,15 +844,17 @@ static bool evict_idle_of_pool(PgPool *pool)
 	}
 	if (!oldest)
 		return false;
-	disconnect_server(oldest, true, "evicted for a replication connection");
+	disconnect_server(oldest, true, "%s",
+	                  for_replication ? "evicted for a replication connection"
+	                                  : "evicted for a login that waits for the pool's first welcome here");
 	return true;
 }
 
 /* Close an idle server to make room in entry k (LIMIT_*) of the pool's launch. */
-static bool evict_for(PgPool *pool, int k)
+static bool evict_for(PgPool *pool, int k, bool for_replication)
 {
 	if (k == LIMIT_POOL)
-		return evict_idle_of_pool(pool);
+		return evict_idle_of_pool(pool, for_replication);
 	return k == LIMIT_DB ? evict_idle(match_db, pool->db) : evict_idle(match_user, pool->user);
 }
 
@@ -904,6 +906,9 @@ static bool launch_inputs(PgPool *pool, bool for_replication, unsigned evicted, 
 	in->pool_waits = pool->budget.want;
 	in->reserve = set->reserve;
 	in->for_replication = for_replication;
+	/* its idle servers came with moved sessions (doc/workers.md, "Session-mode clients move too") */
+	in->welcome_login = !pool->welcome_ready && pool->n_state[CL_WAITING_LOGIN] > 0 &&
+	                    pool->n_state[SV_IDLE] + pool->n_state[SV_USED] > 0;
 	for (int k = 0; k < LIMIT_COUNT; k++) {
 		LaunchEntry *e = &in->entry[k];
 		e->limit = k == LIMIT_POOL ? set->size : k == LIMIT_DB ? set->max_db : set->max_user;
@@ -958,8 +963,8 @@ static void log_no_launch_noise(const PgPool *pool, LaunchVerdict v, const Launc
 		              : "");
 		break;
 	case LAUNCH_EVICT:
-		log_noise("pool %s/%s: no launch: pool full (%d >= %d) and no idle server to close for replication", db,
-		          user, p->servers, p->limit);
+		log_noise("pool %s/%s: no launch: pool full (%d >= %d) and no idle server to close for %s", db, user,
+		          p->servers, p->limit, in->for_replication ? "replication" : "a first welcome");
 		break;
 	case LAUNCH_DB_FULL:
 		log_noise("pool %s/%s: no launch: database full (max_db_connections %d)", db, user,
@@ -1021,7 +1026,7 @@ static bool can_launch(PgPool *pool, bool for_replication, BudgetHold *hold)
 			budget_set_want(&pool->budget, true); /* until a launch is sure */
 		if ((k = evicting(v)) < 0)
 			break;
-		if (!evict_for(pool, k)) {
+		if (!evict_for(pool, k, for_replication)) {
 			log_no_launch(pool, v, &in);
 			budget_set_want(limit_ref(pool, k), true);
 			return false;

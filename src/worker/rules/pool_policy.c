@@ -35,11 +35,16 @@ LaunchVerdict policy_launch(const LaunchInput *in, LaunchRoom *room)
 	if (in->login_in_flight || in->paused || in->retry_wait)
 		return LAUNCH_NO;
 	/* a server that passes its check is theirs: no new connection for them meanwhile */
-	if (!in->for_replication && !in->lookups && in->checking > 0 && in->waiting <= in->checking)
+	if (!in->for_replication && !in->welcome_login && !in->lookups && in->checking > 0 &&
+	    in->waiting <= in->checking)
 		return LAUNCH_CHECKING;
 	if (entry_full(pool)) {
-		/* a replication server is never shared: an idle one of the pool gives way, the reserve is not used */
-		if (in->for_replication)
+		/*
+		 * A replication server is never shared, and a pool's first welcome
+		 * here needs a login: an idle server of the pool gives way, the
+		 * reserve is not used.
+		 */
+		if (in->for_replication || in->welcome_login)
 			return LAUNCH_EVICT;
 		if (!reserve_applies(in, pool))
 			return LAUNCH_FULL;
