@@ -298,3 +298,98 @@ def test_without_a_master_a_cancel_on_the_wrong_worker_reaches_its_client(bounce
     assert [e["C"] for e in errors] == ["57014"], errors
     w.close()
     other.close()
+
+
+def errors_over(conns, seconds):
+    """Each client runs SELECT 1 every half second for `seconds`; the errors they got."""
+    import time
+    errors = []
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        for c in conns:
+            try:
+                c.execute("SELECT 1")
+            except psycopg.Error as e:
+                errors.append(str(e).strip().splitlines()[0])
+        time.sleep(0.5)
+    return errors
+
+
+def test_reboot_after_a_master_crash_with_a_respawned_worker(bouncer, old_trees):  # noqa: F811
+    """A worker forked after the start (here: respawned after a crash) holds
+    nothing of the master's: when the master is killed, its control socket
+    closes with it, and `pgbouncer -R` adopts the orphans at once, as a plain
+    start does. Before, the respawned worker kept the control socket
+    listening: -R connected, waited 30 s for an answer and failed."""
+    b = bouncer(ini_overrides=TWO)
+    wait_for(lambda: len(workers(b)) == 2, "two workers")
+    w1 = next(w["pid"] for w in workers(b) if w["worker"] == 1)
+    mark = b.log_mark()
+    os.kill(w1, signal.SIGKILL)
+    b.wait_log(r"worker 1 started, pid", after=mark)
+    wait_for(lambda: len(workers(b)) == 2 and w1 not in [w["pid"] for w in workers(b)], "worker 1 respawned")
+    conns = clients_on_both_workers(b, 4)
+    mark = b.log_mark()
+    kill_master(b, old_trees)
+    b.wait_log(r"master process went away; this worker serves on", after=mark)
+    b.start(["-R"])
+    b.wait_log(r"adoption: 2 of 2 workers of the old tree hand", after=mark, timeout=15)
+    assert errors_over(conns, 3) == []
+    for c in conns:
+        c.close()
+
+
+def test_an_orphan_that_notices_late_is_adopted_too(bouncer, old_trees):  # noqa: F811
+    """Worker 1 is busy (here: stopped) when its master is killed and when
+    the new master adopts worker 0; it notices a moment later. The running
+    master looks for orphans every second, adopts it too, and its clients
+    move without an error. Before, it shut down at worker_orphan_timeout
+    and its clients got `server shutting down`."""
+    b = bouncer(ini_overrides={**TWO, "worker_orphan_timeout": 5})
+    wait_for(lambda: len(workers(b)) == 2, "two workers")
+    conns = clients_on_both_workers(b, 4)
+    w1 = next(w["pid"] for w in workers(b) if w["worker"] == 1)
+    mark = b.log_mark()
+    os.kill(w1, signal.SIGSTOP)
+    try:
+        kill_master(b, old_trees)
+        b.wait_log(r"master process went away; this worker serves on", after=mark)
+        b.start()
+    finally:
+        os.kill(w1, signal.SIGCONT)
+    assert errors_over(conns, 8) == []
+    wait_for(lambda: not pid_alive(w1), "the late orphan to hand over and exit")
+    assert "no new master adopted this worker" not in b.log_text()[mark:]
+
+
+def test_old_master_killed_between_its_sockets_and_the_commit(bouncer, old_trees):  # noqa: F811
+    """-R: the old master is killed after it sent its sockets and before the
+    new master's commit (the new master is stopped in that window). Its
+    workers become orphans next to a running new master, which adopts them:
+    their clients move with no error."""
+    import time
+    b = bouncer(ini_overrides={**TWO, "worker_orphan_timeout": 5})
+    wait_for(lambda: len(workers(b)) == 2, "two workers")
+    conns = clients_on_both_workers(b, 4)
+    old_proc, old_pid = b.proc, b.pid
+    old_trees.append((old_pid, os.getpgid(old_pid)))
+    mark = b.log_mark()
+    b.proc = None
+    b.start(["-R"], wait=False)
+    new = b.proc
+    old_trees.append((new.pid, new.pid))
+    deadline = time.monotonic() + 10
+    while "listening sockets; the old process" not in b.log_text()[mark:]:
+        assert time.monotonic() < deadline, b.log_text()[mark:]
+        time.sleep(0.0005)
+    os.kill(new.pid, signal.SIGSTOP)
+    try:
+        if "stopped accepting and finishes" in b.log_text()[mark:]:
+            pytest.skip("the commit came before the stop")
+        os.kill(old_pid, signal.SIGKILL)
+        old_proc.wait(timeout=30)
+    finally:
+        os.kill(new.pid, signal.SIGCONT)
+    b.wait_ready()
+    assert errors_over(conns, 8) == []
+    assert "did not confirm the hand-over" in b.log_text()[mark:]

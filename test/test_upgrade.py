@@ -529,6 +529,63 @@ def test_moved_servers_of_a_changed_database_are_not_reused(bouncer, old_trees, 
     for c in clients:
         c.close()
 
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGQUIT], ids=["TERM", "INT", "QUIT"])
+def test_old_master_stopped_in_its_grace_period_leaves_the_new_trees_files(bouncer, old_trees, sig):
+    """-R, then the old master is told to stop within its grace period (a script that stops the old pid,
+    or systemd, which names it until it retires): it exits without removing the unix socket file, the
+    pidfile or the private sockets, which are the new master's since the hand-over."""
+    import psycopg
+    b = bouncer(ini_overrides=TWO)
+    two_workers(b)
+    old_proc = b.proc
+    old_pid, _ = upgrade(b, old_trees)
+    b.wait_log(r"keeps serving for its grace period")
+    os.kill(old_pid, sig)
+    old_proc.wait(timeout=30)
+    sock = b.dir / f".s.PGSQL.{b.port}"
+    assert sock.exists() and b._read_pidfile() == b.pid
+    with psycopg.connect(host=str(b.dir), port=b.port, dbname="postgres", user="postgres",
+                         connect_timeout=5) as c:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+    with b.admin() as admin:  # the console fans out through the private sockets
+        assert len(rows(admin, "SHOW WORKERS")) == 2
+
+
+def test_reboot_with_the_pidfile_on_a_full_file_system(bouncer, old_trees):
+    """The pidfile's file system is full when `pgbouncer -R` runs: the new master cannot write its
+    pidfile. Both trees serve at that moment, so it says so (ERROR) and carries on, with the old
+    pidfile removed rather than left naming a process that retires; the clients move without an
+    error. Before, the new master exited with FATAL, and the old one, resuming, hit the same FATAL:
+    nothing served. Needs root for the small tmpfs."""
+    from test_orphans import clients_on_both_workers, errors_over
+    b = bouncer(ini_overrides=TWO, start=False)
+    run = b.dir / "run"
+    run.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=1777", "tmpfs", str(run)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    try:
+        b.pidfile = run / "pgbouncer.pid"
+        b.update(pidfile=str(b.pidfile))
+        b.write_ini()
+        b.start()
+        two_workers(b)
+        conns = clients_on_both_workers(b, 4)
+        subprocess.run(["dd", "if=/dev/zero", f"of={run}/fill", "bs=4k"], capture_output=True)
+        old_pid, _ = upgrade(b, old_trees)
+        assert "could not write pidfile" in b.log_text()
+        wait_for(lambda: not pid_alive(old_pid), "the old master to retire and exit")
+        assert errors_over(conns, 2) == []
+        assert not b.pidfile.exists()
+        with b.connect() as c:
+            assert c.execute("SELECT 3").fetchone() == (3,)
+        for c in conns:
+            c.close()
+    finally:
+        b.stop()
+        subprocess.run(["umount", "-l", str(run)])
+
 PREV_BIN = os.environ.get("PGBOUNCER_PREV_BIN")
 
 

@@ -89,8 +89,11 @@ void upgrade_commit(Takeover *t, UpgradeAdoptFn adopt_fn, struct event_base *bas
 bool upgrade_forward_cancel(const ChannelMsg *m, int fd);
 
 /*
- * In a worker just forked: close the fds that cancel requests queued for an
- * older master hold (each keeps a requester waiting until it is closed).
+ * In a worker just forked: close what the master holds for online restarts
+ * and adoptions (the control socket, the connections to older masters, to
+ * orphans and to a successor, the hand-off sockets), and the fds that
+ * cancel requests queued for them hold (each keeps a requester waiting
+ * until it is closed).
  */
 void upgrade_forget_in_child(void);
 
@@ -117,6 +120,15 @@ typedef void (*UpgradeRetireFn)(pid_t new_pid);
  */
 typedef void (*UpgradeResumeFn)(pid_t new_pid);
 void upgrade_on_resume(UpgradeResumeFn fn);
+
+/*
+ * Running master: the new master committed (CH_UP_DONE sent). From now on
+ * the unix socket file, the private sockets and the pidfile are its: an
+ * exit of ours, within the grace period too, must leave them alone (a
+ * resume takes them back).
+ */
+typedef void (*UpgradeHandedFn)(pid_t new_pid);
+void upgrade_on_handed(UpgradeHandedFn fn);
 
 /* New master, stopping on purpose: an old master still in its grace period retires now (CH_UP_BYE). */
 void upgrade_goodbye(void);

@@ -60,6 +60,7 @@ typedef struct Master {
 	int crashes;              /* recent crashes, for back-off */
 	char private_dir[108];    /* the workers' private sockets (mode 0700), "" = none */
 	bool private_dir_made;    /* ours to remove at exit */
+	bool handed;              /* -R: a new master committed; we serve out our grace period */
 } Master;
 
 static Master master;
@@ -236,23 +237,15 @@ static void master_exit(int code);
  */
 static int late_tries;
 
-static void adopt_late(evutil_socket_t fd, short what, void *arg)
+/* Orphans waiting in the private directory now: adopt them. False: none (or not ours to adopt now). */
+static bool adopt_orphans_now(void)
 {
-	if (master.shutting_down || master.retired)
-		return;
+	if (master.shutting_down || master.retired || master.handed)
+		return false;
 	Takeover t = {.conn = -1, .shm_fd = -1};
-	if (!upgrade_find_orphans(master.private_dir, &t)) {
-		static const int delay_ms[] = {100, 300, 600, 1000, 2000};
-		if (late_tries < (int)(sizeof(delay_ms) / sizeof(delay_ms[0]))) {
-			struct timeval tv = {0, delay_ms[late_tries] * 1000};
-			tv.tv_sec = tv.tv_usec / 1000000;
-			tv.tv_usec %= 1000000;
-			late_tries++;
-			event_base_once(master.base, -1, EV_TIMEOUT, adopt_late, NULL, &tv);
-		}
-		return;
-	}
-	/* their listening sockets and shared memory are the ones we took at -R */
+	if (!upgrade_find_orphans(master.private_dir, &t))
+		return false;
+	/* their listening sockets and shared memory are the ones we took at -R or at our start */
 	for (int i = 0; i < t.n; i++)
 		close(t.s[i].fd);
 	free(t.s);
@@ -264,6 +257,32 @@ static void adopt_late(evutil_socket_t fd, short what, void *arg)
 	/* within our own grace period they wait for its end (on_takeover_settled), as a start's orphans do */
 	if (supervisor_settled())
 		upgrade_release_orphans(supervisor_adopt_old, master.cf.g.worker_drain_timeout / 1000);
+	return true;
+}
+
+static void adopt_late(evutil_socket_t fd, short what, void *arg)
+{
+	if (adopt_orphans_now())
+		return;
+	static const int delay_ms[] = {100, 300, 600, 1000, 2000};
+	if (late_tries < (int)(sizeof(delay_ms) / sizeof(delay_ms[0])) && !master.shutting_down && !master.retired) {
+		struct timeval tv = {0, delay_ms[late_tries] * 1000};
+		tv.tv_sec = tv.tv_usec / 1000000;
+		tv.tv_usec %= 1000000;
+		late_tries++;
+		event_base_once(master.base, -1, EV_TIMEOUT, adopt_late, NULL, &tv);
+	}
+}
+
+/*
+ * Every second, a look for orphans that appeared since: a worker of a dead
+ * master that was busy (or stopped) when the others were adopted notices
+ * later, and would otherwise shut down at worker_orphan_timeout beside a
+ * running master. A scan is a readdir of the private directory.
+ */
+static void on_orphan_scan(evutil_socket_t fd, short what, void *arg)
+{
+	(void)adopt_orphans_now();
 }
 
 static void on_pred_gone(pid_t pid)
@@ -345,17 +364,27 @@ static void retire(pid_t new_pid)
 	systemd_send(text);
 #endif
 	master.retired = true;
-	/* the unix socket file, the private directory and the pidfile are the new master's now */
-	master.listeners.unix_borrowed = true;
 	if (master.listeners.unix_sock.fd >= 0) {
 		close(master.listeners.unix_sock.fd);
 		master.listeners.unix_sock.fd = -1;
 	}
-	master.private_dir_made = false;
-	pidfile_forget();
 	supervisor_retire();
 	if (supervisor_live_workers() == 0)
 		master_exit(0);
+}
+
+/*
+ * Online restart, old side: the new master committed. The unix socket file,
+ * the private directory and the pidfile are its now, within our grace
+ * period too: an exit of ours (a signal, fatal()) leaves them alone.
+ */
+static void handed(pid_t new_pid)
+{
+	(void)new_pid;
+	master.handed = true;
+	master.listeners.unix_borrowed = true;
+	master.private_dir_made = false;
+	pidfile_forget();
 }
 
 static int export_listeners(int conn);
@@ -364,7 +393,10 @@ static int export_listeners(int conn);
 static void resume(pid_t dead_pid)
 {
 	(void)dead_pid;
-	pidfile_replace(master.cf.g.pidfile);
+	master.handed = false;
+	master.listeners.unix_borrowed = false;
+	master.private_dir_made = master.private_dir[0] != '\0';
+	(void)pidfile_replace(master.cf.g.pidfile); /* serving: a failure is logged */
 	upgrade_listen(master.base, master.private_dir, export_listeners, retire, supervisor_cancel_from_successor);
 }
 
@@ -798,7 +830,14 @@ int main(int argc, char **argv)
 		upgrade_commit(&tk, supervisor_adopt_old, master.base);
 		master.listeners.unix_borrowed = false;
 		master.private_dir_made = master.private_dir[0] != '\0';
-		pidfile_replace(master.cf.g.pidfile);
+		/*
+		 * Both trees serve: a pidfile we cannot write (a full file system)
+		 * must not stop either. The old one names a process that retires
+		 * soon: gone is better than wrong.
+		 */
+		if (!pidfile_replace(master.cf.g.pidfile) && master.cf.g.pidfile && *master.cf.g.pidfile &&
+		    unlink(master.cf.g.pidfile) == 0)
+			log_warning("removed the pidfile '%s', which named the old process", master.cf.g.pidfile);
 		/*
 		 * Until the grace period is over, a death of ours leaves the old
 		 * tree serving (the old master carries on, the orphans wait for
@@ -810,7 +849,12 @@ int main(int argc, char **argv)
 	} else
 		supervisor_settle();
 	upgrade_on_resume(resume);
+	upgrade_on_handed(handed);
 	upgrade_listen(master.base, master.private_dir, export_listeners, retire, supervisor_cancel_from_successor);
+	struct event *scan = event_new(master.base, -1, EV_PERSIST, on_orphan_scan, NULL);
+	struct timeval every = {1, 0};
+	if (!scan || event_add(scan, &every) < 0)
+		log_warning("could not start the periodic look for orphaned workers");
 	log_info("process up: PgBouncer %s, libevent %s (%s), adns: c-ares %s, tls: %s", PACKAGE_VERSION,
 	         event_get_version(), event_base_get_method(master.base), ares_version(NULL),
 	         OpenSSL_version(OPENSSL_VERSION));

@@ -100,30 +100,37 @@ void pidfile_remove(void)
 	written_path = NULL;
 }
 
-void pidfile_replace(const char *path)
+bool pidfile_replace(const char *path)
 {
 	if (!path || !*path)
-		return;
+		return true;
 	size_t n = strlen(path) + 16;
 	char *tmp = xmalloc(n);
 	snprintf(tmp, n, "%s.new", path);
 	unlink(tmp);
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	if (fd < 0)
-		fatal("could not create pidfile '%s': %s", tmp, strerror(errno));
+	if (fd < 0) {
+		log_error("could not create pidfile '%s': %s", tmp, strerror(errno));
+		free(tmp);
+		return false;
+	}
 	char buf[32];
 	int len = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
-	if (write(fd, buf, (size_t)len) != len || rename(tmp, path) < 0) {
-		int e = errno;
+	ssize_t w = write(fd, buf, (size_t)len);
+	if (w != len || rename(tmp, path) < 0) {
+		int e = w < 0 || w == len ? errno : ENOSPC;
 		close(fd);
 		unlink(tmp);
-		fatal("could not write pidfile '%s': %s", path, strerror(e));
+		free(tmp);
+		log_error("could not write pidfile '%s': %s", path, strerror(e));
+		return false;
 	}
 	close(fd);
 	free(tmp);
 	free(written_path);
 	written_path = xstrdup(path);
 	written_by = getpid();
+	return true;
 }
 
 void pidfile_forget(void)

@@ -168,12 +168,6 @@ bool upgrade_forward_cancel(const ChannelMsg *m, int fd)
 	return orphans_forward_cancel(&c, fd) || sent;
 }
 
-void upgrade_forget_in_child(void)
-{
-	for (int i = 0; i < n_pred; i++)
-		channel_out_forget_in_child(pred[i].out);
-}
-
 /* At our own retirement: the connections to older trees go to the master that replaces us. */
 static void pass_preds_on(int conn)
 {
@@ -354,6 +348,13 @@ void upgrade_commit(Takeover *t, UpgradeAdoptFn adopt_fn, struct event_base *bas
 	} else
 		close(t->conn);
 	t->conn = -1;
+	/*
+	 * Killed between sending its sockets and our commit: its workers are
+	 * orphans now, to adopt as when its connection closes later (and if it
+	 * lives on, there is nobody to adopt).
+	 */
+	if (!done && pred_gone_fn)
+		pred_gone_fn(t->old_pid);
 }
 
 /* ---- the new master and the workers of a tree whose master died ---- */
@@ -382,6 +383,42 @@ static void orphan_close(int i)
 }
 
 /* One orphaned worker, through its adoption socket: its sockets into t. */
+/*
+ * Adoption sockets that did not answer lately (a stopped orphan holds a
+ * connection for the whole timeout): a scan skips them for a while, so
+ * that the running master's periodic look does not stall its loop at every
+ * tick (doc/workers.md "When the master dies").
+ */
+#define ADOPT_RETRY_US (30 * (int64_t)1000000)
+static struct {
+	ino_t ino;
+	int64_t at; /* monotonic usec of the failure */
+} adopt_failed[UPGRADE_MAX_ORPHANS];
+
+static bool adopt_failed_lately(ino_t ino)
+{
+	int64_t now = (int64_t)get_mono_usec();
+	for (int i = 0; i < UPGRADE_MAX_ORPHANS; i++)
+		if (adopt_failed[i].at && adopt_failed[i].ino == ino && now - adopt_failed[i].at < ADOPT_RETRY_US)
+			return true;
+	return false;
+}
+
+static void adopt_failed_note(ino_t ino)
+{
+	int oldest = 0;
+	for (int i = 0; i < UPGRADE_MAX_ORPHANS; i++) {
+		if (adopt_failed[i].ino == ino || !adopt_failed[i].at) {
+			oldest = i;
+			break;
+		}
+		if (adopt_failed[i].at < adopt_failed[oldest].at)
+			oldest = i;
+	}
+	adopt_failed[oldest].ino = ino;
+	adopt_failed[oldest].at = (int64_t)get_mono_usec();
+}
+
 static bool adopt_one(const char *sock, Takeover *t)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -438,8 +475,8 @@ bool upgrade_find_orphans(const char *private_dir, Takeover *t)
 		char sock[160];
 		int n = snprintf(sock, sizeof(sock), "%s/%s/adopt", private_dir, e->d_name);
 		if (n > 0 && (size_t)n < sizeof(sock) && lstat(sock, &st) == 0 && S_ISSOCK(st.st_mode) &&
-		    st.st_uid == geteuid())
-			adopt_one(sock, t);
+		    st.st_uid == geteuid() && !adopt_failed_lately(st.st_ino) && !adopt_one(sock, t))
+			adopt_failed_note(st.st_ino);
 	}
 	closedir(d);
 	if (t->n_orphans == before)
@@ -613,11 +650,17 @@ static struct {
 	struct event *grace_ev; /* UPGRADE_GRACE_S after CH_UP_DONE: retire */
 	int64_t grace_start_us;
 	UpgradeResumeFn resume_fn;
+	UpgradeHandedFn handed_fn;
 } up = {.lfd = -1, .conn = -1, .succ = -1};
 
 void upgrade_on_resume(UpgradeResumeFn fn)
 {
 	up.resume_fn = fn;
+}
+
+void upgrade_on_handed(UpgradeHandedFn fn)
+{
+	up.handed_fn = fn;
 }
 
 static void close_handoffs(void)
@@ -759,6 +802,8 @@ static void on_conn(evutil_socket_t fd, short what, void *arg)
 		if (!channel_send(up.conn, &done, -1))
 			log_warning("online restart: could not confirm to pid %d: %s", (int)pid, strerror(errno));
 		up.exported = false; /* so close_conn() keeps the hand-over sockets */
+		if (up.handed_fn)
+			up.handed_fn(pid);
 		struct event_base *base = event_get_base(up.cev);
 		if (up.succ < 0) {
 			/*
@@ -886,4 +931,29 @@ void upgrade_stop_listening(void)
 	/* the new master has bound its own by now: leave that one alone */
 	if (lstat(up.path, &st) == 0 && st.st_dev == up.dev && st.st_ino == up.ino)
 		unlink(up.path);
+}
+
+void upgrade_forget_in_child(void)
+{
+	/*
+	 * Only the fds: the events belong to the master's event base, which the
+	 * child has let go of already. A copy left open here would keep the
+	 * control socket listening after the master died (a -R would connect
+	 * and wait for an answer nobody gives), or hide the EOF by which an
+	 * older master, an orphan or a successor learns that a side went away.
+	 */
+	for (int i = 0; i < n_pred; i++) {
+		channel_out_forget_in_child(pred[i].out);
+		close(pred[i].fd);
+	}
+	for (int i = 0; i < n_orphan; i++) {
+		channel_out_forget_in_child(orphan[i].out);
+		close(orphan[i].fd);
+	}
+	int fds[] = {up.lfd, up.conn, up.succ};
+	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	for (int i = up.next_handoff; i < up.n_handoff; i++)
+		close(up.handoff[i]); /* those before next_handoff went to a worker and are closed here already */
 }
