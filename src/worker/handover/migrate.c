@@ -564,14 +564,20 @@ static void refuse(int fd, const char *why)
 	close(fd);
 }
 
+/* A unit's budget entry from a message: an index of the table, or -1 (none, or not one of its indexes). */
+static int unit_entry(int32_t e)
+{
+	return e >= 0 && e < SHM_BUDGET_ENTRIES ? e : -1;
+}
+
 /* The units the giver moved here for a client, whether or not its state decodes (same tree only). */
 static bool moved_units(const uint8_t *data, size_t len, bool same_tree, int moved[2])
 {
 	HandoverUnits units;
 	if (!same_tree || !handover_peek_units(data, len, &units))
 		return false;
-	moved[0] = units.entry[0];
-	moved[1] = units.entry[1];
+	moved[0] = unit_entry(units.entry[0]);
+	moved[1] = unit_entry(units.entry[1]);
 	return true;
 }
 
@@ -644,7 +650,7 @@ static bool moved_server_units(const uint8_t *data, size_t len, bool same_tree, 
 	if (!same_tree || !handover_peek_server_units(data, len, &units))
 		return false;
 	for (int k = 0; k < 3; k++)
-		moved[k] = units.entry[k];
+		moved[k] = unit_entry(units.entry[k]);
 	return true;
 }
 

@@ -429,6 +429,8 @@ void socket_set_remote(PgSocket *s, const struct sockaddr *sa, socklen_t len)
 	if (sa->sa_family == AF_UNIX && s->is_server && len > offsetof(struct sockaddr_un, sun_path)) {
 		s->remote_path = xcalloc(1, sizeof(*s->remote_path));
 		memcpy(s->remote_path, sa, len < sizeof(*s->remote_path) ? len : sizeof(*s->remote_path));
+		/* one that came in a hand-over message is read as a string later: never past its end */
+		s->remote_path->sun_path[sizeof(s->remote_path->sun_path) - 1] = '\0';
 	}
 }
 

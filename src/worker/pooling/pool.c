@@ -290,8 +290,8 @@ void pool_adopt_server_budget(PgSocket *s, const int *moved)
 		}
 		if (moved && moved[k] >= 0 && gb)
 			budget_give(gb, wk.id, moved[k]);
-		/* no limit: the connection exists; it was counted where it was made (another tree: both count it
-		   for the moment, never neither) */
+		/* no limit: the connection exists; it was counted where it was made (another tree: the giver gave
+		   its unit back as it sent it, so for the instant between the two neither tree counts it) */
 		if (own[k] >= 0 && budget_take(gb, wk.id, own[k], 0))
 			s->budget.idx[k] = own[k];
 	}
