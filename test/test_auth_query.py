@@ -534,3 +534,72 @@ def test_lookup_may_return_a_password_of_65535_bytes(bouncer, apg, setup, auth_t
         b.wait_log(r"auth_query returned a password of 65536 bytes \(at most 65535 are allowed\)")
     finally:
         apg.sql(pgsql.SQL("DROP ROLE IF EXISTS {}").format(pgsql.Identifier(role)))
+
+
+def auth_request_code(w):
+    import struct
+    m = w.read_msg()
+    assert m and m[0] == b"R", m
+    return struct.unpack("!I", m[1][:4])[0]
+
+
+def test_a_secret_found_for_one_database_never_opens_another(bouncer, pg):
+    """Two databases whose lookups give rv_bob different secrets (as two
+    clusters would; here auth_query per database says so). A login to dbB
+    that another login's lookup for dbA overtakes is still checked against
+    dbB's secret, and the lookups of one database never change what the
+    other's logins and servers use. Before, the user had one secret per
+    worker: the last lookup set it, and dbA's password opened dbB."""
+    from pgwire import message
+    pg.create_role("rv_bob", password="whatever")
+    q = "auth_query='SELECT $1::text, ''{}''::text'"
+    b = bouncer(ini_overrides={"auth_type": "plain", "auth_user": "postgres", "max_workers": 1},
+                databases={"dbA": pg.connstr("postgres") + " " + q.format("secretA"),
+                           "dbB": pg.connstr("postgres") + " " + q.format("secretB")},
+                users_txt='"postgres" "postgres"\n"pgbouncer" "pgbouncer"\n')
+    c1 = PgWire(b.port)
+    c1.startup(user="rv_bob", database="dbB")
+    assert auth_request_code(c1) == 3  # dbB's lookup is done: the password is asked for
+    c2 = PgWire(b.port)
+    c2.startup(user="rv_bob", database="dbA")
+    assert auth_request_code(c2) == 3  # dbA's lookup, after it
+    c1.send(message(b"p", b"secretA\0"))
+    c1.expect_fatal("password authentication failed")
+    c2.send(message(b"p", b"secretA\0"))
+    assert c2.read_msg()[0] == b"R"
+    c2.close()
+    c1.close()
+    # each database's own secret logs in, in either order
+    for db, pw in (("dbB", "secretB"), ("dbA", "secretA"), ("dbB", "secretB")):
+        w = PgWire(b.port)
+        w.startup(user="rv_bob", database=db)
+        assert auth_request_code(w) == 3
+        w.send(message(b"p", pw.encode() + b"\0"))
+        assert w.read_msg()[0] == b"R", (db, pw)
+        w.close()
+    with b.admin(password="pgbouncer") as admin:
+        names = [r[0] for r in admin.execute("SHOW USERS").fetchall()]
+    assert names.count("rv_bob") == 1, names
+
+
+def test_a_verifier_with_too_many_iterations_is_refused_at_once(bouncer, pg):
+    """A role stores a SCRAM verifier with 3 million iterations itself
+    (ALTER ROLE needs no privilege for one's own password). Checking a
+    plain password against it would run PBKDF2 for seconds on the worker's
+    event loop, stalling every client there; the pooler refuses it above
+    the bound servers get (doc/auth_query.md) and says why in the log, and
+    other clients go on."""
+    import base64
+    import os as _os
+    pg.create_role("rv_slow", password="x")
+    b64 = lambda n: base64.b64encode(_os.urandom(n)).decode()  # noqa: E731
+    verifier = f"SCRAM-SHA-256$3000000:{b64(16)}${b64(32)}:{b64(32)}"
+    with pg.connect(user="rv_slow", password="x") as conn:
+        conn.execute(f"ALTER ROLE rv_slow PASSWORD '{verifier}'")
+    b = bouncer(ini_overrides={"auth_type": "plain", "auth_user": "postgres", "max_workers": 1},
+                users_txt='"postgres" "postgres"\n"pgbouncer" "pgbouncer"\n')
+    with b.connect(user="postgres", password="postgres", autocommit=True) as bystander:
+        with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+            b.connect(user="rv_slow", password="anything").close()
+        assert bystander.execute("SELECT 1").fetchone() == (1,)
+    assert "its SCRAM secret asks for 3000000 iterations" in b.log_text()

@@ -250,3 +250,66 @@ def test_reload_keeps_the_password_pam_accepted(bouncer, pam_check, pwpg, run_as
     assert pid != first and user == PAM_USER
     assert "server login failed" not in b.log_text()
     assert who(b, PAM_USER, PAM_PASSWORD) == PAM_USER
+
+
+def password_message(pw):
+    return b"p" + (len(pw) + 5).to_bytes(4, "big") + pw.encode() + b"\0"
+
+
+def test_second_password_message_during_a_check_is_refused(bouncer, pam_check):
+    """A client sends two password messages in one write: the second one,
+    while the first is being checked, ends the login with FATAL (one check
+    per login), and the first answer, when it comes, is dropped. Before, it
+    attached a second check to the same client, whose answer could act on
+    a freed socket (another client's) once the first had closed it."""
+    b = bouncer(ini_overrides={"auth_type": "pam", "max_workers": 1}, args=["-v"])
+    w = PgWire(b.port)
+    w.startup(user=SLOW)
+    w.read_msg()
+    w.send(password_message(PAM_PASSWORD) + password_message(PAM_PASSWORD))
+    w.expect_fatal("PAM authentication failed")
+    w.close()
+    with b.connect(user=PAM_USER, password=PAM_PASSWORD, autocommit=True) as bystander:
+        assert bystander.execute("SELECT 1").fetchone() == (1,)
+        mark = b.log_mark()
+        (pam_check / "slow-release").touch()
+        b.wait_log(r"DEBUG PAM: answer for a client that is gone, dropped$", after=mark)
+        assert bystander.execute("SELECT 2").fetchone() == (2,)
+    assert who(b, PAM_USER, PAM_PASSWORD) == PAM_USER
+
+
+def test_checks_of_clients_that_left_are_not_run(bouncer, pam_check):
+    """Both PAM threads are busy (two slow checks); ten more clients send a
+    password and hang up while their checks wait in the queue. Those checks
+    never run: PAM is not asked for nobody (a flood of such logins would
+    hold every thread, and with pam_faillock count failures against real
+    accounts)."""
+    gone = "pgb_pam_gone"
+    b = bouncer(ini_overrides={"auth_type": "pam", "max_workers": 1}, args=["-v"])
+    seen_before = (pam_check / "seen").read_text().count(f"{gone} ")
+    slow = []
+    for _ in range(2):
+        w = PgWire(b.port)
+        w.startup(user=SLOW)
+        w.read_msg()
+        w.send(password_message(PAM_PASSWORD))
+        slow.append(w)
+    mark = b.log_mark()
+    leavers = []
+    for _ in range(10):
+        w = PgWire(b.port)
+        w.startup(user=gone)
+        w.read_msg()
+        w.send(password_message("whatever"))
+        leavers.append(w)
+    wait_for(lambda: b.log_text()[mark:].count("PAM check queued") >= 10, "the ten checks to be queued")
+    for w in leavers:
+        w.close()
+    wait_for(lambda: b.log_text()[mark:].count("client disconnected during PAM authentication") >= 10,
+             "the ten clients to be closed")
+    (pam_check / "slow-release").touch()
+    for w in slow:
+        w.read_until(b"Z")
+        w.close()
+    assert who(b, PAM_USER, PAM_PASSWORD) == PAM_USER
+    assert (pam_check / "seen").read_text().count(f"{gone} ") == seen_before

@@ -128,6 +128,14 @@ typedef struct PgUser {
 	int server_count;         /* current server connections of this pool user */
 	BudgetRef budget;         /* its global server count (max_user_connections) */
 	BudgetRef client_budget;  /* its global client count (max_user_client_connections) */
+	/*
+	 * "" for a user of every database (auth_file, [users], PAM, the
+	 * console). A user that auth_query found is one per database, named
+	 * here: each database's lookup may ask another server (auth_dbname,
+	 * auth_query per database), so its secret and pass-through keys are
+	 * that database's only (doc/auth_query.md). SHOW USERS shows one row per name.
+	 */
+	char scope[CF_MAX_DBNAME];
 } PgUser;
 
 /* Counters of a pool (SHOW STATS). */
@@ -370,10 +378,13 @@ PgDatabase *db_find(const char *name);
 PgDatabase *db_register_auto(const char *name);
 /* Add a [databases] entry (or update the one of that name). */
 PgDatabase *db_add(const CfDatabase *cf);
-/* The user of this name, or NULL. */
+/* The user of this name for every database, or NULL. */
 PgUser *user_find(const char *name);
-/* The user of this name, made (without a secret) if missing. */
+/* The user of this name for every database, made (without a secret) if missing. */
 PgUser *user_add(const char *name);
+/* The user of this name that auth_query found for database `scope` (made if missing by user_add_scoped()). */
+PgUser *user_find_scoped(const char *scope, const char *name);
+PgUser *user_add_scoped(const char *scope, const char *name);
 /* Replace the user's password or verifier (NULL: none). */
 void user_set_secret(PgUser *u, const char *secret, SecretKind kind);
 /* The pool of (db, user), made if missing. */

@@ -402,7 +402,22 @@ static bool check_plain(const PgUser *u, const char *pw)
 	}
 	case SECRET_SCRAM: {
 		ScramSecret stored;
-		return scram_parse_secret(u->secret, &stored) && scram_verify_plain_password(&stored, pw);
+		if (!scram_parse_secret(u->secret, &stored))
+			return false;
+		/*
+		 * The check runs PBKDF2 with the secret's iterations on the event
+		 * loop: any role may store a verifier of 2^31 of them (ALTER ROLE
+		 * ... PASSWORD 'SCRAM-SHA-256$...'), which would stall every client
+		 * of the worker for minutes. The bound is the one a server's
+		 * server-first message gets.
+		 */
+		if (stored.iterations > SCRAM_MAX_SERVER_ITERATIONS) {
+			log_warning("user %s: its SCRAM secret asks for %d iterations, more than the %d a password is "
+			            "checked with here: login refused",
+			            u->name, stored.iterations, SCRAM_MAX_SERVER_ITERATIONS);
+			return false;
+		}
+		return scram_verify_plain_password(&stored, pw);
 	}
 	default:
 		return false;

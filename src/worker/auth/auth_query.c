@@ -265,7 +265,14 @@ static void conclude(AuthQuery *q)
 		return;
 	}
 	c->auth_query = NULL;
-	PgUser *u = user_find(q->login);
+	/*
+	 * The database's own user of that name: another database's lookup may
+	 * have asked another server, and its secret is not this one's. An
+	 * auth_file entry that a reload brought meanwhile wins.
+	 */
+	PgUser *g = user_find(q->login);
+	bool from_file = g && g->secret && !g->from_auth_query;
+	PgUser *u = from_file ? g : user_find_scoped(c->db->name, q->login);
 	if (q->rows == 0) {
 		/* the role is gone, or never was: forget a secret fetched earlier */
 		if (u && u->from_auth_query)
@@ -279,9 +286,8 @@ static void conclude(AuthQuery *q)
 		return;
 	}
 	if (!u)
-		u = user_add(q->login);
-	/* an auth_file entry that a reload brought meanwhile wins */
-	if (!u->secret || u->from_auth_query) {
+		u = user_add_scoped(c->db->name, q->login);
+	if (!from_file) {
 		if (q->result == AUTHQ_ROW_NULL)
 			user_set_secret(u, "", SECRET_EMPTY); /* exists, but no password ever matches */
 		else

@@ -191,7 +191,30 @@ void auth_job_client_gone(PgSocket *c)
 		return;
 	c->auth_job = NULL;
 	job->client = NULL;
-	/* queued or running: a thread owns it, and its answer is dropped in finish() */
-	if (!job->submitted)
+	if (!job->submitted) {
+		job->pool->finish(job, NULL);
+		return;
+	}
+	/*
+	 * Still queued: no thread runs a check for nobody (a flood of logins
+	 * that send a password and leave would hold every PAM thread, and with
+	 * pam_faillock count failures against real accounts). Running: a thread
+	 * owns it, and its answer is dropped in finish().
+	 */
+	AuthPool *p = job->pool;
+	bool unqueued = false;
+	pthread_mutex_lock(&p->lock);
+	for (AuthJob **at = &p->queue_head, *prev = NULL; *at; prev = *at, at = &(*at)->next) {
+		if (*at != job)
+			continue;
+		*at = job->next;
+		if (p->queue_tail == job)
+			p->queue_tail = prev;
+		p->queued--;
+		unqueued = true;
+		break;
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (unqueued)
 		job->pool->finish(job, NULL);
 }

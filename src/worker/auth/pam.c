@@ -172,6 +172,16 @@ static void finish(AuthJob *job, PgSocket *c)
 
 bool pam_auth_start(PgSocket *c, const char *password)
 {
+	/*
+	 * One check per login: a second password message already in the read
+	 * buffer (sent without waiting for the answer) would attach a second
+	 * job to the client, and the first answer's close would leave the
+	 * other pointing at a freed socket.
+	 */
+	if (c->auth_job) {
+		disconnect_client(c, true, "PAM authentication failed");
+		return false;
+	}
 	const char *user = c->login_user ? c->login_user->name : c->app_name_raw;
 	PamRequest *r = xcalloc(1, sizeof(*r));
 	r->user = xstrdup(user);

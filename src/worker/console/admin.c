@@ -479,6 +479,15 @@ static bool show_users(PgSocket *c, int variant)
 	list_for_each(i, &wk.users)
 	{
 		PgUser *u = container_of(i, PgUser, node);
+		/* one row per name: the users auth_query found per database sit next to each other (sorted) */
+		if (i->prev != &wk.users && strcmp(container_of(i->prev, PgUser, node)->name, u->name) == 0)
+			continue;
+		int servers = 0, clients = 0;
+		for (List *j = i; j != &wk.users && strcmp(container_of(j, PgUser, node)->name, u->name) == 0;
+		     j = j->next) {
+			servers += container_of(j, PgUser, node)->server_count;
+			clients += container_of(j, PgUser, node)->client_count;
+		}
 		char ps[16] = "", rs[16] = "";
 		if (u->cf && u->cf->pool_size != CF_UNSET)
 			snprintf(ps, sizeof(ps), "%9d", u->cf->pool_size);
@@ -492,9 +501,9 @@ static bool show_users(PgSocket *c, int variant)
 		    rs,
 		    u->cf && u->cf->pool_mode != CF_UNSET ? config_enum_name(cf_pool_modes, u->cf->pool_mode) : NULL,
 		    fmt_int(maxc),
-		    fmt_int(u->server_count),
+		    fmt_int(servers),
 		    fmt_int(maxcc),
-		    fmt_int(u->client_count)};
+		    fmt_int(clients)};
 		reply_row(&r, v);
 	}
 	return reply_end(&r, "SHOW");
@@ -792,9 +801,12 @@ static bool show_lists(PgSocket *c, int variant)
 {
 	static const char *const names[] = {"list", "items", "database", "user"};
 	bool raw = variant == 1;
-	int dbs = list_count(&wk.databases), users = list_count(&wk.users), pools = list_count(&wk.pools);
+	int dbs = list_count(&wk.databases), users = 0, pools = list_count(&wk.pools);
 	int used_clients = 0, used_servers = 0;
 	List *i;
+	/* names: the users auth_query found per database count once (sorted: they are neighbours) */
+	list_for_each(i, &wk.users) users += i->prev == &wk.users || strcmp(container_of(i->prev, PgUser, node)->name,
+	                                                                    container_of(i, PgUser, node)->name) != 0;
 	list_for_each(i, &wk.pools)
 	{
 		PgPool *p = container_of(i, PgPool, node);

@@ -742,7 +742,9 @@ PgSocket *migrate_adopt(const uint8_t *data, size_t len, int fd, int server_fd, 
 	}
 	c = socket_new_with_id(false, hc.id); /* it keeps its id: SHOW CLIENTS, KILL_CLIENT */
 	adopt_state(c, &hc);
-	PgUser *u = user_add(hc.user);
+	/* a secret auth_query found is its database's (objects.h, PgUser.scope) */
+	PgUser *u =
+	    hc.has_secret && hc.secret.from_auth_query ? user_add_scoped(hc.database, hc.user) : user_add(hc.user);
 	if (hc.has_secret)
 		adopt_secret(u, &hc.secret);
 

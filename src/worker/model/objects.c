@@ -491,25 +491,41 @@ void slog(LogLevel level, const PgSocket *s, const char *fmt, ...)
 
 /* ---- users ---- */
 
-PgUser *user_find(const char *name)
+PgUser *user_find_scoped(const char *scope, const char *name)
 {
 	List *i;
 	list_for_each(i, &wk.users)
 	{
 		PgUser *u = container_of(i, PgUser, node);
-		if (strcmp(u->name, name) == 0)
+		if (strcmp(u->name, name) == 0 && strcmp(u->scope, scope) == 0)
 			return u;
 	}
 	return NULL;
 }
 
-PgUser *user_add(const char *name)
+PgUser *user_find(const char *name)
 {
-	PgUser *u = user_find(name);
+	return user_find_scoped("", name);
+}
+
+/* The [users] entry of this name, or NULL. */
+static const CfUser *user_entry_of(const char *name)
+{
+	for (int k = 0; k < wk.cf.n_users; k++)
+		if (strcmp(wk.cf.users[k].name, name) == 0)
+			return &wk.cf.users[k];
+	return NULL;
+}
+
+PgUser *user_add_scoped(const char *scope, const char *name)
+{
+	PgUser *u = user_find_scoped(scope, name);
 	if (u)
 		return u;
 	u = xcalloc(1, sizeof(*u));
 	pgb_strlcpy(u->name, name, sizeof(u->name));
+	pgb_strlcpy(u->scope, scope, sizeof(u->scope));
+	u->cf = *scope ? user_entry_of(name) : NULL; /* a user of every database gets it from objects_load_userlist() */
 	list_init(&u->node);
 	/* keep sorted for SHOW USERS */
 	List *i;
@@ -520,6 +536,11 @@ PgUser *user_add(const char *name)
 	}
 	list_insert_between(&u->node, i->prev, i);
 	return u;
+}
+
+PgUser *user_add(const char *name)
+{
+	return user_add_scoped("", name);
 }
 
 void user_set_secret(PgUser *u, const char *secret, SecretKind kind)
@@ -539,10 +560,13 @@ void objects_load_userlist(bool force)
 	const char *path = wk.cf.g.auth_file;
 	List *i;
 	/* [users] entries exist even without a password */
-	list_for_each(i, &wk.users) container_of(i, PgUser, node)->cf = NULL;
-	for (int k = 0; k < wk.cf.n_users; k++) {
-		PgUser *u = user_add(wk.cf.users[k].name);
-		u->cf = &wk.cf.users[k];
+	for (int k = 0; k < wk.cf.n_users; k++)
+		(void)user_add(wk.cf.users[k].name);
+	/* every user of the name, those auth_query found per database too */
+	list_for_each(i, &wk.users)
+	{
+		PgUser *u = container_of(i, PgUser, node);
+		u->cf = user_entry_of(u->name);
 	}
 	if (wk.cf.g.auth_user && *wk.cf.g.auth_user)
 		user_add(wk.cf.g.auth_user); /* a known user (SHOW USERS) */
