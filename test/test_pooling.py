@@ -1282,3 +1282,68 @@ def test_login_sends_what_postgres_sends(bouncer, pg, pool_mode):
             shown = {n: conn.execute(f"SHOW {n}").fetchone()[0]
                      for n in ("application_name", "DateStyle", "client_encoding")}
         assert {n: dict(pairs)[n] for n in shown} == shown, (params, shown)
+
+
+# ---- what a failed reset or check query leaves (doc/pgbouncer.5.md, server_reset_query) ----
+
+def test_failed_reset_query_closes_the_server(bouncer):
+    """Session mode, one server. The client leaves with statement_timeout =
+    1 ms and enough temporary tables that DISCARD ALL takes longer: the
+    reset is cancelled and its RESET ALL rolled back. That server is
+    closed, not lent: the next client never sees the previous one's
+    settings (a custom tenant setting an RLS policy reads, say). Before, B
+    got A's backend with app.tenant = 'tenant-A' and the 1 ms timeout."""
+    b = bouncer(ini_overrides={"pool_mode": "session", "default_pool_size": 1})
+    a = b.connect(autocommit=True)
+    pid_a = a.execute("SELECT pg_backend_pid()").fetchone()[0]
+    a.execute("DO $$BEGIN FOR i IN 1..2000 LOOP EXECUTE format('CREATE TEMP TABLE t%s (x int)', i); "
+              "END LOOP; END$$")
+    a.execute("SELECT set_config('app.tenant', 'tenant-A', false)")
+    a.execute("SET statement_timeout = 1")
+    mark = b.log_mark()
+    a.close()
+    b.wait_log(r"closing because: server_reset_query failed", after=mark)
+    with b.connect(autocommit=True) as c:
+        pid_b, tenant, timeout = c.execute("SELECT pg_backend_pid(), current_setting('app.tenant', true), "
+                                           "current_setting('statement_timeout')").fetchone()
+    assert pid_b != pid_a
+    assert tenant in (None, "") and timeout == "0"
+
+
+def test_failed_check_query_closes_the_server(bouncer):
+    """server_check_query fails on a server about to be lent: that server is
+    closed, and the client gets another one (a fresh login)."""
+    b = bouncer(ini_overrides={"pool_mode": "transaction", "default_pool_size": 1,
+                               "server_check_query": "SELECT 1/0", "server_check_delay": 0})
+    with b.connect(autocommit=True) as c:
+        first = c.execute("SELECT pg_backend_pid()").fetchone()[0]
+        second = c.execute("SELECT pg_backend_pid()").fetchone()[0]
+    assert first != second
+    assert "closing because: server_check_query failed" in b.log_text()
+
+
+def test_a_release_inside_the_wake_up_of_waiters_hangs_nothing(bouncer):
+    """Transaction mode, one server held in a transaction; c1 waits with a
+    Close the pooler answers itself and a stray CopyDone, c2 with a query.
+    When the holder commits, c1 is woken first and gives its server back at
+    once (the CopyDone), inside the wake-up that woke it: c2 still gets its
+    answer and the worker goes on. Before, the wake-up's walk of the
+    waiting list lost its way and the worker spun for ever."""
+    b = bouncer(ini_overrides={"pool_mode": "transaction", "default_pool_size": 1, "max_workers": 1})
+    holder = b.connect()  # not autocommit: holds the only server
+    holder.execute("SELECT 1")
+    c1 = PgWire(b.port)
+    c1.login()
+    c2 = PgWire(b.port)
+    c2.login()
+    c1.send(message(b"C", b"Sx\0") + message(b"c"))
+    wait_for(lambda: pool_row(b)["cl_waiting"] == 1, "c1 to wait")
+    c2.send(message(b"Q", b"SELECT 42\0"))
+    wait_for(lambda: pool_row(b)["cl_waiting"] == 2, "c2 to wait")
+    holder.commit()
+    c2.sock.settimeout(DEADLINE)
+    assert any(t == b"D" for t, _ in c2.read_until(b"Z"))
+    with b.connect(autocommit=True) as c3:
+        assert c3.execute("SELECT 1").fetchone() == (1,)
+    c1.close()
+    c2.close()

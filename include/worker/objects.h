@@ -216,6 +216,7 @@ struct PgPool {
 
 	PgStats stats;       /* totals */
 	PgStats flushed;     /* the part of them added to the tree's totals (pool_stats_flush()) */
+	unsigned wake_gen;   /* pool_wake_waiters() calls: one that ran inside another changed its lists */
 	PgStats older_stats; /* snapshot at the start of the previous period */
 	PgStats newer_stats; /* snapshot at the start of the current period */
 };
@@ -316,6 +317,8 @@ struct PgSocket {
 	bool resetting;        /* server: running reset/check query */
 	bool lent;             /* server: given out since its login or its last check (server_check_delay = 0) */
 	bool checking;         /* server: running server_check_query for a waiting client */
+	bool reset_running;    /* server: running server_reset_query */
+	bool reset_failed;     /* server: its reset or check query answered an ErrorResponse */
 	bool close_needed;     /* server: close when released */
 	bool stale_stmt;       /* server: close_needed because a prepared statement's result type changed */
 	bool ready;            /* server: saw ReadyForQuery, no query running */

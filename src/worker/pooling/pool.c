@@ -752,9 +752,28 @@ void pool_server_ready(PgSocket *s)
 	pool_wake_waiters(pool);
 }
 
+/* The next node of a walk of the waiting list: its head's first if a call inside the walk's changed the lists. */
+static inline List *walk_next(PgPool *pool, unsigned *gen, List *tmp)
+{
+	if (pool->wake_gen == *gen)
+		return tmp;
+	*gen = pool->wake_gen;
+	return pool->waiting_clients.next;
+}
+
 void pool_wake_waiters(PgPool *pool)
 {
 	List *i, *tmp;
+	unsigned gen = ++pool->wake_gen;
+	/*
+	 * A woken client's buffered messages run at once (sbuf_continue(),
+	 * client_server_assigned()), and may release its server again (a
+	 * stray CopyDone, a query the pooler answers), which calls this
+	 * function inside itself and moves the clients of both walks from one
+	 * list to another: the saved next node may then be on another list,
+	 * and the walk would never reach its head again. After such a call a
+	 * walk starts over from the head of the waiting list (walk_next()).
+	 */
 	/* clients waiting for the welcome can have it now */
 	if (pool->welcome_ready && pool->n_state[CL_WAITING_LOGIN] > 0) {
 		list_for_each_safe(i, &pool->waiting_clients, tmp)
@@ -765,6 +784,7 @@ void pool_wake_waiters(PgPool *pool)
 				continue;
 			if (client_send_welcome(c))
 				sbuf_continue(&c->sb);
+			tmp = walk_next(pool, &gen, tmp);
 		}
 	}
 	if (pool_paused(pool))
@@ -782,6 +802,7 @@ void pool_wake_waiters(PgPool *pool)
 		link_client_server(c, s);
 		if (!s->setting_vars || s->vars_pipelined)
 			client_server_assigned(c);
+		tmp = walk_next(pool, &gen, tmp);
 	}
 	int unserved = pool->n_state[CL_WAITING];
 	/* used servers are checked for the clients still waiting; each answer wakes the pool again */

@@ -641,6 +641,8 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 				return SB_CLOSED;
 			}
 			slog(LG_WARNING, s, "query failed: %s", msg);
+			if (s->reset_running || s->checking)
+				s->reset_failed = true;
 		}
 		return SB_CONSUMED;
 	}
@@ -681,8 +683,21 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 		}
 		return SB_CONSUMED;
 	}
+	/*
+	 * A reset or check query that failed (a statement_timeout the last
+	 * client set, a cancel that came late, a check that errors) left the
+	 * session as it was: the next client would get the previous one's
+	 * settings (doc/pgbouncer.5.md, server_reset_query). It is closed.
+	 */
+	if (s->reset_failed) {
+		const char *what = s->checking ? "server_check_query" : "server_reset_query";
+		s->resetting = s->checking = s->reset_running = s->reset_failed = false;
+		disconnect_server(s, true, "%s failed", what);
+		return SB_CLOSED;
+	}
 	s->resetting = false;
 	s->checking = false;
+	s->reset_running = false;
 	s->ready = true;
 	if (s->welcome_pending) {
 		s->welcome_pending = false;
@@ -982,6 +997,7 @@ void server_reset_or_ready(PgSocket *s, bool always_reset)
 			return;
 		}
 		s->resetting = true;
+		s->reset_running = true;
 		s->ready = false;
 		change_state(s, SV_TESTED);
 		return;
