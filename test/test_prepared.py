@@ -1071,10 +1071,13 @@ def test_statements_prepared_behind_a_deallocate_all_in_one_write(bouncer, comma
 def test_statements_dropped_where_the_pooler_cannot_see(bouncer, how):
     """Another client drops the server's statements in a way whose answer
     does not say so (DEALLOCATE ALL run by a function or DO block, whose
-    CommandComplete says DO; an SQL DEALLOCATE of the server-side name).
-    The next Bind or Describe of each dropped statement on that server
-    fails once with 26000 under the client's name; the pooler then prepares
-    it again, for this client and for others, instead of failing every use."""
+    CommandComplete says DO). The next Bind or Describe of each dropped
+    statement on that server fails once with 26000 under the client's name;
+    the pooler then prepares it again, for this client and for others,
+    instead of failing every use. An SQL DEALLOCATE of the server-side name
+    says DEALLOCATE: that server is closed when released
+    (test_sql_prepare_never_replaces_another_clients_statement), and the
+    next Bind, on a new one, prepares it again without an error."""
     b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
     a, other, culprit = raw_client(b), raw_client(b), raw_client(b)
     r = exchange(a, parse("s", "SELECT 's ' || $1::text"), run("s", ["0"]), SYNC)
@@ -1082,6 +1085,9 @@ def test_statements_dropped_where_the_pooler_cannot_see(bouncer, how):
     assert exchange(other, parse("o", "SELECT 's ' || $1::text"), SYNC).types == "1Z"
     assert culprit.simple_query(how) == ([], None)
     r = exchange(a, run("s", ["1"]), SYNC)
+    if how.startswith("DEALLOCATE"):
+        assert (r.types, r.rows, r.errors) == ("2DCZ", [["s 1"]], []), r
+        return
     assert (r.types, r.errors) == ("EZ", [no_such("s")]), r
     for w, name in ((a, "s"), (other, "o"), (a, "s")):
         r = exchange(w, run(name, ["2"]), SYNC)
@@ -2329,3 +2335,28 @@ def test_skipped_close_of_another_clients_unnamed_statement(bouncer):
     assert (r.types, r.errors) == ("EZ", [no_such("never")]), r
     r = exchange(w, bind(""), execute(), SYNC)
     assert (r.rows, r.errors) == ([], [("ERROR", "26000", "unnamed prepared statement does not exist")]), r
+
+
+def test_sql_prepare_never_replaces_another_clients_statement(bouncer):
+    """The pooler's server-side statement names (PGBOUNCER_<n>) are visible
+    to any client of the pool in pg_prepared_statements. One that runs SQL
+    DEALLOCATE and PREPARE with such a name on its server gets that server
+    closed when released, so another client's Bind never runs its SQL.
+    Before (and in PgBouncer 1.25.2), the victim's next Bind returned the
+    attacker's result."""
+    b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
+    victim = PgWire(b.port)
+    victim.login()
+    attacker = PgWire(b.port)
+    attacker.login()
+    r = exchange(victim, parse("v", "SELECT 'victim-' || $1::text"), run("v", ["x"]), SYNC)
+    assert r.rows == [["victim-x"]], r
+    rows, err = attacker.simple_query("SELECT name FROM pg_prepared_statements WHERE statement LIKE '%victim-%'")
+    assert err is None and rows, (rows, err)
+    name = rows[0][0]
+    rows, err = attacker.simple_query(f'DEALLOCATE "{name}"; PREPARE "{name}"(text) AS SELECT \'attacker-\' || $1')
+    assert err is None, err
+    r = exchange(victim, run("v", ["x"]), SYNC)
+    assert r.rows == [["victim-x"]], r
+    victim.close()
+    attacker.close()

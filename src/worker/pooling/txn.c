@@ -1131,8 +1131,22 @@ static bool prepared_behind(uint64_t id, void *arg)
 static void check_discard(PgSocket *s, const uint8_t *data, uint32_t len)
 {
 	const char *tag = (const char *)data + 5;
-	if (len < 6 || tag[0] != 'D' || data[len - 1] != 0)
-		return; /* most tags are not DEALLOCATE/DISCARD: one byte tells */
+	if (len < 6 || (tag[0] != 'D' && tag[0] != 'P') || data[len - 1] != 0)
+		return; /* most tags are not DEALLOCATE/DISCARD/PREPARE: one byte tells */
+	if ((strcmp(tag, "PREPARE") == 0 || strcmp(tag, "DEALLOCATE") == 0) && prepare_server_count(&s->sstmts) > 0) {
+		/*
+		 * SQL PREPARE or DEALLOCATE of one name on a server that holds the
+		 * pooler's statements: it may have replaced one of them
+		 * (PGBOUNCER_<n>, which pg_prepared_statements shows to any client
+		 * of the pool) with other SQL, which another client's Bind would
+		 * then run. The server is closed when released (doc/transaction.md).
+		 */
+		if (!s->close_needed)
+			slog(LG_DEBUG, s,
+			     "SQL %s on a server with the pooler's prepared statements: closes when released", tag);
+		s->close_needed = true;
+		return;
+	}
 	if (strcmp(tag, "DEALLOCATE ALL") != 0 && strcmp(tag, "DISCARD ALL") != 0)
 		return;
 	ReqQueue *q = &s->rq;
