@@ -1128,3 +1128,53 @@ def test_kill_and_disable_follow_ups_of_a_name_that_needs_quoting(bouncer, pg):
     for w in (0, 1):
         with pytest.raises(psycopg.OperationalError, match="is disabled"):
             private_client(b, w, name).close()
+
+
+def test_commands_reach_a_worker_that_was_starting(bouncer):
+    """A worker is replaced (its predecessor crashed) and, while the new one
+    is still starting (held here with SIGSTOP between its fork and its
+    first loop), a console runs PAUSE, SET and DISABLE. The fan-out cannot
+    reach it yet; the master hands it what they left, so once it runs it is
+    paused, has the SET value and the database disabled, like the rest of
+    the pooler. Before, it came up as if none had run."""
+    b = two_workers()(bouncer)
+    con = on_worker(b, 0, admin=True)  # opened first: the starting worker's slot accepts nothing meanwhile
+    w0 = next(r["pid"] for r in rows(con, "SHOW WORKERS") if r["worker"] == 0)
+    new = None
+    for _ in range(10):  # catching it before it runs its loop is a race: a few tries
+        old = next(r["pid"] for r in rows(con, "SHOW WORKERS") if r["worker"] == 1)
+        os.kill(old, signal.SIGKILL)
+        deadline = time.monotonic() + DEADLINE
+        while new is None and time.monotonic() < deadline:
+            for t in os.listdir(f"/proc/{b.pid}/task"):
+                with open(f"/proc/{b.pid}/task/{t}/children") as f:
+                    for pid in map(int, f.read().split()):
+                        if pid not in (old, w0):
+                            os.kill(pid, signal.SIGSTOP)
+                            new = pid
+        assert new, "the replacement of worker 1 was not forked"
+        if next(r["state"] for r in rows(con, "SHOW WORKERS") if r["worker"] == 1) == "starting":
+            break
+        os.kill(new, signal.SIGCONT)
+        wait_for(lambda: states(b) == ["active", "active"], "worker 1 to run")
+        new = None
+    if new is None:
+        pytest.skip("the new worker was active before it could be held, every time")
+    try:
+        con.execute("PAUSE")
+        con.execute("SET default_pool_size = 7")
+        con.execute("DISABLE postgres")
+    finally:
+        os.kill(new, signal.SIGCONT)
+    wait_for(lambda: states(b) == ["active", "active"], "worker 1 to run")
+
+    def taken():
+        with private_console(b, 1) as pc:
+            st = kv(pc, "SHOW STATE")
+            cfg = {r["key"]: r["value"] for r in rows(pc, "SHOW CONFIG")}
+            db = next(r for r in rows(pc, "SHOW DATABASES") if r["name"] == "postgres")
+        return st["paused"] == "yes" and cfg["default_pool_size"] == "7" and db["disabled"] == 1
+    wait_for(taken, "worker 1 to be paused, with the SET value and the database disabled")
+    con.execute("RESUME")
+    con.execute("ENABLE postgres")
+    con.close()

@@ -30,6 +30,9 @@ void admin_log_error(PgSocket *c, const char *msg);
  * says, and set or clear every database's paused and disabled flag.
  */
 void admin_take_state(const ConsoleState *cs);
+/* A console SET this worker missed (it was starting), passed on by the master (CH_SET). */
+void admin_apply_set(const char *key, const char *val);
+
 /* The follow-ups of a fanned-out KILL and DISABLE db (admin_fanout.h), on this worker. */
 void admin_kill_here(const char *db_name);
 void admin_disable_later(const char *db_name);

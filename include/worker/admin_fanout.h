@@ -49,6 +49,13 @@ typedef struct FanoutCommand {
 } FanoutCommand;
 
 bool admin_fanout_wanted(const PgSocket *c);
+
+/*
+ * The other live workers a console command of c does not reach as peers
+ * (all of them without a fan-out; a worker still starting when the fan-out
+ * began): a mask of worker slots, for the master to hand them its outcome.
+ */
+uint64_t admin_fanout_missed(const PgSocket *c);
 bool admin_fanout_from_worker(int pid); /* pid is another worker of this pooler */
 /*
  * Start a fan-out of `query` to every other active or draining worker, and

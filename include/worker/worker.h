@@ -154,7 +154,8 @@ void worker_start_shutdown(RunState mode); /* SIGTERM / SIGINT semantics */
 noreturn void worker_exit(void);
 void worker_close_clients(List *list, const char *reason); /* every client of one state list, with `reason` */
 void worker_tune_listeners(void); /* tcp_keepalive (reload, console SET) reaches the next logins */
-void worker_tell_master_set(const char *name, const char *value); /* a console SET, for workers started later */
+/* A console SET, for workers started later and for those in `missed` (slots the console did not reach). */
+void worker_tell_master_set(const char *name, const char *value, uint64_t missed);
 /*
  * Send the master a message (fd attached, -1 = none; the caller keeps its
  * own): queued behind earlier ones while the channel is full, so none is

@@ -586,9 +586,16 @@ void supervisor_on_console_set(void (*fn)(const char *name, const char *value))
 	console_set_handler = fn;
 }
 
-/* CH_SET: "name\0value\0" in the attached memfd. */
-static void console_set(int fd)
+/*
+ * CH_SET: "name\0value\0" in the attached memfd; arg, the workers the
+ * console did not reach (starting while it ran): they get it from here.
+ */
+static void console_set(int from, uint64_t missed, int fd)
 {
+	ChannelMsg fwd = {.type = CH_SET};
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		if (i != from && (missed >> i & 1) && sv.w[i].pid > 0 && tell(i, &fwd, fd))
+			log_debug("worker %d was starting during a console SET: sent it the SET", i);
 	char buf[2048];
 	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
 	if (n <= 0)
@@ -725,10 +732,13 @@ static void on_ctl(evutil_socket_t fd, short what, void *arg)
 		case CH_MOVED_GONE:
 			moved_gone(k, from);
 			break;
-		case CH_SET:
+		case CH_SET: {
+			uint64_t missed;
+			memcpy(&missed, &m.arg, sizeof(missed));
 			if (rfd >= 0)
-				console_set(rfd);
+				console_set(from, missed, rfd);
 			break;
+		}
 		case CH_CONSOLE_STATE:
 			if (rfd >= 0)
 				console_state(from, rfd);

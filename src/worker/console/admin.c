@@ -2081,7 +2081,7 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 		worker_tune_listeners();
 	/* the console's own worker (not the copies fanned out to the others) tells the master */
 	if (param->reloadable && !c->is_internal)
-		worker_tell_master_set(key, val);
+		worker_tell_master_set(key, val, admin_fanout_missed(c)); /* the master passes it to those */
 	char tag[400];
 	snprintf(tag, sizeof(tag), "SET %s=%s", key, val);
 	PktBuf pb;
@@ -2091,6 +2091,27 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 	pktbuf_write_command_complete(&pb, tag);
 	pktbuf_write_ready(&pb, 'I');
 	return send_pktbuf(c, &pb);
+}
+
+void admin_apply_set(const char *key, const char *val)
+{
+	const CfParam *param = config_find_param(key);
+	char err[CF_ERRMSG_LEN];
+	if (!param || !param->reloadable)
+		return;
+	if (!config_set_checked(&wk.cf, key, val, err, sizeof(err))) {
+		log_warning("console SET %s, run while this worker started: not taken: %s", key, err);
+		return;
+	}
+	if ((config_param_is_tls(param) || strcmp(param->name, "auth_type") == 0) &&
+	    !worker_tls_reload(err, sizeof(err)))
+		log_error("%s", err);
+	wk.cf_gen++;
+	if (config_param_is_log(param))
+		worker_apply_log_settings();
+	if (strcmp(param->name, "tcp_keepalive") == 0)
+		worker_tune_listeners();
+	log_info("console SET %s=%s, run while this worker started: taken", key, val);
 }
 
 /* SHOW of a fake parameter: its canned value under its lower-cased name. */
@@ -2400,6 +2421,9 @@ static bool run_command(PgSocket *c, const AdminCommand *cmd, const char *arg, c
 	bool ok = cmd->run(c, arg, query);
 	if (report)
 		admin_state_report();
+	/* the workers it does not reach (still starting, say) get the state from the master */
+	if (report && !fanout)
+		admin_state_left_out(admin_fanout_missed(c));
 	if (ok && fanout)
 		admin_fanout_dispatch(c);
 	return ok;

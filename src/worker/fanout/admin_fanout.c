@@ -70,6 +70,7 @@ typedef struct AdminFanout {
 	Peer peers[SHM_MAX_WORKERS];
 	/* the command in progress */
 	bool active;
+	uint64_t live_at_begin; /* the workers it reached or meant to (those it drops later stay in it) */
 	FanoutMerge merge;
 	int which;  /* FM_STATS: which SHOW */
 	bool waits; /* a live peer may take long */
@@ -875,9 +876,11 @@ static void write_command_outcome(AdminFanout *fo, PktBuf *pb)
  * (run_command() in admin.c); the master hands them the state this worker
  * reported instead.
  */
+static uint64_t missed(const AdminFanout *fo);
+
 static uint64_t left_out(const AdminFanout *fo, bool console_gone)
 {
-	uint64_t mask = 0;
+	uint64_t mask = fo->state ? missed(fo) : 0; /* started meanwhile: they never got it */
 	for (int i = 0; fo->state && i < SHM_MAX_WORKERS; i++) {
 		const Answer *a = &fo->ans[i];
 		if (i != wk.id && a->involved &&
@@ -1096,6 +1099,36 @@ static bool slot_serving(int i, int32_t *pid)
 	return *pid > 0 && (st == SLOT_ACTIVE || st == SLOT_DRAINING);
 }
 
+/*
+ * The workers a console command of c (on this worker) does not reach as
+ * peers: every other live one when it does not fan out, else those its
+ * fan-out did not involve, such as a worker that was still starting when it
+ * began (its slot not ACTIVE yet). The master hands them what the command
+ * left (doc/workers.md "Console state").
+ */
+static uint64_t missed(const AdminFanout *fo)
+{
+	uint64_t mask = 0;
+	for (int i = 0; wk.slot && wk.shm && i < SHM_MAX_WORKERS; i++) {
+		if (i == wk.id || (fo && (fo->live_at_begin >> i & 1)))
+			continue;
+		uint32_t st = atomic_load(&wk.shm->slots[i].state);
+		if (atomic_load(&wk.shm->slots[i].pid) > 0 &&
+		    (st == SLOT_STARTING || st == SLOT_ACTIVE || st == SLOT_DRAINING))
+			mask |= UINT64_C(1) << i;
+	}
+	return mask;
+}
+
+uint64_t admin_fanout_missed(const PgSocket *c)
+{
+	/* a console on a worker's private socket speaks for that worker only */
+	if (c->is_private && !c->from_master)
+		return 0;
+	/* a fan-out object left from an earlier command says nothing of this one */
+	return missed(c->fanout && c->fanout->active ? c->fanout : NULL);
+}
+
 /* A peer is alive while its loop keeps publishing (every 100 ms) and its slot is the same process. */
 static bool peer_alive(const Peer *p)
 {
@@ -1221,6 +1254,10 @@ void admin_fanout_begin(PgSocket *c, const char *query, FanoutMerge merge, int w
 			continue;
 		}
 	}
+	fo->live_at_begin = 0;
+	for (int i = 0; i < SHM_MAX_WORKERS; i++)
+		if (fo->ans[i].involved)
+			fo->live_at_begin |= UINT64_C(1) << i;
 	for (int i = 0; i < SHM_MAX_WORKERS; i++)
 		if (hung >> i & 1)
 			leave_out(fo, i, "worker %d (pid %d) is left out: it is hung (worker_watchdog_timeout)", i,

@@ -244,6 +244,20 @@ static void on_master(evutil_socket_t fd, short what, void *arg)
 				close(rfd);
 			}
 			break;
+		case CH_SET:
+			if (rfd >= 0) {
+				/* a console SET this worker missed while it started: "name\0value\0" */
+				char buf[2048];
+				ssize_t n = pread(rfd, buf, sizeof(buf) - 1, 0);
+				close(rfd);
+				if (n > 0) {
+					buf[n] = '\0';
+					size_t nl = strlen(buf);
+					if (nl + 1 < (size_t)n)
+						admin_apply_set(buf, buf + nl + 1);
+				}
+			}
+			break;
 		case CH_CANCEL: {
 			uint8_t key[CANCEL_KEY_LEN];
 			memcpy(key, &m.arg, CANCEL_KEY_LEN);

@@ -433,7 +433,7 @@ bool worker_tell_master(const ChannelMsg *m, int fd)
 	return channel_out_send(wk.master_out, m, fd);
 }
 
-void worker_tell_master_set(const char *name, const char *value)
+void worker_tell_master_set(const char *name, const char *value, uint64_t missed)
 {
 	if (!wk.master_out)
 		return;
@@ -441,6 +441,7 @@ void worker_tell_master_set(const char *name, const char *value)
 	int fd = memfd_create("pgbouncer-set", MFD_CLOEXEC);
 	bool ok = fd >= 0 && write(fd, name, nl) == (ssize_t)nl && write(fd, value, vl) == (ssize_t)vl;
 	ChannelMsg m = {.type = CH_SET};
+	memcpy(&m.arg, &missed, sizeof(missed));
 	if (!ok)
 		log_warning("SET %s: the master was not told (could not write it: %s): workers started later use the "
 		            "file's value",
