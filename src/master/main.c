@@ -49,18 +49,19 @@ typedef struct Master {
 	struct event *sig_events[8];
 	struct event *chld_event; /* SIGCHLD; held here like sig_events, so it is never unreachable memory */
 	const char *progname;
-	int cmdline_verbose;      /* number of -v */
-	bool quiet;               /* -q */
-	bool daemon;              /* -d */
-	bool shutting_down;       /* SIGTERM/SIGINT received */
-	bool retired;             /* a new master took over (-R): our workers drain, then we exit */
-	pid_t worker_pid;         /* the worker process, 0 if none */
-	int worker_ctl;           /* write end of the worker's control pipe */
-	struct event *respawn_ev; /* delayed respawn after a crash */
-	int crashes;              /* recent crashes, for back-off */
-	char private_dir[108];    /* the workers' private sockets (mode 0700), "" = none */
-	bool private_dir_made;    /* ours to remove at exit */
-	bool handed;              /* -R: a new master committed; we serve out our grace period */
+	int cmdline_verbose;       /* number of -v */
+	bool quiet;                /* -q */
+	bool daemon;               /* -d */
+	bool shutting_down;        /* SIGTERM/SIGINT received */
+	bool retired;              /* a new master took over (-R): our workers drain, then we exit */
+	pid_t worker_pid;          /* the worker process, 0 if none */
+	int worker_ctl;            /* write end of the worker's control pipe */
+	struct event *respawn_ev;  /* delayed respawn after a crash */
+	int crashes;               /* recent crashes, for back-off */
+	char private_dir[108];     /* the workers' private sockets (mode 0700), "" = none */
+	bool private_dir_made;     /* ours to remove at exit */
+	bool handed;               /* -R: a new master committed; we serve out our grace period */
+	struct event *orphan_scan; /* every second: orphans to adopt (on_orphan_scan()) */
 } Master;
 
 static Master master;
@@ -420,6 +421,8 @@ static void master_exit(int code)
 {
 	cleanup_at_exit();
 	metrics_stop();
+	if (master.orphan_scan)
+		event_free(master.orphan_scan);
 	if (master.base)
 		event_base_free(master.base);
 	config_free(&master.cf);
@@ -851,9 +854,9 @@ int main(int argc, char **argv)
 	upgrade_on_resume(resume);
 	upgrade_on_handed(handed);
 	upgrade_listen(master.base, master.private_dir, export_listeners, retire, supervisor_cancel_from_successor);
-	struct event *scan = event_new(master.base, -1, EV_PERSIST, on_orphan_scan, NULL);
+	master.orphan_scan = event_new(master.base, -1, EV_PERSIST, on_orphan_scan, NULL);
 	struct timeval every = {1, 0};
-	if (!scan || event_add(scan, &every) < 0)
+	if (!master.orphan_scan || event_add(master.orphan_scan, &every) < 0)
 		log_warning("could not start the periodic look for orphaned workers");
 	log_info("process up: PgBouncer %s, libevent %s (%s), adns: c-ares %s, tls: %s", PACKAGE_VERSION,
 	         event_get_version(), event_base_get_method(master.base), ares_version(NULL),
