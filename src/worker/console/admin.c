@@ -2031,6 +2031,16 @@ static bool set_refused(PgSocket *c, const char *reason)
 	return send_pktbuf(c, &pb);
 }
 
+/* What a SET that was taken changes beyond the value: the configuration's generation, logging, listeners. */
+static void set_taken(const CfParam *param)
+{
+	wk.cf_gen++;
+	if (config_param_is_log(param))
+		worker_apply_log_settings();
+	if (strcmp(param->name, "tcp_keepalive") == 0)
+		worker_tune_listeners();
+}
+
 static bool cmd_set(PgSocket *c, const char *p, const char *query)
 {
 	char key[MAX_WORD], val[256];
@@ -2074,11 +2084,7 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 		if (!tls_key && !set_tls_blocker(key, old, val))
 			return admin_error(c, NULL, "SET failed");
 	}
-	wk.cf_gen++;
-	if (config_param_is_log(param))
-		worker_apply_log_settings();
-	if (strcmp(param->name, "tcp_keepalive") == 0)
-		worker_tune_listeners();
+	set_taken(param);
 	/* the console's own worker (not the copies fanned out to the others) tells the master */
 	if (param->reloadable && !c->is_internal)
 		worker_tell_master_set(key, val, admin_fanout_missed(c)); /* the master passes it to those */
@@ -2106,11 +2112,7 @@ void admin_apply_set(const char *key, const char *val)
 	if ((config_param_is_tls(param) || strcmp(param->name, "auth_type") == 0) &&
 	    !worker_tls_reload(err, sizeof(err)))
 		log_error("%s", err);
-	wk.cf_gen++;
-	if (config_param_is_log(param))
-		worker_apply_log_settings();
-	if (strcmp(param->name, "tcp_keepalive") == 0)
-		worker_tune_listeners();
+	set_taken(param);
 	log_info("console SET %s=%s, run while this worker started: taken", key, val);
 }
 
