@@ -457,6 +457,38 @@ def test_same_text_parsed_in_other_settings_is_another_statement(bouncer, param,
     assert len(server_statements(clients[0])) == len(set(values))
 
 
+def test_statement_prepared_again_after_a_set_is_not_another_clients(bouncer):
+    """A client prepares a text in UTC, then SETs TimeZone, then its statement
+    is prepared again (invisibly) on a server that lacks it, in the client's
+    new setting. That server's statement is the Tokyo reading of the text: a
+    client in UTC that prepares the same text there must still get the UTC
+    reading, as on its own connection."""
+    query = "SELECT extract(epoch FROM '2020-01-02 03:04:05'::timestamptz)::int + $1::int, pg_backend_pid()"
+    utc, tokyo = "1577934245", "1577901845"
+    b = bouncer(ini_overrides=TX)
+    a = PgWire(b.port)
+    a.login(TimeZone="UTC")
+    r = exchange(a, parse("s", query), run("s", ["0"]), SYNC)
+    assert r.rows[0][0] == utc
+    first = int(r.rows[0][1])
+    assert a.simple_query("SET TimeZone = 'Asia/Tokyo'")[1] is None
+
+    holder = occupy(b, first)  # a's statement goes to the other server, in Tokyo
+    r = exchange(a, run("s", ["0"]), SYNC)
+    assert r.types == "2DCZ", r
+    second = int(r.rows[0][1])
+    assert second != first
+    holder.rollback()
+
+    holder = occupy(b, second, leave=True)  # and b's Parse of the same text goes there too
+    other = PgWire(b.port)
+    other.login(TimeZone="UTC")
+    r = exchange(other, parse("t", query), run("t", ["0"]), SYNC)
+    assert int(r.rows[0][1]) == second
+    assert r.rows[0][0] == utc, "the UTC client got the statement parsed in the other client's TimeZone"
+    holder.rollback()
+
+
 def test_a_leaving_clients_names_are_free_for_the_next(bouncer):
     b = bouncer(ini_overrides=dict(TX, default_pool_size=1))
     for n in range(3):

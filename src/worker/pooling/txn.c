@@ -636,6 +636,31 @@ static bool renamed(PgSocket *c, const char *name, ClientStmt **cs)
 	return *name != '\0';
 }
 
+/*
+ * A statement about to be prepared again goes to the server in the
+ * client's settings of now, which may differ from those it was first
+ * parsed in (a SET since): that is another reading of the text, so the
+ * client's name moves to the entry of its text in the settings of now
+ * (keeping the result type the client was given, which the Describe
+ * behind the Parse checks). Else the server would hold, under the old
+ * entry's name, a statement that other clients of the old settings take
+ * for theirs (doc/transaction.md, "Protocol-level prepared statements").
+ */
+static PreparedStmt *in_current_env(PgSocket *c, ClientStmt *cs)
+{
+	PreparedStmt *ps = prepare_client_stmt(cs);
+	size_t envlen, oldlen, keylen;
+	const uint8_t *env = txn_client_env(c, &envlen);
+	const uint8_t *old = prepare_stmt_env(ps, &oldlen);
+	if (prepare_stmt_retired(ps) || (envlen == oldlen && memcmp(env, old, envlen) == 0))
+		return ps;
+	const uint8_t *key = prepare_stmt_key(ps, &keylen);
+	PreparedStmt *now = prepare_stmt_get_described(key, keylen, env, envlen, prepare_stmt_desc(ps));
+	prepare_client_set_stmt(cs, now); /* may free ps */
+	prepare_stmt_unref(now);          /* the mapping holds it */
+	return now;
+}
+
 /* The server-side name for a renamed statement: prepared there first if it is the client's (*st says how). */
 static const char *server_name(PgSocket *c, PgSocket *s, ClientStmt *cs, Prepared *st)
 {
@@ -644,6 +669,8 @@ static const char *server_name(PgSocket *c, PgSocket *s, ClientStmt *cs, Prepare
 		return PREPARE_NAME_PREFIX "0"; /* numbering starts at 1: no server has it */
 	}
 	PreparedStmt *ps = prepare_client_stmt(cs);
+	if (!prepare_server_has(&s->sstmts, ps, true))
+		ps = in_current_env(c, cs);
 	*st = ensure_prepared(c, s, ps);
 	return prepare_stmt_name(ps);
 }
