@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from conftest import Postgres, wait_for
-from helpers import raw_login_error, rows, scram_salt, scram_secret_of
+from helpers import conn_on, raw_login_error, rows, scram_salt, scram_secret_of
 from pgwire import md5_secret, message, PgWire
 
 PASSWORD = "s3cret pw"
@@ -207,6 +207,33 @@ def test_auth_file_edit_in_the_same_second_is_read_on_reload(bouncer):
     wait_for(lambda: login_works(b, "postgres", "pw-two"), "the new password after RELOAD", interval=0.2)
     err = raw_login_error(b, "postgres", "pw-one")
     assert (err["C"], err["M"]) == ("08P01", "password authentication failed"), err
+
+
+def test_a_worker_started_later_reads_no_file_edited_since_the_reload(bouncer):
+    """auth_file is read at start and at RELOAD, as by one process: an edit
+    without a RELOAD changes nothing, also on a worker that the scaler (or
+    a crash) starts after the edit. Otherwise the old password would work on
+    one worker and the new one on another, by the luck of the accept."""
+    b = bouncer(ini_overrides={"auth_type": "md5", "min_workers": 1, "max_workers": 2},
+                users_txt=userlist(("postgres", "pw-one")))
+    assert can_login(b, "postgres", "pw-one") == "postgres"
+    b.run_as.write(b.userlist, userlist(("postgres", "pw-two")), mode=0o600)  # no RELOAD
+    with b.admin(password="pgbouncer") as admin:
+        admin.execute("SET min_workers = 2")
+
+    def active():
+        with b.admin(password="pgbouncer") as admin:
+            return [w["state"] for w in rows(admin, "SHOW WORKERS")] == ["active", "active"]
+
+    wait_for(active, "a second worker")
+    for worker in (0, 1):
+        c = conn_on(b, worker, user="postgres", password="pw-one")
+        assert c.execute("SELECT current_user").fetchone()[0] == "postgres"
+        c.close()
+    b.reload()
+    for worker in (0, 1):
+        c = conn_on(b, worker, user="postgres", password="pw-two")
+        c.close()
 
 
 def login_works(b, user, password):

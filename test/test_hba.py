@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from conftest import wait_for
-from helpers import scram_secret_of
+from helpers import conn_on, rows, scram_secret_of
 from ldapfixture import build_has_ldap
 from pgwire import error_fields, md5_secret, PgWire
 
@@ -309,6 +309,42 @@ def test_peer(bouncer, run_as, pg):
 
 # ---------------------------------------------------------------------------
 # reload
+
+
+def test_worker_started_later_keeps_the_rules_of_the_last_reload(bouncer, run_as, pg):
+    """The hba file is read at start and at RELOAD, as by one process: a
+    worker that the scaler starts after an edit without RELOAD has the
+    rules the others have, not the edited file's."""
+    b = hba_bouncer(bouncer, run_as, pg,
+                    "local pgbouncer pgbouncer password\n"
+                    "host all all 127.0.0.1/32 trust\n",
+                    userlist("alice"), min_workers=1, max_workers=2)
+    assert query(b, "alice", password=None) == ("postgres", 42)
+    run_as.write(b.hba_path, "local pgbouncer pgbouncer password\nhost all all 127.0.0.1/32 reject\n")
+
+    def console():
+        return psycopg.connect(host=str(b.dir), port=b.port, dbname="pgbouncer", user="pgbouncer",
+                               password="pgbouncer", autocommit=True, connect_timeout=10)
+
+    with console() as admin:
+        admin.execute("SET min_workers = 2")
+
+    def active():
+        with console() as admin:
+            return [w["state"] for w in rows(admin, "SHOW WORKERS")] == ["active", "active"]
+
+    wait_for(active, "a second worker")
+    for worker in (0, 1):
+        conn_on(b, worker, user="alice").close()  # trust, on both
+    b.reload()
+
+    def rejected():
+        try:
+            return login_error(b, "alice") == ("08P01", "login rejected")
+        except AssertionError:  # trusted still: a worker not reloaded yet
+            return False
+
+    wait_for(rejected, "the edited file after RELOAD")
 
 
 def test_reload_rereads_hba_file(bouncer, run_as, pg):

@@ -30,6 +30,8 @@ bool set_error(char *err, size_t errlen, const char *fmt, ...) __attribute__((fo
 
 /* Read a whole file into a NUL-terminated malloc'd buffer; NULL with errno on failure. */
 char *read_file(const char *path, size_t *len_out);
+/* The same from an open descriptor, to its end (the caller closes it). */
+char *read_fd(int fd, size_t *len_out);
 
 /*
  * The directory of the workers' private sockets (mode 0700):

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/filesnap.h"
 #include "common/ldap_options.h"
 #include "common/util.h"
 
@@ -251,7 +252,7 @@ static bool read_include(HbaNames *names, const char *file, const char *dir, cha
 		snprintf(path, sizeof(path), "%s", file);
 	else
 		snprintf(path, sizeof(path), "%s/%s", dir, file);
-	char *text = read_file(path, NULL);
+	char *text = filesnap_read(path, NULL);
 	if (!text)
 		return set_error(errbuf, errlen, "could not open file %s: %s", path, strerror(errno));
 	IncludeCtx ctx = {names, true};
@@ -548,7 +549,7 @@ void hba_parse(HbaRules *out, const char *text, const char *dir, HbaWarnFn warn,
 
 bool hba_load(HbaRules *out, const char *path, HbaWarnFn warn, void *warn_arg, char *err, size_t errlen)
 {
-	char *text = read_file(path, NULL);
+	char *text = filesnap_read(path, NULL);
 	out->rules = NULL;
 	out->n_rules = 0;
 	if (!text)
@@ -723,7 +724,7 @@ void ident_parse(IdentMap *out, const char *text, HbaWarnFn warn, void *warn_arg
 
 bool ident_load(IdentMap *out, const char *path, HbaWarnFn warn, void *warn_arg, char *err, size_t errlen)
 {
-	char *text = read_file(path, NULL);
+	char *text = filesnap_read(path, NULL);
 	out->entries = NULL;
 	out->n_entries = 0;
 	if (!text)

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/filesnap.h"
 #include "common/util.h"
 
 #define MD5_PREFIX   "md5"
@@ -316,7 +317,7 @@ bool userlist_parse(UserList *ul, const char *text, char *errbuf, size_t errlen)
 
 bool userlist_load(UserList *ul, const char *path, char *errbuf, size_t errlen)
 {
-	char *text = read_file(path, NULL);
+	char *text = filesnap_read(path, NULL);
 	bool ok;
 
 	if (!text) {

@@ -87,6 +87,15 @@ char *read_file(const char *path, size_t *len_out)
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return NULL;
+	char *buf = read_fd(fd, len_out);
+	int save = errno;
+	close(fd);
+	errno = save;
+	return buf;
+}
+
+char *read_fd(int fd, size_t *len_out)
+{
 	size_t cap = 4096, len = 0;
 	char *buf = xmalloc(cap);
 	for (;;) {
@@ -98,17 +107,13 @@ char *read_file(const char *path, size_t *len_out)
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			int save = errno;
 			free(buf);
-			close(fd);
-			errno = save;
 			return NULL;
 		}
 		if (n == 0)
 			break;
 		len += (size_t)n;
 	}
-	close(fd);
 	buf[len] = '\0';
 	if (len_out)
 		*len_out = len;

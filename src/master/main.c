@@ -30,6 +30,7 @@
 #endif
 
 #include "common/config.h"
+#include "common/filesnap.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "master/listen.h"
@@ -39,6 +40,7 @@
 #include "master/upgrade.h"
 #include "common/hba.h"
 #include "common/scram.h"
+#include "common/userlist.h"
 
 /* Everything the master owns. */
 typedef struct Master {
@@ -520,6 +522,34 @@ static void notify_systemd(const char *state)
 #endif
 }
 
+/*
+ * The auth files of this configuration as read now, for the workers
+ * forked from now on (include/common/filesnap.h): they load these bytes,
+ * as the running workers did at start or RELOAD, and not an edit made
+ * since then without a RELOAD.
+ */
+static void keep_auth_files(const Config *cf)
+{
+	char err[512];
+	filesnap_record();
+	if (cf->g.auth_file && *cf->g.auth_file) {
+		UserList ul = {0};
+		(void)userlist_load(&ul, cf->g.auth_file, err, sizeof(err));
+		userlist_free(&ul);
+	}
+	if (cf->g.auth_type == AUTH_HBA && cf->g.auth_hba_file && *cf->g.auth_hba_file) {
+		HbaRules rules;
+		if (hba_load(&rules, cf->g.auth_hba_file, NULL, NULL, err, sizeof(err)))
+			hba_free(&rules);
+	}
+	if (cf->g.auth_type == AUTH_HBA && cf->g.auth_ident_file && *cf->g.auth_ident_file) {
+		IdentMap map;
+		if (ident_load(&map, cf->g.auth_ident_file, NULL, NULL, err, sizeof(err)))
+			ident_free(&map);
+	}
+	filesnap_record_end();
+}
+
 /* SIGHUP and RELOAD: a new configuration replaces the running one only if it loads completely. */
 static bool reload_config(void)
 {
@@ -537,6 +567,7 @@ static bool reload_config(void)
 		log_error("%s", terr);
 		log_error("TLS configuration could not be reloaded, keeping old configuration");
 	}
+	keep_auth_files(&master.cf);
 	supervisor_config_changed(&master.cf);
 	return true;
 }
@@ -744,6 +775,7 @@ int main(int argc, char **argv)
 	switch_user(cmdline_user ? cmdline_user : master.cf.g.user);
 	if (getuid() == 0 || geteuid() == 0)
 		fatal("PgBouncer should not run as root");
+	keep_auth_files(&master.cf);
 
 	/*
 	 * 4.-6. another instance? (with -R: take over from it) then detach;

@@ -1,7 +1,7 @@
 /*
  * Unit tests for the auth_file (userlist.txt) parser: field quoting, secret
  * kinds, comments, broken lines, length limits, repeated users and loading
- * from disk.
+ * from disk, also through the master's kept copy (common/filesnap.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,8 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/filesnap.h"
 #include "common/userlist.h"
 
 #define ADMIN_MD5 "md545f2603610af569b6155c45067268c6b"
@@ -372,6 +374,64 @@ static void test_load_file(void **state)
 	free(path);
 }
 
+/* A worker forked after an edit without RELOAD loads the file as the master kept it, once. */
+static void test_kept_copy(void **state)
+{
+	(void)state;
+	UserList ul = {0};
+	char err[256];
+	char *path = write_temp("\"alice\" \"one\"\n");
+	char *missing = write_temp("");
+	assert_int_equal(unlink(missing), 0);
+
+	filesnap_record();
+	assert_true(userlist_load(&ul, path, err, sizeof(err)));
+	userlist_free(&ul);
+	assert_false(userlist_load(&ul, missing, err, sizeof(err)));
+	userlist_free(&ul);
+	filesnap_record_end();
+	struct stat kept;
+	assert_int_equal(stat(path, &kept), 0);
+
+	/* edited, and the missing file created, after the master read them */
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("\"alice\" \"two, a longer one\"\n\"bob\" \"x\"\n", f);
+	fclose(f);
+	f = fopen(missing, "w");
+	assert_non_null(f);
+	fputs("\"carol\" \"c\"\n", f);
+	fclose(f);
+
+	filesnap_replay();
+	assert_true(userlist_load(&ul, path, err, sizeof(err)));
+	assert_int_equal(ul.n_users, 1);
+	assert_user(&ul, 0, "alice", "one", SECRET_PLAIN);
+	userlist_free(&ul);
+	struct stat st;
+	assert_true(filesnap_stat(path, &st));
+	assert_int_equal(st.st_size, kept.st_size);
+	assert_false(userlist_load(&ul, missing, err, sizeof(err)));
+	assert_false(filesnap_stat(missing, &st));
+	assert_int_equal(errno, ENOENT);
+	userlist_free(&ul);
+
+	/* after the first load the disk again, as at RELOAD */
+	filesnap_clear();
+	assert_true(userlist_load(&ul, path, err, sizeof(err)));
+	assert_int_equal(ul.n_users, 2);
+	assert_user(&ul, 0, "alice", "two, a longer one", SECRET_PLAIN);
+	userlist_free(&ul);
+	assert_true(filesnap_stat(path, &st));
+	assert_true(st.st_size > kept.st_size);
+	assert_true(userlist_load(&ul, missing, err, sizeof(err)));
+	userlist_free(&ul);
+	unlink(path);
+	unlink(missing);
+	free(path);
+	free(missing);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -385,6 +445,7 @@ int main(void)
 	    cmocka_unit_test(test_many_users),
 	    cmocka_unit_test(test_load_missing),
 	    cmocka_unit_test(test_load_file),
+	    cmocka_unit_test(test_kept_copy),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/channel.h"
+#include "common/filesnap.h"
 #include "common/log.h"
 #include "common/schedstat.h"
 #include "common/util.h"
@@ -346,8 +347,11 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *
 		fatal("event_base_new() failed");
 	sbuf_set_wake_hook(worker_clock_tick);
 	sbuf_set_loopcnt(&wk.cf.g.sbuf_loopcnt);
+	/* the auth files as the master read them at start or the last RELOAD (include/common/filesnap.h) */
+	filesnap_replay();
 	objects_init();
 	auth_load_hba();
+	filesnap_clear();
 	dns_init();
 
 	static const int sigs[] = {SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2};

@@ -19,6 +19,7 @@
 #include <uthash.h>
 
 #include "common/budget.h"
+#include "common/filesnap.h"
 #include "common/log.h"
 #include "common/pktbuf.h"
 #include "common/util.h"
@@ -573,7 +574,7 @@ void objects_load_userlist(bool force)
 	if (!path || !*path)
 		return;
 	struct stat st;
-	if (stat(path, &st) < 0) {
+	if (!filesnap_stat(path, &st)) {
 		log_warning("could not open auth_file %s: %s", path, strerror(errno));
 		return;
 	}
