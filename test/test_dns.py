@@ -196,3 +196,30 @@ def test_failed_lookup_is_cached_for_dns_nxdomain_ttl(bouncer, pg, fake_dns):
     time.sleep(max(0.0, 2.3 - (time.monotonic() - t0)))
     with b.connect(dbname="late") as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_dns_max_ttl_zero_with_a_name_answered_at_once(bouncer, pg):
+    """dns_max_ttl = 0 caches nothing: an answer from /etc/hosts, expired as
+    it arrives, is still the answer of the lookup that asked (the worker
+    looked the name up again and again until its stack ran out)."""
+    b = bouncer(databases={"bydns": f"host=localhost port={pg.port} dbname=postgres"},
+                ini_overrides={"dns_max_ttl": 0, "query_wait_timeout": 5})
+    for _ in range(2):
+        with b.connect(dbname="bydns") as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert "terminated by signal" not in b.log_text()
+
+
+def test_dns_max_ttl_zero_with_a_name_server(bouncer, pg, fake_dns):
+    """dns_max_ttl = 0 and an answer that comes later: the pools woken by it
+    use it, instead of asking the name server again until query_wait_timeout."""
+    dns = fake_dns({"db.example.test": ["127.0.0.1"]})
+    b = bouncer(databases={"nocache": f"host=db.example.test port={pg.port} dbname=postgres"}, start=False,
+                ini_overrides={"dns_max_ttl": 0, "query_wait_timeout": 5, "pool_mode": "transaction"})
+    resolv = b.dir / "resolv.conf"
+    b.run_as.write(resolv, f"nameserver {dns.addr}\noptions timeout:1 attempts:1\n")
+    b.update(resolv_conf=str(resolv))
+    b.write_ini()
+    b.start()
+    with b.connect(dbname="nocache") as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)

@@ -41,6 +41,13 @@ static ares_channel channel;
 static List entries;
 /* inside ares_getaddrinfo(): an answer now is the caller's own (e.g. from /etc/hosts) */
 static bool looking_up;
+/*
+ * The entry whose answer is being handed out: to the lookup that asked, or
+ * to the pools woken by it. It is used even if already expired, so that
+ * dns_max_ttl = 0 (no caching) still connects instead of asking again
+ * forever.
+ */
+static const DnsEntry *answering;
 static struct event *timer;
 static struct {
 	int fd;
@@ -240,8 +247,12 @@ static void on_answer(void *arg, int status, int timeouts, struct ares_addrinfo 
 	 * returns it); waking the pools from here would start a second
 	 * connection of that pool before the first one exists.
 	 */
-	if (!looking_up)
+	if (!looking_up) {
+		const DnsEntry *outer = answering;
+		answering = e;
 		wake_pools();
+		answering = outer;
+	}
 }
 
 DnsResult dns_lookup(const char *name, int port, struct sockaddr_storage *ss, socklen_t *len, char *err, size_t errlen)
@@ -250,7 +261,7 @@ DnsResult dns_lookup(const char *name, int port, struct sockaddr_storage *ss, so
 	usec_t now = get_time_usec();
 	if (e && e->pending)
 		return DNS_PENDING;
-	if (e && now < e->expires) {
+	if (e && (now < e->expires || e == answering)) {
 		if (e->failed) {
 			snprintf(err, errlen, "%s", e->err);
 			return DNS_FAIL;
@@ -284,7 +295,11 @@ DnsResult dns_lookup(const char *name, int port, struct sockaddr_storage *ss, so
 		return DNS_PENDING;
 	}
 	/* answered at once (e.g. from /etc/hosts) */
-	return dns_lookup(name, port, ss, len, err, errlen);
+	const DnsEntry *outer = answering;
+	answering = e;
+	DnsResult r = dns_lookup(name, port, ss, len, err, errlen);
+	answering = outer;
+	return r;
 }
 
 void dns_foreach_host(void (*fn)(void *arg, const char *name, long long ttl, const char *addrs), void *arg)
