@@ -111,3 +111,20 @@ def test_peer_that_is_down(bouncer, pg):
     assert b.alive()
     with b.connect(autocommit=True, password="postgres") as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_peer_on_a_unix_socket_that_is_down(bouncer, pg):
+    """A peer's unix socket that is not there fails in connect() itself: the
+    cancel is dropped once (the worker retried the same queued key from
+    inside its own failure until its stack ran out), and any client could
+    do that with a key naming that peer."""
+    a, b = peered(bouncer, pg, host_of=lambda x: str(x.dir))
+    w, key = login_with_key(a)
+    a.stop(signal.SIGINT)  # its socket file goes with it
+    mark = b.log_mark()
+    send_cancel(b.port, key)
+    b.wait_log(r"cancel forwarding to peer 1 failed: No such file or directory", after=mark)
+    with b.connect(autocommit=True, password="postgres") as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert b.log_text()[mark:].count("cancel forwarding to peer 1 failed") == 1
+    assert "terminated by signal" not in b.log_text()

@@ -312,16 +312,22 @@ static bool peer_connect(PeerQueue *q, const CfPeer *p, const uint8_t *key, int 
 		return true;
 	}
 	PgSocket *cs = cancel_conn_new(&ss, len, hold_fd, since);
-	cs->cancel_peer = p->id;
 	/* the packet is the key itself: its first half where a backend pid goes, the rest as the secret */
 	cs->cancel_server_pid =
 	    ((uint32_t)key[0] << 24) | ((uint32_t)key[1] << 16) | ((uint32_t)key[2] << 8) | (uint32_t)key[3];
 	socket_set_server_key(cs, key + 4, CANCEL_KEY_LEN - 4);
-	q->active++;
 	if (!sbuf_connect(&cs->sb, wk.base, (struct sockaddr *)&ss, len, 512, 1 << 20, NULL, cancel_conn_cb, cs)) {
+		/*
+		 * Failed at once (a unix socket that is not there): no slot was
+		 * taken, so peer_drain() goes on to the next key itself instead of
+		 * being re-entered from peer_conn_done().
+		 */
 		log_warning("cancel forwarding to peer %d failed: %s", p->id, strerror(cs->sb.last_errno));
 		cancel_conn_done(cs);
+		return true;
 	}
+	cs->cancel_peer = p->id;
+	q->active++;
 	return true;
 }
 
@@ -336,10 +342,16 @@ static void peer_drain(PeerQueue *q)
 		return;
 	}
 	while (q->count > 0 && q->active < peer_max_connections(p)) {
-		if (!peer_connect(q, p, q->keys[q->head], q->hold_fds[q->head], q->since[q->head]))
-			return; /* the lookup's end calls cancel_peers_wake() */
+		/* taken off the queue first: the key and its hold_fd are passed on once */
+		int at = q->head;
 		q->head = (q->head + 1) % PEER_QUEUE_MAX;
 		q->count--;
+		if (!peer_connect(q, p, q->keys[at], q->hold_fds[at], q->since[at])) {
+			/* the lookup's end calls cancel_peers_wake(): back at the head until then */
+			q->head = at;
+			q->count++;
+			return;
+		}
 	}
 }
 
