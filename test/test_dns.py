@@ -223,3 +223,19 @@ def test_dns_max_ttl_zero_with_a_name_server(bouncer, pg, fake_dns):
     b.start()
     with b.connect(dbname="nocache") as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_unix_socket_host_that_is_not_there_with_no_login_retry(bouncer, pg):
+    """connect() to a unix socket that is not there fails inside the launch
+    itself; with server_login_retry = 0 its close launched the next attempt
+    from there, recursively, until the worker's stack ran out. Now the
+    janitor retries and the client waits for query_wait_timeout."""
+    b = bouncer(databases={"nosock": f"host=/nonexistent-dir port={pg.port} dbname=postgres",
+                           "postgres": pg.connstr("postgres")},
+                ini_overrides={"server_login_retry": 0, "query_wait_timeout": 2})
+    with pytest.raises(psycopg.OperationalError, match="query_wait_timeout"):
+        b.connect(dbname="nosock")
+    b.wait_log(r"nosock/postgres@unix:\d+ connect failed: No such file or directory")
+    assert "terminated by signal" not in b.log_text()
+    with b.connect() as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)

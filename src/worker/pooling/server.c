@@ -147,6 +147,23 @@ static void dns_failed_attempt(PgPool *pool)
 	disconnect_server(s, false, "server DNS lookup failed");
 }
 
+/* Inside failed_in_launch(): the server closing is the launch's own (server_closed()). */
+static bool launch_failing;
+
+/*
+ * A connection that failed inside launch() itself (connect() to a unix
+ * socket that is not there fails at once): its close does not launch the
+ * next one from here, which would recurse for as long as it fails (with
+ * server_login_retry = 0, until the stack ran out). The janitor retries.
+ */
+static void failed_in_launch(PgSocket *s, const char *reason)
+{
+	bool outer = launch_failing;
+	launch_failing = true;
+	disconnect_server(s, false, "%s", reason);
+	launch_failing = outer;
+}
+
 /* A new server connection of the pool; for a replication client (repl_client), its own one. */
 static bool launch(PgPool *pool, PgSocket *repl_client, BudgetHold *hold)
 {
@@ -200,7 +217,7 @@ static bool launch(PgPool *pool, PgSocket *repl_client, BudgetHold *hold)
 		s->tls_pending = tls_server_ssl_new(&wk.tls, host, err, sizeof(err));
 		if (!s->tls_pending) {
 			pool_login_failed(pool, NULL, err, false);
-			disconnect_server(s, false, "%s", err);
+			failed_in_launch(s, err);
 			return false;
 		}
 	}
@@ -208,7 +225,7 @@ static bool launch(PgPool *pool, PgSocket *repl_client, BudgetHold *hold)
 	                  wk.cf.g.max_packet_size, tune_tcp_socket, server_cb, s)) {
 		slog(LG_LOG, s, "connect failed: %s", strerror(s->sb.last_errno));
 		pool_login_failed(pool, NULL, "server connect failed", false);
-		disconnect_server(s, false, "connect failed");
+		failed_in_launch(s, "connect failed");
 		return false;
 	}
 	return true;
@@ -941,7 +958,7 @@ void server_client_gone(PgSocket *c)
 /* s has closed (SERVER_GONE_LAUNCH, hooks.h): the room it made lets its pool launch another. */
 void server_closed(PgSocket *s)
 {
-	if (s->pool)
+	if (s->pool && !launch_failing)
 		pool_maybe_launch(s->pool);
 }
 
