@@ -239,3 +239,39 @@ def test_unix_socket_host_that_is_not_there_with_no_login_retry(bouncer, pg):
     assert "terminated by signal" not in b.log_text()
     with b.connect() as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_host_list_disable_moves_on_after_a_connect_timeout(bouncer, pg):
+    """load_balance_hosts=disable: a first host that takes the connection but
+    never answers fails by server_connect_timeout, and that is a failure too:
+    the next attempt goes to the next host (it stayed on the dead one until
+    the client's query_wait_timeout)."""
+    # PostgreSQL listens on 127.0.0.1 only: 127.0.0.2 is a host that accepts and never answers
+    dead = socket.socket()
+    dead.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    dead.bind(("127.0.0.2", pg.port))
+    dead.listen(16)  # the kernel completes the handshakes; nobody reads
+    try:
+        b = bouncer(databases={"pair": f"host=127.0.0.2,127.0.0.1 port={pg.port} dbname=postgres "
+                                       f"load_balance_hosts=disable"},
+                    ini_overrides={"server_connect_timeout": 1, "server_login_retry": 0.2,
+                                   "query_wait_timeout": 8})
+        with b.connect(dbname="pair") as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        with b.admin() as admin:
+            servers = admin.execute("SHOW SERVERS").fetchall()
+        assert [r[5] for r in servers] == ["127.0.0.1"]
+        b.wait_log(r"pair/postgres@127\.0\.0\.2:\d+ closing because: connect timeout")
+    finally:
+        dead.close()
+
+
+def test_host_list_disable_moves_on_after_a_missing_unix_socket(bouncer, pg):
+    """load_balance_hosts=disable: a unix socket that is not there fails in
+    connect() itself; the next attempt goes to the next host of the list."""
+    b = bouncer(databases={"pair": f"host=/nonexistent-dir,127.0.0.1 port={pg.port} dbname=postgres "
+                                   f"load_balance_hosts=disable"},
+                ini_overrides={"server_login_retry": 0.2, "query_wait_timeout": 8})
+    with b.connect(dbname="pair") as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    b.wait_log(r"pair/postgres@unix:\d+ connect failed: No such file or directory")

@@ -1204,6 +1204,13 @@ void pool_login_failed(PgPool *pool, const char *sqlstate, const char *msg, bool
 {
 	pool->last_login_failed = true;
 	pool->last_failed_time = wk.now;
+	/*
+	 * load_balance_hosts=disable sticks to one host of a list until an
+	 * attempt there fails, however it fails: refused, a connect() that
+	 * fails at once, server_connect_timeout, an error during the login.
+	 */
+	if (pool->db->cf.load_balance_hosts == LB_DISABLE)
+		pool->db->host_index++;
 	pgb_strlcpy(pool->failed_msg, msg, sizeof(pool->failed_msg));
 	hooks.lookups_fail(pool, sqlstate, msg, from_server); /* lookups waiting for this pool fail at once */
 	if (!from_server || (sqlstate && strcmp(sqlstate, "57P03") == 0))

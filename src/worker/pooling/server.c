@@ -74,7 +74,7 @@ static DnsResult pick_address(PgPool *pool, struct sockaddr_storage *ss, socklen
 	}
 	/* a name goes through c-ares (cached); an address or a socket directory is used as it is */
 	DnsResult r = dns_address(host, port, ss, len, err, errlen);
-	/* round-robin moves on at every attempt; disable sticks to a host until it fails */
+	/* round-robin moves on at every attempt; disable sticks to a host until it fails (pool_login_failed()) */
 	if (r == DNS_FAIL || (r == DNS_OK && db->cf.load_balance_hosts == LB_ROUND_ROBIN))
 		db->host_index++;
 	return r;
@@ -853,9 +853,6 @@ static __attribute__((noinline)) SBufAction server_event(SBuf *sb, SBufEvent ev,
 	case SBEV_DIRECT_TLS:
 		return SB_CONSUMED;
 	case SBEV_CONNECT_FAILED:
-		/* load_balance_hosts=disable sticks to one host of a list until it fails */
-		if (s->pool->db->cf.load_balance_hosts == LB_DISABLE)
-			s->pool->db->host_index++;
 		pool_login_failed(s->pool, NULL, "server connect failed", false);
 		disconnect_server(s, false, "connect failed: %s", strerror(sb->last_errno));
 		return SB_CLOSED;
