@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from conftest import DEADLINE, free_port, parent_pid, wait_for
+from conftest import DEADLINE, free_port, parent_pid, Postgres, wait_for
 from helpers import backend_state, Background, pool_row, show, wait_reset, wait_running, wait_server_idle
 from pgwire import error_fields, message, PgWire, query_message, startup_packet
 
@@ -651,6 +651,29 @@ def test_cancel_reaches_a_server_over_a_unix_socket(bouncer, pg):
     with pytest.raises(errors.QueryCanceled):
         job.result()
     assert conn.execute("SELECT 'alive after cancel'").fetchone() == ("alive after cancel",)
+
+
+def test_cancel_reaches_a_server_over_an_abstract_unix_socket(bouncer, run_as, session_dir):
+    """host=@name: the cancel connection uses the abstract name with its own
+    length, as the server connection did (with the whole sockaddr_un length
+    the name had NUL padding, named no socket, and the query ran on)."""
+    server = Postgres(run_as, session_dir)
+    name = f"@pgbt-abstract-{server.port}"
+    server.settings["unix_socket_directories"] = f"'{server.sockdir},{name}'"
+    try:
+        server.start()
+        b = bouncer(databases={"abstract": f"host={name} port={server.port} dbname=postgres"})
+        conn = b.connect(dbname="abstract", autocommit=True)
+        conn.execute("SELECT 1")
+        job = Background(lambda: conn.execute("SELECT pg_sleep(30)"))
+        wait_running(server, "SELECT pg_sleep(30)")
+        conn.cancel()
+        with pytest.raises(errors.QueryCanceled):
+            job.result()
+        assert conn.execute("SELECT 'alive after cancel'").fetchone() == ("alive after cancel",)
+        conn.close()
+    finally:
+        server.stop()
 
 
 def test_cancel_of_idle_client_is_harmless(bouncer):

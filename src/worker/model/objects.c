@@ -446,10 +446,17 @@ socklen_t socket_remote(const PgSocket *s, struct sockaddr_storage *ss)
 		memcpy(ss, &s->remote.in6, sizeof(s->remote.in6));
 		return sizeof(s->remote.in6);
 	default:
-		if (s->remote_path)
-			memcpy(ss, s->remote_path, sizeof(*s->remote_path));
-		else
+		if (!s->remote_path) {
 			ss->ss_family = s->remote.sa.sa_family;
+			return sizeof(struct sockaddr_un);
+		}
+		memcpy(ss, s->remote_path, sizeof(*s->remote_path));
+		if (s->remote_path->sun_path[0] == '\0') {
+			/* abstract (host=@name): the name is as long as the length says, no NUL padding */
+			const char *name = s->remote_path->sun_path + 1;
+			return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+			                   strnlen(name, sizeof(s->remote_path->sun_path) - 1));
+		}
 		return sizeof(struct sockaddr_un);
 	}
 }
