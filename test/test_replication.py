@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import DEADLINE, child_env, pg_bindir, wait_for
+from conftest import DEADLINE, Postgres, child_env, pg_bindir, wait_for
 from pgwire import error_fields, message, PgWire, query_message
 
 
@@ -343,6 +343,56 @@ def test_walsender_refusal_reaches_only_its_client(bouncer, pg, either_bin, repl
         return
     with b.connect(user="norepl", autocommit=True) as normal:
         assert normal.execute("SELECT current_user").fetchone() == ("norepl",)
+
+
+@pytest.fixture(scope="module")
+def pw_repl_pg(run_as, session_dir):
+    """A cluster of its own where replication logins of `repl_pw` need a SCRAM
+    password while its normal logins are trusted, as a pg_hba.conf with
+    separate `replication` lines often has it."""
+    server = Postgres(run_as, session_dir)
+    try:
+        server.start()
+        server.sql("CREATE ROLE repl_pw LOGIN REPLICATION PASSWORD 'pw'")
+        run_as.write(server.datadir / "pg_hba.conf",
+                     "local all all trust\n"
+                     "host replication repl_pw 127.0.0.1/32 scram-sha-256\n"
+                     "host all all 127.0.0.1/32 trust\n", mode=0o600)
+        server.sql("SELECT pg_reload_conf()")
+
+        def needs_password():
+            w = PgWire(server.port)
+            w.startup(user="repl_pw", replication="true")
+            m = w.read_msg()
+            w.close()
+            return m is not None and m[0] == b"R" and m[1][:4] == b"\0\0\0\x0a"
+
+        wait_for(needs_password, "the new pg_hba.conf to be in effect")
+        server.scram_secret = server.sql("SELECT rolpassword FROM pg_authid WHERE rolname = 'repl_pw'")[0][0]
+        yield server
+    finally:
+        server.stop()
+
+
+def test_replication_login_the_pooler_cannot_do_fails_only_its_client(bouncer, pw_repl_pg):
+    """A replication login that fails on the pooler's side (here: PostgreSQL
+    asks for SCRAM, and the auth_file has only the role's SCRAM secret, no
+    client proof to log in with) fails its own client, as a walsender's
+    refusal does: it says nothing about the normal logins of the pool, which
+    neither wait for server_login_retry nor lose their place in the queue."""
+    pg = pw_repl_pg
+    b = bouncer(users_txt=f'"repl_pw" "{pg.scram_secret}"\n"pgbouncer" "pgbouncer"\n',
+                databases={"postgres": pg.connstr("postgres")})
+    mark = b.log_mark()
+    w = PgWire(b.port)
+    w.startup(user="repl_pw", replication="true")
+    m = w.read_until(b"E")
+    err = error_fields(m[-1][1])
+    assert (err["S"], err["C"], err["M"]) == ("FATAL", "08P01", "server login failed: wrong password type"), err
+    assert w.at_eof()
+    b.wait_log(r"closing because: server login failed: wrong password type", after=mark)
+    with b.connect(user="repl_pw", autocommit=True) as normal:
+        assert normal.execute("SELECT current_user").fetchone() == ("repl_pw",)
 
 
 def test_reconnect_closes_replication_servers_at_once(repl_bouncer):

@@ -254,6 +254,24 @@ static SBufAction login_fail(PgSocket *s, const char *why)
 	return SB_CLOSED;
 }
 
+/*
+ * We have no answer to the method the server asks for. A replication
+ * server's fails only its own client, as a walsender's refusal does
+ * (handle_login_packet()): PostgreSQL picks the method of a replication
+ * login by lines of its own (`replication` in pg_hba.conf), which say
+ * nothing about the pool's normal logins.
+ */
+static SBufAction auth_fail(PgSocket *s, const char *why)
+{
+	if (s->replication == REPLICATION_NONE || !s->link)
+		return login_fail(s, why);
+	char msg[300];
+	snprintf(msg, sizeof(msg), "server login failed: %s", why);
+	slog(LG_WARNING, s, "%s", msg);
+	disconnect_server(s, false, "%s", msg); /* its client hears why */
+	return SB_CLOSED;
+}
+
 /* PostgreSQL's one-byte answer to our SSLRequest. */
 static SBufAction handle_ssl_answer(PgSocket *s, uint8_t answer, uint32_t avail)
 {
@@ -345,21 +363,21 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
 		return SB_CONSUMED;
 	case 3: /* cleartext */
 		if (!pw || kind != SECRET_PLAIN)
-			return login_fail(s, "wrong password type");
+			return auth_fail(s, "wrong password type");
 		return send_password_msg(s, pw, strlen(pw) + 1) ? SB_CONSUMED : SB_CLOSED;
 	case 5: { /* md5 */
 		const uint8_t *salt;
 		if (!pktreader_get_bytes(&r, 4, &salt))
 			return login_fail(s, "bad md5 auth packet");
 		if (!pw || (kind != SECRET_PLAIN && kind != SECRET_MD5))
-			return login_fail(s, "wrong password type");
+			return auth_fail(s, "wrong password type");
 		char resp[MD5_PASSWD_LEN + 1];
 		md5_salted_response(pw, kind == SECRET_MD5, u->name, salt, resp);
 		return send_password_msg(s, resp, strlen(resp) + 1) ? SB_CONSUMED : SB_CLOSED;
 	}
 	case 10: { /* SASL: list of mechanisms */
 		if (!proto_sasl_has_mech(body + 4, len - 4, "SCRAM-SHA-256"))
-			return login_fail(s, "none of the server's SASL authentication mechanisms are supported");
+			return auth_fail(s, "none of the server's SASL authentication mechanisms are supported");
 		free(s->scram_cli);
 		s->scram_cli = xcalloc(1, sizeof(*s->scram_cli));
 		if (pw && kind == SECRET_PLAIN)
@@ -367,10 +385,10 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
 		else if (kind == SECRET_SCRAM && u->has_scram_keys && !s->pool->db->cf.user)
 			scram_client_init_keys(s->scram_cli, u->scram_client_key, u->scram_server_key);
 		else
-			return login_fail(s, "wrong password type");
+			return auth_fail(s, "wrong password type");
 		char first[SCRAM_MAX_MSG];
 		if (!scram_client_first(s->scram_cli, first, sizeof(first)))
-			return login_fail(s, "SCRAM initialization failed");
+			return auth_fail(s, "SCRAM initialization failed");
 		PktBuf pb;
 		pktbuf_init(&pb, 128);
 		pktbuf_start_msg(&pb, 'p');
@@ -389,7 +407,7 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
 			char why[200];
 			snprintf(why, sizeof(why), "SCRAM exchange with server failed: %s",
 			         s->scram_cli ? err : "no exchange");
-			return login_fail(s, why);
+			return auth_fail(s, why);
 		}
 		return send_password_msg(s, final, strlen(final)) ? SB_CONSUMED : SB_CLOSED;
 	}
@@ -404,7 +422,7 @@ static SBufAction handle_auth_request(PgSocket *s, const uint8_t *body, uint32_t
 		s->scram_cli = NULL;
 		return SB_CONSUMED;
 	default:
-		return login_fail(s, "wrong password type");
+		return auth_fail(s, "wrong password type");
 	}
 }
 
