@@ -297,6 +297,25 @@ def test_replication_clients_never_share_a_server(repl_bouncer, pg):
     w.close()
 
 
+def test_idle_time_before_the_first_command_is_no_query_time(repl_bouncer):
+    """The wait for a replication client's own server is a login wait
+    (wait_time); the time it then spends before its first command is not
+    the command's (query_time, xact_time in SHOW STATS)."""
+    b = repl_bouncer
+    admin = b.admin(prepare_threshold=None)
+    w, _ = repl_wire(b, "database")
+    time.sleep(1.5)
+    assert w.simple_query("IDENTIFY_SYSTEM")[1] is None
+
+    def stats():
+        rows = [r for r in rows_of(admin, "SHOW STATS") if r["database"] == "postgres"]
+        return rows[0] if rows and rows[0]["total_query_count"] == 1 else None
+
+    st = wait_for(stats, "the command in SHOW STATS")
+    assert st["total_query_time"] < 1_000_000 and st["total_xact_time"] < 1_000_000, st
+    w.close()
+
+
 def test_full_pool_evicts_an_idle_server(bouncer, pg):
     b = bouncer(ini_overrides={"default_pool_size": 1})
     admin = b.admin(prepare_threshold=None)

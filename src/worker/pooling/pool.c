@@ -1194,6 +1194,12 @@ void pool_replication_ready(PgSocket *s)
 		return;
 	}
 	link_client_server(c, s);
+	/*
+	 * It waited for its login, as a client waiting for the pool's first
+	 * welcome does (wait_time): its first command starts when it comes,
+	 * not at the connect (query_time, xact_time).
+	 */
+	c->queued_start = 0;
 	if (client_send_welcome(c))
 		sbuf_continue(&c->sb);
 	/* the next waiting client may launch its server */
