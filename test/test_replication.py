@@ -9,8 +9,10 @@ session's PostgreSQL (wal_level=logical, see conftest.py)."""
 import re
 import shutil
 import signal
+import socket
 import struct
 import subprocess
+import threading
 import time
 
 import pytest
@@ -427,6 +429,86 @@ def test_reconnect_closes_replication_servers_at_once(repl_bouncer):
     # the normal client keeps its server until it lets it go
     assert normal.execute("SELECT 5").fetchone() == (5,)
     wait_for(lambda: all(s["replication"] == "none" for s in servers(admin)), "the replication server to go")
+
+
+class GatedProxy:
+    """A TCP proxy to PostgreSQL that passes nothing while its gate is shut:
+    a server connection made then stays in its login until open()."""
+
+    def __init__(self, target_port):
+        self.target_port = target_port
+        self.gate = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.accepted = 0
+        self.socks = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                pooler, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            threading.Thread(target=self._serve, args=(pooler,), daemon=True).start()
+
+    def _serve(self, pooler):
+        self.gate.wait()
+        server = socket.create_connection(("127.0.0.1", self.target_port))
+        self.socks += [pooler, server]
+        threading.Thread(target=self._pump, args=(pooler, server), daemon=True).start()
+        self._pump(server, pooler)
+
+    @staticmethod
+    def _pump(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def open(self):
+        self.gate.set()
+
+    def close(self):
+        self.gate.set()
+        self.listener.close()
+        for sock in self.socks:
+            sock.close()
+
+
+def test_pause_holds_a_replication_login_in_progress(bouncer, pg):
+    """A PAUSE that comes while a replication client's own server logs in:
+    that server does not start a session in the pause (where PAUSE would
+    wait for its stream to end); the client waits, as new clients do, and
+    gets its server after RESUME."""
+    proxy = GatedProxy(pg.port)
+    try:
+        b = bouncer(databases={"postgres": f"host=127.0.0.1 port={proxy.port} dbname=postgres"})
+        admin = b.admin(prepare_threshold=None)
+        w = PgWire(b.port)
+        w.startup(replication="database")
+        wait_for(lambda: proxy.accepted == 1, "the replication server's connect")
+        admin.execute("PAUSE")
+        proxy.open()
+        time.sleep(1)  # the login would be over by now
+        assert [(p["cl_waiting"], p["sv_active"]) for p in rows_of(admin, "SHOW POOLS")
+                if p["database"] == "postgres"] == [(1, 0)]
+        assert [c["state"] for c in clients(admin)] == ["waiting"]
+        admin.execute("RESUME")
+        types = [t for t, _ in w.read_until(b"Z")]
+        assert types[0] == b"R" and types[-1] == b"Z", types
+        rows, err = w.simple_query("IDENTIFY_SYSTEM")
+        assert err is None and rows[0][3] == "postgres", (rows, err)
+        w.close()
+    finally:
+        proxy.close()
 
 
 def test_reload_of_pool_settings_keeps_the_stream(bouncer, pg, table):

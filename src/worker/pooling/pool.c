@@ -1193,6 +1193,17 @@ void pool_replication_ready(PgSocket *s)
 		disconnect_server(s, true, "replication client gone");
 		return;
 	}
+	if (pool_paused(s->pool)) {
+		/*
+		 * A PAUSE (or SUSPEND) came during its login: no stream starts in
+		 * it (PAUSE would wait for its end). Its client waits, as new
+		 * clients do, and gets a server of its own at RESUME.
+		 */
+		s->link = NULL;
+		c->link = NULL;
+		disconnect_server(s, true, "pause mode");
+		return;
+	}
 	link_client_server(c, s);
 	/*
 	 * It waited for its login, as a client waiting for the pool's first
