@@ -511,6 +511,33 @@ def test_pause_holds_a_replication_login_in_progress(bouncer, pg):
         proxy.close()
 
 
+def test_reconnect_during_a_replication_login_gives_a_new_server(bouncer, pg):
+    """RECONNECT while a replication client's own server logs in: that server
+    had served nobody yet, so its client is not welcomed into a session that
+    ends at once; it gets another server, as a normal waiting client does."""
+    proxy = GatedProxy(pg.port)
+    try:
+        b = bouncer(databases={"postgres": f"host=127.0.0.1 port={proxy.port} dbname=postgres"})
+        admin = b.admin(prepare_threshold=None)
+        mark = b.log_mark()
+        w = PgWire(b.port)
+        w.startup(replication="database")
+        wait_for(lambda: proxy.accepted == 1, "the replication server's connect")
+        admin.execute("RECONNECT")
+        proxy.open()
+        types = [t for t, _ in w.read_until(b"Z", b"E")]
+        assert types[0] == b"R" and types[-1] == b"Z", types
+        time.sleep(1)  # a few janitor rounds, which close a marked replication server
+        rows, err = w.simple_query("IDENTIFY_SYSTEM")
+        assert err is None and rows[0][3] == "postgres", (rows, err)
+        assert proxy.accepted == 2
+        assert [(s["replication"], s["close_needed"]) for s in servers(admin)] == [("logical", 0)]
+        b.wait_log(r"S-0x[0-9a-f]+: postgres/postgres@127\.0\.0\.1:\d+ closing because: ", after=mark)
+        w.close()
+    finally:
+        proxy.close()
+
+
 def test_reload_of_pool_settings_keeps_the_stream(bouncer, pg, table):
     """A RELOAD that changes only pool settings of the entry (size, mode, limits) leaves a
     streaming replication client alone; one that changes where its servers connect ends the

@@ -1193,15 +1193,19 @@ void pool_replication_ready(PgSocket *s)
 		disconnect_server(s, true, "replication client gone");
 		return;
 	}
-	if (pool_paused(s->pool)) {
+	if (pool_paused(s->pool) || s->close_needed) {
 		/*
 		 * A PAUSE (or SUSPEND) came during its login: no stream starts in
 		 * it (PAUSE would wait for its end). Its client waits, as new
-		 * clients do, and gets a server of its own at RESUME.
+		 * clients do, and gets a server of its own at RESUME. One marked
+		 * during its login (RECONNECT, a changed entry) served nobody yet:
+		 * its client gets another at once, as a normal waiting client does,
+		 * instead of a welcome and the end of a session it never had.
 		 */
+		bool paused = pool_paused(s->pool);
 		s->link = NULL;
 		c->link = NULL;
-		disconnect_server(s, true, "pause mode");
+		disconnect_server(s, true, "%s", paused ? "pause mode" : close_needed_reason(s));
 		return;
 	}
 	link_client_server(c, s);
