@@ -428,3 +428,18 @@ def test_warm_start_above_max_workers_clamped(bouncer):
     b.start()
     b.wait_log(r"warm start: 2 workers \(saved 100 in .*workers\.state, clamped to \[min_workers 1, max_workers 2\]\)")
     wait_for(lambda: states(b) == ["active", "active"], "two workers")
+
+
+def test_warm_start_file_not_regular_is_ignored(bouncer):
+    """A worker_state_file that is a FIFO (or another non-regular file) is
+    not opened for reading as one: open() of a FIFO waits for a writer, and
+    the master would hang at start before it forks any worker."""
+    b = bouncer(ini_overrides={"min_workers": 1, "max_workers": 2}, start=False)
+    path = b.dir / "workers.state"
+    os.mkfifo(path)
+    b.run_as.own(path)
+    b.update(worker_state_file=str(path))
+    b.write_ini()
+    b.start()
+    b.wait_log(r"warm start: .*not a regular file.*; starting 1 workers \(min_workers\)")
+    assert states(b) == ["active"]

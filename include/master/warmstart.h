@@ -28,7 +28,8 @@
 /*
  * Read the saved count. Returns true and sets *count when the file holds a
  * valid count; false with a reason in err when it is missing, unreadable,
- * truncated or corrupt (the caller then starts min_workers and logs it).
+ * not a regular file (a FIFO is never waited on), truncated or corrupt (the
+ * caller then starts min_workers and logs it).
  * The reason does not name the file (the caller does). After a failed
  * open() errno is kept, so errno == ENOENT tells a first start from a
  * broken file.

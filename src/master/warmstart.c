@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define WARMSTART_MAGIC      "pgbouncer-workers"
@@ -66,12 +67,23 @@ bool warmstart_read(const char *path, int *count, char *err, size_t errlen)
 	char buf[WARMSTART_MAX_FILE + 1];
 	size_t len = 0;
 
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: open() of a FIFO would wait for a writer, and the master with it */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0) {
 		int e = errno;
 		set_error(err, errlen, "open() failed: %s", strerror(e));
 		errno = e;
 		return false;
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0) {
+		int e = errno;
+		close(fd);
+		return set_error(err, errlen, "fstat() failed: %s", strerror(e));
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return set_error(err, errlen, "not a regular file");
 	}
 	/* read one byte more than a file may hold, to see that it is too long */
 	while (len < sizeof(buf)) {

@@ -192,7 +192,13 @@ static void test_missing(void **state)
 
 	/* a directory in its place */
 	assert_false(warmstart_read(dir, &count, err, sizeof(err)));
-	assert_string_equal(err, "read() failed: Is a directory");
+	assert_string_equal(err, "not a regular file");
+
+	/* a FIFO: rejected at once, not waited on for a writer */
+	assert_int_equal(mkfifo(path, 0644), 0);
+	assert_false(warmstart_read(path, &count, err, sizeof(err)));
+	assert_string_equal(err, "not a regular file");
+	assert_int_equal(count, -1);
 }
 
 static void test_empty(void **state)
