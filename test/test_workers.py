@@ -443,3 +443,19 @@ def test_warm_start_file_not_regular_is_ignored(bouncer):
     b.start()
     b.wait_log(r"warm start: .*not a regular file.*; starting 1 workers \(min_workers\)")
     assert states(b) == ["active"]
+
+
+def test_warm_start_stale_temporary_file_not_regular(bouncer):
+    """What is left at worker_state_file's temporary name (PATH.tmp) is
+    replaced, whatever it is: a FIFO there would make open() for writing wait
+    for a reader, and the master hang at its first save of the count."""
+    b = bouncer(ini_overrides={"min_workers": 1, "max_workers": 2}, start=False)
+    path = b.dir / "workers.state"
+    os.mkfifo(str(path) + ".tmp")
+    b.run_as.own(str(path) + ".tmp")
+    b.update(worker_state_file=str(path))
+    b.write_ini()
+    b.start()
+    assert states(b) == ["active"]
+    wait_for(lambda: path.exists() and path.read_text() == "pgbouncer-workers 1\ncount 1\n", "the count saved")
+    assert not os.path.exists(str(path) + ".tmp")

@@ -37,8 +37,8 @@
 bool warmstart_read(const char *path, int *count, char *err, size_t errlen) __attribute__((warn_unused_result));
 
 /*
- * Write the count atomically: PATH.tmp in the same directory (created or
- * truncated, mode 0644), write, fsync, rename over PATH, fsync of the
+ * Write the count atomically: PATH.tmp in the same directory (whatever is
+ * there removed, then created anew, mode 0644), write, fsync, rename over PATH, fsync of the
  * directory. Readers see the old file or the new one, never a partial one.
  * On failure PATH.tmp is removed and PATH is unchanged (unless only the
  * final directory fsync failed); false with a reason in err.

@@ -176,7 +176,13 @@ bool warmstart_write(const char *path, int count, char *err, size_t errlen)
 		return set_error(err, errlen, "path too long");
 	int tlen = snprintf(text, sizeof(text), "%s %d\ncount %d\n", WARMSTART_MAGIC, WARMSTART_VERSION, count);
 
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+	/*
+	 * A new file, never the one left at tmp: open() of a FIFO there would wait
+	 * for a reader, and O_TRUNC of a hard link would cut another file short.
+	 */
+	if (unlink(tmp) < 0 && errno != ENOENT)
+		return set_error(err, errlen, "unlink() of the temporary file failed: %s", strerror(errno));
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return set_error(err, errlen, "open() of the temporary file failed: %s", strerror(errno));
 	if (!write_all(fd, text, (size_t)tlen)) {

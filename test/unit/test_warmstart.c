@@ -352,6 +352,21 @@ static void test_stale_tmp_replaced(void **state)
 	assert_true(warmstart_read(path, &count, err, sizeof(err)));
 	assert_int_equal(count, 2);
 	assert_false(exists(tmp));
+
+	/* a FIFO left there is replaced, not opened (which would wait for a reader) */
+	assert_int_equal(mkfifo(tmp, 0644), 0);
+	assert_true(warmstart_write(path, 3, err, sizeof(err)));
+	assert_true(warmstart_read(path, &count, err, sizeof(err)));
+	assert_int_equal(count, 3);
+
+	/* a hard link to another file: that file is left as it was */
+	char other[160], buf[128];
+	snprintf(other, sizeof(other), "%s/other", dir);
+	put(other, "keep me\n", 8);
+	assert_int_equal(link(other, tmp), 0);
+	assert_true(warmstart_write(path, 4, err, sizeof(err)));
+	slurp(other, buf, sizeof(buf));
+	assert_string_equal(buf, "keep me\n");
 }
 
 static void test_failed_write_keeps_the_old_file(void **state)
