@@ -993,3 +993,24 @@ def test_reboot_keeps_a_scram_client_whose_server_was_retired(bouncer, old_trees
     threading.Event().wait(4)
     upgrade(b, old_trees)
     assert c.execute("SELECT 2").fetchone() == (2,)
+
+
+def test_upgrade_metrics_during_the_overlap(bouncer, old_trees):
+    """While the old tree finishes a client after -R, every scrape is answered
+    by the new master: the old one's workers drain and its console has no
+    active worker to ask, so a scrape it took would say pgbouncer_up 0."""
+    from conftest import free_port
+    from test_metrics import scrape, value
+    mport = free_port()
+    b = bouncer(ini_overrides={**QUIET, "metrics_listen": f"127.0.0.1:{mport}"})
+    held = b.connect()
+    held.execute("BEGIN")  # in a transaction: it stays on the old tree
+    try:
+        old_pid, _ = upgrade(b, old_trees)
+        assert pid_alive(old_pid)
+        ups = [value(scrape(mport)[0], "pgbouncer_up") for _ in range(30)]
+        assert pid_alive(old_pid)
+        assert ups == [1] * 30, ups
+    finally:
+        held.close()
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit")

@@ -20,6 +20,14 @@ void metrics_start(struct event_base *base, const Config *cf, ShmSegment *shm);
 void metrics_stop(void);
 
 /*
+ * Online restart, old side, at retirement: close the listener, so that the
+ * new master, which binds the same port (SO_REUSEPORT), takes every new
+ * scrape; ours have no active worker left to ask. Connections already
+ * accepted are answered.
+ */
+void metrics_retire(void);
+
+/*
  * In a freshly forked worker: close the metrics socket, every open metrics
  * connection and the scrapes' console connections, touching no event.
  */

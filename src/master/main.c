@@ -359,6 +359,8 @@ static void systemd_send(const char *text)
 /* Online restart, old side: the new master serves on our sockets. */
 static void retire(pid_t new_pid)
 {
+	/* first: a scrape that came in now would find no active worker to ask */
+	metrics_retire();
 	log_info("online restart: pid %d took over; not accepting any more, finishing the clients", (int)new_pid);
 #ifdef HAVE_SYSTEMD
 	/* systemd follows the new master (a Type=notify unit; doc/workers.md "Upgrading") */

@@ -1288,6 +1288,16 @@ void metrics_stop(void)
 		bound_reset(&m.bounds[i]);
 }
 
+void metrics_retire(void)
+{
+	if (m.listener) {
+		evconnlistener_free(m.listener);
+		m.listener = NULL;
+	}
+	if (m.accept_resume)
+		evtimer_del(m.accept_resume);
+}
+
 void metrics_forget_in_child(void)
 {
 	/* a worker must not hold the metrics port, a client's connection or a scrape's console connection */
