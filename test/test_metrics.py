@@ -515,3 +515,52 @@ def test_counters_keep_a_crashed_workers_share(metered):
     after = stats_totals(b)
     assert all(a >= x for a, x in zip(after, before)), (before, after)
     assert pooled_queries(mport) >= metric_before
+
+
+# ---- label values (doc/monitoring.md "Metric names") ----
+
+def raw_login(port, params):
+    """A client logged in with a hand-made startup packet (bytes values, as a
+    client may send them); returned once ReadyForQuery came."""
+    body = b"\x00\x03\x00\x00" + b"".join(k + b"\x00" + v + b"\x00" for k, v in params.items()) + b"\x00"
+    s = socket.create_connection(("127.0.0.1", port), timeout=DEADLINE)
+    s.sendall((len(body) + 4).to_bytes(4, "big") + body)
+    got = b""
+    while b"Z\x00\x00\x00\x05" not in got:
+        chunk = s.recv(65536)
+        assert chunk, got
+        got += chunk
+    return s
+
+
+def test_metrics_labels_are_valid_utf8(one_worker_metered):
+    """A client's application_name that is not UTF-8 (a startup packet may
+    carry any bytes) still gives a body of valid UTF-8: Prometheus rejects a
+    whole scrape with one label value that is not."""
+    b, mport = one_worker_metered
+    s = raw_login(b.port, {b"user": b"postgres", b"database": b"postgres", b"application_name": b"ab\xff\xfecd\xc3"})
+    # a name that reads the same once replaced: the same sample, not a second one with the same labels
+    s2 = raw_login(b.port, {b"user": b"postgres", b"database": b"postgres", b"application_name": b"ab\xc0\xaf"
+                            b"cd\xed"})
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=DEADLINE) as r:
+            body = r.read()
+        text = body.decode("utf-8")  # raises on invalid UTF-8
+        samples = {(s_.name, tuple(sorted(s_.labels.items()))): s_.value
+                   for f in parser.text_string_to_metric_families(text) for s_ in f.samples}
+        apps = {dict(lb)["application_name"]: v for (n, lb), v in samples.items()
+                if n == "pgbouncer_client_connections" and dict(lb)["database"] == "postgres"}
+        assert apps == {"ab\ufffd\ufffdcd\ufffd": 2}, apps
+        assert text.count('application_name="ab\ufffd\ufffdcd\ufffd"') == 1
+    finally:
+        s.close()
+        s2.close()
+    # and what needs escaping comes back as it was sent
+    odd = 'q"b\\s\nl \u00e9'
+    s = raw_login(b.port, {b"user": b"postgres", b"database": b"postgres", b"application_name": odd.encode()})
+    try:
+        samples, _, _ = scrape(mport)
+        assert value(samples, "pgbouncer_client_connections", database="postgres", user="postgres",
+                     application_name=odd, state="idle") == 1
+    finally:
+        s.close()

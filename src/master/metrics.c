@@ -202,6 +202,75 @@ static bool parse_rowdesc(Table *t, const uint8_t *p, uint32_t len)
 	return true;
 }
 
+/*
+ * The length of the UTF-8 sequence at p if it is a valid one (no overlong
+ * form, no surrogate, at most U+10FFFF), else 0 with *bad set to the bytes
+ * to replace: the longest start of a sequence that could have been valid,
+ * at least one (Unicode's "maximal subpart", as Python and Go replace).
+ */
+static size_t utf8_len(const unsigned char *p, size_t left, size_t *bad)
+{
+	unsigned char c = p[0];
+	size_t n;
+	unsigned char lo = 0x80, hi = 0xBF; /* the range of the second byte */
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xC2 && c <= 0xDF)
+		n = 2;
+	else if (c >= 0xE0 && c <= 0xEF) {
+		n = 3;
+		if (c == 0xE0)
+			lo = 0xA0;
+		else if (c == 0xED)
+			hi = 0x9F;
+	} else if (c >= 0xF0 && c <= 0xF4) {
+		n = 4;
+		if (c == 0xF0)
+			lo = 0x90;
+		else if (c == 0xF4)
+			hi = 0x8F;
+	} else {
+		*bad = 1;
+		return 0;
+	}
+	for (size_t i = 1; i < n; i++) {
+		unsigned char min = i == 1 ? lo : 0x80, max = i == 1 ? hi : 0xBF;
+		if (i == left || p[i] < min || p[i] > max) {
+			*bad = i;
+			return 0;
+		}
+	}
+	return n;
+}
+
+/*
+ * A value of the console's answer as text: a copy of its `len` bytes, with
+ * what is not UTF-8 replaced by U+FFFD. A client may put any bytes in its
+ * application_name, and Prometheus refuses a whole scrape for one label
+ * value that is not UTF-8; replaced here, before the clients are grouped,
+ * two such names that read the same are one sample.
+ */
+static char *text_dup(const uint8_t *p, size_t len)
+{
+	size_t out_len = 0;
+	for (size_t i = 0, bad, n; i < len; i += n ? n : bad, out_len += n ? n : 3)
+		n = utf8_len(p + i, len - i, &bad);
+	char *out = xmalloc(out_len + 1);
+	size_t o = 0;
+	for (size_t i = 0, bad, n; i < len; i += n ? n : bad) {
+		n = utf8_len(p + i, len - i, &bad);
+		if (n) {
+			memcpy(out + o, p + i, n);
+			o += n;
+		} else {
+			memcpy(out + o, "\xEF\xBF\xBD", 3);
+			o += 3;
+		}
+	}
+	out[o] = '\0';
+	return out;
+}
+
 static bool parse_datarow(Table *t, const uint8_t *p, uint32_t len)
 {
 	if (len < 2 || (p[0] << 8 | p[1]) != t->ncols)
@@ -226,9 +295,7 @@ static bool parse_datarow(Table *t, const uint8_t *p, uint32_t len)
 			off += vlen;
 			continue;
 		}
-		row[c] = xmalloc(vlen + 1);
-		memcpy(row[c], p + off, vlen);
-		row[c][vlen] = '\0';
+		row[c] = text_dup(p + off, vlen);
 		off += vlen;
 	}
 	return true;
