@@ -459,3 +459,20 @@ def test_warm_start_stale_temporary_file_not_regular(bouncer):
     assert states(b) == ["active"]
     wait_for(lambda: path.exists() and path.read_text() == "pgbouncer-workers 1\ncount 1\n", "the count saved")
     assert not os.path.exists(str(path) + ".tmp")
+
+
+def test_warm_start_file_set_on_reload_is_written(bouncer):
+    """worker_state_file set by a RELOAD while two workers run: the count is
+    saved then, not at the next scaling decision (which may never come), so
+    that a restart finds two."""
+    b = bouncer(ini_overrides={"min_workers": 2, "max_workers": 2})
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    path = b.dir / "workers.state"
+    b.update(worker_state_file=str(path), min_workers=1)
+    b.write_ini()
+    b.reload()
+    wait_for(lambda: path.exists() and path.read_text() == "pgbouncer-workers 1\ncount 2\n", "the count saved")
+    assert b.stop(signal.SIGTERM) == 0
+    b.proc = None
+    b.start()
+    b.wait_log(r"warm start: 2 workers \(saved 2 in .*workers\.state\)")

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <sched.h>
 #include <signal.h>
@@ -103,7 +104,8 @@ static struct {
 	ConsoleState console;  /* the console's pause and database flags, for workers started later */
 	bool starting;         /* supervisor_start() forks the first workers: each takes its own slot only */
 	struct event *watchdog_ev;
-	int64_t watchdog_last_us; /* monotonic time of the last watchdog pass */
+	int64_t watchdog_last_us;  /* monotonic time of the last watchdog pass */
+	char saved_path[PATH_MAX]; /* the worker_state_file the count was last saved to, "" = none yet */
 } sv;
 
 /* ---- moved clients' cancel keys ---- */
@@ -776,8 +778,18 @@ static void save_count(void)
 	if (!path || !*path)
 		return;
 	char err[256];
+	snprintf(sv.saved_path, sizeof(sv.saved_path), "%s", path);
 	if (!warmstart_write(path, wanted_count(), err, sizeof(err)))
 		log_warning("could not write worker_state_file: %s", err);
+}
+
+/* worker_state_file changed (RELOAD, SET): the count goes there now, not at the next change of it. */
+static void save_count_if_moved(void)
+{
+	const char *path = sv.cf->g.worker_state_file;
+	if (path && *path && strcmp(path, sv.saved_path) != 0 && !sv.retiring && !sv.shutting_down &&
+	    wanted_count() > 0)
+		save_count();
 }
 
 static bool order_move(int from, int to, int count);
@@ -1160,6 +1172,7 @@ void supervisor_config_changed(Config *cf)
 	read_cpu_allowance();
 	resolve_scaler_config();
 	arm_tick();
+	save_count_if_moved();
 	/* before the workers' SIGHUP: each notes the generation it reloaded to */
 	if (sv.shm)
 		atomic_fetch_add(&sv.shm->scaler.config_gen, 1);
@@ -1169,6 +1182,7 @@ void supervisor_settings_changed(void)
 {
 	resolve_scaler_config();
 	arm_tick();
+	save_count_if_moved();
 }
 
 void supervisor_signal_all(int sig)
