@@ -9,7 +9,7 @@ import signal
 import psycopg
 
 from conftest import wait_for
-from helpers import rows, worker_of
+from helpers import conn_on, rows, worker_of
 
 TWO = {"min_workers": 2, "max_workers": 2, "log_connections": 0, "log_disconnections": 0}
 
@@ -160,3 +160,33 @@ def test_metrics_with_a_hung_worker(bouncer):
         assert "metrics: the console connection timed out" not in b.log_text()
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+def test_crash_of_the_stand_in_while_a_drain_runs_keeps_every_listener_served(bouncer):
+    """Worker 1 drains but keeps a client in a transaction; its listener slot
+    went to worker 0, which is then killed. The respawned worker 0 accepts on
+    slot 1 too: the draining worker closed its copy, so no login may wait in
+    slot 1's queue for nobody."""
+    b = bouncer(ini_overrides=TWO)
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    held = conn_on(b, 1)
+    held.execute("BEGIN")
+    held.execute("SELECT 1")
+    b.update(max_workers=1, min_workers=1)
+    b.write_ini()
+    b.reload()
+    wait_for(lambda: show_workers(b).get(1, {}).get("state") == "draining", "worker 1 draining")
+    wait_for(lambda: show_workers(b)[0]["listeners"] == "0,1", "slot 1 served by worker 0")
+
+    victim = show_workers(b)[0]["pid"]
+    os.kill(victim, signal.SIGKILL)
+    b.wait_log(rf"worker 0 \(pid {victim}\) was terminated by signal 9")
+    wait_for(lambda: (lambda w: 0 in w and w[0]["pid"] != victim and w[0]["state"] == "active")(show_workers(b)),
+             "worker 0 respawned")
+    assert show_workers(b)[0]["listeners"] == "0,1"
+    # the kernel spreads new connections over both slots' queues: each must be served
+    assert logins(b, 10) == [0] * 10
+    # the client in its transaction carries on
+    assert held.execute("SELECT 2").fetchone() == (2,)
+    held.execute("COMMIT")
+    held.close()

@@ -451,11 +451,14 @@ static bool spawn(int i)
 	 * Its own slot, and every slot nobody accepts on: after a drain the
 	 * drained worker's slot went to the survivor, and if that survivor is
 	 * the worker being replaced here, the slot would otherwise keep its
-	 * queue with no acceptor (doc/workers.md, "Listener slots").
+	 * queue with no acceptor (doc/workers.md, "Listener slots"). That
+	 * holds while the drained worker still runs too (a client in a
+	 * transaction keeps it): it closed its copy when it began to drain.
+	 * A slot whose own worker serves it again is left to that worker.
 	 */
 	uint64_t takes = UINT64_C(1) << i;
 	for (int k = 0; k < SHM_MAX_WORKERS && !sv.starting; k++)
-		if (k != i && sv.w[k].pid == 0 && slot_orphaned(k))
+		if (k != i && !is_serving(k) && slot_orphaned(k))
 			takes |= UINT64_C(1) << k;
 	pid_t pid = fork();
 	if (pid < 0) {
