@@ -9,7 +9,7 @@ import signal
 import psycopg
 
 from conftest import wait_for
-from helpers import conn_on, rows, worker_of
+from helpers import conn_on, console, rows, worker_of
 
 TWO = {"min_workers": 2, "max_workers": 2, "log_connections": 0, "log_disconnections": 0}
 
@@ -190,3 +190,31 @@ def test_crash_of_the_stand_in_while_a_drain_runs_keeps_every_listener_served(bo
     assert held.execute("SELECT 2").fetchone() == (2,)
     held.execute("COMMIT")
     held.close()
+
+
+def test_respawn_taking_many_listener_slots_on_several_addresses(bouncer):
+    """Six workers on three listen addresses drain to one, which then stands
+    in for 18 listener sockets; it is killed. The respawned worker starts
+    with all of them (and the unix socket) and serves every address."""
+    addrs = ["127.0.0.1", "127.0.0.3", "127.0.0.4"]
+    b = bouncer(ini_overrides={**TWO, "min_workers": 6, "max_workers": 6, "listen_addr": ",".join(addrs)})
+    wait_for(lambda: states(b) == ["active"] * 6, "six workers")
+    with console(b) as admin:
+        admin.execute("SET min_workers = 1")
+        admin.execute("SET max_workers = 1")
+    wait_for(lambda: list(show_workers(b)) == [0], "workers 1-5 drained and gone")
+    assert show_workers(b)[0]["listeners"] == "0,1,2,3,4,5"
+
+    victim = show_workers(b)[0]["pid"]
+    os.kill(victim, signal.SIGKILL)
+    wait_for(lambda: (lambda w: 0 in w and w[0]["pid"] != victim and w[0]["state"] == "active")(show_workers(b)),
+             "worker 0 respawned")
+    respawned = show_workers(b)[0]["pid"]
+    assert show_workers(b)[0]["listeners"] == "0,1,2,3,4,5"
+    for host in addrs:
+        for _ in range(6):
+            with psycopg.connect(host=host, port=b.port, dbname="postgres", user="postgres",
+                                 connect_timeout=5) as c:
+                assert c.execute("SELECT 1").fetchone() == (1,)
+    assert show_workers(b)[0]["pid"] == respawned
+    assert "terminated by signal 6" not in b.log_text()

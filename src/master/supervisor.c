@@ -486,7 +486,11 @@ static bool spawn(int i)
 				close(sv.w[j].ctl);
 		}
 		upgrade_forget_in_child();
-		WorkerSocket *wl = calloc(MAX_ADDRS + 1, sizeof(*wl));
+		/*
+		 * Every slot it takes, each with all addresses, and the unix
+		 * socket: a respawn after a drain may take many slots at once.
+		 */
+		WorkerSocket *wl = xcalloc((size_t)__builtin_popcountll(takes) * MAX_ADDRS + 1, sizeof(*wl));
 		int k = 0;
 		for (int s = 0; s < SHM_MAX_WORKERS; s++)
 			for (int a = 0; a < MAX_ADDRS; a++) {
