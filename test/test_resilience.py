@@ -7,6 +7,7 @@ import os
 import signal
 
 import psycopg
+import pytest
 
 from conftest import wait_for
 from helpers import conn_on, console, rows, worker_of
@@ -218,3 +219,17 @@ def test_respawn_taking_many_listener_slots_on_several_addresses(bouncer):
                 assert c.execute("SELECT 1").fetchone() == (1,)
     assert show_workers(b)[0]["pid"] == respawned
     assert "terminated by signal 6" not in b.log_text()
+
+
+def test_listen_addresses_beyond_sixteen_are_refused_not_left_unserved(bouncer):
+    """Workers accept on 16 TCP addresses at most. A 17th is not listened
+    on (an error in the log, its connections refused at once) rather than
+    listened on by the master alone, where logins waited for nobody."""
+    addrs = ["127.0.0.1"] + [f"127.0.1.{i}" for i in range(1, 17)]
+    b = bouncer(ini_overrides={"listen_addr": ",".join(addrs)})
+    b.wait_log(rf"cannot listen on 127\.0\.1\.16:{b.port}: at most 16 TCP addresses are served")
+    for host in addrs[:16]:
+        with psycopg.connect(host=host, port=b.port, dbname="postgres", user="postgres", connect_timeout=5) as c:
+            assert c.execute("SELECT 1").fetchone() == (1,)
+    with pytest.raises(psycopg.OperationalError, match="refused"):
+        psycopg.connect(host=addrs[16], port=b.port, dbname="postgres", user="postgres", connect_timeout=5)

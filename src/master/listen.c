@@ -290,6 +290,19 @@ static void add_tcp(ListenSet *ls, const ListenAddr *a, int fd)
 	snprintf(l->desc, sizeof(l->desc), "%s", a->desc);
 }
 
+/*
+ * No worker would accept on an address beyond LISTEN_MAX_TCP: its
+ * connections would wait in a queue nobody serves. Refused instead, so
+ * that they are refused at once, and said in the log.
+ */
+static bool too_many_tcp(const ListenSet *ls, const char *desc)
+{
+	if (ls->n_tcp < LISTEN_MAX_TCP)
+		return false;
+	log_error("cannot listen on %s: at most %d TCP addresses are served", desc, LISTEN_MAX_TCP);
+	return true;
+}
+
 /* Resolve one listen_addr item and open a socket for every address it gives. */
 static void setup_tcp_item(ListenSet *ls, const char *item, const CfGlobals *g, char *lasterr, size_t errlen,
                            InheritedSocket *inh, int n_inh)
@@ -312,6 +325,8 @@ static void setup_tcp_item(ListenSet *ls, const char *item, const CfGlobals *g, 
 		memcpy(&a.sa, ai->ai_addr, ai->ai_addrlen);
 		a.salen = ai->ai_addrlen;
 		format_listen_addr(ai->ai_addr, a.desc, sizeof(a.desc));
+		if (too_many_tcp(ls, a.desc))
+			continue;
 		char err[256];
 		int fd = take_inherited(inh, n_inh, ai->ai_addr);
 		bool taken = fd >= 0;
@@ -441,6 +456,10 @@ static void adopt_inherited(ListenSet *ls, int fd, const char *name)
 	memcpy(&a.sa, &ss, sslen);
 	a.salen = sslen;
 	format_listen_addr((struct sockaddr *)&ss, a.desc, sizeof(a.desc));
+	if (too_many_tcp(ls, a.desc)) {
+		close(fd);
+		return;
+	}
 	add_tcp(ls, &a, fd);
 	log_info("listening on %s (passed by systemd)", a.desc);
 }

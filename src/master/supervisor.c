@@ -39,7 +39,7 @@
 #include "shm.h"
 #include "worker_entry.h"
 
-#define MAX_ADDRS 16 /* TCP listen addresses */
+#define MAX_ADDRS LISTEN_MAX_TCP /* TCP listen addresses */
 
 #define REBALANCE_SAMPLES     3  /* ticks a plan must stay uneven before clients move */
 #define REBALANCE_FRESH_TICKS 10 /* after a worker starts, ticks in which a plan runs at once */

@@ -220,7 +220,7 @@ static int receive_tree(int fd, Takeover *t, int64_t *end_arg, uint32_t *bad)
 			*bad = m.type;
 			return 2;
 		}
-		int slot = m.id == UINT32_MAX ? -1 : (int)(m.id / 16);
+		int slot = m.id == UINT32_MAX ? -1 : (int)(m.id / LISTEN_MAX_TCP);
 		bool have = false;
 		for (int i = 0; i < t->n && !have; i++)
 			have = t->s[i].id == m.id;
