@@ -14,6 +14,12 @@
 #include "common/tls.h"
 #include "shm.h"
 
+/*
+ * TCP addresses served at most: a listener id is slot * LISTEN_MAX_TCP +
+ * address, the numbering an online restart (-R) passes to the new master.
+ */
+#define LISTEN_MAX_TCP 16
+
 /* A listening socket the master hands to a new worker. */
 typedef struct WorkerSocket {
 	int fd;

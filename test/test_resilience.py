@@ -233,3 +233,23 @@ def test_listen_addresses_beyond_sixteen_are_refused_not_left_unserved(bouncer):
             assert c.execute("SELECT 1").fetchone() == (1,)
     with pytest.raises(psycopg.OperationalError, match="refused"):
         psycopg.connect(host=addrs[16], port=b.port, dbname="postgres", user="postgres", connect_timeout=5)
+
+
+def test_one_worker_stands_in_for_every_slot_of_sixteen_addresses(bouncer):
+    """17 workers on 16 addresses drain to one, which then accepts on 272
+    listener sockets: every address serves every login (no socket handed
+    over is closed for want of room)."""
+    addrs = ["127.0.0.1"] + [f"127.0.1.{i}" for i in range(1, 16)]
+    b = bouncer(ini_overrides={**TWO, "min_workers": 17, "max_workers": 17, "listen_addr": ",".join(addrs)})
+    wait_for(lambda: states(b) == ["active"] * 17, "17 workers")
+    with console(b) as admin:
+        admin.execute("SET min_workers = 1")
+        admin.execute("SET max_workers = 1")
+    wait_for(lambda: list(show_workers(b)) == [0], "workers 1-16 drained and gone")
+    assert show_workers(b)[0]["listeners"] == ",".join(str(k) for k in range(17))
+    for host in addrs:
+        for _ in range(12):
+            with psycopg.connect(host=host, port=b.port, dbname="postgres", user="postgres",
+                                 connect_timeout=5) as c:
+                assert c.execute("SELECT 1").fetchone() == (1,)
+    assert "too many listeners" not in b.log_text()

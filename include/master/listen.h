@@ -9,12 +9,7 @@
 #include <sys/socket.h>
 
 #include "common/config.h"
-
-/*
- * TCP addresses served at most: a listener id is slot * LISTEN_MAX_TCP +
- * address, the numbering an online restart (-R) passes to the new master.
- */
-#define LISTEN_MAX_TCP 16
+#include "worker_entry.h" /* LISTEN_MAX_TCP */
 
 typedef struct ListenAddr {
 	struct sockaddr_storage sa; /* resolved address with the port */

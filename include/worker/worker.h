@@ -24,7 +24,11 @@
 #include "common/tls.h"
 #include "worker_entry.h"
 
-#define WORKER_MAX_LISTENERS 256
+/*
+ * A worker may stand in for every listener slot (each with every TCP
+ * address) when the others drained or crashed, and has the unix socket.
+ */
+#define WORKER_MAX_LISTENERS (SHM_MAX_WORKERS * LISTEN_MAX_TCP + 1)
 
 /* Listening sockets handed over by the master. */
 typedef struct WorkerListener {
