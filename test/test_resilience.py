@@ -253,3 +253,23 @@ def test_one_worker_stands_in_for_every_slot_of_sixteen_addresses(bouncer):
                                  connect_timeout=5) as c:
                 assert c.execute("SELECT 1").fetchone() == (1,)
     assert "too many listeners" not in b.log_text()
+
+
+def test_crash_of_a_draining_worker_is_logged_as_a_crash(bouncer):
+    """A draining worker that dies of a signal is not respawned (it was on
+    its way out), but the log says it was killed, not that it drained."""
+    b = bouncer(ini_overrides=TWO)
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    held = conn_on(b, 1)
+    held.execute("BEGIN")
+    held.execute("SELECT 1")
+    with console(b) as admin:
+        admin.execute("SET min_workers = 1")
+        admin.execute("SET max_workers = 1")
+    wait_for(lambda: show_workers(b).get(1, {}).get("state") == "draining", "worker 1 draining")
+    victim = show_workers(b)[1]["pid"]
+    os.kill(victim, signal.SIGKILL)
+    b.wait_log(rf"worker 1 \(pid {victim}\) was terminated by signal 9 while draining")
+    assert f"worker 1 (pid {victim}) exited after draining" not in b.log_text()
+    wait_for(lambda: list(show_workers(b)) == [0], "worker 1 gone, not respawned")
+    assert logins(b, 4) == [0] * 4

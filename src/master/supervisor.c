@@ -1522,7 +1522,17 @@ bool supervisor_reap(bool shutting_down)
 		/* whatever it held (servers it can no longer close, clients) goes back to the others */
 		budget_reset_worker(&sv.shm->budget, i);
 		if (expected) {
-			log_info("worker %d (pid %d) exited%s", i, (int)pid, w->draining ? " after draining" : "");
+			/* on its way out: not respawned, but a crash is still a crash in the log */
+			const char *during = w->draining ? " while draining" : " while shutting down";
+			if (WIFSIGNALED(status))
+				log_error("worker %d (pid %d) was terminated by signal %d%s", i, (int)pid,
+				          WTERMSIG(status), during);
+			else if (WEXITSTATUS(status) != 0)
+				log_error("worker %d (pid %d) exited with status %d%s", i, (int)pid,
+				          WEXITSTATUS(status), during);
+			else
+				log_info("worker %d (pid %d) exited%s", i, (int)pid,
+				         w->draining ? " after draining" : "");
 			w->draining = false;
 			continue;
 		}
