@@ -4,6 +4,8 @@ and crashes, and a worker whose event loop stops gets no new clients and is
 replaced."""
 
 import os
+import shutil
+import subprocess
 import signal
 
 import psycopg
@@ -273,3 +275,59 @@ def test_crash_of_a_draining_worker_is_logged_as_a_crash(bouncer):
     assert f"worker 1 (pid {victim}) exited after draining" not in b.log_text()
     wait_for(lambda: list(show_workers(b)) == [0], "worker 1 gone, not respawned")
     assert logins(b, 4) == [0] * 4
+
+
+FAIL_FORK = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+pid_t fork(void)
+{
+	const char *flag = getenv("PGB_TEST_FAIL_FORK");
+	if (flag && access(flag, F_OK) == 0) {
+		errno = EAGAIN;
+		return -1;
+	}
+	pid_t (*real)(void) = (pid_t(*)(void))dlsym(RTLD_NEXT, "fork");
+	return real();
+}
+"""
+
+
+@pytest.fixture
+def failing_fork(session_dir, tmp_path):
+    """(env, flag): a pooler started with env fails every fork() (EAGAIN, as at a
+    process limit) while the flag file exists."""
+    cc = shutil.which("cc")
+    if not cc:
+        pytest.skip("no C compiler for the fork() shim")
+    src = tmp_path / "failfork.c"
+    src.write_text(FAIL_FORK)
+    so = session_dir / f"failfork-{os.getpid()}-{tmp_path.name}.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"], check=True)
+    os.chmod(so, 0o755)
+    flag = session_dir / f"failfork-{os.getpid()}-{tmp_path.name}.flag"
+    yield {"LD_PRELOAD": str(so), "PGB_TEST_FAIL_FORK": str(flag)}, flag
+    flag.unlink(missing_ok=True)
+    so.unlink(missing_ok=True)
+
+
+def test_failed_fork_leaves_no_listener_slot_unserved(bouncer, failing_fork):
+    """A scale-up whose fork() fails has opened the new worker's listener
+    slot already, which takes its share of new connections: the running
+    worker accepts on it until a fork succeeds."""
+    env, flag = failing_fork
+    b = bouncer(ini_overrides={**TWO, "min_workers": 1, "max_workers": 2}, env=env)
+    wait_for(lambda: states(b) == ["active"], "one worker")
+    flag.write_text("")
+    with console(b) as admin:
+        admin.execute("SET min_workers = 2")
+    b.wait_log(r"fork\(\) failed")
+    wait_for(lambda: show_workers(b)[0]["listeners"] == "0,1", "slot 1 served by worker 0")
+    assert logins(b, 10) == [0] * 10
+    flag.unlink()
+    wait_for(lambda: states(b) == ["active", "active"], "the second worker once fork() works")
+

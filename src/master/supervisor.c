@@ -433,16 +433,27 @@ static void pin_to_core(int i)
 static void on_ctl(evutil_socket_t fd, short what, void *arg);
 static void arm_watchdog(void);
 
+/*
+ * No worker came of it: the listener slot opened for it (or part of it)
+ * is in the SO_REUSEPORT group already and gets its share of the new
+ * connections, so a survivor accepts on it meanwhile.
+ */
+static bool spawn_failed(void)
+{
+	adopt_orphans();
+	return false;
+}
+
 static bool spawn(int i)
 {
 	if (n_addrs() > 0 && !ensure_listener_slot(i)) {
 		log_error("worker %d: cannot open its listener slot", i);
-		return false;
+		return spawn_failed();
 	}
 	int ctl[2];
 	if (!channel_pair(ctl)) {
 		log_error("socketpair() failed: %s", strerror(errno));
-		return false;
+		return spawn_failed();
 	}
 	slot_reset(i);
 	atomic_store(&sv.shm->slots[i].state, SLOT_STARTING);
@@ -466,7 +477,7 @@ static bool spawn(int i)
 		close(ctl[0]);
 		close(ctl[1]);
 		atomic_store(&sv.shm->slots[i].state, SLOT_FREE);
-		return false;
+		return spawn_failed();
 	}
 	if (pid == 0) {
 		/*
