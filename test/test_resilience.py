@@ -331,3 +331,19 @@ def test_failed_fork_leaves_no_listener_slot_unserved(bouncer, failing_fork):
     flag.unlink()
     wait_for(lambda: states(b) == ["active", "active"], "the second worker once fork() works")
 
+
+def test_respawn_whose_fork_fails_is_tried_again(bouncer, failing_fork):
+    """The only worker is killed while fork() fails: its respawn is tried
+    again with the back-off, not given up with the slot still counted."""
+    env, flag = failing_fork
+    b = bouncer(ini_overrides={**TWO, "min_workers": 1, "max_workers": 1}, env=env)
+    wait_for(lambda: states(b) == ["active"], "one worker")
+    victim = show_workers(b)[0]["pid"]
+    flag.write_text("")
+    os.kill(victim, signal.SIGKILL)
+    b.wait_log(rf"worker 0 \(pid {victim}\) was terminated by signal 9")
+    b.wait_log(r"fork\(\) failed")
+    flag.unlink()
+    wait_for(lambda: (lambda w: 0 in w and w[0]["pid"] != victim and w[0]["state"] == "active")(show_workers(b)),
+             "worker 0 respawned once fork() works")
+    assert logins(b, 4) == [0] * 4

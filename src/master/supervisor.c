@@ -1246,11 +1246,28 @@ void supervisor_kill_all(void)
 		}
 }
 
+static void on_respawn(evutil_socket_t fd, short what, void *arg);
+
+/* Start a worker in slot i again after a back-off: 0.1 s, doubling up to 5 s while it keeps failing. */
+static void arm_respawn(int i)
+{
+	WorkerProc *w = &sv.w[i];
+	int delay_ms = 100 << (w->crashes < 6 ? w->crashes : 6);
+	if (delay_ms > 5000)
+		delay_ms = 5000;
+	w->crashes++;
+	struct timeval tv = {delay_ms / 1000, (delay_ms % 1000) * 1000};
+	if (!w->respawn_ev)
+		w->respawn_ev = evtimer_new(sv.base, on_respawn, (void *)(intptr_t)i);
+	evtimer_add(w->respawn_ev, &tv);
+}
+
 static void on_respawn(evutil_socket_t fd, short what, void *arg)
 {
 	int i = (int)(intptr_t)arg;
-	if (!sv.shutting_down && !sv.retiring && sv.w[i].wanted && sv.w[i].pid == 0)
-		spawn(i);
+	/* a fork that failed (EAGAIN) is tried again: the slot stays wanted, and counted */
+	if (!sv.shutting_down && !sv.retiring && sv.w[i].wanted && sv.w[i].pid == 0 && !spawn(i))
+		arm_respawn(i);
 }
 
 /* ---- the watchdog (doc/workers.md, "When a worker hangs") ---- */
@@ -1553,14 +1570,7 @@ bool supervisor_reap(bool shutting_down)
 			log_error("worker %d (pid %d) exited with status %d", i, (int)pid, WEXITSTATUS(status));
 		/* its listener slot goes to a survivor at once; the slot is respawned with back-off */
 		adopt_orphans();
-		int delay_ms = 100 << (w->crashes < 6 ? w->crashes : 6);
-		if (delay_ms > 5000)
-			delay_ms = 5000;
-		w->crashes++;
-		struct timeval tv = {delay_ms / 1000, (delay_ms % 1000) * 1000};
-		if (!w->respawn_ev)
-			w->respawn_ev = evtimer_new(sv.base, on_respawn, (void *)(intptr_t)i);
-		evtimer_add(w->respawn_ev, &tv);
+		arm_respawn(i);
 	}
 	if (shutting_down)
 		return supervisor_live_workers() == 0;
