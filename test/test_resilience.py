@@ -347,3 +347,28 @@ def test_respawn_whose_fork_fails_is_tried_again(bouncer, failing_fork):
     wait_for(lambda: (lambda w: 0 in w and w[0]["pid"] != victim and w[0]["state"] == "active")(show_workers(b)),
              "worker 0 respawned once fork() works")
     assert logins(b, 4) == [0] * 4
+
+
+def test_scale_down_gives_up_a_pending_respawn_before_a_running_worker(bouncer, failing_fork):
+    """Worker 0 crashed and cannot be started again (fork() fails) when
+    max_workers goes down to 1: its slot is given up, and worker 1, which
+    runs, keeps serving, instead of draining with nobody to take over."""
+    env, flag = failing_fork
+    b = bouncer(ini_overrides=TWO, env=env)
+    wait_for(lambda: states(b) == ["active", "active"], "two workers")
+    victim = show_workers(b)[0]["pid"]
+    flag.write_text("")
+    os.kill(victim, signal.SIGKILL)
+    b.wait_log(rf"worker 0 \(pid {victim}\) was terminated by signal 9")
+    b.wait_log(r"fork\(\) failed")
+    with private_console(b, 1) as admin:
+        admin.execute("SET min_workers = 1")
+        admin.execute("SET max_workers = 1")
+    b.wait_log(r"scaling down to 1 workers: draining worker")
+    assert logins(b, 6) == [1] * 6
+    assert show_workers(b, via=1)[1]["state"] == "active"
+    assert show_workers(b, via=1)[1]["listeners"] == "0,1"
+    assert "scaling down to 1 workers: draining worker 0 (not respawned)" in b.log_text()
+    flag.unlink()
+    assert logins(b, 6) == [1] * 6
+    assert list(show_workers(b, via=1)) == [1]

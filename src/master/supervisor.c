@@ -790,6 +790,15 @@ static int highest_active(void)
 	return -1;
 }
 
+/* The highest slot whose worker crashed and waits for its respawn; -1 if none. */
+static int highest_pending(void)
+{
+	for (int i = SHM_MAX_WORKERS - 1; i >= 0; i--)
+		if (sv.w[i].wanted && sv.w[i].pid == 0)
+			return i;
+	return -1;
+}
+
 static void save_count(void)
 {
 	const char *path = sv.cf->g.worker_state_file;
@@ -1084,16 +1093,31 @@ static void scale_tick(void)
 			return;
 		log_info("scaling up to %d workers: %s (busy+wait %s)", current + added, r.reason, ratios);
 	} else {
-		char drained[SHM_MAX_WORKERS * 4] = "";
+		char drained[SHM_MAX_WORKERS * 20] = ""; /* "63, " each, or "63 (not respawned), " */
 		size_t off = 0;
 		int gone = 0;
 		for (int k = current; k > r.target && k > 1; k--) {
-			int i = highest_active();
-			if (i <= 0)
-				break;
-			drain(i);
+			/*
+			 * A crashed worker waiting for its respawn goes first: draining
+			 * a running one instead would leave the pooler to a worker that
+			 * does not exist yet, and to nobody while its forks fail.
+			 */
+			int i = highest_pending();
+			bool pending = i >= 0;
+			if (pending) {
+				sv.w[i].wanted = false;
+				if (sv.w[i].respawn_ev)
+					evtimer_del(sv.w[i].respawn_ev);
+			} else {
+				i = highest_active();
+				if (i <= 0)
+					break;
+				drain(i);
+			}
 			gone++;
-			off += (size_t)snprintf(drained + off, sizeof(drained) - off, "%s%d", off ? ", " : "", i);
+			if (off < sizeof(drained))
+				off += (size_t)snprintf(drained + off, sizeof(drained) - off, "%s%d%s", off ? ", " : "",
+				                        i, pending ? " (not respawned)" : "");
 		}
 		if (gone == 0)
 			return;
