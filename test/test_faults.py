@@ -6,8 +6,11 @@ be written. Marked `fault`: they run with the suite, and alone with
 (`-s` shows them); the assertions are about errors, never about time, except
 for generous bounds that only catch a hang."""
 
+import collections
 import os
 import signal
+import socket
+import struct
 import subprocess
 import threading
 import time
@@ -16,7 +19,8 @@ import psycopg
 import pytest
 
 from conftest import Postgres, child_env, port_listening, wait_for
-from helpers import conn_on, two_workers, wait_running, workers
+from helpers import conn_on, row, rows, two_workers, wait_running, workers
+from pgwire import CANCEL_REQUEST, error_fields, PgWire, query_message
 
 pytestmark = pytest.mark.fault
 
@@ -261,6 +265,49 @@ def test_stopped_server_query_timeout(bouncer, pg):
         assert bystander.execute("SELECT 4").fetchone() == (4,)
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+def test_cancel_requests_beyond_the_pools_room_wait_their_turn(bouncer, pg):
+    """A client sends six CancelRequests while PostgreSQL does not take
+    them (its postmaster stopped): the pooler opens no more connections to
+    it than twice the pool size, servers and cancel connections together
+    (pool size 1: its server and one cancel connection). The other requests
+    wait, as SHOW POOLS, CLIENTS and SERVERS show, and go once PostgreSQL
+    answers again; each requester's connection is closed when its cancel is
+    done, and the query is cancelled."""
+    b = bouncer(ini_overrides={"default_pool_size": 1, "cancel_wait_timeout": 0})
+    w = PgWire(b.port)
+    key = next(body for mtype, body in w.login() if mtype == b"K")
+    w.send(query_message("SELECT pg_sleep(60)"))
+    wait_running(pg, "SELECT pg_sleep(60)")
+    postmaster = int((pg.datadir / "postmaster.pid").read_text().split()[0])
+    requesters = []
+    os.kill(postmaster, signal.SIGSTOP)
+    try:
+        for _ in range(6):
+            s = socket.create_connection(("127.0.0.1", b.port), timeout=HANG_BOUND)
+            s.sendall(struct.pack("!II", 16, CANCEL_REQUEST) + key)
+            requesters.append(s)
+
+        def cancels():
+            with b.admin() as admin:
+                p = row(admin, "SHOW POOLS", database="postgres")
+                states = collections.Counter(r["state"] for r in rows(admin, "SHOW CLIENTS") + rows(
+                    admin, "SHOW SERVERS") if r["database"] == "postgres")
+            return (p["cl_active_cancel_req"], p["cl_waiting_cancel_req"], p["sv_active_cancel"],
+                    states["active_cancel_req"], states["waiting_cancel_req"], states["active_cancel"])
+
+        wait_for(lambda: cancels() == (1, 5, 1, 1, 5, 1), "one cancel sent, five waiting")
+    finally:
+        os.kill(postmaster, signal.SIGCONT)
+    for s in requesters:
+        assert s.recv(1) == b"", "the requester's connection is closed once its cancel is done"
+        s.close()
+    reply = w.read_until(b"Z")
+    err = next(error_fields(body) for mtype, body in reply if mtype == b"E")
+    assert err["C"] == "57014", err
+    wait_for(lambda: cancels() == (0, 0, 0, 0, 0, 0), "no cancel left")
+    assert w.simple_query("SELECT 7") == ([["7"]], None)
 
 
 def test_stopped_server_cancel(bouncer, pg):

@@ -12,8 +12,9 @@ void cancel_handle_request(PgSocket *req, const uint8_t *key);
 void cancel_forwarded(const uint8_t *key, int hold_fd, bool final);
 void cancel_gen_key(PgSocket *c);
 void cancel_server_gone(
-    PgSocket *server);             /* SERVER_GONE_CANCEL (hooks.h): cancels on their way for it no longer point at it */
-int cancel_peer_queue_count(void); /* [peers] entries a cancel was forwarded to (SHOW MEM) */
+    PgSocket *server); /* SERVER_GONE_CANCEL (hooks.h): cancels on their way for it no longer point at it */
+void cancel_client_gone(PgSocket *c); /* CLIENT_GONE_CANCEL (hooks.h): a cancel request lets go of what it held */
+int cancel_peer_queue_count(void);    /* [peers] entries a cancel was forwarded to (SHOW MEM) */
 size_t cancel_peer_queue_size(void);
 void cancel_peers_wake(void);     /* a name lookup ended: queued forwards to peers may go */
 void cancel_check_timeouts(void); /* cancel_wait_timeout (the janitor) */

@@ -31,8 +31,9 @@ typedef enum ClientGone {
 	CLIENT_GONE_AUTH_JOB, /* auth_threads.c: a PAM or LDAP check no longer names it (auth_job_client_gone()) */
 	CLIENT_GONE_SERVER,   /* server.c: its linked server is released, or closed (server_client_gone()) */
 	CLIENT_GONE_MOVED,    /* migrate.c: if adopted, its cancel key stops leading here (migrate_client_closed()) */
-	CLIENT_GONE_COUNT,    /* worker.c: out of the client counts, this worker's and all (worker_client_gone()) */
-	CLIENT_GONE_CONSOLE,  /* admin_fanout.c: its connections to other workers close (admin_fanout_client_gone()) */
+	CLIENT_GONE_CANCEL, /* cancel.c: a cancel request lets its requester and its server go (cancel_client_gone()) */
+	CLIENT_GONE_COUNT,  /* worker.c: out of the client counts, this worker's and all (worker_client_gone()) */
+	CLIENT_GONE_CONSOLE, /* admin_fanout.c: its connections to other workers close (admin_fanout_client_gone()) */
 	/*
 	 * Not a hook: here objects.c counts the client out of its database and
 	 * user, gives back its budget units, closes its socket and moves it to

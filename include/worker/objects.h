@@ -330,8 +330,11 @@ struct PgSocket {
 	uint32_t cancel_server_pid; /* cancel connections: the backend pid they send with server_key */
 	int cancels_pending;        /* servers: cancel connections still on their way to PostgreSQL */
 	int cancel_peer;            /* cancel connections to a [peers] entry: its peer_id (0 otherwise) */
-	int cancel_hold_fd;         /* cancel connections: the requester's socket, closed when done (-1: none) */
-	PgSocket *cancel_target;    /* cancel connections: the server whose query they cancel (NULL once it is gone) */
+	int cancel_hold_fd;         /* cancel requests and [peers] cancel connections: the requester's socket, closed
+	                               when done (-1: none) */
+	PgSocket *cancel_target;    /* cancel connections and waiting cancel requests: the server whose query they
+	                               cancel (NULL once it is gone) */
+	PgSocket *cancel_req; /* a cancel request and the cancel connection that carries it: each other (or NULL) */
 
 	/* replication (doc/pgbouncer.1.md, "REPLICATION CONNECTIONS") */
 	char *repl_options;  /* replication clients: the `options` startup parameter, verbatim */

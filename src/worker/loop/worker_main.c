@@ -285,6 +285,7 @@ static void connect_rooms(void)
 	cl[CLIENT_GONE_AUTH_JOB] = auth_job_client_gone;
 	cl[CLIENT_GONE_SERVER] = server_client_gone;
 	cl[CLIENT_GONE_MOVED] = migrate_client_closed;
+	cl[CLIENT_GONE_CANCEL] = cancel_client_gone;
 	cl[CLIENT_GONE_COUNT] = worker_client_gone;
 	cl[CLIENT_GONE_CONSOLE] = admin_fanout_client_gone;
 	cl[CLIENT_GONE_SHUTDOWN] = worker_socket_gone;

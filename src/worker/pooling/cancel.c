@@ -118,11 +118,35 @@ static List inflight = {&inflight, &inflight};
  */
 static void peer_conn_done(int peer_id);
 
+static void hold_release(int hold_fd)
+{
+	if (hold_fd >= 0)
+		close(hold_fd);
+}
+
+static void hold_release_fd(int *hold_fd)
+{
+	hold_release(*hold_fd);
+	*hold_fd = -1;
+}
+
+static void start_requests(PgPool *pool);
+
+/* A cancel for `target` is no longer on its way: a server parked for it may serve again. */
+static void target_done(PgSocket *target)
+{
+	if (target && --target->cancels_pending == 0 && target->state == SV_BEING_CANCELED)
+		pool_server_ready(target);
+}
+
 static void cancel_conn_done(PgSocket *cs)
 {
 	PgSocket *target = cs->cancel_target;
+	PgSocket *req = cs->cancel_req;
+	PgPool *pool = cs->pool;
 	int peer = cs->cancel_peer;
 	cs->cancel_target = NULL;
+	cs->cancel_req = NULL;
 	cs->cancel_peer = 0;
 	if (cs->cancel_hold_fd >= 0) {
 		/* the requester learns that its cancel has been delivered */
@@ -131,17 +155,29 @@ static void cancel_conn_done(PgSocket *cs)
 	}
 	sbuf_close(&cs->sb);
 	change_state(cs, SV_JUSTFREE);
-	if (target && --target->cancels_pending == 0 && target->state == SV_BEING_CANCELED)
-		pool_server_ready(target);
+	if (req) {
+		req->cancel_req = NULL;
+		disconnect_client(req, false, "cancel request done"); /* closes the requester's socket */
+	}
+	target_done(target);
 	if (peer)
 		peer_conn_done(peer);
+	if (pool)
+		start_requests(pool); /* room for the next one of the pool */
 }
 
 void cancel_server_gone(PgSocket *server)
 {
-	if (server->cancels_pending <= 0)
+	if (server->cancels_pending <= 0 || !server->pool)
 		return;
-	List *i;
+	PgPool *pool = server->pool;
+	List *i, *tmp;
+	list_for_each(i, &pool->active_cancel_servers)
+	{
+		PgSocket *cs = container_of(i, PgSocket, node);
+		if (cs->cancel_target == server)
+			cs->cancel_target = NULL;
+	}
 	list_for_each(i, &inflight)
 	{
 		PgSocket *cs = container_of(i, PgSocket, node);
@@ -149,6 +185,30 @@ void cancel_server_gone(PgSocket *server)
 			cs->cancel_target = NULL;
 	}
 	server->cancels_pending = 0;
+	/* a waiting request for it has nothing left to cancel */
+	list_for_each_safe(i, &pool->waiting_cancel_req, tmp)
+	{
+		PgSocket *req = container_of(i, PgSocket, node);
+		if (req->cancel_target == server) {
+			req->cancel_target = NULL;
+			disconnect_client(req, false, "cancel request for a server that is gone");
+		}
+	}
+}
+
+void cancel_client_gone(PgSocket *c)
+{
+	if (c->state != CL_WAITING_CANCEL && c->state != CL_ACTIVE_CANCEL)
+		return;
+	hold_release_fd(&c->cancel_hold_fd);
+	if (c->cancel_req) {
+		/* closed by someone else (KILL_CLIENT): its connection goes on and keeps the server parked */
+		c->cancel_req->cancel_req = NULL;
+		c->cancel_req = NULL;
+	}
+	PgSocket *target = c->cancel_target; /* a waiting request's, not sent yet */
+	c->cancel_target = NULL;
+	target_done(target);
 }
 
 /* The connection that carries one CancelRequest to PostgreSQL. */
@@ -212,10 +272,82 @@ static PgSocket *cancel_conn_new(const struct sockaddr_storage *remote, socklen_
 	return cs;
 }
 
-static void hold_release(int hold_fd)
+/*
+ * Cancel requests in their pool, as PgBouncer has them: a request waits
+ * (SHOW CLIENTS waiting_cancel_req) until the pool has room for its cancel
+ * connection, then is sent (active_cancel_req) on a connection of its own
+ * (SHOW SERVERS active_cancel). The pool's servers and cancel connections
+ * together stay within twice its pool_size, so that no client, however
+ * many CancelRequests it sends, makes the pooler open more connections
+ * to PostgreSQL than that (doc/pgbouncer.1.md, "SHOW POOLS").
+ */
+static int cancel_room(const PgPool *pool)
 {
-	if (hold_fd >= 0)
-		close(hold_fd);
+	int room = 2 * pool_effective_size(pool) - pool_server_count(pool);
+	return room > 1 ? room : 1;
+}
+
+/* Inside start_requests(): a cancel connection that fails at once does not start the next from its close. */
+static bool starting;
+
+/* Send the request on a cancel connection of its pool. */
+static void start_request(PgSocket *req)
+{
+	PgSocket *server = req->cancel_target;
+	struct sockaddr_storage ss;
+	socklen_t len = socket_remote(server, &ss);
+	PgSocket *cs = socket_new(true);
+	cs->pool = req->pool;
+	cs->db = server->db;
+	cs->login_user = server->login_user;
+	cs->connect_time = req->connect_time; /* when the request came: cancel_wait_timeout counts from there */
+	cs->cancel_hold_fd = -1;
+	socket_set_remote(cs, (const struct sockaddr *)&ss, len);
+	cs->cancel_server_pid = server->backend_pid;
+	socket_set_server_key(cs, server->server_key, server->server_key_len);
+	/* the server stays parked for the connection now, not for the request */
+	cs->cancel_target = server;
+	req->cancel_target = NULL;
+	cs->cancel_req = req;
+	req->cancel_req = cs;
+	change_state(req, CL_ACTIVE_CANCEL);
+	change_state(cs, SV_ACTIVE_CANCEL);
+	if (!sbuf_connect(&cs->sb, wk.base, (struct sockaddr *)&ss, len, 512, 1 << 20, NULL, cancel_conn_cb, cs))
+		cancel_conn_done(cs);
+}
+
+static void start_requests(PgPool *pool)
+{
+	if (starting)
+		return;
+	starting = true;
+	while (!list_empty(&pool->waiting_cancel_req) && pool->n_state[SV_ACTIVE_CANCEL] < cancel_room(pool))
+		start_request(container_of(pool->waiting_cancel_req.next, PgSocket, node));
+	starting = false;
+}
+
+/*
+ * The request for `server`'s query, in its pool, holding the requester's
+ * socket. It counts as a client connection (max_client_conn) until it is
+ * done, as in PgBouncer; disconnect_client() counts it out.
+ */
+static PgSocket *request_new(PgSocket *client, PgSocket *server, int hold_fd, usec_t since)
+{
+	PgSocket *req = socket_new(false);
+	req->pool = server->pool;
+	req->db = client->db;
+	req->login_user = client->login_user;
+	req->connect_time = req->request_time = since;
+	req->cancel_hold_fd = hold_fd;
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	if (hold_fd >= 0 && getpeername(hold_fd, (struct sockaddr *)&ss, &len) == 0)
+		socket_set_remote(req, (const struct sockaddr *)&ss, len);
+	worker_clients_add(1);
+	req->cancel_target = server;
+	server->cancels_pending++;
+	change_state(req, CL_WAITING_CANCEL);
+	return req;
 }
 
 /* Cancel the query of the client holding `key` in this worker; the reason for the log. */
@@ -238,18 +370,11 @@ static const char *cancel_by_key(const uint8_t *key, int hold_fd)
 		hold_release(hold_fd);
 		return why;
 	}
-	struct sockaddr_storage ss;
-	socklen_t len = socket_remote(server, &ss);
-	PgSocket *cs = cancel_conn_new(&ss, len, hold_fd, wk.now);
-	cs->db = server->db;
-	cs->login_user = server->login_user;
-	cs->cancel_server_pid = server->backend_pid;
-	socket_set_server_key(cs, server->server_key, server->server_key_len);
-	cs->cancel_target = server;
-	server->cancels_pending++;
-	if (!sbuf_connect(&cs->sb, wk.base, (struct sockaddr *)&ss, len, 512, 1 << 20, NULL, cancel_conn_cb, cs))
-		cancel_conn_done(cs);
-	return "cancel request handled";
+	PgPool *pool = server->pool;
+	PgSocket *req = request_new(c, server, hold_fd, wk.now);
+	start_requests(pool);
+	return req->state == CL_WAITING_CANCEL ? "cancel request queued: the pool's cancel connections are busy"
+	                                       : "cancel request handled";
 }
 
 /* ---- forwarding to [peers] ---- */
@@ -494,16 +619,35 @@ void cancel_check_timeouts(void)
 		}
 	}
 	List *i, *tmp;
+	list_for_each(i, &wk.pools)
+	{
+		PgPool *pool = container_of(i, PgPool, node);
+		List *j, *t2;
+		list_for_each_safe(j, &pool->waiting_cancel_req, t2)
+		{
+			PgSocket *req = container_of(j, PgSocket, node);
+			if (wk.now - req->connect_time <= limit)
+				break; /* in the order they came */
+			log_info("cancel request dropped: not forwarded within cancel_wait_timeout");
+			disconnect_client(req, false, "cancel request not forwarded within cancel_wait_timeout");
+		}
+		/* a connection that closes lets a waiting one start: those go at the next pass */
+		list_for_each_safe(j, &pool->active_cancel_servers, t2)
+		{
+			PgSocket *cs = container_of(j, PgSocket, node);
+			if (cs->sb.connecting && wk.now - cs->connect_time > limit) {
+				log_info("cancel request dropped: not forwarded within cancel_wait_timeout");
+				cancel_conn_done(cs);
+			}
+		}
+	}
 	list_for_each_safe(i, &inflight, tmp)
 	{
 		PgSocket *cs = container_of(i, PgSocket, node);
 		if (!cs->sb.connecting || wk.now - cs->connect_time <= limit)
 			continue;
-		if (cs->cancel_peer)
-			log_info("cancel request for peer %d dropped: not forwarded within cancel_wait_timeout",
-			         cs->cancel_peer);
-		else
-			log_info("cancel request dropped: not forwarded within cancel_wait_timeout");
+		log_info("cancel request for peer %d dropped: not forwarded within cancel_wait_timeout",
+		         cs->cancel_peer);
 		cancel_conn_done(cs);
 	}
 }
