@@ -181,6 +181,11 @@ def test_metrics_match_the_console(metered, pg):
     assert types["pgbouncer_scaler_decisions"] == "counter"
     info = [k for k in samples if k[0] == "pgbouncer_scaler_last_decision_info"]
     assert len(info) == 1
+    # the kind of reason, never its figures (which would make a new series at every sample)
+    reason = dict(info[0][1])["reason"]
+    assert reason in {"steady", "cooldown", "load_high", "load_low", "no_idle_cpu", "throttled", "at_cpu_allowance",
+                      "at_max_workers", "at_min_workers", "below_min_workers", "above_max_workers",
+                      "no_samples", "start"}, reason
 
     for c in busy:
         c.execute("COMMIT")

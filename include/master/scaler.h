@@ -162,4 +162,12 @@ void scaler_note_change(ScalerHistory *h, int64_t now_us);
  */
 ScalerResult scaler_decide(const ScalerHistory *h, const ScalerConfig *cf, int current, int64_t now_us);
 
+/*
+ * What kind of reason scaler_decide() gave, without its figures: one of a
+ * few fixed words ("steady", "cooldown", "load_high", ...; "other" for a
+ * text it did not write), for a label that must not take a new value at
+ * every sample (/metrics, doc/monitoring.md).
+ */
+const char *scaler_reason_kind(const char *reason);
+
 #endif

@@ -36,6 +36,7 @@
 #include "common/pktbuf.h"
 #include "common/util.h"
 #include "master/http_request.h"
+#include "master/scaler.h"
 
 /* The bounds of doc/monitoring.md, "Limits"; metrics_max_connections is the one setting. */
 #define SCRAPE_TIMEOUT_SEC  5 /* the whole console conversation; the worker's fan-out gives up on a peer after 2 */
@@ -836,11 +837,12 @@ static void put_scaler(struct evbuffer *o)
 		if (atomic_load(&sc->reason_seq) == seq)
 			break;
 	}
-	put_head(o, "pgbouncer_scaler_last_decision_info", "gauge", "The scaler's last decision and its reason");
-	evbuffer_add_printf(o, "pgbouncer_scaler_last_decision_info{decision=\"%s\",reason=\"",
-	                    scaler_decision_name((ScaleDecision)atomic_load(&sc->last_decision)));
-	put_escaped(o, reason);
-	evbuffer_add(o, "\"}", 2);
+	/* the kind of reason only: its text has figures that change at every sample (SHOW SCALER has it) */
+	put_head(o, "pgbouncer_scaler_last_decision_info", "gauge",
+	         "The scaler's last decision and the kind of its reason");
+	evbuffer_add_printf(o, "pgbouncer_scaler_last_decision_info{decision=\"%s\",reason=\"%s\"}",
+	                    scaler_decision_name((ScaleDecision)atomic_load(&sc->last_decision)),
+	                    scaler_reason_kind(reason));
 	put_value(o, 1);
 	put_head(o, "pgbouncer_scaler_last_change_timestamp_seconds", "gauge",
 	         "Unix time of the last change of the worker count (0: none yet)");

@@ -281,3 +281,30 @@ ScalerResult scaler_decide(const ScalerHistory *h, const ScalerConfig *cf, int c
 	           current == 1 ? "" : "s");
 	return r;
 }
+
+const char *scaler_reason_kind(const char *reason)
+{
+	/* the beginnings of the texts scaler_decide() writes, most specific first */
+	static const struct {
+		const char *start, *kind;
+	} kinds[] = {
+	    {"below min_workers", "below_min_workers"},
+	    {"above max_workers", "above_max_workers"},
+	    {"cooldown:", "cooldown"},
+	    {"no samples", "no_samples"},
+	    {"at max_workers", "at_max_workers"},
+	    {"at min_workers", "at_min_workers"},
+	    {"mean load", "load_high"},
+	    {"mean busy", "load_high"},
+	    {"load ", "load_low"},
+	    {"throttled:", "throttled"},
+	    {"no idle CPU", "no_idle_cpu"},
+	    {"at the ", "at_cpu_allowance"},
+	    {"steady:", "steady"},
+	    {"start", "start"}, /* the master's, before the first sample */
+	};
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		if (strncmp(reason, kinds[i].start, strlen(kinds[i].start)) == 0)
+			return kinds[i].kind;
+	return "other";
+}

@@ -386,6 +386,35 @@ static void test_decision_names(void **state)
 	assert_string_equal(scaler_decision_name((ScaleDecision)7), "unknown");
 }
 
+/* The kind of each reason scaler_decide() writes: a few fixed words, never its figures. */
+static void test_reason_kinds(void **state)
+{
+	static const char *const cases[][2] = {
+	    {"below min_workers (1 < 2)", "below_min_workers"},
+	    {"above max_workers (3 > 2)", "above_max_workers"},
+	    {"cooldown: 3.2 s left", "cooldown"},
+	    {"no samples with 2 workers yet", "no_samples"},
+	    {"at max_workers (2): mean load 0.91 > 0.75", "at_max_workers"},
+	    {"mean load 0.91 > 0.75 for 2 samples", "load_high"},
+	    {"mean busy 0.91 > 0.75 for 1 of 2 samples", "load_high"},
+	    {"at min_workers (1): load 0.20 would fit on 0 workers", "at_min_workers"},
+	    {"load 0.20 would fit on 1 worker (0.20 < 0.50) for 30 samples", "load_low"},
+	    {"throttled: the cgroup's CPU quota held the pooler back in 40% of periods", "throttled"},
+	    {"no idle CPU for another worker (idle 0.03 of 2 CPUs)", "no_idle_cpu"},
+	    {"at the 2 CPUs allowed: mean busy 0.70 without the run-queue wait (load 0.95)", "at_cpu_allowance"},
+	    {"steady: mean load 0.03 on 2 workers", "steady"},
+	    {"start", "start"},
+	    {"", "other"},
+	    {"something else", "other"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		assert_string_equal(scaler_reason_kind(cases[i][0]), cases[i][1]);
+	/* and what scaler_decide() itself says with no samples and in cooldown */
+	ScalerConfig cf = defaults();
+	ScalerHistory h = {.n = 0};
+	assert_string_equal(scaler_reason_kind(scaler_decide(&h, &cf, 1, 1000).reason), "no_samples");
+}
+
 /* ---- the saturation signal (busy + run-queue wait) from synthetic schedstat numbers ---- */
 
 #define NS 1000000000ULL
@@ -799,6 +828,7 @@ int main(void)
 	    cmocka_unit_test(test_history_keeps_the_newest),
 	    cmocka_unit_test(test_no_oscillation),
 	    cmocka_unit_test(test_decision_names),
+	    cmocka_unit_test(test_reason_kinds),
 	    cmocka_unit_test(test_schedstat_parse),
 	    cmocka_unit_test(test_schedstat_read),
 	    cmocka_unit_test(test_saturation_starved_worker),
