@@ -294,6 +294,40 @@ def test_rerun_changes_nothing(ready):
     assert scram_matches(env.secret(env.auth), PASSWORD)
 
 
+OLDER_FUNCTIONS = {
+    # the hand-made function of many older guides: other result columns
+    "other columns": "CREATE FUNCTION pgbouncer.get_auth(p_usename text)"
+                     " RETURNS TABLE (username text, password text) LANGUAGE plpgsql SECURITY DEFINER AS $$"
+                     " BEGIN RETURN QUERY SELECT usename::text, passwd::text FROM pg_catalog.pg_shadow"
+                     " WHERE usename = p_usename; END $$",
+    "other parameter name": "CREATE FUNCTION pgbouncer.get_auth(i_username text)"
+                            " RETURNS TABLE (usename name, passwd text) LANGUAGE sql SECURITY DEFINER"
+                            " AS $$ SELECT usename, passwd::text FROM pg_catalog.pg_shadow"
+                            " WHERE usename = i_username $$",
+}
+
+
+@pytest.mark.parametrize("older", OLDER_FUNCTIONS)
+def test_bootstrap_replaces_an_older_function_that_differs_in_its_signature(ready, older):
+    """CREATE OR REPLACE cannot change a function's result columns or
+    parameter names: over an older hand-made get_auth(text) the bootstrap
+    drops it first, and grants afresh."""
+    env = ready
+    env.sql("DROP FUNCTION pgbouncer.get_auth(text)")
+    env.sql(OLDER_FUNCTIONS[older])
+    env.sql(pgsql.SQL("GRANT EXECUTE ON FUNCTION pgbouncer.get_auth(text) TO {}").format(pgsql.Identifier(env.auth)))
+    try:
+        r = env.run("--user", env.auth, "--password", PASSWORD, env.conninfo(), env.db)
+        assert r.rc == 0, r.stderr
+        assert "function pgbouncer.get_auth(text) replaced" in r.stderr
+        r = env.check()
+        assert r.rc == 0, r.stdout
+        assert env.sql("SELECT has_function_privilege(%s, 'pgbouncer.get_auth(text)', 'EXECUTE')",
+                       [env.other]) == [(False,)]
+    finally:
+        env.sql("DROP FUNCTION pgbouncer.get_auth(text)")  # the next set-up makes it anew
+
+
 def test_generated_password_for_a_new_role_in_the_conninfo_database(env):
     auth2 = env.auth + "_gen"
     env.extra_roles.append(auth2)

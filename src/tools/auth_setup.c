@@ -35,6 +35,7 @@
 #define FN_SEARCH_PATH     "pg_catalog, pg_temp"
 #define FN_PROCONFIG_ENTRY "search_path=" FN_SEARCH_PATH
 #define FN_RESULT          "TABLE(usename name, passwd text)"
+#define FN_ARGUMENTS       "p_usename text"
 
 typedef struct Options {
 	const char *conninfo;   /* superuser conninfo or URI */
@@ -1144,7 +1145,7 @@ static bool setup_database(PGconn *conn)
 	const char *p_fn[1] = {names.fn_sig};
 	const char *p_user[1] = {opt.user};
 	PGresult *res;
-	bool schema_existed, function_existed, function_current, owner_super, connect_ok;
+	bool schema_existed, function_existed, function_current, function_dropped, owner_super, connect_ok;
 	char *sql, *db_ident;
 	bool ok = false;
 
@@ -1179,19 +1180,33 @@ static bool setup_database(PGconn *conn)
 	if (!ok)
 		goto fail;
 
-	/* the definition as this tool writes it: then CREATE OR REPLACE would change nothing */
+	/*
+	 * The definition as this tool writes it: then CREATE OR REPLACE would
+	 * change nothing. It cannot change the result columns or the parameter
+	 * (as in an older hand-made get_auth): such a function is dropped first.
+	 */
 	res = db_query(conn,
 	               "SELECT p.prosrc, p.prosecdef AND p.provolatile = 's'"
 	               "       AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'sql')"
-	               "       AND coalesce(p.proconfig = ARRAY['" FN_PROCONFIG_ENTRY "'], false)"
-	               "       AND pg_get_function_result(p.oid) = '" FN_RESULT "'"
+	               "       AND coalesce(p.proconfig = ARRAY['" FN_PROCONFIG_ENTRY "'], false),"
+	               "       pg_get_function_result(p.oid) = '" FN_RESULT "'"
+	               "       AND pg_get_function_arguments(p.oid) = '" FN_ARGUMENTS "'"
 	               "  FROM pg_proc p WHERE p.oid = to_regprocedure($1)",
 	               1, p_fn);
 	if (!res)
 		goto fail;
 	function_existed = PQntuples(res) == 1;
-	function_current = function_existed && is_true(res, 0, 1) && same_body(PQgetvalue(res, 0, 0));
+	function_dropped = function_existed && !is_true(res, 0, 2);
+	function_current =
+	    function_existed && !function_dropped && is_true(res, 0, 1) && same_body(PQgetvalue(res, 0, 0));
 	PQclear(res);
+	if (function_dropped) {
+		sql = xasprintf("DROP FUNCTION %s", names.fn_sig);
+		ok = db_exec(conn, sql);
+		free(sql);
+		if (!ok)
+			goto fail;
+	}
 	if (!function_current && !db_exec(conn, names.fn_create))
 		goto fail;
 	/* CREATE OR REPLACE keeps the old owner: the definer must be able to read pg_authid */
@@ -1251,6 +1266,7 @@ static bool setup_database(PGconn *conn)
 	notef("database \"%s\": schema %s %s, function %s %s, grants to %s in place%s", PQdb(conn), names.schema,
 	      schema_existed ? "exists" : "created", names.fn_sig,
 	      function_current   ? "up to date"
+	      : function_dropped ? "replaced (dropped first: its result columns or parameter differed)"
 	      : function_existed ? "replaced"
 	                         : "created",
 	      names.user, connect_ok ? "" : " (CONNECT granted)");
