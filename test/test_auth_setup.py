@@ -509,6 +509,31 @@ def test_check_prints_the_statement_that_fixes_it(ready, breakage):
             env.sql("DROP FUNCTION IF EXISTS pgbouncer.get_auth(varchar)")
 
 
+@pytest.mark.parametrize("older", OLDER_FUNCTIONS)
+def test_check_fixes_for_an_older_function_keep_its_grants(ready, older):
+    """Over an older get_auth(text), the printed fixes, run in order, end
+    in a complete set-up: the function must be dropped, and a dropped
+    function comes back executable by PUBLIC and not by the auth_user."""
+    env = ready
+    fn = "pgbouncer.get_auth(text)"
+    env.sql("DROP FUNCTION pgbouncer.get_auth(text)")
+    env.sql(OLDER_FUNCTIONS[older])
+    env.sql(f"REVOKE ALL ON FUNCTION {fn} FROM PUBLIC")
+    env.sql(pgsql.SQL("GRANT EXECUTE ON FUNCTION pgbouncer.get_auth(text) TO {}").format(pgsql.Identifier(env.auth)))
+    try:
+        r = env.check()
+        assert r.rc == 1, r.stdout
+        with env.connect("postgres") as conn:
+            for statement in fixes(r.stdout):
+                conn.execute(statement)
+        assert env.sql("SELECT has_function_privilege(%s, %s, 'EXECUTE'), has_function_privilege(%s, %s, 'EXECUTE')",
+                       [env.other, fn, env.auth, fn]) == [(False, True)]
+        r = env.check()
+        assert r.rc == 0, r.stdout
+    finally:
+        env.sql("DROP FUNCTION pgbouncer.get_auth(text)")  # the next set-up makes it anew
+
+
 def test_check_of_a_missing_database_exits_2(env):
     r = env.check(db=env.db2 + "_none")
     assert r.rc == 2, r.stdout

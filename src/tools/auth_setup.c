@@ -773,7 +773,8 @@ static bool check_function(PGconn *conn, Report *r, const RoleState *role, const
 	               "       coalesce('" FN_PROCONFIG_ENTRY "' = ANY (p.proconfig), false),"
 	               "       pg_get_function_result(p.oid), p.prosrc,"
 	               "       EXISTS (SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a"
-	               "               WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')"
+	               "               WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE'),"
+	               "       pg_get_function_arguments(p.oid)"
 	               "  FROM pg_proc p JOIN pg_roles o ON o.oid = p.proowner"
 	               " WHERE p.pronamespace = $1::oid AND p.proname = $2 AND oidvectortypes(p.proargtypes) = 'text'",
 	               2, p2);
@@ -787,21 +788,33 @@ static bool check_function(PGconn *conn, Report *r, const RoleState *role, const
 		report_missing_grants(r, false);
 		return true;
 	}
+	report_ok(r, "function %s exists", names.fn_sig);
+
+	/*
+	 * CREATE OR REPLACE cannot change the result columns or the parameter:
+	 * the function must go, and one created anew is PUBLIC's to execute
+	 * and not the auth_user's, so its grants are to make as for a missing one.
+	 */
+	if (strcmp(PQgetvalue(res, 0, 4), FN_RESULT) != 0 || strcmp(PQgetvalue(res, 0, 7), FN_ARGUMENTS) != 0) {
+		fix = xasprintf("DROP FUNCTION %s;", names.fn_sig);
+		report_missing(r, fix,
+		               "%s dropped: it is %s(%s) RETURNS %s, which CREATE OR REPLACE cannot change to "
+		               "(" FN_ARGUMENTS ") RETURNS " FN_RESULT,
+		               names.fn_sig, names.function, PQgetvalue(res, 0, 7), PQgetvalue(res, 0, 4));
+		free(fix);
+		PQclear(res);
+		fix = xasprintf("%s;", names.fn_create);
+		report_missing(r, fix, "function %s", names.fn_sig);
+		free(fix);
+		report_missing_grants(r, false);
+		return true;
+	}
+	report_ok(r, "%s returns " FN_RESULT, names.fn_sig);
 	fn_oid = xstrdup(PQgetvalue(res, 0, 0));
 	secdef = is_true(res, 0, 1);
 	owner_super = is_true(res, 0, 2);
 	path_ok = is_true(res, 0, 3);
 	public_exec = is_true(res, 0, 6);
-	report_ok(r, "function %s exists", names.fn_sig);
-
-	if (strcmp(PQgetvalue(res, 0, 4), FN_RESULT) == 0) {
-		report_ok(r, "%s returns " FN_RESULT, names.fn_sig);
-	} else {
-		fix = xasprintf("DROP FUNCTION %s;\n%s;", names.fn_sig, names.fn_create);
-		report_missing(r, fix, "%s returning " FN_RESULT " (it returns %s)", names.fn_sig,
-		               PQgetvalue(res, 0, 4));
-		free(fix);
-	}
 	if (secdef) {
 		report_ok(r, "SECURITY DEFINER on %s", names.fn_sig);
 	} else {
