@@ -425,6 +425,31 @@ def test_bootstrap_refuses_a_superuser_as_auth_user(env):
     assert superuser
 
 
+@pytest.mark.parametrize("attributes, password, fix", [
+    ("LOGIN PASSWORD 'old' VALID UNTIL '2000-01-01'", ["--password", "new pw"], "VALID UNTIL 'infinity';"),
+    ("LOGIN", [], "\\password"),
+], ids=["expired", "no password"])
+def test_bootstrap_of_an_existing_role_that_cannot_log_in_exits_1(env, attributes, password, fix):
+    """An existing auth_user whose password expired (a new one does not
+    change VALID UNTIL) or that has none cannot log in to PostgreSQL, so
+    pgbouncer cannot run auth_query: the set-up is not complete."""
+    user = f"{env.auth}_{len(attributes)}"
+    schema = "pgbouncer_" + user
+    env.extra_roles.append(user)
+    env.pg.sql(pgsql.SQL("CREATE ROLE {} " + attributes).format(pgsql.Identifier(user)))
+    try:
+        r = env.run("--user", user, *password, "--schema", schema, env.conninfo(), env.db2)
+        assert r.rc == 1, r.stderr
+        assert f"role {user}: 1 problem(s) left" in r.stderr, r.stderr
+        assert fix in r.stderr, r.stderr
+        assert setting(r.stdout, "auth_user") == user  # the settings are printed all the same
+    finally:
+        env.sql(pgsql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(pgsql.Identifier(schema)), dbname=env.db2)
+        env.sql(pgsql.SQL("REVOKE ALL ON DATABASE {} FROM {}").format(pgsql.Identifier(env.db2),
+                                                                      pgsql.Identifier(user)), dbname=env.db2)
+        env.pg.sql(pgsql.SQL("DROP ROLE {}").format(pgsql.Identifier(user)))
+
+
 # ---------------------------------------------------------------------------
 # --check
 

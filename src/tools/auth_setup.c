@@ -1143,7 +1143,7 @@ static bool setup_role(PGconn *conn)
 	else
 		notef("role %s exists; its password was not changed", names.user);
 	if (exists && !opt.password && !has_password)
-		errorf("warning: role %s has no password, so pgbouncer cannot log in with one: give it one with "
+		errorf("role %s has no password, so pgbouncer cannot log in with one: give it one with "
 		       "--password or --password-file",
 		       names.user);
 out:
@@ -1398,6 +1398,33 @@ static int run_check(void)
 }
 
 /*
+ * After the role's set-up: reports what it leaves as it is though pgbouncer
+ * could not log in with it (an expired password, none at all) with the fix.
+ * False when something is left.
+ */
+static bool verify_role(PGconn *conn)
+{
+	Report r = {.show_ok = false};
+	RoleState role;
+	char *text = NULL;
+	size_t len = 0;
+	bool ok;
+
+	r.out = open_memstream(&text, &len);
+	if (!r.out)
+		out_of_memory();
+	ok = check_role(conn, &r, &role);
+	fclose(r.out);
+	if (r.problems > 0) {
+		errorf("role %s: %d problem(s) left; apply these fixes as a superuser:", names.user, r.problems);
+		fputs(text, stderr);
+		ok = false;
+	}
+	free(text);
+	return ok;
+}
+
+/*
  * After a set-up: reports what it could not put right (another owner, stray
  * grants, an overload) with the fix, then runs the probe. False when
  * something is left.
@@ -1459,6 +1486,8 @@ static int run_setup(void)
 				return EXIT_PROBLEM;
 			}
 			role_done = true;
+			if (!verify_role(conn))
+				status = EXIT_PROBLEM;
 		}
 		if (!setup_database(conn)) {
 			if (status == EXIT_ALL_OK)
