@@ -428,7 +428,8 @@ def test_bootstrap_refuses_a_superuser_as_auth_user(env):
 @pytest.mark.parametrize("attributes, password, fix", [
     ("LOGIN PASSWORD 'old' VALID UNTIL '2000-01-01'", ["--password", "new pw"], "VALID UNTIL 'infinity';"),
     ("LOGIN", [], "\\password"),
-], ids=["expired", "no password"])
+    ("LOGIN PASSWORD 'old' CONNECTION LIMIT 0", [], "CONNECTION LIMIT -1;"),
+], ids=["expired", "no password", "connection limit 0"])
 def test_bootstrap_of_an_existing_role_that_cannot_log_in_exits_1(env, attributes, password, fix):
     """An existing auth_user whose password expired (a new one does not
     change VALID UNTIL) or that has none cannot log in to PostgreSQL, so
@@ -452,6 +453,19 @@ def test_bootstrap_of_an_existing_role_that_cannot_log_in_exits_1(env, attribute
 
 # ---------------------------------------------------------------------------
 # --check
+
+
+def test_check_names_a_connection_limit_of_zero(ready):
+    """PostgreSQL refuses every login of a role with CONNECTION LIMIT 0
+    ("too many connections for role"), the auth_user's too."""
+    env = ready
+    env.pg.sql(pgsql.SQL("ALTER ROLE {} CONNECTION LIMIT 0").format(pgsql.Identifier(env.auth)))
+    try:
+        r = env.check()
+        assert r.rc == 1, r.stdout
+        assert fixes(r.stdout) == [f"ALTER ROLE {env.auth} CONNECTION LIMIT -1;"], r.stdout
+    finally:
+        env.pg.sql(pgsql.SQL("ALTER ROLE {} CONNECTION LIMIT -1").format(pgsql.Identifier(env.auth)))
 
 
 def test_check_passes_on_a_complete_setup(ready):

@@ -81,6 +81,7 @@ typedef struct RoleState {
 	bool exists;    /* pg_roles has it */
 	bool can_login; /* rolcanlogin */
 	bool superuser; /* rolsuper */
+	bool no_conn;   /* rolconnlimit = 0: PostgreSQL refuses every login */
 } RoleState;
 
 static Options opt = {
@@ -642,7 +643,8 @@ static void report_skip(Report *r, const char *fmt, ...)
 static bool role_load(PGconn *conn, RoleState *role)
 {
 	const char *params[1] = {opt.user};
-	PGresult *res = db_query(conn, "SELECT rolcanlogin, rolsuper FROM pg_roles WHERE rolname = $1", 1, params);
+	PGresult *res = db_query(
+	    conn, "SELECT rolcanlogin, rolsuper, rolconnlimit = 0 FROM pg_roles WHERE rolname = $1", 1, params);
 	if (!res)
 		return false;
 	memset(role, 0, sizeof(*role));
@@ -650,6 +652,7 @@ static bool role_load(PGconn *conn, RoleState *role)
 	if (role->exists) {
 		role->can_login = is_true(res, 0, 0);
 		role->superuser = is_true(res, 0, 1);
+		role->no_conn = is_true(res, 0, 2);
 	}
 	PQclear(res);
 	return true;
@@ -678,6 +681,13 @@ static bool check_role(PGconn *conn, Report *r, RoleState *role)
 	} else {
 		fix = xasprintf("ALTER ROLE %s LOGIN;", names.user);
 		report_missing(r, fix, "LOGIN for role %s", names.user);
+		free(fix);
+	}
+	if (!role->no_conn) {
+		report_ok(r, "connections for role %s not limited to 0", names.user);
+	} else {
+		fix = xasprintf("ALTER ROLE %s CONNECTION LIMIT -1;", names.user);
+		report_missing(r, fix, "connections for role %s (CONNECTION LIMIT is 0)", names.user);
 		free(fix);
 	}
 	if (!role->superuser) {
