@@ -468,6 +468,25 @@ def test_check_names_a_connection_limit_of_zero(ready):
         env.pg.sql(pgsql.SQL("ALTER ROLE {} CONNECTION LIMIT -1").format(pgsql.Identifier(env.auth)))
 
 
+def test_check_names_a_member_of_the_auth_user(ready):
+    """A member of the auth_user role has its EXECUTE grant (and may SET
+    ROLE to it): it can read every login role's secret."""
+    env = ready
+    names = (pgsql.Identifier(env.auth), pgsql.Identifier(env.other))
+    env.pg.sql(pgsql.SQL("GRANT {} TO {}").format(*names))
+    try:
+        with env.connect(env.other) as conn:
+            assert conn.execute("SELECT * FROM pgbouncer.get_auth(%s)", [env.app]).fetchall() != []
+        r = env.check()
+        assert r.rc == 1, r.stdout
+        assert fixes(r.stdout) == [f"REVOKE {env.auth} FROM {env.other};"], r.stdout
+        r = env.run("--user", env.auth, "--password", PASSWORD, env.conninfo(), env.db)
+        assert r.rc == 1, r.stderr
+        assert f"REVOKE {env.auth} FROM {env.other};" in r.stderr
+    finally:
+        env.pg.sql(pgsql.SQL("REVOKE {} FROM {}").format(*names))
+
+
 def test_check_passes_on_a_complete_setup(ready):
     env = ready
     r = env.check()

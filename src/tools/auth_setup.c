@@ -658,6 +658,17 @@ static bool role_load(PGconn *conn, RoleState *role)
 	return true;
 }
 
+/* Each grantee (quoted) in the rows of res as one missing REVOKE: "<revoke> FROM who;" */
+static void report_extra_grantees(Report *r, PGresult *res, const char *revoke, const char *what)
+{
+	for (int i = 0; i < PQntuples(res); i++) {
+		const char *who = PQgetvalue(res, i, 0);
+		char *fix = xasprintf("%s FROM %s;", revoke, who);
+		report_missing(r, fix, "%s from %s", what, who);
+		free(fix);
+	}
+}
+
 /* The cluster-wide part: the auth_user role. */
 static bool check_role(PGconn *conn, Report *r, RoleState *role)
 {
@@ -697,6 +708,25 @@ static bool check_role(PGconn *conn, Report *r, RoleState *role)
 		report_missing(r, fix, "NOSUPERUSER for role %s (its password is stored in a file)", names.user);
 		free(fix);
 	}
+
+	/* a member has the auth_user's EXECUTE grant, and may SET ROLE to it */
+	res = db_query(conn,
+	               "SELECT quote_ident(m.rolname) FROM pg_auth_members a"
+	               "  JOIN pg_roles r ON r.oid = a.roleid JOIN pg_roles m ON m.oid = a.member"
+	               " WHERE r.rolname = $1 AND NOT m.rolsuper ORDER BY 1",
+	               1, params);
+	if (!res)
+		return false;
+	if (PQntuples(res) == 0) {
+		report_ok(r, "no other role is a member of %s", names.user);
+	} else {
+		char *revoke = xasprintf("REVOKE %s", names.user);
+		char *what = xasprintf("membership in %s revoked", names.user);
+		report_extra_grantees(r, res, revoke, what);
+		free(revoke);
+		free(what);
+	}
+	PQclear(res);
 
 	/* only a superuser may read pg_authid */
 	res = PQexecParams(conn,
@@ -739,17 +769,6 @@ static void report_missing_grants(Report *r, bool schema_usage)
 	if (schema_usage) {
 		fix = xasprintf("GRANT USAGE ON SCHEMA %s TO %s;", names.schema, names.user);
 		report_missing(r, fix, "USAGE on schema %s for %s", names.schema, names.user);
-		free(fix);
-	}
-}
-
-/* Each grantee (quoted) in the rows of res as one missing REVOKE: "<revoke> FROM who;" */
-static void report_extra_grantees(Report *r, PGresult *res, const char *revoke, const char *what)
-{
-	for (int i = 0; i < PQntuples(res); i++) {
-		const char *who = PQgetvalue(res, i, 0);
-		char *fix = xasprintf("%s FROM %s;", revoke, who);
-		report_missing(r, fix, "%s from %s", what, who);
 		free(fix);
 	}
 }
