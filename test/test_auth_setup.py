@@ -659,6 +659,9 @@ def test_connection_failure_exits_2(env):
     (["--schema", "public", "x"], 'schema "public" is not allowed'),
     (["--password", "a", "--password-file", "/dev/null", "x"], "exclude each other"),
     (["--user", "", "x"], "invalid role name"),
+    # pgbouncer.ini trims a value: auth_user = " pad " would name the role "pad"
+    (["--user", " pad", "x"], "pgbouncer.ini cannot hold a role name that begins or ends with a space"),
+    (["--user", "pad ", "x"], "pgbouncer.ini cannot hold a role name that begins or ends with a space"),
     (["--check", "--probe-user", "u", "x"], "--probe-user needs the auth_user's password"),
     (["--no-such-option", "x"], "unrecognized option"),
 ])

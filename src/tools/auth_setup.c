@@ -333,6 +333,13 @@ static void parse_options(int argc, char **argv)
 		}
 	}
 	check_name("role name", opt.user);
+	/* the printed "auth_user = NAME" line: pgbouncer.ini trims the blanks around a value */
+	if (opt.user[0] == ' ' || opt.user[strlen(opt.user) - 1] == ' ') {
+		errorf("invalid role name \"%s\": pgbouncer.ini cannot hold a role name that begins or ends with a "
+		       "space (auth_user = ...)",
+		       opt.user);
+		exit(EXIT_USAGE);
+	}
 	check_name("schema name", opt.schema);
 	check_name("function name", opt.function);
 	if (opt.probe_user)
