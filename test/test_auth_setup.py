@@ -616,6 +616,30 @@ def test_check_lists_everything_missing_in_a_fresh_database(ready):
     assert r.rc == 0, r.stdout
 
 
+def test_check_fixes_make_a_new_role_and_its_connect_grant(env):
+    """Without the role and with CONNECT revoked from PUBLIC, the fixes run
+    in order still give the new role all it needs, CONNECT included."""
+    user = env.auth + "_new"
+    env.extra_roles.append(user)
+    db = pgsql.Identifier(env.db2)
+    env.sql("DROP SCHEMA IF EXISTS pgbouncer CASCADE", dbname=env.db2)
+    env.sql(pgsql.SQL("REVOKE CONNECT ON DATABASE {} FROM PUBLIC").format(db))
+    try:
+        r = env.run("--check", "--user", user, env.conninfo(), env.db2)
+        assert r.rc == 1, r.stdout
+        assert f"GRANT CONNECT ON DATABASE {env.db2} TO {user};" in fixes(r.stdout), r.stdout
+        with env.connect("postgres", dbname=env.db2) as conn:
+            for statement in fixes(r.stdout):
+                # psql's \password is for a person to type
+                conn.execute("\n".join(line for line in statement.splitlines() if not line.startswith("\\")))
+        r = env.run("--check", "--user", user, env.conninfo(), env.db2)
+        missing = re.findall(r"^  MISSING  (.*)$", r.stdout, re.MULTILINE)
+        assert missing == [f"password of role {user}"], r.stdout
+    finally:
+        env.sql(pgsql.SQL("GRANT CONNECT ON DATABASE {} TO PUBLIC").format(db))
+        env.sql("DROP SCHEMA IF EXISTS pgbouncer CASCADE", dbname=env.db2)
+
+
 def test_check_needs_no_superuser(ready):
     env = ready
     r = env.run("--check", "--user", env.auth, env.conninfo(user=env.nosuper), env.db)

@@ -955,8 +955,9 @@ static bool check_database(PGconn *conn, Report *r, const RoleState *role)
 	char *fix, *schema_oid;
 	bool owner_super;
 
-	if (role->exists) {
-		const char *p[1] = {opt.user};
+	{
+		/* a role yet to be made gets what PUBLIC has */
+		const char *p[1] = {role->exists ? opt.user : "public"};
 		res = db_query(conn,
 		               "SELECT has_database_privilege($1, current_database(), 'CONNECT'),"
 		               "       quote_ident(current_database())",
