@@ -687,6 +687,9 @@ def test_connection_failure_exits_2(env):
     (["--user", " pad", "x"], "pgbouncer.ini cannot hold a role name that begins or ends with a space"),
     (["--user", "pad ", "x"], "pgbouncer.ini cannot hold a role name that begins or ends with a space"),
     (["--check", "--probe-user", "u", "x"], "--probe-user needs the auth_user's password"),
+    # the auth_file would take them for secrets, not for passwords pgbouncer can log in with
+    (["--password", "md5" + "0123456789abcdef" * 2, "x"], "the auth_file would read it as a secret"),
+    (["--password", "SCRAM-SHA-256$4096:c2FsdA==$a2V5:a2V5", "x"], "the auth_file would read it as a secret"),
     (["--no-such-option", "x"], "unrecognized option"),
 ])
 def test_usage_errors_exit_2(env, args, message):

@@ -242,6 +242,24 @@ static char *read_password_file(const char *path)
 	return line;
 }
 
+/*
+ * Whether the auth_file would take this for a stored secret (an md5 hash,
+ * or what may be a SCRAM secret) rather than for a plain password:
+ * pgbouncer could then not log in with it.
+ */
+static bool looks_like_secret(const char *pw)
+{
+	if (strncmp(pw, "SCRAM-SHA-256$", strlen("SCRAM-SHA-256$")) == 0)
+		return true;
+	if (strncmp(pw, "md5", 3) != 0 || strlen(pw) != 3 + 32)
+		return false;
+	for (pw += 3; *pw; pw++) {
+		if (!isdigit((unsigned char)*pw) && (*pw < 'a' || *pw > 'f'))
+			return false;
+	}
+	return true;
+}
+
 static void check_name(const char *what, const char *name)
 {
 	if (name[0] == '\0' || strlen(name) > NAME_MAX_BYTES || has_control_chars(name)) {
@@ -329,6 +347,11 @@ static void parse_options(int argc, char **argv)
 		    has_control_chars(opt.password)) {
 			errorf("invalid password: it must have 1 to %d bytes and no control characters",
 			       PASSWORD_MAX_BYTES);
+			exit(EXIT_USAGE);
+		}
+		if (looks_like_secret(opt.password)) {
+			errorf("invalid password: the auth_file would read it as a secret (an md5 hash or a SCRAM "
+			       "secret), not as the plain password pgbouncer logs in with; choose another");
 			exit(EXIT_USAGE);
 		}
 	}
