@@ -81,6 +81,25 @@ def test_search_path_with_quoted_names_is_replayed_exactly(tracking, pg):
     w.close()
 
 
+def test_a_value_the_server_does_not_report_is_not_left_to_the_next_client(tracking, pg):
+    """A tracked parameter that PostgreSQL does not report (search_path
+    before PostgreSQL 18) has no pool default: a client that sent none must
+    get the server's own value, not the one the pooler SET there for the
+    server's previous client; and the client that sent one still gets it."""
+    b = tracking
+    default = pg.sql("SELECT boot_val FROM pg_settings WHERE name = 'search_path'")[0][0]
+    own = PgWire(b.port)
+    own.login(password="postgres", search_path="pg_catalog")
+    assert own.simple_query("SHOW search_path") == ([["pg_catalog"]], None)
+    other = PgWire(b.port)
+    other.login(password="postgres")
+    for _ in range(2):
+        assert other.simple_query("SHOW search_path") == ([[default]], None)
+        assert own.simple_query("SHOW search_path") == ([["pg_catalog"]], None)
+    other.close()
+    own.close()
+
+
 def test_application_name_with_backslash_and_quote(tracking):
     b = tracking
     value = "it's a \\path\\ o'clock"

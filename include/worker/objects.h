@@ -25,6 +25,7 @@
 #define MAX_TRACKED    16  /* tracked parameters per connection */
 #define CANCEL_KEY_LEN 8   /* bytes of a cancel key (protocol 3.0) */
 #define MAX_SERVER_KEY 256 /* longest server cancel key (protocol 3.2) */
+_Static_assert(MAX_TRACKED <= 16, "PgSocket.vars_unreported has a bit per tracked parameter");
 
 typedef enum SocketState {
 	CL_FREE,           /* not in use */
@@ -274,6 +275,12 @@ struct PgSocket {
 	uint8_t auth_method;             /* AUTH_* used for this client (in a byte: no padding) */
 	bool welcome_pending;            /* server: its connect_query's ParameterStatus still make its pool's welcome */
 	bool addr_gone; /* server: close_needed because its host name no longer resolves to its address */
+	/*
+	 * server: tracked parameters (a bit per index) that the pooler SET
+	 * here but that the server does not report: its value is a client's,
+	 * not its own, until a RESET (replay_vars())
+	 */
+	uint16_t vars_unreported;
 
 	usec_t connect_time; /* when connected */
 	usec_t request_time; /* last client request / server activity */

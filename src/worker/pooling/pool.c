@@ -491,6 +491,36 @@ static void append_set(PktBuf *q, int idx, const char *value)
 	pktbuf_put_u8(q, ';');
 }
 
+/* Append the statement that gives tracked parameter `idx` back the server's own value. */
+static void append_reset(PktBuf *q, int idx)
+{
+	const char *ident = var_ident(idx);
+	pktbuf_put_bytes(q, "RESET ", 6);
+	pktbuf_put_bytes(q, ident, strlen(ident));
+	pktbuf_put_u8(q, ';');
+}
+
+/*
+ * What the replay does for tracked parameter `idx` of client c on server
+ * s: nothing, a SET of the client's value, or a RESET. A value the server
+ * never reported (a name in track_extra_parameters that PostgreSQL does
+ * not report, search_path before PostgreSQL 18) is SET whenever the
+ * client has one, since the pooler cannot know what the server has; a
+ * client without one gets the server's own back if a SET put another
+ * client's there, or it would see that client's value.
+ */
+enum { VAR_KEEP, VAR_SET, VAR_RESET };
+
+static int var_action(const PgSocket *c, const PgSocket *s, int idx)
+{
+	const char *want = sock_var(c, idx), *have = sock_var(s, idx);
+	if (!want)
+		return !have && (s->vars_unreported & (1u << idx)) ? VAR_RESET : VAR_KEEP;
+	if (want == have || (have && strcasecmp(want, have) == 0))
+		return VAR_KEEP;
+	return VAR_SET;
+}
+
 /*
  * Whether `SET <idx> = '<value>'` cannot fail on an idle server: an
  * application_name of printable ASCII, which PostgreSQL takes whatever it
@@ -527,17 +557,17 @@ static bool replay_vars(PgSocket *c, PgSocket *s)
 {
 	int n = var_count();
 	/* values are interned: the same values are the same pointers, the common case at every link */
-	if (c->vars == s->vars)
+	if (c->vars == s->vars && !s->vars_unreported)
 		return false;
 	int first = -1;
 	bool pipeline = c->sb.dst == &s->sb;
 	for (int i = 0; i < n; i++) {
-		const char *want = sock_var(c, i), *have = sock_var(s, i);
-		if (want == have || !want || (have && strcasecmp(want, have) == 0))
+		int act = var_action(c, s, i);
+		if (act == VAR_KEEP)
 			continue;
 		if (first < 0)
 			first = i;
-		pipeline = pipeline && set_cannot_fail(i, want);
+		pipeline = pipeline && act == VAR_SET && set_cannot_fail(i, sock_var(c, i));
 	}
 	if (first < 0)
 		return false;
@@ -551,10 +581,18 @@ static bool replay_vars(PgSocket *c, PgSocket *s)
 	size_t start = q->len;
 	pktbuf_start_msg(q, 'Q');
 	for (int i = first; i < n; i++) {
-		const char *want = sock_var(c, i), *have = sock_var(s, i);
-		if (want == have || !want || (have && strcasecmp(want, have) == 0))
+		int act = var_action(c, s, i);
+		if (act == VAR_KEEP)
 			continue;
-		append_set(q, i, want);
+		/* a failed SET or RESET closes the server: what it has is decided here */
+		if (act == VAR_RESET) {
+			append_reset(q, i);
+			s->vars_unreported &= (uint16_t) ~(1u << i);
+			continue;
+		}
+		append_set(q, i, sock_var(c, i));
+		if (!sock_var(s, i))
+			s->vars_unreported |= (uint16_t)(1u << i);
 	}
 	pktbuf_put_u8(q, 0);
 	pktbuf_finish_msg(q);
