@@ -100,6 +100,26 @@ def test_a_value_the_server_does_not_report_is_not_left_to_the_next_client(track
     own.close()
 
 
+def test_a_value_in_another_case_is_its_clients_own(tracking, pg):
+    """application_name (and search_path, whose quoted names are) is case
+    sensitive: a client whose value differs from the server's previous
+    client's only in case runs under its own, on PostgreSQL and in
+    pg_stat_activity, not under the other client's spelling."""
+    b = tracking
+    first = PgWire(b.port)
+    first.login(password="postgres", application_name="myapp", search_path='"Sales"')
+    assert first.simple_query("SELECT current_setting('application_name'), current_setting('search_path')") == (
+        [["myapp", '"Sales"']], None)
+    second = PgWire(b.port)
+    second.login(password="postgres", application_name="MyApp", search_path='"sales"')
+    for _ in range(2):
+        assert second.simple_query("SELECT current_setting('application_name'), current_setting('search_path')") == (
+            [["MyApp", '"sales"']], None)
+        assert first.simple_query("SELECT current_setting('application_name')") == ([["myapp"]], None)
+    first.close()
+    second.close()
+
+
 def test_application_name_with_backslash_and_quote(tracking):
     b = tracking
     value = "it's a \\path\\ o'clock"

@@ -471,6 +471,8 @@ int var_index(const char *name);
 /* A tracked parameter's name, in PostgreSQL's spelling once a server reported it. */
 const char *var_name(int idx);
 void var_learn_name(int idx, const char *name); /* a server reported it: use its spelling from now on */
+/* Whether two values of tracked parameter idx are the same setting (case matters but for PostgreSQL's own four). */
+bool var_same_value(int idx, const char *a, const char *b);
 int var_count(void);
 uint32_t var_names_gen(void);   /* changes when a tracked name's spelling changes */
 const char *var_ident(int idx); /* var_name() as pktbuf_put_sql_ident() quotes it, made once per spelling */

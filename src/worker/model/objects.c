@@ -92,6 +92,21 @@ void var_learn_name(int idx, const char *name)
 }
 
 /*
+ * DateStyle, client_encoding, TimeZone and standard_conforming_strings
+ * (the first four of vars_init()'s list) are read by PostgreSQL whatever
+ * their case, and reported in its own spelling, which a client need not
+ * use: `utf8` is the server's `UTF8`. Any other value is a string whose
+ * case PostgreSQL keeps (application_name, search_path's quoted names):
+ * `MyApp` on a server whose previous client was `myapp` needs its SET.
+ */
+#define CASE_BLIND_VARS 4
+
+bool var_same_value(int idx, const char *a, const char *b)
+{
+	return a == b || (a && b && (idx < CASE_BLIND_VARS ? strcasecmp(a, b) : strcmp(a, b)) == 0);
+}
+
+/*
  * Tracked values are interned: one reference-counted copy per distinct
  * text in the worker, so that equal values are equal pointers and the
  * comparison at every link of a client to a server (replay_vars) is a
@@ -329,6 +344,7 @@ void sock_vars_clear(PgSocket *s)
 
 static void vars_init(const char *extra)
 {
+	/* the first CASE_BLIND_VARS are the ones PostgreSQL reads in any case (var_same_value()) */
 	static const char *const base[] = {"DateStyle", "client_encoding", "TimeZone", "standard_conforming_strings",
 	                                   "application_name"};
 	n_vars = 0;

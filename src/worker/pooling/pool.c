@@ -516,7 +516,7 @@ static int var_action(const PgSocket *c, const PgSocket *s, int idx)
 	const char *want = sock_var(c, idx), *have = sock_var(s, idx);
 	if (!want)
 		return !have && (s->vars_unreported & (1u << idx)) ? VAR_RESET : VAR_KEEP;
-	if (want == have || (have && strcasecmp(want, have) == 0))
+	if (var_same_value(idx, want, have))
 		return VAR_KEEP;
 	return VAR_SET;
 }

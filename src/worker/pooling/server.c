@@ -641,7 +641,7 @@ static void keep_canonical_vars(PgSocket *s, PgSocket *c)
 {
 	for (int i = 0; i < var_count(); i++) {
 		const char *want = sock_var(c, i), *have = sock_var(s, i);
-		if (!want || !have || want == have || strcasecmp(want, have) == 0)
+		if (!want || !have || var_same_value(i, want, have))
 			continue;
 		slog_debug(c, "setting %s to its canonical version %s -> %s", var_name(i), want, have);
 		sock_var_copy(c, i, have);
