@@ -426,6 +426,28 @@ def test_options_forms(bouncer):
         assert conn.execute("SHOW application_name").fetchone() == ("opt-app",)
 
 
+@pytest.mark.parametrize("params", [
+    {"options": "-c TimeZone=UTC", "TimeZone": "Asia/Tokyo"},
+    {"TimeZone": "Asia/Tokyo", "options": "-c TimeZone=UTC"},
+])
+def test_startup_parameter_wins_over_options(bouncer, pg, params):
+    """PostgreSQL applies `options` first and the startup packet's own
+    parameters after it, wherever `options` is in the packet: a client gets
+    the same values through the pooler, in the welcome and on the server."""
+    b = bouncer()
+    sql = "SELECT current_setting('TimeZone')"
+    direct = PgWire(pg.port)
+    welcome = direct.login(**params)
+    expected = [m for m in welcome if m[0] == b"S" and m[1].startswith(b"TimeZone\0")]
+    assert direct.simple_query(sql) == ([["Asia/Tokyo"]], None)
+    direct.close()
+    pooled = PgWire(b.port)
+    welcome = pooled.login(password="postgres", **params)
+    assert [m for m in welcome if m[0] == b"S" and m[1].startswith(b"TimeZone\0")] == expected
+    assert pooled.simple_query(sql) == ([["Asia/Tokyo"]], None)
+    pooled.close()
+
+
 def test_client_timezone_wins_over_server_state(bouncer, pg):
     b = bouncer()
     with b.connect(autocommit=True, options="-c TimeZone=Europe/Helsinki") as first:

@@ -320,9 +320,17 @@ static SBufAction handle_startup_params(PgSocket *c, const StartupParam *params,
 	if (options && c->replication != REPLICATION_NONE) {
 		/* goes verbatim into the dedicated server's startup: physical replication allows no SET */
 		c->repl_options = xstrdup(options);
-	} else if (options && !apply_options(c, options)) {
-		disconnect_client(c, false, "bad options");
-		return SB_CLOSED;
+	} else if (options) {
+		if (!apply_options(c, options)) {
+			disconnect_client(c, false, "bad options");
+			return SB_CLOSED;
+		}
+		/* PostgreSQL applies `options` first: the packet's own parameters win, wherever `options` is */
+		for (int i = 0; i < n; i++) {
+			int idx = var_index(params[i].key);
+			if (idx >= 0)
+				sock_var_set(c, idx, params[i].value);
+		}
 	}
 	int app_idx = var_index("application_name");
 	if (wk.cf.g.application_name_add_host) {
