@@ -426,6 +426,22 @@ def test_options_forms(bouncer):
         assert conn.execute("SHOW application_name").fetchone() == ("opt-app",)
 
 
+@pytest.mark.parametrize("opts", ["-c application_name=a\\", "-c application_name=a\\\\", "--application-name=a\\ b\\"])
+def test_options_backslash_as_postgresql_reads_it(bouncer, pg, opts):
+    """A backslash takes the next character as it is, and one that ends
+    `options` escapes nothing and is dropped, as PostgreSQL reads it."""
+    b = bouncer()
+    sql = "SELECT current_setting('application_name')"
+    direct = PgWire(pg.port)
+    direct.login(options=opts)
+    expected = direct.simple_query(sql)
+    direct.close()
+    pooled = PgWire(b.port)
+    pooled.login(password="postgres", options=opts)
+    assert pooled.simple_query(sql) == expected
+    pooled.close()
+
+
 @pytest.mark.parametrize("params", [
     {"options": "-c TimeZone=UTC", "TimeZone": "Asia/Tokyo"},
     {"TimeZone": "Asia/Tokyo", "options": "-c TimeZone=UTC"},

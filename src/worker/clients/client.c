@@ -161,8 +161,9 @@ static bool apply_options_words(PgSocket *c, const char *opts, char *word)
 			break;
 		size_t n = 0;
 		while (*p && *p != ' ' && *p != '\t') {
-			if (*p == '\\' && p[1])
-				p++;
+			/* the next character as it is; one at the very end escapes nothing and goes, as in PostgreSQL */
+			if (*p == '\\' && !*++p)
+				break;
 			word[n++] = *p++;
 		}
 		word[n] = '\0';
