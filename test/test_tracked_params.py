@@ -6,6 +6,7 @@ pasted into the SET unquoted."""
 
 import os
 import socket
+import struct
 import uuid
 
 import pytest
@@ -118,6 +119,33 @@ def test_a_value_in_another_case_is_its_clients_own(tracking, pg):
         assert first.simple_query("SELECT current_setting('application_name')") == ([["myapp"]], None)
     first.close()
     second.close()
+
+
+def test_values_are_read_in_their_clients_encoding(tracking, pg):
+    """PostgreSQL reads a Query in the client_encoding the server has when
+    it arrives: the replay's SET of client_encoding comes first, alone, so
+    that the values after it are read in the new client's encoding, not in
+    the previous client's. A LATIN1 client's non-ASCII application_name is
+    not refused, and a UTF8 client after a LATIN1 one gets its own schema."""
+    b = tracking
+    pg.sql('CREATE SCHEMA IF NOT EXISTS "café"')
+    latin1 = PgWire(b.port)
+    # the harness writes parameters in UTF-8: this name is LATIN1's bytes
+    body = struct.pack("!I", 196608) + b"user\0postgres\0database\0postgres\0client_encoding\0LATIN1\0" + \
+        b"application_name\0caf\xe9\0\0"
+    latin1.send(struct.pack("!I", len(body) + 4) + body)
+    first = latin1.authenticate(password="postgres")
+    assert first is not None and first[0] == b"R", first
+    assert latin1.read_until(b"Z", b"E")[-1][0] == b"Z"
+    rows, err = latin1.simple_query("SELECT current_setting('client_encoding'), current_setting('application_name')")
+    assert err is None and rows[0][0] == "LATIN1" and rows[0][1].startswith("caf"), (rows, err)
+    utf8 = PgWire(b.port)
+    utf8.login(password="postgres", search_path='"café"')
+    for _ in range(2):
+        assert utf8.simple_query("SELECT current_schema()") == ([["café"]], None)
+        assert latin1.simple_query("SELECT current_setting('client_encoding')") == ([["LATIN1"]], None)
+    utf8.close()
+    latin1.close()
 
 
 def test_application_name_with_backslash_and_quote(tracking):

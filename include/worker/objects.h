@@ -317,6 +317,7 @@ struct PgSocket {
 	/* protocol state */
 	bool setting_vars;     /* server: running SET for tracked parameters */
 	bool vars_pipelined;   /* server: that SET went ahead of the client's messages (replay_vars) */
+	bool vars_enc_first;   /* server: that SET's client_encoding went first, in a Query of its own (replay_vars) */
 	bool held_for_check;   /* server: its client's message waits (ANS_CHECK, its unnamed statement; txn.c) */
 	bool held_for_flush;   /* client: its next message waits until the pooler's answers to it are sent (client.c) */
 	bool request_counted;  /* client: the message held by SB_WAIT was counted (count_request()) already */
@@ -471,6 +472,7 @@ int var_index(const char *name);
 /* A tracked parameter's name, in PostgreSQL's spelling once a server reported it. */
 const char *var_name(int idx);
 void var_learn_name(int idx, const char *name); /* a server reported it: use its spelling from now on */
+#define VAR_CLIENT_ENCODING 1                   /* index of client_encoding: vars_init() lists it second */
 /* Whether two values of tracked parameter idx are the same setting (case matters but for PostgreSQL's own four). */
 bool var_same_value(int idx, const char *a, const char *b);
 int var_count(void);

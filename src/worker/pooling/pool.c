@@ -559,7 +559,7 @@ static bool replay_vars(PgSocket *c, PgSocket *s)
 	/* values are interned: the same values are the same pointers, the common case at every link */
 	if (c->vars == s->vars && !s->vars_unreported)
 		return false;
-	int first = -1;
+	int first = -1, count = 0;
 	bool pipeline = c->sb.dst == &s->sb;
 	for (int i = 0; i < n; i++) {
 		int act = var_action(c, s, i);
@@ -567,10 +567,21 @@ static bool replay_vars(PgSocket *c, PgSocket *s)
 			continue;
 		if (first < 0)
 			first = i;
+		count++;
 		pipeline = pipeline && act == VAR_SET && set_cannot_fail(i, sock_var(c, i));
 	}
 	if (first < 0)
 		return false;
+	/*
+	 * PostgreSQL reads a Query in the client_encoding the server has when
+	 * it arrives: a new one goes first, in a Query of its own, so that the
+	 * values after it are read in the client's encoding, not in the
+	 * previous client's (a LATIN1 name in a UTF8 session is refused). The
+	 * server answers each Query (handle_internal_query()). Never pipelined:
+	 * a client_encoding may fail.
+	 */
+	const int enc = VAR_CLIENT_ENCODING;
+	bool enc_first = count > 1 && var_action(c, s, enc) == VAR_SET;
 	PktBuf own = {0};
 	PktBuf *q = pipeline ? sbuf_own_queue(&c->sb) : NULL;
 	if (!q) {
@@ -578,11 +589,18 @@ static bool replay_vars(PgSocket *c, PgSocket *s)
 		pktbuf_init(&own, 128);
 		q = &own;
 	}
+	if (enc_first) {
+		pktbuf_start_msg(q, 'Q');
+		append_set(q, enc, sock_var(c, enc));
+		pktbuf_put_u8(q, 0);
+		pktbuf_finish_msg(q);
+		slog_debug(s, "applying tracked parameters: %s", (const char *)q->buf + 5);
+	}
 	size_t start = q->len;
 	pktbuf_start_msg(q, 'Q');
 	for (int i = first; i < n; i++) {
 		int act = var_action(c, s, i);
-		if (act == VAR_KEEP)
+		if (act == VAR_KEEP || (enc_first && i == enc))
 			continue;
 		/* a failed SET or RESET closes the server: what it has is decided here */
 		if (act == VAR_RESET) {
@@ -606,6 +624,7 @@ static bool replay_vars(PgSocket *c, PgSocket *s)
 	}
 	s->setting_vars = true;
 	s->vars_pipelined = pipeline;
+	s->vars_enc_first = enc_first;
 	s->ready = false;
 	return !pipeline; /* a pipelined SET goes out with the client's message (sbuf's batch) */
 }

@@ -693,6 +693,11 @@ static SBufAction handle_internal_query(PgSocket *s, const PktHdr *hdr, const ui
 	if (avail < hdr->len)
 		return SB_NEED_FULL;
 	s->txn_status = hdr->len > 5 ? (char)data[5] : 'I';
+	if (s->setting_vars && s->vars_enc_first) {
+		/* the answer to the client_encoding SET alone: the other values' comes next (replay_vars()) */
+		s->vars_enc_first = false;
+		return SB_CONSUMED;
+	}
 	if (s->setting_vars) {
 		s->setting_vars = false;
 		if (s->vars_pipelined) {
@@ -987,6 +992,7 @@ void server_release(PgSocket *s)
 	s->sb.dst = NULL;
 	s->setting_vars = false;
 	s->vars_pipelined = false;
+	s->vars_enc_first = false;
 	s->held_for_check = false;
 	s->rq.skipping = false;
 	if (s->replication != REPLICATION_NONE) {
