@@ -124,6 +124,19 @@ def test_server_lifetime_zero_means_no_limit(bouncer, pg):
     assert "server lifetime over" not in b.log_text()
 
 
+def test_server_idle_timeout_closes_a_server_past_check_delay(bouncer, pg):
+    """A server idle past server_check_delay (state used) still reaches
+    server_idle_timeout: with the defaults (30 s, 600 s) every idle server
+    is such a one."""
+    b = bouncer(ini_overrides={"server_check_delay": 1, "server_idle_timeout": 4})
+    with b.connect(autocommit=True) as conn:
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    wait_for(lambda: pool_row(b)["sv_used"] == 1, "the idle server to pass server_check_delay")
+    wait_for(lambda: backend_state(pg, pid) is None, "server_idle_timeout to close the used server", timeout=20)
+    b.wait_log(r"S-0x[0-9a-f]+: postgres/postgres@\S+ closing because: server idle timeout")
+    assert pool_row(b)["sv_used"] == 0
+
+
 def test_min_pool_size_fills_forced_user_pool_without_clients(bouncer, pg):
     pg.create_role("pgb_minpool", password="minpoolpw")
     b = bouncer(ini_overrides={"min_pool_size": 2},

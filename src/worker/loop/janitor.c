@@ -123,6 +123,42 @@ static void check_linked_server_timeouts(PgPool *pool)
 	}
 }
 
+/* A free server (idle or used) at the janitor's tick: closed, checked before its next client, or kept. */
+static void check_free_server(PgPool *pool, PgSocket *s, IdleInput *in)
+{
+	usec_t now = wk.now;
+	in->close_needed = s->close_needed;
+	in->servers = pool_global_servers(pool); /* all workers' servers, as limits count them */
+	in->idle_for = now - s->request_time;
+	in->age = now - s->connect_time;
+	in->since_lifetime_close = now - pool->last_lifetime_close;
+	switch (policy_idle(in)) {
+	case IDLE_CLOSE_CONFIG:
+		disconnect_server(s, true, "%s", close_needed_reason(s));
+		break;
+	case IDLE_CLOSE_OVERSIZE:
+		disconnect_server(s, true, "too many servers in the pool");
+		break;
+	case IDLE_CLOSE_TIMEOUT:
+		disconnect_server(s, true, "server idle timeout");
+		break;
+	case IDLE_CLOSE_LIFETIME:
+		pool->last_lifetime_close = now;
+		disconnect_server(s, true, "server lifetime over");
+		break;
+	case IDLE_CHECK:
+		if (s->state == SV_IDLE)
+			change_state(s, SV_USED);
+		break;
+	case IDLE_KEEP:
+		if (in->idle_for >= USEC_PER_SEC) {
+			/* idle for a second: no buffers (doc/benchmarks.md, "Memory per idle client") */
+			sbuf_trim(&s->sb);
+		}
+		break;
+	}
+}
+
 static void check_server_states(PgPool *pool)
 {
 	List *i, *tmp;
@@ -147,39 +183,19 @@ static void check_server_states(PgPool *pool)
 	    .check_query = check && *check,
 	    .check_delay = wk.cf.g.server_check_delay,
 	};
-	list_for_each_safe(i, &pool->idle_servers, tmp)
-	{
-		PgSocket *s = container_of(i, PgSocket, node);
-		in.close_needed = s->close_needed;
-		in.servers = pool_global_servers(pool); /* all workers' servers, as limits count them */
-		in.idle_for = now - s->request_time;
-		in.age = now - s->connect_time;
-		in.since_lifetime_close = now - pool->last_lifetime_close;
-		switch (policy_idle(&in)) {
-		case IDLE_CLOSE_CONFIG:
-			disconnect_server(s, true, "%s", close_needed_reason(s));
-			break;
-		case IDLE_CLOSE_OVERSIZE:
-			disconnect_server(s, true, "too many servers in the pool");
-			break;
-		case IDLE_CLOSE_TIMEOUT:
-			disconnect_server(s, true, "server idle timeout");
-			break;
-		case IDLE_CLOSE_LIFETIME:
-			pool->last_lifetime_close = now;
-			disconnect_server(s, true, "server lifetime over");
-			break;
-		case IDLE_CHECK:
-			change_state(s, SV_USED);
-			break;
-		case IDLE_KEEP:
-			if (in.idle_for >= USEC_PER_SEC) {
-				/* idle for a second: no buffers (doc/benchmarks.md, "Memory per idle client") */
-				sbuf_trim(&s->sb);
-			}
-			break;
+	/*
+	 * Used servers (idle past server_check_delay) are free servers too:
+	 * server_idle_timeout, server_lifetime and the pool's size apply to
+	 * them as to idle ones, or with the default delay (30 s) no idle
+	 * server would ever reach server_idle_timeout (600 s).
+	 */
+	List *lists[] = {&pool->used_servers, &pool->idle_servers};
+	for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++)
+		list_for_each_safe(i, lists[l], tmp)
+		{
+			PgSocket *s = container_of(i, PgSocket, node);
+			check_free_server(pool, s, &in);
 		}
-	}
 	/* min_pool_size: one connection at a time while the pool has clients or a forced user */
 	MinInput mi = {
 	    .min = min,
