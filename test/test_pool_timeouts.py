@@ -137,6 +137,27 @@ def test_server_idle_timeout_closes_a_server_past_check_delay(bouncer, pg):
     assert pool_row(b)["sv_used"] == 0
 
 
+@pytest.mark.parametrize("limit", ["max_db_connections", "max_user_connections"])
+def test_limit_evicts_a_server_past_check_delay(bouncer, pg, limit):
+    """At max_db_connections / max_user_connections a login of another pool
+    closes the longest-idle free server of the database / user, also one
+    idle past server_check_delay (state used), instead of waiting for
+    query_wait_timeout."""
+    pg.create_role("pgb_evict", password="evictpw")
+    b = bouncer(ini_overrides={"server_check_delay": 1, limit: 1, "query_wait_timeout": 10},
+                users_txt='"postgres" "postgres"\n"pgbouncer" "pgbouncer"\n"pgb_evict" "evictpw"\n',
+                databases={"postgres": pg.connstr("postgres"), "other": pg.connstr("postgres")})
+    with b.connect(autocommit=True) as conn:
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    wait_for(lambda: pool_row(b)["sv_used"] == 1, "the idle server to pass server_check_delay")
+    # another pool of the same database, or of the same user
+    other = {"user": "pgb_evict", "password": "evictpw"} if limit == "max_db_connections" else {"dbname": "other"}
+    with b.connect(autocommit=True, **other) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert backend_state(pg, pid) is None
+    assert "closing because: evicted" in b.log_text()
+
+
 def test_min_pool_size_fills_forced_user_pool_without_clients(bouncer, pg):
     pg.create_role("pgb_minpool", password="minpoolpw")
     b = bouncer(ini_overrides={"min_pool_size": 2},

@@ -873,23 +873,39 @@ void pool_wake_waiters(PgPool *pool)
 	pool_maybe_launch(pool);
 }
 
-/* Close the longest-idle server of another pool of the same database/user to make room. */
-static bool evict_idle(bool (*match)(const PgPool *, const void *), const void *key)
+/*
+ * The longest-idle free server of the pools of the same database/user:
+ * from the idle lists (used = false), or from the used lists of pools
+ * where nobody waits (used = true), whose servers nobody is about to check.
+ */
+static PgSocket *oldest_free(bool (*match)(const PgPool *, const void *), const void *key, bool used)
 {
 	PgSocket *oldest = NULL;
 	List *i;
 	list_for_each(i, &wk.pools)
 	{
 		PgPool *p = container_of(i, PgPool, node);
-		if (!match(p, key))
+		if (!match(p, key) || (used && p->n_state[CL_WAITING] > 0))
 			continue;
-		List *n = list_last(&p->idle_servers);
+		List *n = used ? list_first(&p->used_servers) : list_last(&p->idle_servers);
 		if (!n)
 			continue;
 		PgSocket *s = container_of(n, PgSocket, node);
 		if (!oldest || s->request_time < oldest->request_time)
 			oldest = s;
 	}
+	return oldest;
+}
+
+/*
+ * Close the longest-idle server of another pool of the same database/user
+ * to make room: an idle one, else one idle past server_check_delay (used).
+ */
+static bool evict_idle(bool (*match)(const PgPool *, const void *), const void *key)
+{
+	PgSocket *oldest = oldest_free(match, key, false);
+	if (!oldest)
+		oldest = oldest_free(match, key, true);
 	if (!oldest)
 		return false;
 	disconnect_server(oldest, true, "evicted");
