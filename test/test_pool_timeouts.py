@@ -6,6 +6,7 @@ server_fast_close and pool_idle_timeout."""
 
 import socket
 import threading
+import time
 
 import psycopg
 import pytest
@@ -156,6 +157,29 @@ def test_limit_evicts_a_server_past_check_delay(bouncer, pg, limit):
         assert conn.execute("SELECT 1").fetchone() == (1,)
     assert backend_state(pg, pid) is None
     assert "closing because: evicted" in b.log_text()
+
+
+def test_reserve_pool_server_stays_for_the_next_burst(bouncer, pg):
+    """A server the reserve pool opened stays, idle, after its client left
+    (up to server_idle_timeout, as PgBouncer keeps it): the next client that
+    finds the pool full gets it at once, no new wait for reserve_pool_timeout."""
+    b = bouncer(ini_overrides={"default_pool_size": 1, "reserve_pool_size": 1, "reserve_pool_timeout": 1,
+                               "query_wait_timeout": 30})
+    holder = b.connect(autocommit=True)
+    holder.execute("BEGIN")
+    held = holder.execute("SELECT pg_backend_pid()").fetchone()[0]
+    with b.connect(autocommit=True) as burst:
+        reserve = burst.execute("SELECT pg_backend_pid()").fetchone()[0]
+    assert reserve != held
+    b.wait_log(r"taking connection from reserve_pool")
+    wait_for(lambda: pool_row(b)["sv_idle"] == 1, "the reserve server to be idle")
+    time.sleep(1)  # a few janitor passes
+    assert pool_row(b)["sv_idle"] == 1
+    with b.connect(autocommit=True) as again:
+        assert again.execute("SELECT pg_backend_pid()").fetchone()[0] == reserve
+    assert b.log_text().count("taking connection from reserve_pool") == 1
+    assert "too many servers in the pool" not in b.log_text()
+    holder.execute("COMMIT")
 
 
 def test_min_pool_size_fills_forced_user_pool_without_clients(bouncer, pg):

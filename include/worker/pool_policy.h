@@ -189,6 +189,7 @@ static inline ReleaseVerdict policy_release(const ReleaseInput *in)
 typedef struct IdleInput {
 	bool close_needed;   /* its database entry changed */
 	int size;            /* pool_size; 0 = unlimited */
+	int reserve;         /* reserve_pool_size: its servers may stay, as idle ones, until server_idle_timeout */
 	int min;             /* policy_min_target() */
 	int servers;         /* the pool's servers in all workers */
 	usec_t idle_timeout; /* server_idle_timeout; 0 = off */
@@ -203,7 +204,7 @@ typedef struct IdleInput {
 typedef enum IdleVerdict {
 	IDLE_KEEP,           /* stays idle */
 	IDLE_CLOSE_CONFIG,   /* "database configuration changed" */
-	IDLE_CLOSE_OVERSIZE, /* "too many servers in the pool" (pool_size lowered, or other workers' servers) */
+	IDLE_CLOSE_OVERSIZE, /* "too many servers in the pool" (above pool_size + reserve: lowered, other workers') */
 	IDLE_CLOSE_TIMEOUT,  /* "server idle timeout" (never below min_pool_size) */
 	IDLE_CLOSE_LIFETIME, /* "server lifetime over" */
 	IDLE_CHECK,          /* checked before its next client (SV_USED) */

@@ -442,6 +442,13 @@ static void test_idle(void **state)
 	assert_int_equal(policy_idle(&in), IDLE_CLOSE_OVERSIZE);
 	in.size = 0; /* unlimited */
 	assert_int_equal(policy_idle(&in), IDLE_KEEP);
+	/* the reserve pool's servers stay until server_idle_timeout, as PgBouncer's do */
+	in = idle();
+	in.servers = 5;
+	in.reserve = 1;
+	assert_int_equal(policy_idle(&in), IDLE_KEEP);
+	in.servers = 6;
+	assert_int_equal(policy_idle(&in), IDLE_CLOSE_OVERSIZE);
 	/* the order when several hold: config, oversize, idle timeout, lifetime, check */
 	in = idle();
 	in.idle_for = SEC(700);

@@ -177,6 +177,7 @@ static void check_server_states(PgPool *pool)
 	const char *check = wk.cf.g.server_check_query;
 	IdleInput in = {
 	    .size = size,
+	    .reserve = pool_reserve_size(pool),
 	    .min = min,
 	    .idle_timeout = wk.cf.g.server_idle_timeout,
 	    .lifetime = pool_server_lifetime(pool),

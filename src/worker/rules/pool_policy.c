@@ -83,7 +83,7 @@ IdleVerdict policy_idle(const IdleInput *in)
 {
 	if (in->close_needed)
 		return IDLE_CLOSE_CONFIG;
-	if (in->size > 0 && in->servers > in->size)
+	if (in->size > 0 && in->servers > in->size + in->reserve)
 		return IDLE_CLOSE_OVERSIZE;
 	if (in->idle_timeout > 0 && in->idle_for > in->idle_timeout && in->servers > in->min)
 		return IDLE_CLOSE_TIMEOUT;
