@@ -13,7 +13,7 @@ import pytest
 
 from conftest import free_port, wait_for
 from helpers import backend_state, pool_row, show
-from pgwire import PgWire
+from pgwire import message, PgWire
 
 
 def backends_of(pg, user):
@@ -180,6 +180,26 @@ def test_reserve_pool_server_stays_for_the_next_burst(bouncer, pg):
     assert b.log_text().count("taking connection from reserve_pool") == 1
     assert "too many servers in the pool" not in b.log_text()
     holder.execute("COMMIT")
+
+
+@pytest.mark.parametrize("timeout,reason", [("query_timeout", "query timeout"),
+                                            ("transaction_timeout", "transaction timeout")])
+def test_request_the_pooler_answers_does_not_start_a_timeout(bouncer, timeout, reason):
+    """In transaction mode the pooler answers a Close of a prepared statement
+    itself; nothing runs on the server, so query_timeout and
+    transaction_timeout do not count from it, neither while the client
+    idles nor for its next query."""
+    b = bouncer(ini_overrides={"pool_mode": "transaction", timeout: 1})
+    w = PgWire(b.port)
+    w.login()
+    w.send(message(b"P", b"s1\0SELECT 1\0\0\0") + message(b"S"))
+    assert [m[0] for m in w.read_until(b"Z")] == [b"1", b"Z"]
+    w.send(message(b"C", b"Ss1\0") + message(b"H"))  # Close, Flush: no Sync, no ReadyForQuery
+    assert w.read_msg() == (b"3", b"")
+    time.sleep(2)  # longer than the timeout
+    assert w.simple_query("SELECT 1") == ([["1"]], None)
+    assert reason not in b.log_text()
+    w.close()
 
 
 def test_min_pool_size_fills_forced_user_pool_without_clients(bouncer, pg):

@@ -491,6 +491,26 @@ static __attribute__((noinline)) void count_held_request(PgSocket *c, const PktH
 	}
 }
 
+/*
+ * A request the pooler answered all by itself (a Close, a Parse the server
+ * has), with nothing of the client's left on its server: no ReadyForQuery
+ * will end it, so it ends now. Else its start would stay, and
+ * query_timeout and transaction_timeout would count from it while the
+ * client idles, and for its next query.
+ */
+static __attribute__((noinline)) void end_own_request(PgSocket *c, const PgSocket *s)
+{
+	PgPool *pool = c->pool;
+	if (c->query_start) {
+		pool->stats.query_time += (uint64_t)(wk.now - c->query_start);
+		c->query_start = 0;
+	}
+	if (s->txn_status == 'I' && c->xact_start) {
+		pool->stats.xact_time += (uint64_t)(wk.now - c->xact_start);
+		c->xact_start = 0;
+	}
+}
+
 /* The client's next message waits until what the pooler wrote to it is in the kernel (SBEV_FLUSHED resumes it). */
 static SBufAction wait_for_flush(PgSocket *c)
 {
@@ -665,6 +685,8 @@ static __attribute__((noinline)) SBufAction handle_client_packet(PgSocket *c, co
 		count_request(c, hdr);
 	else if (act == SB_SKIP)
 		c->queued_start = 0; /* no request: the next one starts when it comes */
+	if (act == SB_CONSUMED && c->link == s && s->ready && s->rq.count == 0)
+		end_own_request(c, s);
 	/*
 	 * What the pooler sends on its own marks it itself. A Flush starts
 	 * nothing on the server: behind requests the pooler answered itself it
