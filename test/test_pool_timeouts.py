@@ -202,6 +202,23 @@ def test_request_the_pooler_answers_does_not_start_a_timeout(bouncer, timeout, r
     w.close()
 
 
+def test_server_lifetime_in_a_pool_of_unlimited_size(bouncer, pg):
+    """With pool size 0 (unlimited) there is no spacing of lifetime closes
+    (PgBouncer's gap is server_lifetime / pool_size only for a limited
+    pool): two old servers released together both close, and the next
+    client gets a new one."""
+    b = bouncer(ini_overrides={"default_pool_size": 0, "server_lifetime": 1})
+    first, second = b.connect(autocommit=True), b.connect(autocommit=True)
+    old = {c.execute("SELECT pg_backend_pid()").fetchone()[0] for c in (first, second)}
+    assert len(old) == 2
+    time.sleep(1.5)  # both older than server_lifetime
+    first.close()
+    second.close()
+    with b.connect(autocommit=True) as conn:
+        assert conn.execute("SELECT pg_backend_pid()").fetchone()[0] not in old
+    wait_for(lambda: all(backend_state(pg, pid) is None for pid in old), "both old servers to close")
+
+
 def test_min_pool_size_fills_forced_user_pool_without_clients(bouncer, pg):
     pg.create_role("pgb_minpool", password="minpoolpw")
     b = bouncer(ini_overrides={"min_pool_size": 2},

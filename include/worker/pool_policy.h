@@ -133,11 +133,13 @@ bool policy_launch_min(const MinInput *in);
  * server_lifetime: a server at least `lifetime` old closes, but lifetime
  * closes of a pool are spread out, at most one per lifetime / pool_size
  * (`since_last` = time since the pool's previous one), so that a pool
- * filled at once does not reconnect at once. lifetime 0 = no limit.
+ * filled at once does not reconnect at once. An unlimited pool (size 0)
+ * has no such spacing, as in PgBouncer: one close per lifetime would keep
+ * a pool of n servers for n lifetimes. lifetime 0 = no limit.
  */
 static inline bool policy_lifetime_over(usec_t lifetime, int size, usec_t age, usec_t since_last)
 {
-	return lifetime > 0 && age >= lifetime && since_last >= lifetime / (size > 0 ? size : 1);
+	return lifetime > 0 && age >= lifetime && (size <= 0 || since_last >= lifetime / size);
 }
 
 /* A server its client released (pool_server_ready()). */

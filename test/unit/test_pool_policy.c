@@ -338,9 +338,9 @@ static void test_lifetime(void **state)
 	assert_true(policy_lifetime_over(SEC(60), 4, SEC(60), SEC(15)));
 	assert_false(policy_lifetime_over(SEC(60), 4, SEC(60) - 1, SEC(15)));
 	assert_false(policy_lifetime_over(SEC(60), 4, SEC(600), SEC(15) - 1)); /* spread out */
-	/* pool_size 0 (unlimited) spreads over the whole lifetime */
-	assert_false(policy_lifetime_over(SEC(60), 0, SEC(600), SEC(59)));
-	assert_true(policy_lifetime_over(SEC(60), 0, SEC(600), SEC(60)));
+	/* pool_size 0 (unlimited): no spacing, every old server closes */
+	assert_true(policy_lifetime_over(SEC(60), 0, SEC(600), 0));
+	assert_false(policy_lifetime_over(SEC(60), 0, SEC(60) - 1, 0));
 }
 
 /* ---- a released server ---- */
