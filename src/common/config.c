@@ -1178,12 +1178,19 @@ static void reset_reloadable(CfGlobals *g)
 	}
 }
 
+/* After a section header's `]`: blanks, then the end of the line or a comment (as PgBouncer reads it). */
+static bool header_rest_ok(char *p)
+{
+	p = skip_blanks(p);
+	return *p == '\0' || *p == ';' || *p == '#';
+}
+
 static bool section_header(Loader *ld, const char *file, int lineno, char *p)
 {
 	char *name = skip_blanks(p + 1);
 	char *end = strchr(name, ']');
 
-	if (!end || *skip_blanks(end + 1) != '\0') {
+	if (!end || !header_rest_ok(end + 1)) {
 		line_error(ld, file, lineno, "syntax error");
 		return false;
 	}

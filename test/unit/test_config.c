@@ -590,6 +590,17 @@ static void test_comments_and_whitespace(void **state)
 	assert_string_equal(cf.g.conffile, last_path);
 	assert_string_equal(cf.path, last_path);
 	config_free(&cf);
+
+	/* a comment may follow a section header, as PgBouncer 1.25 allows */
+	load_ok(&cf, "[pgbouncer] ; main settings\n"
+	             "max_client_conn = 7\n"
+	             "[databases]# the databases\n"
+	             "db1 = host=h1\n"
+	             "[users]\t; per user\n");
+	assert_int_equal(cf.g.max_client_conn, 7);
+	assert_int_equal(cf.n_dbs, 1);
+	assert_string_equal(cf.dbs[0].host, "h1");
+	config_free(&cf);
 }
 
 static void test_quoted_keys(void **state)
@@ -623,7 +634,7 @@ static void test_syntax_errors(void **state)
 	expect_load_error("[pgbouncer]\nlisten_port 6432\n", "2: syntax error");
 	expect_load_error("[pgbouncer\n", "1: syntax error");
 	expect_load_error("[pgbouncer] x\n", "1: syntax error");
-	expect_load_error("[pgbouncer] ; comment\n", "1: syntax error");
+	expect_load_error("[pgbouncer] x ; comment\n", "1: syntax error");
 	expect_load_error("[pgbouncer]\n\n\n'unterminated = 1\n", "4: syntax error");
 	expect_load_error("[pgbouncer]\n\"unterminated = 1\n", "2: syntax error");
 	expect_load_error("[pgbouncer]\n= 5\n", "2: syntax error");
