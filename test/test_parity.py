@@ -344,3 +344,26 @@ def test_reload_with_tls13_ciphers_openssl_refuses(bouncer, either_bin, tls_file
     with b.connect(sslmode="require", autocommit=True) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
         assert conn.info.pgconn.ssl_in_use
+
+
+# ---------------------------------------------------------------------------
+# negative sizes in [databases], [users] and [peers]
+
+
+def test_negative_entry_sizes_fall_back_to_the_global(bouncer, either_bin, pg):
+    """A pool_size, min_pool_size or reserve_pool_size below 0 in an entry
+    means "not set", not only -1: the [pgbouncer] value applies (an entry's
+    -3 used to make a pool without a limit)."""
+    ini = one_worker(either_bin, default_pool_size=7, min_pool_size=2, reserve_pool_size=3)
+    dbs = {"postgres": pg.connstr("postgres"),
+           "neg": pg.connstr("postgres", pool_size=-3, min_pool_size=-5, reserve_pool=-2)}
+    b = bouncer(ini_overrides=ini, databases=dbs, binary=either_bin, start=False)
+    b.write_ini(text=b.render_ini() + "[users]\nneguser = pool_size=-3 reserve_pool_size=-4\n"
+                "[peers]\n5 = host=/tmp pool_size=-6\n")
+    b.start()
+    admin = console(b)
+    db = next(r for r in rows(admin, "SHOW DATABASES") if r["name"] == "neg")
+    assert (db["pool_size"], db["min_pool_size"], db["reserve_pool_size"]) == (7, 2, 3)
+    user = next(r for r in rows(admin, "SHOW USERS") if r["name"] == "neguser")
+    assert (user["pool_size"], user["reserve_pool_size"]) == ("", "")
+    assert rows(admin, "SHOW PEERS") == [{"peer_id": 5, "host": "/tmp", "port": 6432, "pool_size": 7}]

@@ -762,6 +762,7 @@ bool config_format_default(const CfParam *p, char *buf, size_t len)
 typedef enum ConnKind {
 	CK_STR,       /* char *, the value as given */
 	CK_INT,       /* int, atoi() */
+	CK_SIZE,      /* int, atoi(); below 0 is CF_UNSET (the global applies, as in PgBouncer) */
 	CK_PORT,      /* int 1..65535, else "invalid port" */
 	CK_POOL_MODE, /* int, a cf_pool_modes word */
 	CK_LB,        /* int, a load_balance_modes word */
@@ -786,10 +787,10 @@ static const ConnKey db_keys[] = {
     DBKEY(auth_user, CK_STR),
     DBKEY(auth_query, CK_STR),
     DBKEY(auth_dbname, CK_STR),
-    DBKEY(pool_size, CK_INT),
-    DBKEY(min_pool_size, CK_INT),
-    DBKEY(reserve_pool_size, CK_INT),
-    {"reserve_pool", CK_INT, offsetof(CfDatabase, reserve_pool_size)}, /* the old name */
+    DBKEY(pool_size, CK_SIZE),
+    DBKEY(min_pool_size, CK_SIZE),
+    DBKEY(reserve_pool_size, CK_SIZE),
+    {"reserve_pool", CK_SIZE, offsetof(CfDatabase, reserve_pool_size)}, /* the old name */
     DBKEY(max_db_connections, CK_INT),
     DBKEY(max_db_client_connections, CK_INT),
     DBKEY(server_lifetime, CK_INT),
@@ -810,8 +811,8 @@ static const ConnKey db_keys[] = {
 	}
 static const ConnKey user_keys[] = {
     USERKEY(pool_mode, CK_POOL_MODE),
-    USERKEY(pool_size, CK_INT),
-    USERKEY(reserve_pool_size, CK_INT),
+    USERKEY(pool_size, CK_SIZE),
+    USERKEY(reserve_pool_size, CK_SIZE),
     USERKEY(max_user_connections, CK_INT),
     USERKEY(max_user_client_connections, CK_INT),
     USERKEY(query_timeout, CK_INT),
@@ -825,7 +826,7 @@ static const ConnKey user_keys[] = {
 static const ConnKey peer_keys[] = {
     {"host", CK_STR, offsetof(CfPeer, host)},
     {"port", CK_PORT, offsetof(CfPeer, port)},
-    {"pool_size", CK_INT, offsetof(CfPeer, pool_size)},
+    {"pool_size", CK_SIZE, offsetof(CfPeer, pool_size)},
     {NULL, CK_STR, 0},
 };
 
@@ -931,6 +932,10 @@ static bool apply_connstr(const char *connstr, const ConnKey *keys, void *entry,
 			break;
 		case CK_INT:
 			*(int *)f = atoi(val);
+			break;
+		case CK_SIZE:
+			ival = atoi(val);
+			*(int *)f = ival < 0 ? CF_UNSET : ival;
 			break;
 		case CK_PORT:
 			ival = atoi(val);
