@@ -296,6 +296,24 @@ def test_daemon_needs_pidfile(bouncer, run_pgbouncer):
     assert "daemon needs pidfile configured" in output_and_log(run, b)
 
 
+@pytest.mark.parametrize("case", ["broken-config", "live-pidfile"])
+def test_daemon_start_error_on_stderr(bouncer, run_pgbouncer, either_bin, case):
+    """With -d, stderr is given up only when pgbouncer detaches: an error
+    before that (here with no logfile to read it in) is on the terminal it
+    was started from, as with PgBouncer."""
+    if case == "broken-config":
+        b = bouncer(ini_overrides={"logfile": None}, start=False, binary=either_bin)
+        b.write_ini(extra_lines=["no_such_setting = 1"])
+        want = "cannot load config file"
+    else:
+        first = bouncer()
+        b = bouncer(ini_overrides={"logfile": None, "pidfile": str(first.pidfile)}, start=False, binary=either_bin)
+        want = f"pidfile '{first.pidfile}' exists, another instance running?"
+    run = run_pgbouncer(["-d", b.ini_path], binary=either_bin)
+    assert run.rc == 1
+    assert re.search(r"\[\d+\] FATAL " + re.escape(want), run.stderr), run.stderr
+
+
 # ---------------------------------------------------------------------------
 # signals
 

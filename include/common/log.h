@@ -51,6 +51,9 @@ bool log_open_file_now(void) __attribute__((warn_unused_result));
 /* Whether messages currently go to stderr (workers re-apply it on reload). */
 bool log_to_stderr_setting(void);
 
+/* Stop logging to stderr (-d, once detached); the log file stays open. */
+void log_stop_stderr(void);
+
 /* A tag such as "master" or "worker 3" put before every message; NULL = none. */
 void log_set_tag(const char *tag);
 

@@ -110,6 +110,11 @@ bool log_to_stderr_setting(void)
 	return to_stderr;
 }
 
+void log_stop_stderr(void)
+{
+	to_stderr = false;
+}
+
 void log_set_tag(const char *tag)
 {
 	if (tag)

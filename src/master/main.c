@@ -54,6 +54,7 @@ typedef struct Master {
 	int cmdline_verbose;       /* number of -v */
 	bool quiet;                /* -q */
 	bool daemon;               /* -d */
+	bool detached;             /* -d, once daemonized: stderr is /dev/null */
 	bool shutting_down;        /* SIGTERM/SIGINT received */
 	bool retired;              /* a new master took over (-R): our workers drain, then we exit */
 	pid_t worker_pid;          /* the worker process, 0 if none */
@@ -99,7 +100,7 @@ static void apply_log_settings(const Config *cf)
 {
 	LogSettings ls = {
 	    .logfile = cf->g.logfile,
-	    .to_stderr = !master.quiet && !master.daemon,
+	    .to_stderr = !master.quiet && !master.detached,
 	    .syslog = cf->g.syslog != 0,
 	    .syslog_ident = cf->g.syslog_ident,
 	    .syslog_facility = cf->g.syslog_facility,
@@ -755,7 +756,8 @@ int main(int argc, char **argv)
 	}
 
 	/* 1. configuration */
-	LogSettings boot_log = {.to_stderr = !master.quiet && !master.daemon, .verbose = master.cmdline_verbose};
+	/* with -d too, as PgBouncer does: an error before the detach is seen where pgbouncer was started */
+	LogSettings boot_log = {.to_stderr = !master.quiet, .verbose = master.cmdline_verbose};
 	log_configure(&boot_log);
 	log_set_fatal_hook(cleanup_at_exit);
 	char err[CF_ERRMSG_LEN];
@@ -817,8 +819,11 @@ int main(int argc, char **argv)
 		listen_check_unix_in_use(&master.cf.g);
 	if (!takeover || adopting)
 		pidfile_check(master.cf.g.pidfile); /* the dead master's is stale */
-	if (master.daemon)
+	if (master.daemon) {
 		daemonize(&master.cf);
+		master.detached = true;
+		log_stop_stderr();
+	}
 
 	/* 7.-9. */
 	log_fd_limit(&master.cf);
