@@ -414,6 +414,29 @@ def test_reload_with_broken_config_keeps_running(bouncer, case):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs to be started as root")
+def test_logfile_of_switched_user_survives_reload(bouncer, run_pgbouncer, run_as):
+    """Started as root with `user` set, the log file is made by that user:
+    the reopen at SIGHUP (logrotate's) works and the pooler logs on, where
+    a root-owned file could not be opened again and stopped it."""
+    b = bouncer(ini_overrides={"user": run_as.name}, start=False)
+    run = run_pgbouncer(["-d", b.ini_path], as_root=True)
+    assert run.rc == 0, run
+    wait_for(lambda: b.pidfile.exists() and b.pidfile.read_text().strip(), "the pidfile")
+    pid = int(b.pidfile.read_text())
+    try:
+        wait_for(lambda: "process up" in b.log_text(), "process up")
+        assert b.logfile.stat().st_uid == run_as.uid
+        os.kill(pid, signal.SIGHUP)
+        wait_for(lambda: "got SIGHUP" in b.log_text(), "the SIGHUP line")
+        os.kill(pid, signal.SIGUSR1)
+        wait_for(lambda: "got SIGUSR1" in b.log_text(), "a line logged after the reopen")
+        assert pid_alive(pid)
+    finally:
+        os.kill(pid, signal.SIGQUIT)
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}"), "pgbouncer to stop")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs to be started as root")
 def test_user_setting_drops_root(bouncer, run_pgbouncer, run_as):
     """Started as root with `user` set, pgbouncer switches to that user
     (doc/pgbouncer.5.md "user") and serves as it."""

@@ -771,14 +771,18 @@ int main(int argc, char **argv)
 		fatal("cannot load config file");
 	}
 	apply_log_settings(&master.cf);
-	if (!log_open_file_now()) {
-		fprintf(stderr, "cannot open logfile '%s': %s\n", master.cf.g.logfile, strerror(errno));
-		return 1;
-	}
 	/* 3. user switch, then never as root */
 	switch_user(cmdline_user ? cmdline_user : master.cf.g.user);
 	if (getuid() == 0 || geteuid() == 0)
 		fatal("PgBouncer should not run as root");
+	/*
+	 * As the user we run as, who owns a file made now: a log file opened
+	 * by root would not open again at the reopen of a reload (logrotate).
+	 */
+	if (!log_open_file_now()) {
+		fprintf(stderr, "cannot open logfile '%s': %s\n", master.cf.g.logfile, strerror(errno));
+		return 1;
+	}
 	keep_auth_files(&master.cf);
 
 	/*
