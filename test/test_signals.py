@@ -165,13 +165,26 @@ def test_sigusr1_pauses_and_sigusr2_resumes(bouncer):
     assert "row" not in result
 
     b.send_signal(signal.SIGUSR2)
-    b.wait_log(r"got SIGUSR2, continuing from PAUSE/SUSPEND")
+    b.wait_log(r"got SIGUSR2, continuing from PAUSE$")  # PgBouncer's words: the state it leaves
     t.join(timeout=30)
     assert result.get("row") == (42,)
 
     mark = b.log_mark()
     b.send_signal(signal.SIGUSR2)
     b.wait_log(r"got SIGUSR2, but not paused/suspended", after=mark)
+
+
+def test_sigusr2_resumes_from_suspend(bouncer, either_bin):
+    """SIGUSR2 during a SUSPEND says which state it leaves, as PgBouncer
+    does ("continuing from SUSPEND", not PAUSE)."""
+    ini = {} if either_bin.peer else {"max_workers": 1}
+    b = bouncer(ini_overrides=ini, binary=either_bin)
+    admin = b.admin()
+    admin.execute("SUSPEND")  # RESUMEd when this console leaves: it stays open
+    mark = b.log_mark()
+    b.send_signal(signal.SIGUSR2)
+    b.wait_log(r"got SIGUSR2, continuing from SUSPEND$", after=mark)
+    assert dict(admin.execute("SHOW STATE").fetchall())["suspended"] == "no"
 
 
 def test_worker_crash_is_respawned(bouncer):

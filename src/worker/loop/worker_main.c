@@ -102,7 +102,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 		} else if (wk.pause_mode == P_NONE) {
 			log_info("got SIGUSR2, but not paused/suspended");
 		} else {
-			log_info("got SIGUSR2, continuing from PAUSE/SUSPEND");
+			log_info("got SIGUSR2, continuing from %s", wk.pause_mode == P_PAUSE ? "PAUSE" : "SUSPEND");
 			admin_resume_all();
 		}
 		break;
