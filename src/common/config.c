@@ -463,10 +463,8 @@ static bool parse_value(const CfParam *p, const char *text, CfValue *v)
 	case CF_UINT:
 		return parse_uint(text, &v->u);
 	case CF_BOOL:
-		if (!parse_int(text, &v->i))
-			return false;
-		v->i = v->i != 0;
-		return true;
+		/* any non-zero is on; the number is kept, as PgBouncer's SHOW CONFIG shows it */
+		return parse_int(text, &v->i);
 	case CF_TIME:
 		return parse_time(text, &v->t);
 	case CF_REAL:

@@ -428,9 +428,11 @@ static void test_bool_syntax(void **state)
 	set_ok(&cf, "log_stats", "0");
 	assert_int_equal(cf.g.log_stats, 0);
 	assert_string_equal(value_of(&cf, "log_stats", buf, sizeof(buf)), "0");
-	set_ok(&cf, "log_stats", "7"); /* any non-zero is on */
-	assert_int_equal(cf.g.log_stats, 1);
-	assert_string_equal(value_of(&cf, "log_stats", buf, sizeof(buf)), "1");
+	set_ok(&cf, "log_stats", "7"); /* any non-zero is on, and shown as written (PgBouncer's SHOW CONFIG) */
+	assert_true(cf.g.log_stats);
+	assert_string_equal(value_of(&cf, "log_stats", buf, sizeof(buf)), "7");
+	set_ok(&cf, "log_stats", "-2");
+	assert_string_equal(value_of(&cf, "log_stats", buf, sizeof(buf)), "-2");
 	set_ok(&cf, "so_reuseport", "1");
 	assert_int_equal(cf.g.so_reuseport, 1);
 	const char *words[] = {"on", "off", "true", "false", "yes", "no", "ON", ""};
