@@ -787,7 +787,9 @@ def test_show_version(bouncer):
 def test_show_config_rows(bouncer, either_bin):
     """Every row's default and changeable, and values as PgBouncer 1.25.2
     prints them: unix_socket_mode's value in decimal, its default "0777"."""
-    b = bouncer(ini_overrides={"default_pool_size": 11, "query_timeout": "0.5", "unix_socket_mode": "0700"},
+    long_query = "SELECT usename, passwd FROM pg_shadow WHERE usename = $1" + " AND true" * 200
+    b = bouncer(ini_overrides={"default_pool_size": 11, "query_timeout": "0.5", "unix_socket_mode": "0700",
+                               "auth_query": long_query, "application_name_add_host": 5},
                 binary=either_bin)
     conf = rows(console(b), "SHOW CONFIG")
     skip = OPTIONAL_CONFIG_KEYS | EXTENSION_CONFIG_KEYS
@@ -806,6 +808,8 @@ def test_show_config_rows(bouncer, either_bin):
     assert values["server_lifetime"] == "3600"
     assert values["auth_user"] is None
     assert values["conffile"] == str(b.ini_path)
+    assert values["auth_query"] == long_query  # in full, however long
+    assert values["application_name_add_host"] == "5"  # a bool as the number given
 
 
 def test_set_reloadable_parameter(bouncer):

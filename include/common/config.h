@@ -357,6 +357,12 @@ bool config_check_range(const Config *cf, const CfParam *p, char *errbuf, size_t
 /* Format the current value for SHOW CONFIG into buf; returns false for NULL (unset string). */
 bool config_format_value(const Config *cf, const CfParam *p, char *buf, size_t len);
 
+/*
+ * The current value as text, whatever its length: a string setting's own
+ * value, anything else formatted into buf; NULL for an unset string.
+ */
+const char *config_value_text(const Config *cf, const CfParam *p, char *buf, size_t len);
+
 /* The default as the parameter table writes it (SHOW CONFIG `default` column); false for NULL. */
 bool config_format_default(const CfParam *p, char *buf, size_t len);
 

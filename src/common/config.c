@@ -745,6 +745,14 @@ bool config_format_value(const Config *cf, const CfParam *p, char *buf, size_t l
 	return format_cfvalue(p, get_value(&cf->g, p), buf, len);
 }
 
+const char *config_value_text(const Config *cf, const CfParam *p, char *buf, size_t len)
+{
+	CfValue v = get_value(&cf->g, p);
+	if (is_string_type(p->type))
+		return v.s;
+	return format_cfvalue(p, v, buf, len) ? buf : NULL;
+}
+
 bool config_format_default(const CfParam *p, char *buf, size_t len)
 {
 	if (!p->def)

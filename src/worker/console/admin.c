@@ -184,10 +184,11 @@ static bool show_config(PgSocket *c, int variant)
 	for (const CfParam *p = cf_params; p->name; p++) {
 		if (p->hidden)
 			continue;
-		char val[1024], def[1024];
-		bool has_val = config_format_value(&wk.cf, p, val, sizeof(val));
+		char val[64], def[1024];
+		/* a string in full (a long auth_query or server_reset_query), as PgBouncer shows it */
+		const char *value = config_value_text(&wk.cf, p, val, sizeof(val));
 		bool has_def = config_format_default(p, def, sizeof(def));
-		const char *v[] = {p->name, has_val ? val : NULL, has_def ? def : NULL, p->reloadable ? "yes" : "no"};
+		const char *v[] = {p->name, value, has_def ? def : NULL, p->reloadable ? "yes" : "no"};
 		reply_row(&r, v);
 	}
 	return reply_end(&r, "SHOW");
