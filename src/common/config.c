@@ -1179,12 +1179,16 @@ static bool is_key_char(char c)
 	       c == '*' || c == '-';
 }
 
-/* Re-apply the defaults of reloadable parameters (each [pgbouncer] header). */
-static void reset_reloadable(CfGlobals *g)
+/*
+ * Re-apply the defaults of all parameters (each [pgbouncer] header), boot-only
+ * ones too, as PgBouncer 1.25 does at start; on a reload those get their
+ * running values back afterwards (config_keep_boot_values()).
+ */
+static void reset_settings(CfGlobals *g)
 {
 	for (const CfParam *p = cf_params; p->name; p++) {
 		/* conffile names the file being loaded, not a setting to forget */
-		if (p->reloadable && p->offset != offsetof(CfGlobals, conffile))
+		if (p->offset != offsetof(CfGlobals, conffile))
 			apply_default(g, p);
 	}
 }
@@ -1210,7 +1214,7 @@ static bool section_header(Loader *ld, const char *file, int lineno, char *p)
 	if (strcmp(name, "pgbouncer") == 0) {
 		ld->section = SEC_PGBOUNCER;
 		ld->seen_main = true;
-		reset_reloadable(&ld->cf->g);
+		reset_settings(&ld->cf->g);
 	} else if (strcmp(name, "databases") == 0) {
 		ld->section = SEC_DATABASES;
 	} else if (strcmp(name, "users") == 0) {

@@ -709,9 +709,9 @@ static void test_repeated_main_section(void **state)
 	             "x = port=1234\n"
 	             "[pgbouncer]\n"
 	             "pool_mode = statement\n");
-	assert_int_equal(cf.g.max_client_conn, 100); /* reloadable: back to default */
+	assert_int_equal(cf.g.max_client_conn, 100); /* back to the default */
 	assert_string_equal(cf.g.server_reset_query, "DISCARD ALL");
-	assert_int_equal(cf.g.listen_port, 7001); /* boot-only: kept */
+	assert_int_equal(cf.g.listen_port, 6432); /* boot-only too, as PgBouncer at start */
 	assert_int_equal(cf.g.pool_mode, POOL_STATEMENT);
 	assert_int_equal(cf.g.verbose, 2); /* no default to re-apply */
 	assert_string_equal(cf.g.conffile, last_path);
