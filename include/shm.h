@@ -39,9 +39,18 @@
 #ifndef PGB_SHM_H
 #define PGB_SHM_H
 
+#include <signal.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdint.h>
+
+/*
+ * A console's SHUTDOWN WAIT_FOR_CLIENTS / WAIT_FOR_SERVERS, from a worker to
+ * its master: the shutdown of SIGTERM / SIGINT, but asked for from inside,
+ * which a SUSPEND does not turn into an immediate exit (main.c, on_signal).
+ */
+#define SIG_CONSOLE_SHUTDOWN_CLIENTS (SIGRTMIN + 1)
+#define SIG_CONSOLE_SHUTDOWN_SERVERS (SIGRTMIN + 2)
 
 #define SHM_MAGIC       0x50474257u /* "PGBW" */
 #define SHM_VERSION     8u

@@ -187,6 +187,35 @@ def test_sigusr2_resumes_from_suspend(bouncer, either_bin):
     assert dict(admin.execute("SHOW STATE").fetchall())["suspended"] == "no"
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_shutdown_signal_during_suspend_exits_at_once(bouncer, either_bin, sig):
+    """SIGTERM or SIGINT while a console holds a SUSPEND: the suspended
+    clients could not finish, so pgbouncer goes down at once with status 1,
+    as PgBouncer does (spec/cli.md §2, §4), instead of waiting for ever."""
+    ini = {} if either_bin.peer else {"max_workers": 1}
+    b = bouncer(ini_overrides=ini, binary=either_bin)
+    admin = b.admin()
+    admin.execute("SUSPEND")
+    b.send_signal(sig)
+    assert b.wait_exit() == 1
+    assert "FATAL suspend was in progress, going down immediately" in b.log_text()
+
+
+def test_console_shutdown_during_suspend_waits(bouncer, either_bin):
+    """SHUTDOWN WAIT_FOR_CLIENTS from the console that holds a SUSPEND is a
+    safe shutdown, not the signal's immediate exit: once that console
+    leaves (which ends the SUSPEND), pgbouncer exits with status 0."""
+    ini = {} if either_bin.peer else {"max_workers": 1}
+    b = bouncer(ini_overrides=ini, binary=either_bin)
+    admin = b.admin()
+    admin.execute("SUSPEND")
+    admin.execute("SHUTDOWN WAIT_FOR_CLIENTS")
+    assert b.alive()
+    admin.close()
+    assert b.wait_exit() == 0
+    assert "suspend was in progress" not in b.log_text()
+
+
 def test_worker_crash_is_respawned(bouncer):
     """kill -9 of the worker: the master starts a new one and clients can connect again."""
     import os

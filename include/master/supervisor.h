@@ -89,6 +89,9 @@ void supervisor_settings_changed(void);
  */
 const char *supervisor_paused_why(char *buf, size_t len);
 
+/* Whether a console SUSPEND holds the pooler (as the workers last reported it). */
+bool supervisor_suspended(void);
+
 /* SIGUSR1 (pause) or SIGUSR2: the pause workers started later take over (doc/workers.md "Console state"). */
 void supervisor_console_signal(bool pause);
 

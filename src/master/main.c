@@ -38,6 +38,7 @@
 #include "master/pidfile.h"
 #include "master/supervisor.h"
 #include "master/upgrade.h"
+#include "shm.h"
 #include "common/hba.h"
 #include "common/scram.h"
 #include "common/userlist.h"
@@ -631,8 +632,47 @@ static void fast_exit(void)
 	master_exit(0);
 }
 
+/*
+ * SIGTERM (wait for the clients) or SIGINT (for the servers), or a console's
+ * SHUTDOWN WAIT_FOR_* (console: the worker logged it). A signal during a
+ * SUSPEND exits at once with status 1, as in PgBouncer: the suspended
+ * clients could not finish, so the shutdown would never end; a console's
+ * SHUTDOWN waits, the SUSPEND ends when its console leaves.
+ */
+static void start_shutdown(bool servers, bool console)
+{
+	int sig = servers ? SIGINT : SIGTERM;
+	if (master.shutting_down) {
+		if (!console)
+			log_info("got %s while shutting down, fast exit", servers ? "SIGINT" : "SIGTERM");
+		fast_exit();
+	}
+	master.shutting_down = true;
+	notify_systemd("STOPPING=1");
+	upgrade_goodbye();
+	if (!console) {
+		if (servers)
+			log_info("got SIGINT, shutting down, waiting for all servers connections to be released");
+		else
+			log_info("got SIGTERM, shutting down, waiting for all clients disconnect");
+		if (supervisor_suspended()) {
+			forward_signal(SIGQUIT);
+			supervisor_wait_exit(FAST_EXIT_WAIT_MS);
+			fatal("suspend was in progress, going down immediately");
+		}
+	}
+	supervisor_close_tcp();
+	forward_signal(sig);
+	if (supervisor_live_workers() == 0)
+		master_exit(0);
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
+	if (sig == SIG_CONSOLE_SHUTDOWN_CLIENTS || sig == SIG_CONSOLE_SHUTDOWN_SERVERS) {
+		start_shutdown(sig == SIG_CONSOLE_SHUTDOWN_SERVERS, true);
+		return;
+	}
 	switch (sig) {
 	case SIGHUP:
 		log_info("got SIGHUP, re-reading config");
@@ -643,32 +683,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 		notify_systemd("READY=1");
 		break;
 	case SIGTERM:
-		if (master.shutting_down) {
-			log_info("got SIGTERM while shutting down, fast exit");
-			fast_exit();
-		}
-		master.shutting_down = true;
-		notify_systemd("STOPPING=1");
-		upgrade_goodbye();
-		log_info("got SIGTERM, shutting down, waiting for all clients disconnect");
-		supervisor_close_tcp();
-		forward_signal(SIGTERM);
-		if (supervisor_live_workers() == 0)
-			master_exit(0);
-		break;
 	case SIGINT:
-		if (master.shutting_down) {
-			log_info("got SIGINT while shutting down, fast exit");
-			fast_exit();
-		}
-		master.shutting_down = true;
-		notify_systemd("STOPPING=1");
-		upgrade_goodbye();
-		log_info("got SIGINT, shutting down, waiting for all servers connections to be released");
-		supervisor_close_tcp();
-		forward_signal(SIGINT);
-		if (supervisor_live_workers() == 0)
-			master_exit(0);
+		start_shutdown(sig == SIGINT, false);
 		break;
 	case SIGQUIT:
 		notify_systemd("STOPPING=1");
@@ -698,7 +714,16 @@ static void setup_signals(void)
 	if (!master.chld_event || evsignal_add(master.chld_event, NULL) < 0)
 		fatal("could not install handler for SIGCHLD");
 	/* handlers are installed even for signals inherited as ignored (`cmd &` from a script) */
-	static const int sigs[] = {SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2};
+	const int sigs[] = {SIGHUP,
+	                    SIGTERM,
+	                    SIGINT,
+	                    SIGQUIT,
+	                    SIGUSR1,
+	                    SIGUSR2,
+	                    SIG_CONSOLE_SHUTDOWN_CLIENTS,
+	                    SIG_CONSOLE_SHUTDOWN_SERVERS};
+	_Static_assert(sizeof(sigs) / sizeof(sigs[0]) <= sizeof(master.sig_events) / sizeof(master.sig_events[0]),
+	               "a signal without an event slot");
 	signal(SIGPIPE, SIG_IGN);
 	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
 		master.sig_events[i] = evsignal_new(master.base, sigs[i], on_signal, NULL);

@@ -713,6 +713,11 @@ const char *supervisor_paused_why(char *buf, size_t len)
 	return NULL;
 }
 
+bool supervisor_suspended(void)
+{
+	return console_state_pause(&sv.console) == CS_SUSPENDED;
+}
+
 void supervisor_console_signal(bool pause)
 {
 	/* every worker gets the signal too; this is for the ones started later */

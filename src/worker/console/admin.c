@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/pktbuf.h"
 #include "common/util.h"
+#include "shm.h"
 #include "worker/dns.h"
 #include "worker/admin.h"
 #include "worker/admin_fanout.h"
@@ -1988,7 +1989,7 @@ static bool cmd_shutdown(PgSocket *c, const char *arg, const char *query)
 	}
 	/* the command table let only WAIT_FOR_SERVERS and WAIT_FOR_CLIENTS through */
 	bool servers = strcasecmp(arg, "WAIT_FOR_SERVERS") == 0;
-	int sig = servers ? SIGINT : SIGTERM;
+	int sig = servers ? SIG_CONSOLE_SHUTDOWN_SERVERS : SIG_CONSOLE_SHUTDOWN_CLIENTS;
 	log_info("SHUTDOWN %s command issued", servers ? "WAIT_FOR_SERVERS" : "WAIT_FOR_CLIENTS");
 	/* the reply waits until the master's signal is back, so the next command sees the shutdown */
 	kill(wk.parent_master, sig);
