@@ -540,6 +540,19 @@ def test_console_pool_is_pgbouncer_pgbouncer_statement(bouncer):
     assert users["pgbouncer"]["current_client_connections"] == 1
 
 
+def test_console_database_row_ignores_global_pool_settings(bouncer, either_bin):
+    """The console's row in SHOW DATABASES: pool size 2, and no
+    min_pool_size or reserve_pool_size of its own, whatever the globals
+    say (PgBouncer shows 0 for both); the limits are the global ones."""
+    ini = {"min_pool_size": 2, "reserve_pool_size": 3, "max_db_connections": 11, "server_lifetime": 99}
+    if not either_bin.peer:
+        ini["max_workers"] = 1
+    b = bouncer(ini_overrides=ini, binary=either_bin)
+    db = row(console(b), "SHOW DATABASES", name="pgbouncer")
+    assert (db["pool_size"], db["min_pool_size"], db["reserve_pool_size"], db["server_lifetime"],
+            db["max_connections"]) == (2, 0, 0, 99, 11)
+
+
 def test_console_sees_itself_in_show_clients(bouncer):
     b = bouncer()
     admin = console(b, application_name="console-app")

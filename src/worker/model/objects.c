@@ -374,12 +374,12 @@ void objects_init(void)
 	list_init(&wk.autodb_idle);
 	vars_init(wk.cf.g.track_extra_parameters);
 
-	/* the admin console pseudo-database and its user */
+	/* the admin console pseudo-database and its user; no min or reserve pool (0 in SHOW DATABASES, as PgBouncer) */
 	CfDatabase admin = {.name = "pgbouncer",
 	                    .port = 0,
 	                    .pool_size = 2,
-	                    .min_pool_size = CF_UNSET,
-	                    .reserve_pool_size = CF_UNSET,
+	                    .min_pool_size = 0,
+	                    .reserve_pool_size = 0,
 	                    .pool_mode = POOL_STATEMENT,
 	                    .query_wait_timeout = CF_UNSET};
 	wk.admin_db = db_add(&admin);
