@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -283,7 +284,10 @@ static PgSocket *cancel_conn_new(const struct sockaddr_storage *remote, socklen_
  */
 static int cancel_room(const PgPool *pool)
 {
-	int room = 2 * pool_effective_size(pool) - pool_server_count(pool);
+	int size = pool_effective_size(pool);
+	if (size <= 0)
+		return INT_MAX; /* a pool of unlimited size: its cancels too */
+	int room = 2 * size - pool_server_count(pool);
 	return room > 1 ? room : 1;
 }
 
