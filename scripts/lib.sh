@@ -64,6 +64,15 @@ pgb_install_packages() {
     fi
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q ||
         pgb_die "apt-get update failed"
+    # apt-get -y removes what conflicts with the packages asked for, e.g. this
+    # project's own pgbouncer-multiworker (Conflicts: pgbouncer) for Debian's
+    # pgbouncer of the run lines: a script that installs what it needs must not
+    # take a package, or a running pooler, off the machine.
+    local removed
+    removed="$(LC_ALL=C apt-get install -s -q --no-install-recommends "${missing[@]}" </dev/null 2>/dev/null |
+        sed -n 's/^Remv \([^ ]*\).*/\1/p' | xargs)"
+    [ -z "$removed" ] ||
+        pgb_die "installing ${missing[*]} would remove ${removed}: not done; install them yourself if that is what you want (apt-get install ${missing[*]})"
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null ||
         pgb_die "apt-get install failed for: ${missing[*]}"
 }

@@ -453,3 +453,34 @@ def test_user_setting_drops_root(bouncer, run_pgbouncer, run_as):
     finally:
         os.kill(pid, signal.SIGTERM)
         wait_for(lambda: not os.path.exists(f"/proc/{pid}"), "pgbouncer to stop")
+
+
+# ---------------------------------------------------------------------------
+# scripts/lib.sh
+
+
+def test_package_install_refuses_to_remove_packages(tmp_path):
+    """pgb_install_packages (scripts/test, scripts/quickstart) installs with
+    apt-get -y, which removes whatever conflicts: Debian's pgbouncer of the
+    run lines would take this project's own pgbouncer-multiworker off the
+    machine. It stops instead, and installs nothing. (dpkg-query, apt-get
+    and sudo are stubs here: nothing is installed.)"""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    installed = tmp_path / "installed"
+    for name, body in {
+        "dpkg-query": 'echo not-installed',
+        "sudo": 'exec "$@"',
+        "apt-get": ('case " $* " in *" -s "*) echo "Remv pgbouncer-multiworker [1.25.2]";'
+                    ' echo "Inst pgbouncer (1.18.0-1+deb12u1 Debian:12 [amd64])";; '
+                    f'*" install "*) echo "$*" >>{installed};; esac'),
+    }.items():
+        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
+        (stubs / name).chmod(0o755)
+    env = dict(os.environ, PATH=f"{stubs}:{os.environ['PATH']}")
+    run = subprocess.run(["bash", "-c", f'source "{root}/scripts/lib.sh"; pgb_install_packages pgbouncer; echo went on'],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and "went on" not in run.stdout, run
+    assert "would remove pgbouncer-multiworker" in run.stderr, run.stderr
+    assert not installed.exists(), installed.read_text()
