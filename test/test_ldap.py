@@ -12,6 +12,7 @@ the same names, so a session shows who logged in.
 
 import re
 import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -411,3 +412,41 @@ def test_password_never_logged(bouncer, d, run_as):
     assert "LDAP authentication ok" in seen  # verbose=2: the debug lines are there
     for secret in [*USERS.values(), "alice wrong pw", "bob wrong pw", "nobody pw", READER_PASSWORD]:
         assert secret not in seen, f"{secret!r} is in the log"
+
+
+def test_deadline_of_a_queued_check(bouncer, d):
+    """Every thread waits on a hung directory, so the next check waits in the queue; its deadline
+    comes first (its client connected first). It fails with the user's name in the log (the
+    request was freed before the log line used it) and the worker goes on."""
+    b = ldap_pooler(bouncer, d, simple(d), args=["-v"], max_workers=1, client_login_timeout=4)
+    queued_user = "queued-user-with-a-long-name"
+
+    def send_password(w, password):
+        data = password.encode() + b"\0"
+        w.send(b"p" + (len(data) + 4).to_bytes(4, "big") + data)
+
+    with d.hung():
+        first = PgWire(b.port)
+        first.startup(user=queued_user)
+        assert first.read_msg()[0] == b"R"
+        # the holders' deadlines well after the first's: none of their threads is free before it
+        time.sleep(1)
+        mark = b.log_mark()
+        holders = []
+        for _ in range(8):  # the pool's threads, each held by the hung directory
+            w = PgWire(b.port)
+            w.startup(user=ALICE)
+            assert w.read_msg()[0] == b"R"
+            send_password(w, USERS[ALICE])
+            holders.append(w)
+        wait_for(lambda: len(re.findall(r"LDAP check queued", b.log_text()[mark:])) == 8, "8 checks running")
+        mark = b.log_mark()
+        send_password(first, "x")
+        first.expect_fatal("LDAP authentication failed")
+        b.wait_log(rf"LDAP authentication failed for user {queued_user}: no answer from the directory before "
+                   r"client_login_timeout$", after=mark)
+        for w in holders:
+            w.expect_fatal("LDAP authentication failed")
+            w.close()
+        first.close()
+    assert who(b, ALICE) == ALICE

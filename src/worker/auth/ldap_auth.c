@@ -382,8 +382,6 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 	PgSocket *c = r->job.client;
 	if (!c)
 		return;
-	/* the thread's late answer goes to nobody */
-	auth_job_client_gone(c);
 	if (wk.cf.g.client_login_timeout > 0)
 		slog(LG_WARNING, c,
 		     "LDAP authentication failed for user %s: no answer from the directory before "
@@ -392,6 +390,8 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 	else
 		slog(LG_WARNING, c, "LDAP authentication failed for user %s: no answer from the directory within %d s",
 		     r->user, (int)(LDAP_BOUND_WITHOUT_LOGIN_TIMEOUT / USEC_PER_SEC));
+	/* the thread's late answer goes to nobody; a check still queued is freed here: r is gone */
+	auth_job_client_gone(c);
 	disconnect_client(c, true, "LDAP authentication failed");
 }
 
