@@ -11,6 +11,7 @@ the same names, so a session shows who logged in.
 """
 
 import re
+import socket
 import threading
 import time
 from pathlib import Path
@@ -450,3 +451,37 @@ def test_deadline_of_a_queued_check(bouncer, d):
             w.close()
         first.close()
     assert who(b, ALICE) == ALICE
+
+
+def test_clients_that_leave_free_their_threads(bouncer, d, run_as):
+    """A directory that accepts connections and never answers holds the eight threads of eight
+    checks; their clients leave. The checks are cut short then, not at their deadline: another
+    user's login, to a directory that answers, goes through at once."""
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    dead.listen(64)
+    b = bouncer(ini_overrides={"auth_type": "hba", "max_workers": 1, "client_login_timeout": 30}, env=d.env(),
+                start=False)
+    hung = simple(d, port=dead.getsockname()[1])
+    hba = run_as.write(b.dir / "hba.conf", f"host all {ALICE} 127.0.0.1/32 ldap {hung}\n"
+                                           f"host all {BOB} 127.0.0.1/32 ldap {simple(d)}\n"
+                                           "local all all trust\n")
+    b.update(auth_hba_file=str(hba))
+    b.write_ini()
+    b.start(["-v"])
+    try:
+        mark = b.log_mark()
+        for _ in range(8):
+            w = PgWire(b.port)
+            w.startup(user=ALICE)
+            assert w.read_msg()[0] == b"R"
+            password = USERS[ALICE].encode() + b"\0"
+            w.send(b"p" + (len(password) + 4).to_bytes(4, "big") + password)
+            w.close()
+        wait_for(lambda: len(re.findall(r"client disconnected during LDAP authentication",
+                                        b.log_text()[mark:])) == 8, "the eight clients seen leaving")
+        start = time.monotonic()
+        assert who(b, BOB) == BOB
+        assert time.monotonic() - start < 5
+    finally:
+        dead.close()

@@ -35,6 +35,8 @@ struct AuthPool {
 	void (*run)(AuthJob *job);
 	/* in the loop: the answer; c is NULL when the client left first. Frees the job. */
 	void (*finish)(AuthJob *job, PgSocket *c);
+	/* in the loop, optional: a thread runs the job of a client that left; cut the check short */
+	void (*abandon)(AuthJob *job);
 
 	/* the pool's own state */
 	pthread_mutex_t lock;
@@ -48,9 +50,9 @@ struct AuthPool {
 	struct event *done_ev;
 };
 
-#define AUTH_POOL_INIT(NAME, MAX, RUN, FINISH)                                                                         \
+#define AUTH_POOL_INIT(NAME, MAX, RUN, FINISH, ABANDON)                                                                \
 	{                                                                                                              \
-		.name = (NAME), .max_threads = (MAX), .run = (RUN), .finish = (FINISH),                                \
+		.name = (NAME), .max_threads = (MAX), .run = (RUN), .finish = (FINISH), .abandon = (ABANDON),          \
 		.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .done_fd = -1                     \
 	}
 
@@ -67,8 +69,9 @@ bool auth_job_submit(PgSocket *c) __attribute__((warn_unused_result));
 
 /*
  * Forget the client's check (it is being closed, or its check ended in the
- * loop): a job not yet submitted is finished and freed now, a submitted
- * one's answer is dropped when it comes.
+ * loop): a job not yet submitted is finished and freed now, a queued one
+ * is taken off the queue and freed, a running one is abandoned (the pool's
+ * abandon, if any) and its answer dropped when it comes.
  */
 void auth_job_client_gone(PgSocket *c);
 

@@ -199,7 +199,9 @@ void auth_job_client_gone(PgSocket *c)
 	 * Still queued: no thread runs a check for nobody (a flood of logins
 	 * that send a password and leave would hold every PAM thread, and with
 	 * pam_faillock count failures against real accounts). Running: a thread
-	 * owns it, and its answer is dropped in finish().
+	 * owns it, and its answer is dropped in finish(); the kind may cut the
+	 * check short (an LDAP check on a hung directory would hold its thread
+	 * until its deadline, and with every thread held, the logins of others).
 	 */
 	AuthPool *p = job->pool;
 	bool unqueued = false;
@@ -217,4 +219,6 @@ void auth_job_client_gone(PgSocket *c)
 	pthread_mutex_unlock(&p->lock);
 	if (unqueued)
 		job->pool->finish(job, NULL);
+	else if (job->pool->abandon)
+		job->pool->abandon(job);
 }

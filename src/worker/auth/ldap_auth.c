@@ -4,7 +4,8 @@
  * StartTLS), and binds as the user (simple bind), or binds as ldapbinddn,
  * searches for the user's entry and binds as it (search+bind). The loop
  * bounds each check: at its deadline it fails the login and shuts the
- * directory connection down under the thread, whatever libldap is doing.
+ * directory connection down under the thread, whatever libldap is doing;
+ * it does the same as soon as the client leaves.
  */
 #include "autoconfig.h"
 
@@ -68,15 +69,16 @@ typedef struct LdapRequest {
 	usec_t deadline;           /* thread: get_mono_usec() time the check must end by */
 	struct event *deadline_ev; /* loop */
 	int watch_fd;              /* under watch_lock: a dup of the directory socket, -1 when none */
-	bool expired;              /* under watch_lock: the deadline passed */
+	bool expired;              /* under watch_lock: the deadline passed, or the client left */
 	bool ok;                   /* thread's answer */
 	char why[512];             /* thread's answer: what failed; never the password */
 } LdapRequest;
 
 static void check(AuthJob *job);
 static void finish(AuthJob *job, PgSocket *c);
+static void abandon(AuthJob *job);
 
-static AuthPool pool = AUTH_POOL_INIT("LDAP", LDAP_THREADS, check, finish);
+static AuthPool pool = AUTH_POOL_INIT("LDAP", LDAP_THREADS, check, finish, abandon);
 static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void free_request(LdapRequest *r)
@@ -368,17 +370,29 @@ static void finish(AuthJob *job, PgSocket *c)
 		sbuf_continue(&c->sb);
 }
 
+/* The check's connection to the directory is shut down under the thread, now or once it is made. */
+static void cut_short(LdapRequest *r)
+{
+	pthread_mutex_lock(&watch_lock);
+	r->expired = true;
+	if (r->watch_fd >= 0)
+		shutdown(r->watch_fd, SHUT_RDWR);
+	pthread_mutex_unlock(&watch_lock);
+}
+
+/* The client left during its check: nobody waits for the answer, and the thread is free sooner. */
+static void abandon(AuthJob *job)
+{
+	cut_short((LdapRequest *)job);
+}
+
 static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
 	LdapRequest *r = arg;
 	(void)fd;
 	(void)what;
 	worker_clock_tick();
-	pthread_mutex_lock(&watch_lock);
-	r->expired = true;
-	if (r->watch_fd >= 0)
-		shutdown(r->watch_fd, SHUT_RDWR);
-	pthread_mutex_unlock(&watch_lock);
+	cut_short(r);
 	PgSocket *c = r->job.client;
 	if (!c)
 		return;
