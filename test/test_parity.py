@@ -9,6 +9,7 @@ either_bin fixture, against PgBouncer 1.25.2 when it is there
 """
 
 import re
+import time
 
 import psycopg
 import pytest
@@ -367,3 +368,55 @@ def test_negative_entry_sizes_fall_back_to_the_global(bouncer, either_bin, pg):
     user = next(r for r in rows(admin, "SHOW USERS") if r["name"] == "neguser")
     assert (user["pool_size"], user["reserve_pool_size"]) == ("", "")
     assert rows(admin, "SHOW PEERS") == [{"peer_id": 5, "host": "/tmp", "port": 6432, "pool_size": 7}]
+
+
+# ---------------------------------------------------------------------------
+# the log lines of the console's commands
+
+
+def test_console_commands_log_command_issued(bouncer, either_bin):
+    """Each state command logs `NAME command issued`, or `NAME 'db' command
+    issued` with a database, once (not once per worker), after its argument
+    was checked and before it runs: a refused one (no such database, RESUME
+    when not paused) logs it too. A plain SHUTDOWN logs `SHUTDOWN command
+    issued`."""
+    ini = {} if either_bin.peer else {"max_workers": 2, "min_workers": 2}
+    b = bouncer(ini_overrides=ini, binary=either_bin)
+    if not either_bin.peer:
+        two_workers(b)
+    admin = console(b)
+    steps = [
+        ("PAUSE", None, "PAUSE command issued"),
+        ("RESUME", None, "RESUME command issued"),
+        ('PAUSE "postgres"', None, "PAUSE 'postgres' command issued"),
+        ("RESUME postgres", None, "RESUME 'postgres' command issued"),
+        ("RESUME", "pooler is not paused/suspended", "RESUME command issued"),
+        ("PAUSE nosuch", "no such database: nosuch", "PAUSE 'nosuch' command issued"),
+        ("DISABLE postgres", None, "DISABLE 'postgres' command issued"),
+        ("ENABLE postgres", None, "ENABLE 'postgres' command issued"),
+        ("RECONNECT", None, "RECONNECT command issued"),
+        ("RECONNECT postgres", None, "RECONNECT 'postgres' command issued"),
+        ("WAIT_CLOSE postgres", None, "WAIT_CLOSE 'postgres' command issued"),
+        ("WAIT_CLOSE", None, "WAIT_CLOSE command issued"),
+        ("KILL postgres", None, "KILL 'postgres' command issued"),
+        ("RESUME postgres", None, "RESUME 'postgres' command issued"),
+        ("KILL", None, "KILL command issued"),
+        ("SUSPEND", None, "SUSPEND command issued"),
+        ("RESUME", None, "RESUME command issued"),
+    ]
+    for command, error, line in steps:
+        mark = b.log_mark()
+        if error:
+            with pytest.raises(psycopg.Error, match=error):
+                admin.execute(command)
+        else:
+            admin.execute(command)
+        b.wait_log(rf"LOG {re.escape(line)}\n", after=mark)
+        time.sleep(0.1)
+        assert b.log_text()[mark:].count(f" {line}\n") == 1, (command, b.log_text()[mark:])
+    mark = b.log_mark()
+    try:
+        admin.execute("SHUTDOWN")
+    except psycopg.OperationalError:
+        pass  # the pooler exits without answering
+    b.wait_log(r"LOG SHUTDOWN command issued\n", after=mark)

@@ -1982,7 +1982,7 @@ static bool cmd_shutdown(PgSocket *c, const char *arg, const char *query)
 	if (wk.parent_master <= 0)
 		return no_master(c, "SHUTDOWN");
 	if (!*arg) {
-		log_info("shutdown requested by admin console");
+		log_info("SHUTDOWN command issued");
 		/* no reply: the connection stays open until the process exits */
 		kill(wk.parent_master, SIGQUIT);
 		return true;
@@ -2211,6 +2211,7 @@ typedef struct AdminCommand {
 	const char *modes; /* ARG_OPT_MODE: the words accepted, '|'-separated */
 	bool alias;        /* not listed by SHOW HELP */
 	bool state;        /* may change what workers started later take over (worker/admin_state.h) */
+	bool issued;       /* logs "NAME ['db'] command issued" once, by the user's console, before running */
 } AdminCommand;
 
 static bool cmd_show(PgSocket *c, const char *arg, const char *query);
@@ -2221,16 +2222,16 @@ static const AdminCommand admin_commands[] = {
     {"SELECT", ARG_SUBJECT, cmd_show, ACCESS_STATS, .alias = true},
     {"SET", ARG_SET, cmd_set, ACCESS_STATS, .fanout = true},
     {"RELOAD", ARG_NONE, cmd_reload, ACCESS_ADMIN},
-    {"PAUSE", ARG_OPT_DB, cmd_pause, ACCESS_ADMIN, .fanout = true, .state = true, .waits = true},
-    {"RESUME", ARG_OPT_DB, cmd_resume, ACCESS_ADMIN, .fanout = true, .state = true},
-    {"DISABLE", ARG_DB, cmd_disable, ACCESS_ADMIN, .fanout = true, .state = true},
-    {"ENABLE", ARG_DB, cmd_enable, ACCESS_ADMIN, .fanout = true, .state = true},
-    {"RECONNECT", ARG_OPT_DB, cmd_reconnect, ACCESS_ADMIN, .fanout = true},
-    {"KILL", ARG_OPT_DB, cmd_kill, ACCESS_ADMIN, .fanout = true, .state = true},
+    {"PAUSE", ARG_OPT_DB, cmd_pause, ACCESS_ADMIN, .fanout = true, .state = true, .waits = true, .issued = true},
+    {"RESUME", ARG_OPT_DB, cmd_resume, ACCESS_ADMIN, .fanout = true, .state = true, .issued = true},
+    {"DISABLE", ARG_DB, cmd_disable, ACCESS_ADMIN, .fanout = true, .state = true, .issued = true},
+    {"ENABLE", ARG_DB, cmd_enable, ACCESS_ADMIN, .fanout = true, .state = true, .issued = true},
+    {"RECONNECT", ARG_OPT_DB, cmd_reconnect, ACCESS_ADMIN, .fanout = true, .issued = true},
+    {"KILL", ARG_OPT_DB, cmd_kill, ACCESS_ADMIN, .fanout = true, .state = true, .issued = true},
     {"KILL_CLIENT", ARG_CLIENT_ID, cmd_kill_client, ACCESS_ADMIN, .fanout = true},
-    {"SUSPEND", ARG_NONE, cmd_suspend, ACCESS_ADMIN, .fanout = true, .state = true, .waits = true},
+    {"SUSPEND", ARG_NONE, cmd_suspend, ACCESS_ADMIN, .fanout = true, .state = true, .waits = true, .issued = true},
     {"SHUTDOWN", ARG_OPT_MODE, cmd_shutdown, ACCESS_ADMIN, .modes = "WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS"},
-    {"WAIT_CLOSE", ARG_OPT_DB, cmd_wait_close, ACCESS_ADMIN, .fanout = true, .waits = true},
+    {"WAIT_CLOSE", ARG_OPT_DB, cmd_wait_close, ACCESS_ADMIN, .fanout = true, .waits = true, .issued = true},
     {"DISABLE_LATER", ARG_DB, cmd_disable_later, ACCESS_PEER, .alias = true, .state = true},
     {"RESUME_PART", ARG_OPT_DB, cmd_resume_part, ACCESS_PEER, .alias = true, .state = true},
 };
@@ -2403,6 +2404,13 @@ static bool run_command(PgSocket *c, const AdminCommand *cmd, const char *arg, c
 	case ARG_OPT_DB:
 	case ARG_SET:
 		break;
+	}
+	/* once, by the console the user typed it in (PgBouncer's line), not by the peers it reaches */
+	if (cmd->issued && !c->is_private) {
+		if (*arg)
+			log_info("%s '%s' command issued", cmd->name, arg);
+		else
+			log_info("%s command issued", cmd->name);
 	}
 	/* a peer console is an admin: only an admin's command may reach it (not a stats user's fake SET) */
 	bool fanout = cmd->fanout && c->admin_user && admin_fanout_wanted(c);
