@@ -420,3 +420,14 @@ def test_console_commands_log_command_issued(bouncer, either_bin):
     except psycopg.OperationalError:
         pass  # the pooler exits without answering
     b.wait_log(r"LOG SHUTDOWN command issued\n", after=mark)
+
+
+def test_kill_client_without_an_id(bouncer, either_bin):
+    """KILL_CLIENT without an id is answered as one that is not a number:
+    `invalid client pointer supplied`, not `invalid command`."""
+    b = bouncer(binary=either_bin)
+    admin = console(b)
+    for command in ("KILL_CLIENT", "KILL_CLIENT;", "KILL_CLIENT abc"):
+        with pytest.raises(psycopg.errors.ProtocolViolation) as err:
+            admin.execute(command)
+        assert str(err.value) == "invalid client pointer supplied", command

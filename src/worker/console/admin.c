@@ -2393,6 +2393,10 @@ static bool run_command(PgSocket *c, const AdminCommand *cmd, const char *arg, c
 			return admin_error(c, NULL, "a database is required");
 		break;
 	case ARG_CLIENT_ID:
+		/* no id is no number either (PgBouncer's answer) */
+		if (!*arg)
+			return admin_error(c, NULL, "invalid client pointer supplied");
+		break;
 	case ARG_SUBJECT:
 		if (!*arg)
 			return invalid_command(c, query);
