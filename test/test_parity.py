@@ -431,3 +431,15 @@ def test_kill_client_without_an_id(bouncer, either_bin):
         with pytest.raises(psycopg.errors.ProtocolViolation) as err:
             admin.execute(command)
         assert str(err.value) == "invalid client pointer supplied", command
+
+
+def test_set_of_an_unknown_parameter_logs_it(bouncer, either_bin):
+    """SET of a key [pgbouncer] does not have: "SET failed", and the log
+    names the key as a configuration load does (`unknown parameter:
+    pgbouncer/KEY`), then the failure."""
+    b = bouncer(binary=either_bin)
+    admin = console(b)
+    mark = b.log_mark()
+    with pytest.raises(psycopg.errors.ProtocolViolation, match="^SET failed$"):
+        admin.execute("SET no_such_key = 1")
+    b.wait_log(r"ERROR unknown parameter: pgbouncer/no_such_key\n.*ERROR SET failed\n", after=mark)

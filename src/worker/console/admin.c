@@ -2062,8 +2062,10 @@ static bool cmd_set(PgSocket *c, const char *p, const char *query)
 		return admin_error(c, NULL, "admin access needed");
 	const CfParam *param = config_find_param(key);
 	char err[CF_ERRMSG_LEN];
-	if (!param)
+	if (!param) {
+		log_error("unknown parameter: pgbouncer/%s", key); /* PgBouncer's line, then "SET failed" */
 		return admin_error(c, NULL, "SET failed");
+	}
 	/*
 	 * A TLS key is kept even when TLS cannot be built from it yet, as in
 	 * PgBouncer: enabling TLS takes several SETs (mode, key, certificate),
