@@ -663,8 +663,9 @@ def test_extended_protocol_is_refused_and_closes(bouncer):
     raw.send("S", b"")
     msgs = raw.until_eof()
     assert msgs[0] == ("E", b"SERROR\0C08P01\0Mextended query protocol not supported by admin console\0\0")
-    # a ReadyForQuery may follow the error, but no answer to the Sync
-    assert [m[0] for m in msgs[1:]] in (["EOF"], ["Z", "EOF"])
+    # a ReadyForQuery and FATAL "bad packet" follow the error (PgBouncer's), no answer to the Sync
+    assert [m[0] for m in msgs[1:]] == ["Z", "E", "EOF"]
+    assert msgs[2] == ("E", b"SFATAL\0C08P01\0Mbad packet\0\0")
 
 
 @pytest.mark.parametrize("mtype,body", [("F", b"\0\0\0\0\0\0\0\0\0\0"), ("S", b""), ("H", b""),
@@ -678,7 +679,8 @@ def test_unknown_message_type_is_refused_and_closes(bouncer, mtype, body):
     msgs = raw.until_eof()
     want = f"unsupported packet type for admin console: {ord(mtype)}".encode()
     assert msgs[0] == ("E", b"SERROR\0C08P01\0M" + want + b"\0\0")
-    assert [m[0] for m in msgs[1:]] in (["EOF"], ["Z", "EOF"])
+    assert [m[0] for m in msgs[1:]] == ["Z", "E", "EOF"]
+    assert msgs[2] == ("E", b"SFATAL\0C08P01\0Mbad packet\0\0")
 
 
 def test_terminate_closes_quietly(bouncer):

@@ -16,6 +16,7 @@ import pytest
 
 from conftest import wait_for
 from helpers import Background, conn_on, console, rows, two_workers
+from pgwire import PgWire, error_fields, message
 
 
 def one_worker(either_bin, **ini):
@@ -443,3 +444,24 @@ def test_set_of_an_unknown_parameter_logs_it(bouncer, either_bin):
     with pytest.raises(psycopg.errors.ProtocolViolation, match="^SET failed$"):
         admin.execute("SET no_such_key = 1")
     b.wait_log(r"ERROR unknown parameter: pgbouncer/no_such_key\n.*ERROR SET failed\n", after=mark)
+
+
+@pytest.mark.parametrize("messages,error", [
+    ([(b"P", b"\0SHOW VERSION\0\0\0"), (b"S", b"")], "extended query protocol not supported by admin console"),
+    ([(b"H", b"")], "unsupported packet type for admin console: 72"),
+])
+def test_console_refuses_a_message_with_error_then_fatal(bouncer, either_bin, messages, error):
+    """A message the console does not take: the ERROR (logged too) and a
+    ReadyForQuery, then FATAL `bad packet` (`pooler error: bad packet` in
+    the log) and the connection closes."""
+    b = bouncer(ini_overrides=one_worker(either_bin), binary=either_bin)
+    w = PgWire(b.port)
+    w.login(user="pgbouncer", database="pgbouncer")
+    mark = b.log_mark()
+    w.send(b"".join(message(t, body) for t, body in messages))
+    msgs = w.expect_closed()
+    assert [m[0] for m in msgs] == [b"E", b"Z", b"E"], msgs
+    assert error_fields(msgs[0][1]) == {"S": "ERROR", "C": "08P01", "M": error}
+    assert error_fields(msgs[2][1]) == {"S": "FATAL", "C": "08P01", "M": "bad packet"}
+    b.wait_log(rf"ERROR {error}\n.*pooler error: {error}\n.*closing because: bad packet \(age=\d+s\)\n"
+               r".*pooler error: bad packet\n", after=mark)

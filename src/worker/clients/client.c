@@ -575,12 +575,15 @@ static SBufAction handle_admin_packet(PgSocket *c, const PktHdr *hdr, const uint
 	case 'B':
 	case 'E':
 		/* these three only; Sync, Flush, Describe, Close are "unsupported packet type" (doc/pgbouncer.1.md) */
+		log_error("extended query protocol not supported by admin console");
 		client_send_error(c, false, "08P01", "extended query protocol not supported by admin console");
-		disconnect_client(c, false, "bad packet");
+		/* then FATAL "bad packet", as PgBouncer, so that the client knows the connection is gone */
+		disconnect_client(c, true, "bad packet");
 		return SB_CLOSED;
 	default:
+		log_error("unsupported packet type for admin console: %d", hdr->type);
 		client_send_error(c, false, "08P01", "unsupported packet type for admin console: %d", hdr->type);
-		disconnect_client(c, false, "bad packet");
+		disconnect_client(c, true, "bad packet");
 		return SB_CLOSED;
 	}
 }
