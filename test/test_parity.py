@@ -465,3 +465,16 @@ def test_console_refuses_a_message_with_error_then_fatal(bouncer, either_bin, me
     assert error_fields(msgs[2][1]) == {"S": "FATAL", "C": "08P01", "M": "bad packet"}
     b.wait_log(rf"ERROR {error}\n.*pooler error: {error}\n.*closing because: bad packet \(age=\d+s\)\n"
                r".*pooler error: bad packet\n", after=mark)
+
+
+@pytest.mark.parametrize("command", ["SET default_pool_size = 'x'", "SET pool_mode = 'nosuch'",
+                                     "SET query_timeout = '5s'", "SET log_connections = 'maybe'"])
+def test_set_of_a_bad_value_logs_set_failed(bouncer, either_bin, command):
+    """A bad value: the error "SET failed", logged as `ERROR SET failed`
+    before the `pooler error` line, as every console error is."""
+    b = bouncer(binary=either_bin)
+    admin = console(b)
+    mark = b.log_mark()
+    with pytest.raises(psycopg.errors.ProtocolViolation, match="^SET failed$"):
+        admin.execute(command)
+    b.wait_log(r"ERROR SET failed\n.*pooler error: SET failed\n", after=mark)

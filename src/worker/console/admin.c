@@ -2023,6 +2023,7 @@ static bool set_tls_blocker(const char *key, const char *old, const char *val)
 static bool set_refused(PgSocket *c, const char *reason)
 {
 	log_warning("%s", reason);
+	log_error("SET failed"); /* PgBouncer's line, as for any console error */
 	if (wk.cf.g.log_pooler_errors)
 		slog(LG_WARNING, c, "pooler error: SET failed");
 	PktBuf pb;
