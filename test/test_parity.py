@@ -478,3 +478,13 @@ def test_set_of_a_bad_value_logs_set_failed(bouncer, either_bin, command):
     with pytest.raises(psycopg.errors.ProtocolViolation, match="^SET failed$"):
         admin.execute(command)
     b.wait_log(r"ERROR SET failed\n.*pooler error: SET failed\n", after=mark)
+
+
+def test_console_query_is_logged_at_debug(bouncer, either_bin):
+    """With verbose, each console query is logged as `got admin query:
+    QUERY`."""
+    b = bouncer(ini_overrides={"verbose": 1}, binary=either_bin)
+    admin = console(b)
+    mark = b.log_mark()
+    admin.execute("SHOW VERSION")
+    b.wait_log(r"DEBUG got admin query: SHOW VERSION\n", after=mark)

@@ -2454,7 +2454,7 @@ bool admin_handle_query(PgSocket *c, const char *query)
 	char word[16], arg[MAX_WORD] = "";
 	const char *p = query;
 	wk.now = get_time_usec();
-	log_debug("admin command: %s", query);
+	log_debug("got admin query: %s", query); /* PgBouncer's words */
 
 	AdminParse r = admin_read_ident(&p, word, sizeof(word));
 	if (r != ADMIN_PARSE_OK)
