@@ -904,6 +904,87 @@ def test_new_master_killed_during_upgrade_leaves_a_serving_pooler(bouncer, old_t
     wait_for(lambda: not pid_alive(old_pid), "the old master to exit")
 
 
+# epoll_wait() fails (EBADF) in the process whose pid the flag file holds: libevent's loop returns
+# -1 there, and the pooler exits through fatal("event loop failed"), as at any fatal() of a master
+FAIL_LOOP = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+int epoll_wait(int epfd, struct epoll_event *ev, int n, int timeout)
+{
+	const char *flag = getenv("PGB_TEST_FAIL_LOOP");
+	int fd = flag ? open(flag, O_RDONLY | O_CLOEXEC) : -1;
+	if (fd >= 0) {
+		char buf[32] = {0};
+		ssize_t got = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (got > 0 && atoi(buf) == (int)getpid()) {
+			errno = EBADF;
+			return -1;
+		}
+	}
+	int (*real)(int, struct epoll_event *, int, int) = dlsym(RTLD_NEXT, "epoll_wait");
+	return real(epfd, ev, n, timeout);
+}
+"""
+
+
+def test_new_master_fatal_in_grace_leaves_the_old_trees_files(bouncer, old_trees, session_dir, tmp_path):
+    """The new master of `-R` exits through fatal() within its grace period: the old master carries
+    on, and the unix socket file and the private directory (the console's fan-out, the next -R) are
+    still there for it; before, the new master's exit removed them, and the old tree served on
+    TCP only, unreachable to a later -R."""
+    import psycopg
+    import shutil
+    cc = shutil.which("cc")
+    if not cc:
+        pytest.skip("no C compiler for the epoll_wait() shim")
+    src = tmp_path / "failloop.c"
+    src.write_text(FAIL_LOOP)
+    so = session_dir / f"failloop-{os.getpid()}-{tmp_path.name}.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"], check=True)
+    os.chmod(so, 0o755)
+    flag = session_dir / f"failloop-{os.getpid()}-{tmp_path.name}.flag"
+    asan = os.environ.get("ASAN_OPTIONS")  # see failing_fork in test_resilience.py
+    b = bouncer(ini_overrides=TWO)
+    two_workers(b)
+    old_proc, old_pid = b.proc, b.pid
+    old_trees.append((old_pid, os.getpgid(old_pid)))
+    mark = b.log_mark()
+    b.proc = None
+    b.env = {**b.env, "LD_PRELOAD": str(so), "PGB_TEST_FAIL_LOOP": str(flag),
+             "ASAN_OPTIONS": (asan + ":" if asan else "") + "verify_asan_link_order=0"}
+    try:
+        b.start(["-R"])
+        new = b.proc
+        old_trees.append((new.pid, new.pid))
+        b.wait_log(rf"online restart: pid {new.pid} took over; this process keeps serving", after=mark)
+        flag.write_text(str(new.pid))
+        new.wait(timeout=30)
+        b.wait_log(r"event loop failed", after=mark)
+        b.proc, b._pid, b._pgid = old_proc, old_pid, os.getpgid(old_pid)
+        b.wait_log(rf"online restart: pid {new.pid} went away \d+\.\d s after taking over, within the grace "
+                   r"period \(\d+ s\): this process carries on", after=mark)
+    finally:
+        b.env = {k: v for k, v in b.env.items() if k not in ("LD_PRELOAD", "PGB_TEST_FAIL_LOOP", "ASAN_OPTIONS")}
+        flag.unlink(missing_ok=True)
+        so.unlink(missing_ok=True)
+    wait_for(lambda: b._read_pidfile() == old_pid, "the pidfile to name the old master again")
+    assert (b.dir / f".s.PGSQL.{b.port}").exists()
+    with psycopg.connect(host=str(b.dir), port=b.port, dbname="postgres", user="postgres",
+                         connect_timeout=5) as c:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+    with b.admin() as admin:  # the console fans out through the private sockets
+        assert len(rows(admin, "SHOW WORKERS")) == 2
+    upgrade(b, old_trees)  # the old master's control socket is still there
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit")
+
+
 def test_reboot_while_the_old_master_is_being_killed(bouncer, old_trees):
     """`-R` right after the running master was killed: its pidfile names a
     process that is dying (not reaped yet here); `-R` starts a new pooler

@@ -65,6 +65,7 @@ typedef struct Master {
 	char private_dir[108];     /* the workers' private sockets (mode 0700), "" = none */
 	bool private_dir_made;     /* ours to remove at exit */
 	bool handed;               /* -R: a new master committed; we serve out our grace period */
+	bool in_grace;             /* we took over; the old tree may still resume (UPGRADE_GRACE_S) */
 	struct event *orphan_scan; /* every second: orphans to adopt (on_orphan_scan()) */
 } Master;
 
@@ -297,9 +298,27 @@ static void on_pred_gone(pid_t pid)
 	adopt_late(-1, 0, NULL);
 }
 
+/*
+ * The unix socket file and the private directory become ours to remove at
+ * exit once the old tree can no longer resume: at the end of the grace
+ * period, or when we say goodbye at a shutdown (the old master then hands
+ * over at once). Within the grace period an exit of ours (fatal()) leaves
+ * them to the old master, which carries on with them, or to the orphans,
+ * which wait on them for another master.
+ */
+static void claim_files(void)
+{
+	if (!master.in_grace)
+		return;
+	master.in_grace = false;
+	master.listeners.unix_borrowed = false;
+	master.private_dir_made = master.private_dir[0] != '\0';
+}
+
 /* UPGRADE_GRACE_S after a take-over (-R or an adoption): the old tree hands over, our workers may outlive us. */
 static void on_takeover_settled(evutil_socket_t fd, short what, void *arg)
 {
+	claim_files();
 	if (master.shutting_down)
 		return;
 	/*
@@ -650,6 +669,7 @@ static void start_shutdown(bool servers, bool console)
 	master.shutting_down = true;
 	notify_systemd("STOPPING=1");
 	upgrade_goodbye();
+	claim_files();
 	if (!console) {
 		if (servers)
 			log_info("got SIGINT, shutting down, waiting for all servers connections to be released");
@@ -899,8 +919,7 @@ int main(int argc, char **argv)
 		upgrade_on_orphan_cancel(supervisor_cancel_to_moved);
 		upgrade_on_pred_gone(on_pred_gone);
 		upgrade_commit(&tk, supervisor_adopt_old, master.base);
-		master.listeners.unix_borrowed = false;
-		master.private_dir_made = master.private_dir[0] != '\0';
+		master.in_grace = true; /* the files stay borrowed: claim_files() */
 		/*
 		 * Both trees serve: a pidfile we cannot write (a full file system)
 		 * must not stop either. The old one names a process that retires
