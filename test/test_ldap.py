@@ -485,3 +485,45 @@ def test_clients_that_leave_free_their_threads(bouncer, d, run_as):
         assert time.monotonic() - start < 5
     finally:
         dead.close()
+
+
+def test_hung_directory_leaves_threads_for_another(bouncer, d, run_as):
+    """Eight clients stay connected while their directory accepts and never answers (their checks
+    run until client_login_timeout, 30 s here): another user's login to a directory that answers
+    goes through at once, not after those deadlines. A directory's checks hold at most eight of the
+    worker's LDAP threads; before, the eight were all the worker had (doc/ldap.md, "When the
+    directory does not answer")."""
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    dead.listen(64)
+    b = bouncer(ini_overrides={"auth_type": "hba", "max_workers": 1, "client_login_timeout": 30}, env=d.env(),
+                start=False)
+    hung = simple(d, port=dead.getsockname()[1])
+    hba = run_as.write(b.dir / "hba.conf", "host all pgbouncer 127.0.0.1/32 trust\n"
+                                           f"host all {ALICE} 127.0.0.1/32 ldap {hung}\n"
+                                           f"host all {BOB} 127.0.0.1/32 ldap {simple(d)}\n"
+                                           "local all all trust\n")
+    b.update(auth_hba_file=str(hba))
+    b.write_ini()
+    b.start(["-v"])
+    holders = []
+    try:
+        mark = b.log_mark()
+        for _ in range(10):  # two more than a directory may hold: they wait in the queue
+            w = PgWire(b.port)
+            w.startup(user=ALICE)
+            assert w.read_msg()[0] == b"R"
+            password = USERS[ALICE].encode() + b"\0"
+            w.send(b"p" + (len(password) + 4).to_bytes(4, "big") + password)
+            holders.append(w)
+        wait_for(lambda: len(re.findall(r"LDAP check queued", b.log_text()[mark:])) == 10, "10 checks submitted")
+        start = time.monotonic()
+        assert who(b, BOB) == BOB
+        # well before the holders' deadline (30 s), which is when a starved login would get a thread
+        assert time.monotonic() - start < 15
+        # the ten still wait for their answer
+        assert "LDAP authentication failed for user alice" not in b.log_text()[mark:]
+    finally:
+        for w in holders:
+            w.close()
+        dead.close()

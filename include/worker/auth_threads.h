@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "worker/objects.h"
 
@@ -26,11 +27,21 @@ struct AuthJob {
 	PgSocket *client;  /* loop only: NULL once the client is gone */
 	bool submitted;    /* loop only: given to the threads */
 	bool own_deadline; /* loop only: the kind ends the login at its own deadline, not the janitor */
+	uint64_t lane;     /* what the check waits on (an LDAP directory), 0: none; set before submitting */
 };
+
+/* the most threads a pool may have, and so the most checks running at once */
+#define AUTH_POOL_MAX_THREADS 32
 
 struct AuthPool {
 	const char *name; /* "PAM", "LDAP": in log lines and close reasons */
-	int max_threads;  /* started one by one, when a job finds no idle thread */
+	int max_threads;  /* started one by one, when a job finds no idle thread; <= AUTH_POOL_MAX_THREADS */
+	/*
+	 * The most threads the checks of one lane may hold at once (0: no
+	 * bound): a directory that hangs holds its threads until the checks'
+	 * deadlines, and the checks of another lane must still find one.
+	 */
+	int lane_cap;
 	/* in a thread: the blocking check; no logging, no worker state */
 	void (*run)(AuthJob *job);
 	/* in the loop: the answer; c is NULL when the client left first. Frees the job. */
@@ -41,19 +52,21 @@ struct AuthPool {
 	/* the pool's own state */
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
-	AuthJob *queue_head, *queue_tail; /* waiting for a thread */
-	int queued;                       /* jobs in that queue */
-	AuthJob *done;                    /* answered, newest first, for the loop */
-	int threads;                      /* started */
-	int idle;                         /* waiting for a job */
-	int done_fd;                      /* eventfd: a thread answered */
+	AuthJob *queue_head, *queue_tail;        /* waiting for a thread */
+	int queued;                              /* jobs in that queue */
+	AuthJob *done;                           /* answered, newest first, for the loop */
+	int threads;                             /* started */
+	int idle;                                /* waiting for a job */
+	uint64_t running[AUTH_POOL_MAX_THREADS]; /* the lanes of the checks running, 0 in a free slot */
+	int done_fd;                             /* eventfd: a thread answered */
 	struct event *done_ev;
 };
 
-#define AUTH_POOL_INIT(NAME, MAX, RUN, FINISH, ABANDON)                                                                \
+#define AUTH_POOL_INIT(NAME, MAX, LANE_CAP, RUN, FINISH, ABANDON)                                                      \
 	{                                                                                                              \
-		.name = (NAME), .max_threads = (MAX), .run = (RUN), .finish = (FINISH), .abandon = (ABANDON),          \
-		.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .done_fd = -1                     \
+		.name = (NAME), .max_threads = (MAX), .lane_cap = (LANE_CAP), .run = (RUN), .finish = (FINISH),        \
+		.abandon = (ABANDON), .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER,             \
+		.done_fd = -1                                                                                          \
 	}
 
 /* Attach a prepared (not yet submitted) job to its client: the client's check until it is submitted. */

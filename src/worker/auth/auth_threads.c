@@ -33,26 +33,63 @@ bool auth_job_running(const PgSocket *c)
 	return c->auth_job && c->auth_job->submitted;
 }
 
+/* Whether the lane's checks hold every thread they may; called with the lock held. */
+static bool lane_full(const AuthPool *p, uint64_t lane)
+{
+	if (!lane || p->lane_cap <= 0)
+		return false;
+	int n = 0;
+	for (int i = 0; i < AUTH_POOL_MAX_THREADS; i++)
+		n += p->running[i] == lane;
+	return n >= p->lane_cap;
+}
+
+/* The first queued job whose lane has room, taken off the queue and its lane marked; NULL: none. */
+static AuthJob *take_job(AuthPool *p, int *slot)
+{
+	AuthJob *prev = NULL;
+	for (AuthJob *job = p->queue_head; job; prev = job, job = job->next) {
+		if (lane_full(p, job->lane))
+			continue;
+		if (prev)
+			prev->next = job->next;
+		else
+			p->queue_head = job->next;
+		if (p->queue_tail == job)
+			p->queue_tail = prev;
+		p->queued--;
+		*slot = -1;
+		for (int i = 0; job->lane && i < AUTH_POOL_MAX_THREADS; i++)
+			if (!p->running[i]) {
+				p->running[i] = job->lane;
+				*slot = i;
+				break;
+			}
+		return job;
+	}
+	return NULL;
+}
+
 static void *thread_main(void *arg)
 {
 	AuthPool *p = arg;
 	for (;;) {
 		pthread_mutex_lock(&p->lock);
-		while (!p->queue_head) {
+		AuthJob *job;
+		int slot;
+		/* a job whose lane is full waits for one of that lane's checks to end: that thread takes it */
+		while (!(job = take_job(p, &slot))) {
 			p->idle++;
 			pthread_cond_wait(&p->wake, &p->lock);
 			p->idle--;
 		}
-		AuthJob *job = p->queue_head;
-		p->queue_head = job->next;
-		if (!p->queue_head)
-			p->queue_tail = NULL;
-		p->queued--;
 		pthread_mutex_unlock(&p->lock);
 
 		p->run(job);
 
 		pthread_mutex_lock(&p->lock);
+		if (slot >= 0)
+			p->running[slot] = 0;
 		job->next = p->done;
 		p->done = job;
 		pthread_mutex_unlock(&p->lock);
@@ -123,10 +160,15 @@ static bool start_pool(AuthPool *p)
 	return true;
 }
 
-/* Another thread, when more jobs wait than threads do and there is room; called with the lock held. */
-static void maybe_add_thread(AuthPool *p)
+/*
+ * Another thread, when more jobs wait than threads do and there is room;
+ * called with the lock held. A job whose lane is full needs none: a thread
+ * of its lane takes it when its check ends.
+ */
+static void maybe_add_thread(AuthPool *p, const AuthJob *job)
 {
-	if (p->queued <= p->idle || p->threads >= p->max_threads)
+	if (p->queued <= p->idle || p->threads >= p->max_threads || p->threads >= AUTH_POOL_MAX_THREADS ||
+	    lane_full(p, job->lane))
 		return;
 	/* signals stay with the loop's thread: the threads start with all of them blocked */
 	sigset_t all, old;
@@ -167,7 +209,7 @@ bool auth_job_submit(PgSocket *c)
 		p->queue_head = job;
 	p->queue_tail = job;
 	p->queued++;
-	maybe_add_thread(p);
+	maybe_add_thread(p, job);
 	bool no_thread = p->threads == 0;
 	if (no_thread) {
 		p->queue_head = p->queue_tail = NULL;

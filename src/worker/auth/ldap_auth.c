@@ -55,8 +55,14 @@ bool ldap_auth_start(PgSocket *c, const char *password)
 #include "common/ldap_options.h"
 #include "worker/auth_threads.h"
 
-/* a directory that hangs holds a thread until the check's deadline: enough for a few of those */
-#define LDAP_THREADS                     8
+/*
+ * A directory that hangs holds a thread per check until the check's
+ * deadline: one directory's checks hold at most LDAP_THREADS_PER_DIRECTORY
+ * of a worker's threads, so that the logins of another directory still
+ * find one (doc/ldap.md, "When the directory does not answer").
+ */
+#define LDAP_THREADS                     32
+#define LDAP_THREADS_PER_DIRECTORY       8
 /* the bound of a check when client_login_timeout is 0 (no login deadline) */
 #define LDAP_BOUND_WITHOUT_LOGIN_TIMEOUT (60 * USEC_PER_SEC)
 
@@ -78,7 +84,7 @@ static void check(AuthJob *job);
 static void finish(AuthJob *job, PgSocket *c);
 static void abandon(AuthJob *job);
 
-static AuthPool pool = AUTH_POOL_INIT("LDAP", LDAP_THREADS, check, finish, abandon);
+static AuthPool pool = AUTH_POOL_INIT("LDAP", LDAP_THREADS, LDAP_THREADS_PER_DIRECTORY, check, finish, abandon);
 static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void free_request(LdapRequest *r)
@@ -420,6 +426,21 @@ static void init_library(void)
 	done = true;
 }
 
+/* The directory a check asks: its servers, port and scheme, hashed (FNV-1a); never 0. */
+static uint64_t directory_lane(const LdapOptions *o)
+{
+	uint64_t h = 14695981039346656037ULL;
+	char tail[32];
+	snprintf(tail, sizeof(tail), ":%d:%d", o->port, o->ldaps);
+	for (int i = 0; i <= o->n_servers; i++) {
+		const char *s = i < o->n_servers ? o->servers[i] : tail;
+		for (; *s; s++)
+			h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+		h = (h ^ ',') * 1099511628211ULL;
+	}
+	return h ? h : 1;
+}
+
 bool ldap_auth_prepare(PgSocket *c, const LdapOptions *rule)
 {
 	LdapOptions *o;
@@ -443,6 +464,7 @@ bool ldap_auth_prepare(PgSocket *c, const LdapOptions *rule)
 	r->watch_fd = -1;
 	auth_job_attach(&r->job, &pool, c);
 	r->job.own_deadline = true;
+	r->job.lane = directory_lane(o);
 	return true;
 }
 

@@ -53,7 +53,7 @@ typedef struct PamRequest {
 static void check(AuthJob *job);
 static void finish(AuthJob *job, PgSocket *c);
 
-static AuthPool pool = AUTH_POOL_INIT("PAM", PAM_THREADS, check, finish, NULL);
+static AuthPool pool = AUTH_POOL_INIT("PAM", PAM_THREADS, 0, check, finish, NULL);
 
 bool pam_available(void)
 {
