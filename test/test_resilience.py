@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import signal
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -379,3 +380,100 @@ def test_scale_down_gives_up_a_pending_respawn_before_a_running_worker(bouncer, 
     flag.unlink()
     assert logins(b, 6) == [1] * 6
     assert list(show_workers(b, via=1)) == [1]
+
+
+# Holds a worker where a test wants it: bind() of worker 1's private socket (before it calls itself
+# active) waits while PGB_TEST_HOLD_BIND exists, and epoll_wait() in the process whose pid
+# PGB_TEST_HOLD_LOOP holds waits while that file does (before its loop reads the master's orders).
+HOLD = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static int holds_me(const char *flag)
+{
+	int fd = flag ? open(flag, O_RDONLY | O_CLOEXEC) : -1;
+	if (fd < 0)
+		return 0;
+	char buf[32] = {0};
+	ssize_t got = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	return got > 0 && atoi(buf) == (int)getpid();
+}
+
+int bind(int fd, const struct sockaddr *sa, socklen_t len)
+{
+	const char *flag = getenv("PGB_TEST_HOLD_BIND");
+	if (sa->sa_family == AF_UNIX && strstr(((const struct sockaddr_un *)sa)->sun_path, "/worker.1/"))
+		while (flag && access(flag, F_OK) == 0)
+			usleep(20000);
+	int (*real)(int, const struct sockaddr *, socklen_t) = dlsym(RTLD_NEXT, "bind");
+	return real(fd, sa, len);
+}
+
+int epoll_wait(int epfd, struct epoll_event *ev, int n, int timeout)
+{
+	const char *flag = getenv("PGB_TEST_HOLD_LOOP");
+	if (holds_me(flag)) {
+		char held[4096];
+		snprintf(held, sizeof(held), "%s.held", flag);
+		close(open(held, O_WRONLY | O_CREAT | O_CLOEXEC, 0644)); /* the test sees the loop held */
+		while (holds_me(flag))
+			usleep(20000);
+	}
+	int (*real)(int, struct epoll_event *, int, int) = dlsym(RTLD_NEXT, "epoll_wait");
+	return real(epfd, ev, n, timeout);
+}
+"""
+
+
+def test_worker_drained_while_starting_shows_draining(bouncer, session_dir, tmp_path):
+    """Worker 1 is still starting when max_workers goes back down and the master drains it: once it
+    is up it shows draining, not active (its start overwrote the master's mark: SHOW WORKERS and
+    /metrics called a worker active that was on its way out)."""
+    cc = shutil.which("cc")
+    if not cc:
+        pytest.skip("no C compiler for the shim")
+    src = tmp_path / "hold.c"
+    src.write_text(HOLD)
+    so = session_dir / f"hold-{os.getpid()}-{tmp_path.name}.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"], check=True)
+    os.chmod(so, 0o755)
+    hold_bind = session_dir / f"hold-bind-{os.getpid()}-{tmp_path.name}"
+    hold_loop = session_dir / f"hold-loop-{os.getpid()}-{tmp_path.name}"
+    asan = os.environ.get("ASAN_OPTIONS")  # see failing_fork
+    env = {"LD_PRELOAD": str(so), "PGB_TEST_HOLD_BIND": str(hold_bind), "PGB_TEST_HOLD_LOOP": str(hold_loop),
+           "ASAN_OPTIONS": (asan + ":" if asan else "") + "verify_asan_link_order=0"}
+    try:
+        b = bouncer(ini_overrides={**TWO, "min_workers": 1, "max_workers": 2}, env=env)
+        wait_for(lambda: states(b) == ["active"], "one worker")
+        hold_bind.write_text("")
+        # on worker 0's own socket: a TCP login may land on the slot of worker 1, which waits
+        with private_console(b, 0) as admin:
+            admin.execute("SET min_workers = 2")
+        wait_for(lambda: states(b) == ["active", "starting"], "worker 1 starting")
+        pid = show_workers(b)[1]["pid"]
+        with private_console(b, 0) as admin:
+            admin.execute("SET min_workers = 1")
+            admin.execute("SET max_workers = 1")
+        wait_for(lambda: states(b) == ["active", "draining"], "worker 1 drained while it starts")
+        hold_loop.write_text(str(pid))
+        hold_bind.unlink()
+        # past its start, before its loop reads the order to drain
+        held = Path(f"{hold_loop}.held")
+        wait_for(held.exists, "worker 1's loop held")
+        assert show_workers(b)[1]["state"] == "draining"
+        hold_loop.unlink()
+        wait_for(lambda: states(b) == ["active"], "worker 1 gone")
+    finally:
+        hold_bind.unlink(missing_ok=True)
+        hold_loop.unlink(missing_ok=True)
+        Path(f"{hold_loop}.held").unlink(missing_ok=True)
+        so.unlink(missing_ok=True)

@@ -380,8 +380,11 @@ int worker_main(int id, Config *cf, const TlsContexts *tls, const ConsoleState *
 	event_add(wk.publish_ev, &pt);
 	worker_publish();
 	worker_private_listen();
-	if (wk.slot)
-		atomic_store(&wk.slot->state, SLOT_ACTIVE);
+	if (wk.slot) {
+		/* only from starting: a master that drained us meanwhile has marked the slot draining */
+		uint32_t starting = SLOT_STARTING;
+		atomic_compare_exchange_strong(&wk.slot->state, &starting, SLOT_ACTIVE);
+	}
 	/* one pass at a time: the sends a pass queued are submitted together at its end (worker/sendq.h) */
 	sbuf_init_sends();
 	sbuf_init_receives(wk.base);
