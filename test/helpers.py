@@ -4,6 +4,8 @@ check that a pooler and a bystander client came through a bad input
 unharmed. Fixtures live in conftest.py; the raw protocol client in pgwire.py.
 """
 
+import os
+import shutil
 import subprocess
 import threading
 import time
@@ -248,3 +250,25 @@ def assert_cancels(c, times=4):
         timer.join()
         assert exc.value.sqlstate == "57014"
     assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+def preload_shim(session_dir, tmp_path, name, source, **variables):
+    """Compiles `source` (C that stands in for libc functions, reaching the real ones with
+    dlsym(RTLD_NEXT)) into a library in the session directory, which the run-as user can read;
+    returns (env, so): the environment that preloads it into a pooler, with the variables given,
+    and the library's path (the caller removes it). Skips the test without a C compiler."""
+    cc = shutil.which("cc")
+    if not cc:
+        pytest.skip(f"no C compiler for the {name} shim")
+    src = tmp_path / f"{name}.c"
+    src.write_text(source)
+    so = session_dir / f"{name}-{os.getpid()}-{tmp_path.name}.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"], check=True)
+    os.chmod(so, 0o755)
+    env = {"LD_PRELOAD": str(so), **variables}
+    # an ASan build (scripts/test --sanitize) refuses to start when another library is preloaded
+    # before its runtime; the shim must come first to stand in for libc, so that check is turned
+    # off, keeping the harness's other ASan options
+    asan = os.environ.get("ASAN_OPTIONS")
+    env["ASAN_OPTIONS"] = (asan + ":" if asan else "") + "verify_asan_link_order=0"
+    return env, so

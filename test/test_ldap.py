@@ -453,6 +453,20 @@ def test_deadline_of_a_queued_check(bouncer, d):
     assert who(b, ALICE) == ALICE
 
 
+def start_checks(b, user, n):
+    """n raw clients that log in as user and send the directory's password: n LDAP checks
+    submitted; returns the clients, waiting for their answers."""
+    clients = []
+    for _ in range(n):
+        w = PgWire(b.port)
+        w.startup(user=user)
+        assert w.read_msg()[0] == b"R"
+        password = USERS[user].encode() + b"\0"
+        w.send(b"p" + (len(password) + 4).to_bytes(4, "big") + password)
+        clients.append(w)
+    return clients
+
+
 def test_clients_that_leave_free_their_threads(bouncer, d, run_as):
     """A directory that accepts connections and never answers holds the eight threads of eight
     checks; their clients leave. The checks are cut short then, not at their deadline: another
@@ -471,12 +485,7 @@ def test_clients_that_leave_free_their_threads(bouncer, d, run_as):
     b.start(["-v"])
     try:
         mark = b.log_mark()
-        for _ in range(8):
-            w = PgWire(b.port)
-            w.startup(user=ALICE)
-            assert w.read_msg()[0] == b"R"
-            password = USERS[ALICE].encode() + b"\0"
-            w.send(b"p" + (len(password) + 4).to_bytes(4, "big") + password)
+        for w in start_checks(b, ALICE, 8):
             w.close()
         wait_for(lambda: len(re.findall(r"client disconnected during LDAP authentication",
                                         b.log_text()[mark:])) == 8, "the eight clients seen leaving")
@@ -499,8 +508,7 @@ def test_hung_directory_leaves_threads_for_another(bouncer, d, run_as):
     b = bouncer(ini_overrides={"auth_type": "hba", "max_workers": 1, "client_login_timeout": 30}, env=d.env(),
                 start=False)
     hung = simple(d, port=dead.getsockname()[1])
-    hba = run_as.write(b.dir / "hba.conf", "host all pgbouncer 127.0.0.1/32 trust\n"
-                                           f"host all {ALICE} 127.0.0.1/32 ldap {hung}\n"
+    hba = run_as.write(b.dir / "hba.conf", f"host all {ALICE} 127.0.0.1/32 ldap {hung}\n"
                                            f"host all {BOB} 127.0.0.1/32 ldap {simple(d)}\n"
                                            "local all all trust\n")
     b.update(auth_hba_file=str(hba))
@@ -509,13 +517,7 @@ def test_hung_directory_leaves_threads_for_another(bouncer, d, run_as):
     holders = []
     try:
         mark = b.log_mark()
-        for _ in range(10):  # two more than a directory may hold: they wait in the queue
-            w = PgWire(b.port)
-            w.startup(user=ALICE)
-            assert w.read_msg()[0] == b"R"
-            password = USERS[ALICE].encode() + b"\0"
-            w.send(b"p" + (len(password) + 4).to_bytes(4, "big") + password)
-            holders.append(w)
+        holders = start_checks(b, ALICE, 10)  # two more than a directory may hold: they wait in the queue
         wait_for(lambda: len(re.findall(r"LDAP check queued", b.log_text()[mark:])) == 10, "10 checks submitted")
         start = time.monotonic()
         assert who(b, BOB) == BOB

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from conftest import wait_for
-from helpers import conn_on, console, rows, worker_of
+from helpers import conn_on, console, preload_shim, rows, worker_of
 
 TWO = {"min_workers": 2, "max_workers": 2, "log_connections": 0, "log_disconnections": 0}
 
@@ -302,22 +302,8 @@ pid_t fork(void)
 def failing_fork(session_dir, tmp_path):
     """(env, flag): a pooler started with env fails every fork() (EAGAIN, as at a
     process limit) while the flag file exists."""
-    cc = shutil.which("cc")
-    if not cc:
-        pytest.skip("no C compiler for the fork() shim")
-    src = tmp_path / "failfork.c"
-    src.write_text(FAIL_FORK)
-    so = session_dir / f"failfork-{os.getpid()}-{tmp_path.name}.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"], check=True)
-    os.chmod(so, 0o755)
     flag = session_dir / f"failfork-{os.getpid()}-{tmp_path.name}.flag"
-    env = {"LD_PRELOAD": str(so), "PGB_TEST_FAIL_FORK": str(flag)}
-    # an ASan build (scripts/test --sanitize) refuses to start when another
-    # library is preloaded before its runtime; the shim must come first to
-    # stand in for fork(), so that check is turned off, keeping the
-    # harness's other ASan options
-    asan = os.environ.get("ASAN_OPTIONS")
-    env["ASAN_OPTIONS"] = (asan + ":" if asan else "") + "verify_asan_link_order=0"
+    env, so = preload_shim(session_dir, tmp_path, "failfork", FAIL_FORK, PGB_TEST_FAIL_FORK=str(flag))
     yield env, flag
     flag.unlink(missing_ok=True)
     so.unlink(missing_ok=True)
@@ -438,19 +424,10 @@ def test_worker_drained_while_starting_shows_draining(bouncer, session_dir, tmp_
     """Worker 1 is still starting when max_workers goes back down and the master drains it: once it
     is up it shows draining, not active (its start overwrote the master's mark: SHOW WORKERS and
     /metrics called a worker active that was on its way out)."""
-    cc = shutil.which("cc")
-    if not cc:
-        pytest.skip("no C compiler for the shim")
-    src = tmp_path / "hold.c"
-    src.write_text(HOLD)
-    so = session_dir / f"hold-{os.getpid()}-{tmp_path.name}.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"], check=True)
-    os.chmod(so, 0o755)
     hold_bind = session_dir / f"hold-bind-{os.getpid()}-{tmp_path.name}"
     hold_loop = session_dir / f"hold-loop-{os.getpid()}-{tmp_path.name}"
-    asan = os.environ.get("ASAN_OPTIONS")  # see failing_fork
-    env = {"LD_PRELOAD": str(so), "PGB_TEST_HOLD_BIND": str(hold_bind), "PGB_TEST_HOLD_LOOP": str(hold_loop),
-           "ASAN_OPTIONS": (asan + ":" if asan else "") + "verify_asan_link_order=0"}
+    env, so = preload_shim(session_dir, tmp_path, "hold", HOLD, PGB_TEST_HOLD_BIND=str(hold_bind),
+                           PGB_TEST_HOLD_LOOP=str(hold_loop))
     try:
         b = bouncer(ini_overrides={**TWO, "min_workers": 1, "max_workers": 2}, env=env)
         wait_for(lambda: states(b) == ["active"], "one worker")

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from conftest import parent_pid, pg_bindir, pid_alive, record_kills, stop_pooler, wait_for
-from helpers import (assert_cancels, Background, BusyTransactions, conn_on, pool_row, rows, scram_salt,
-                     two_workers, workers)
+from helpers import (assert_cancels, Background, BusyTransactions, conn_on, pool_row, preload_shim, rows,
+                     scram_salt, two_workers, workers)
 from test_auth_query import apg, setup  # noqa: F401 (fixtures)
 
 QUIET = {"log_connections": 0, "log_disconnections": 0}
@@ -940,25 +940,15 @@ def test_new_master_fatal_in_grace_leaves_the_old_trees_files(bouncer, old_trees
     still there for it; before, the new master's exit removed them, and the old tree served on
     TCP only, unreachable to a later -R."""
     import psycopg
-    import shutil
-    cc = shutil.which("cc")
-    if not cc:
-        pytest.skip("no C compiler for the epoll_wait() shim")
-    src = tmp_path / "failloop.c"
-    src.write_text(FAIL_LOOP)
-    so = session_dir / f"failloop-{os.getpid()}-{tmp_path.name}.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"], check=True)
-    os.chmod(so, 0o755)
     flag = session_dir / f"failloop-{os.getpid()}-{tmp_path.name}.flag"
-    asan = os.environ.get("ASAN_OPTIONS")  # see failing_fork in test_resilience.py
+    shim, so = preload_shim(session_dir, tmp_path, "failloop", FAIL_LOOP, PGB_TEST_FAIL_LOOP=str(flag))
     b = bouncer(ini_overrides=TWO)
     two_workers(b)
     old_proc, old_pid = b.proc, b.pid
     old_trees.append((old_pid, os.getpgid(old_pid)))
     mark = b.log_mark()
     b.proc = None
-    b.env = {**b.env, "LD_PRELOAD": str(so), "PGB_TEST_FAIL_LOOP": str(flag),
-             "ASAN_OPTIONS": (asan + ":" if asan else "") + "verify_asan_link_order=0"}
+    b.env = {**b.env, **shim}
     try:
         b.start(["-R"])
         new = b.proc
@@ -971,7 +961,7 @@ def test_new_master_fatal_in_grace_leaves_the_old_trees_files(bouncer, old_trees
         b.wait_log(rf"online restart: pid {new.pid} went away \d+\.\d s after taking over, within the grace "
                    r"period \(\d+ s\): this process carries on", after=mark)
     finally:
-        b.env = {k: v for k, v in b.env.items() if k not in ("LD_PRELOAD", "PGB_TEST_FAIL_LOOP", "ASAN_OPTIONS")}
+        b.env = {k: v for k, v in b.env.items() if k not in shim}
         flag.unlink(missing_ok=True)
         so.unlink(missing_ok=True)
     wait_for(lambda: b._read_pidfile() == old_pid, "the pidfile to name the old master again")
