@@ -453,6 +453,25 @@ def test_deadline_of_a_queued_check(bouncer, d):
     assert who(b, ALICE) == ALICE
 
 
+def hung_and_answering(bouncer, d, run_as):
+    """One worker, client_login_timeout 30 s; alice's LDAP logins go to a directory that accepts
+    connections and never answers (a listening socket nobody reads: the caller closes it), bob's
+    to the real one. Returns (that socket, the pooler)."""
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    dead.listen(64)
+    b = bouncer(ini_overrides={"auth_type": "hba", "max_workers": 1, "client_login_timeout": 30}, env=d.env(),
+                start=False)
+    hung = simple(d, port=dead.getsockname()[1])
+    hba = run_as.write(b.dir / "hba.conf", f"host all {ALICE} 127.0.0.1/32 ldap {hung}\n"
+                                           f"host all {BOB} 127.0.0.1/32 ldap {simple(d)}\n"
+                                           "local all all trust\n")
+    b.update(auth_hba_file=str(hba))
+    b.write_ini()
+    b.start(["-v"])
+    return dead, b
+
+
 def start_checks(b, user, n):
     """n raw clients that log in as user and send the directory's password: n LDAP checks
     submitted; returns the clients, waiting for their answers."""
@@ -471,18 +490,7 @@ def test_clients_that_leave_free_their_threads(bouncer, d, run_as):
     """A directory that accepts connections and never answers holds the eight threads of eight
     checks; their clients leave. The checks are cut short then, not at their deadline: another
     user's login, to a directory that answers, goes through at once."""
-    dead = socket.socket()
-    dead.bind(("127.0.0.1", 0))
-    dead.listen(64)
-    b = bouncer(ini_overrides={"auth_type": "hba", "max_workers": 1, "client_login_timeout": 30}, env=d.env(),
-                start=False)
-    hung = simple(d, port=dead.getsockname()[1])
-    hba = run_as.write(b.dir / "hba.conf", f"host all {ALICE} 127.0.0.1/32 ldap {hung}\n"
-                                           f"host all {BOB} 127.0.0.1/32 ldap {simple(d)}\n"
-                                           "local all all trust\n")
-    b.update(auth_hba_file=str(hba))
-    b.write_ini()
-    b.start(["-v"])
+    dead, b = hung_and_answering(bouncer, d, run_as)
     try:
         mark = b.log_mark()
         for w in start_checks(b, ALICE, 8):
@@ -502,18 +510,7 @@ def test_hung_directory_leaves_threads_for_another(bouncer, d, run_as):
     goes through at once, not after those deadlines. A directory's checks hold at most eight of the
     worker's LDAP threads; before, the eight were all the worker had (doc/ldap.md, "When the
     directory does not answer")."""
-    dead = socket.socket()
-    dead.bind(("127.0.0.1", 0))
-    dead.listen(64)
-    b = bouncer(ini_overrides={"auth_type": "hba", "max_workers": 1, "client_login_timeout": 30}, env=d.env(),
-                start=False)
-    hung = simple(d, port=dead.getsockname()[1])
-    hba = run_as.write(b.dir / "hba.conf", f"host all {ALICE} 127.0.0.1/32 ldap {hung}\n"
-                                           f"host all {BOB} 127.0.0.1/32 ldap {simple(d)}\n"
-                                           "local all all trust\n")
-    b.update(auth_hba_file=str(hba))
-    b.write_ini()
-    b.start(["-v"])
+    dead, b = hung_and_answering(bouncer, d, run_as)
     holders = []
     try:
         mark = b.log_mark()
