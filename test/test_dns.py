@@ -173,6 +173,32 @@ def test_server_of_an_address_gone_from_dns_is_closed(bouncer, pg, fake_dns):
     holder.close()
 
 
+def test_address_that_refuses_is_followed_by_the_next_at_once(bouncer, pg, fake_dns):
+    """A name with two addresses, one of which refuses connections (as `localhost` with ::1 first on
+    a Debian host whose PostgreSQL listens on 127.0.0.1 only): the server connection that got the
+    refusing one is followed at once by one to the next address, as libpq would, so the clients
+    never wait server_login_retry (15 s here, past their query_wait_timeout of 5 s)."""
+    dns = fake_dns({"db.example.test": ["127.0.0.2", "127.0.0.1"]})  # PostgreSQL: 127.0.0.1 only
+    b = bouncer(databases={"two": f"host=db.example.test port={pg.port} dbname=postgres"}, start=False,
+                ini_overrides={"query_wait_timeout": 5, "server_login_retry": 15, "min_workers": 1,
+                               "max_workers": 1})
+    resolv = b.dir / "resolv.conf"
+    b.run_as.write(resolv, f"nameserver {dns.addr}\noptions timeout:1 attempts:1\n")
+    b.update(resolv_conf=str(resolv))
+    b.write_ini()
+    b.start()
+    # session mode: each client holds a server of its own, so the connections go to both addresses
+    clients = [b.connect(dbname="two", autocommit=True) for _ in range(3)]
+    for c in clients:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+    b.wait_log(r"connect failed: Connection refused")
+    with b.admin() as admin:
+        servers = admin.execute("SHOW SERVERS").fetchall()
+    assert sorted(r[5] for r in servers) == ["127.0.0.1"] * 3, servers
+    for c in clients:
+        c.close()
+
+
 def test_failed_lookup_is_cached_for_dns_nxdomain_ttl(bouncer, pg, fake_dns):
     """A name that did not resolve is not looked up again before
     dns_nxdomain_ttl: clients fail at once meanwhile; after it, the name

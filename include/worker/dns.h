@@ -35,6 +35,8 @@ void dns_foreach_host(void (*fn)(void *arg, const char *name, long long ttl, con
 
 /* Number of cached names and of lookups in flight (SHOW LISTS). */
 int dns_name_count(void);
+/* How many addresses the cached answer for host has: 1 for an address, a socket or a name not cached. */
+int dns_address_count(const char *host);
 void dns_for_each_name(void (*fn)(const char *name, void *arg), void *arg); /* every cached host name */
 int dns_pending_count(void);
 

@@ -202,6 +202,13 @@ struct PgPool {
 	VarFill last_fill; /* the clients of a pool mostly start with the same values */
 
 	bool last_login_failed; /* within server_login_retry of a failure */
+	/*
+	 * A name with several addresses: how many the last launch's host had,
+	 * and the connects refused in a row since one last succeeded
+	 * (server.c, next_address_at_once()).
+	 */
+	int launch_addrs;
+	int connect_fail_run;
 	usec_t last_failed_time;
 	char failed_msg[256];       /* cached reason for the fast-fail message */
 	usec_t last_lifetime_close; /* spacing of server_lifetime closes */

@@ -339,6 +339,12 @@ void dns_for_each_name(void (*fn)(const char *name, void *arg), void *arg)
 	list_for_each(i, &entries) fn(container_of(i, DnsEntry, node)->name, arg);
 }
 
+int dns_address_count(const char *host)
+{
+	const DnsEntry *e = find(host);
+	return e && !e->failed && e->n_addrs > 1 ? e->n_addrs : 1;
+}
+
 int dns_pending_count(void)
 {
 	int n = 0;

@@ -147,6 +147,21 @@ static void dns_failed_attempt(PgPool *pool)
 	disconnect_server(s, false, "server DNS lookup failed");
 }
 
+/*
+ * A connect that failed (refused, unreachable) to one address of a name
+ * that has several: true when the next address is to be tried at once, as
+ * libpq does, instead of after server_login_retry; false once each has
+ * failed in a row (doc/pgbouncer.5.md, "host"). Nothing was sent, so the
+ * next try changes nothing on any server.
+ */
+static bool next_address_at_once(PgPool *pool)
+{
+	if (++pool->connect_fail_run < pool->launch_addrs)
+		return true;
+	pool->connect_fail_run = 0;
+	return false;
+}
+
 /* Inside failed_in_launch(): the server closing is the launch's own (server_closed()). */
 static bool launch_failing;
 
@@ -190,6 +205,7 @@ static bool launch(PgPool *pool, PgSocket *repl_client, BudgetHold *hold)
 		    disconnect_client(container_of(i, PgSocket, node), true, "%s", err);
 		return false;
 	}
+	pool->launch_addrs = dns_address_count(host);
 	PgSocket *s = socket_new(true);
 	s->pool = pool;
 	s->login_user = pool->user;
@@ -224,7 +240,8 @@ static bool launch(PgPool *pool, PgSocket *repl_client, BudgetHold *hold)
 	if (!sbuf_connect(&s->sb, wk.base, (struct sockaddr *)&ss, len, (uint32_t)wk.cf.g.pkt_buf,
 	                  wk.cf.g.max_packet_size, tune_tcp_socket, server_cb, s)) {
 		slog(LG_LOG, s, "connect failed: %s", strerror(s->sb.last_errno));
-		pool_login_failed(pool, NULL, "server connect failed", false);
+		if (!next_address_at_once(pool)) /* else the janitor's next pass tries the next address */
+			pool_login_failed(pool, NULL, "server connect failed", false);
 		failed_in_launch(s, "connect failed");
 		return false;
 	}
@@ -846,6 +863,7 @@ static __attribute__((noinline)) SBufAction server_event(SBuf *sb, SBufEvent ev,
 	PgSocket *s = sb->owner;
 	switch (ev) {
 	case SBEV_CONNECTED: {
+		s->pool->connect_fail_run = 0;
 		if (s->tls_pending || s->tls_host) {
 			/* SSLRequest; the answer is one byte */
 			static const uint8_t ssl_request[8] = {0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f};
@@ -876,7 +894,9 @@ static __attribute__((noinline)) SBufAction server_event(SBuf *sb, SBufEvent ev,
 	case SBEV_DIRECT_TLS:
 		return SB_CONSUMED;
 	case SBEV_CONNECT_FAILED:
-		pool_login_failed(s->pool, NULL, "server connect failed", false);
+		/* else the close launches the next connection, to the next address */
+		if (!next_address_at_once(s->pool))
+			pool_login_failed(s->pool, NULL, "server connect failed", false);
 		disconnect_server(s, false, "connect failed: %s", strerror(sb->last_errno));
 		return SB_CLOSED;
 	case SBEV_EOF:
