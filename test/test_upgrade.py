@@ -455,6 +455,37 @@ def test_upgrade_hands_persistent_clients_over(bouncer, old_trees, mode):
 
 
 
+@pytest.mark.parametrize("mode", ["transaction", "session"])
+def test_new_worker_killed_in_the_grace_period_still_gets_the_old_clients(bouncer, old_trees, mode):
+    """-R, then kill -9 of one of the new tree's workers during the grace period, before the old
+    workers hand their clients over: the new master gives the hand-over socket that worker read to
+    another of its workers, the old tree's persistent clients move there and the old tree exits.
+    Before, the old worker met a closed socket (`the new process's worker no longer takes clients
+    (Broken pipe): the rest finish here`), and the old tree ran for as long as its clients stayed."""
+    b = bouncer(ini_overrides={**TWO, "pool_mode": mode})
+    two_workers(b)
+    clients = [conn_on(b, w) for w in (0, 1) for _ in range(3)]
+    for c in clients:
+        c.execute("SET application_name = 'kept'")
+    old_pid = b.pid
+    old_trees.append((old_pid, os.getpgid(old_pid)))
+    mark = b.log_mark()
+    b.proc = None
+    b.start(["-R"])  # up: the old tree serves on for its grace period
+    b.wait_log(r"online restart: \d+ of pid \d+'s 2 workers will hand their clients to this process", after=mark)
+    new_workers = subprocess.run(["pgrep", "-P", str(b.pid)], capture_output=True, text=True).stdout.split()
+    assert len(new_workers) == 2, new_workers
+    assert "not accepting any more" not in b.log_text()[mark:]
+    os.kill(int(new_workers[1]), signal.SIGKILL)
+    wait_for(lambda: not pid_alive(old_pid), "the old master to exit once its clients moved")
+    log = b.log_text()[mark:]
+    assert "no longer takes clients" not in log, log
+    assert "takes on the clients of the old tree's worker" in log, log
+    for c in clients:
+        assert c.execute("SHOW application_name").fetchone() == ("kept",)
+        c.close()
+
+
 def test_ids_stay_int4_and_apart_across_upgrades(bouncer, old_trees):
     """SHOW's `id` is an int4: through three online restarts in a row (each new tree's ids start
     2^30 above the old tree's, so the third goes round the int4 range) every id a client or server

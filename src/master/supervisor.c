@@ -72,6 +72,19 @@ typedef struct WorkerProc {
  */
 #define SOCKET_IDS_PER_TREE (UINT64_C(1) << 30)
 
+/*
+ * Our end of an old-tree worker's hand-over socket (-R, adoption), kept
+ * while the old tree runs: a worker of ours that dies does not close it,
+ * and another worker reads on from where it stopped (each message is one
+ * whole client).
+ */
+typedef struct OldIntake {
+	int fd;
+	int k;    /* the old worker's index */
+	int to;   /* our worker reading it, -1 = none (given at the next tick) */
+	int dead; /* the worker that read it last and died */
+} OldIntake;
+
 static struct {
 	struct event_base *base;
 	Config *cf;
@@ -92,7 +105,9 @@ static struct {
 	int shm_fd;          /* the segment's memfd, -1 = anonymous mapping */
 	pid_t pred_pids[64]; /* the master we took over from (-R), or the orphans we adopted, while they run */
 	int n_pred_pids;
-	pid_t pred_master;     /* -R: the master of pred_pids; 0: they are adopted orphans */
+	pid_t pred_master;        /* -R: the master of pred_pids; 0: they are adopted orphans */
+	OldIntake old_intake[64]; /* our ends of the old tree's hand-over sockets, while it runs */
+	int n_old_intake;
 	bool settled;          /* our workers may outlive us (CH_SETTLE; doc/workers.md "When the master dies") */
 	CpuAllowance allow;    /* the CPUs we may use (doc/workers.md, "The CPU allowance") */
 	CpuReading cpu_prev;   /* /proc/stat and the quota cgroup at the previous tick */
@@ -1045,12 +1060,18 @@ static void sample_workers(ScalerSample *out, char *ratios, size_t len)
 
 /* Scale first, then rebalance: a worker about to drain must not be sent clients. */
 static void scale_tick(void);
+static void old_intakes_move(int i, bool expected);
+static void old_intakes_close(void);
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	for (int i = 0; i < sv.n_pred_pids; i++)
 		if (kill(sv.pred_pids[i], 0) < 0 && errno == ESRCH)
 			sv.pred_pids[i--] = sv.pred_pids[--sv.n_pred_pids];
+	if (sv.n_pred_pids == 0 || sv.shutting_down)
+		old_intakes_close();
+	else
+		old_intakes_move(-1, false); /* a reader for those whose worker died when none could take them */
 	if (sv.n_pred_pids == 0 && atomic_load(&sv.shm->scaler.predecessor_live)) {
 		/* its workers gave their counts back as they exited; stop looking at its table */
 		atomic_store(&sv.shm->scaler.predecessor_live, 0);
@@ -1479,17 +1500,68 @@ void supervisor_wait_active(int timeout_ms)
 	}
 }
 
-bool supervisor_adopt_old(int k, int fd)
+/* Worker `to` reads old worker k's hand-over socket fd (CH_ADOPT); false when it could not be told. */
+static bool give_old_intake(int to, int k, int fd)
+{
+	ChannelMsg m = {.type = CH_ADOPT, .id = (uint32_t)k, .arg = 1}; /* arg 1: from the old tree */
+	return tell(to, &m, fd);
+}
+
+/* An active worker to read old worker k's clients, -1 = none now. */
+static int old_intake_reader(int k)
 {
 	int act[SHM_MAX_WORKERS], n = 0;
 	for (int i = 0; i < SHM_MAX_WORKERS; i++)
 		if (is_active(i) && takes_orders(i))
 			act[n++] = i;
-	if (n == 0)
+	return n == 0 ? -1 : act[k % n];
+}
+
+bool supervisor_adopt_old(int k, int fd)
+{
+	int to = old_intake_reader(k);
+	if (to < 0 || !give_old_intake(to, k, fd))
 		return false;
-	int to = act[k % n];
-	ChannelMsg m = {.type = CH_ADOPT, .id = (uint32_t)k, .arg = 1}; /* arg 1: from the old tree */
-	return tell(to, &m, fd);
+	int keep;
+	if (sv.n_old_intake < (int)(sizeof(sv.old_intake) / sizeof(sv.old_intake[0])) &&
+	    (keep = fcntl(fd, F_DUPFD_CLOEXEC, 0)) >= 0)
+		sv.old_intake[sv.n_old_intake++] = (OldIntake){.fd = keep, .k = k, .to = to, .dead = -1};
+	return true;
+}
+
+/*
+ * Our worker i died: the old-tree sockets it read go to another worker
+ * (now, or at the next tick when none is active), or its old-tree clients
+ * would finish in the old tree, which would then run as long as they stay
+ * connected. One that died draining had stopped its intakes: they end.
+ */
+static void old_intakes_move(int i, bool expected)
+{
+	for (int j = 0; j < sv.n_old_intake; j++) {
+		OldIntake *in = &sv.old_intake[j];
+		if (in->to != i)
+			continue; /* i = -1: those without a reader */
+		if (i >= 0 && expected) {
+			close(in->fd);
+			sv.old_intake[j--] = sv.old_intake[--sv.n_old_intake];
+			continue;
+		}
+		if (i >= 0)
+			in->dead = i;
+		int to = old_intake_reader(in->k);
+		in->to = to >= 0 && give_old_intake(to, in->k, in->fd) ? to : -1;
+		if (in->to >= 0)
+			log_info("worker %d takes on the clients of the old tree's worker %d from worker %d", in->to,
+			         in->k, in->dead);
+	}
+}
+
+/* The old tree is gone: nothing more comes over its sockets. */
+static void old_intakes_close(void)
+{
+	for (int j = 0; j < sv.n_old_intake; j++)
+		close(sv.old_intake[j].fd);
+	sv.n_old_intake = 0;
 }
 
 void supervisor_predecessor_add(const pid_t *pids, int n)
@@ -1578,6 +1650,7 @@ bool supervisor_reap(bool shutting_down)
 		moved_forget_slot(i);
 		/* whatever it held (servers it can no longer close, clients) goes back to the others */
 		budget_reset_worker(&sv.shm->budget, i);
+		old_intakes_move(i, expected);
 		if (expected) {
 			/* on its way out: not respawned, but a crash is still a crash in the log */
 			const char *during = w->draining ? " while draining" : " while shutting down";
