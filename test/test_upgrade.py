@@ -454,7 +454,6 @@ def test_upgrade_hands_persistent_clients_over(bouncer, old_trees, mode):
         c.close()
 
 
-
 @pytest.mark.parametrize("mode", ["transaction", "session"])
 def test_new_worker_killed_in_the_grace_period_still_gets_the_old_clients(bouncer, old_trees, mode):
     """-R, then kill -9 of one of the new tree's workers during the grace period, before the old

@@ -512,6 +512,9 @@ static bool spawn(int i)
 				close(sv.w[j].ctl);
 		}
 		upgrade_forget_in_child();
+		/* the master's copies of the old tree's hand-over sockets: a worker's copy would hide their EOF */
+		for (int j = 0; j < sv.n_old_intake; j++)
+			close(sv.old_intake[j].fd);
 		/*
 		 * Every slot it takes, each with all addresses, and the unix
 		 * socket: a respawn after a drain may take many slots at once.
