@@ -393,3 +393,40 @@ def test_old_master_killed_between_its_sockets_and_the_commit(bouncer, old_trees
     b.wait_ready()
     assert errors_over(conns, 8) == []
     assert "did not confirm the hand-over" in b.log_text()[mark:]
+
+
+@pytest.mark.parametrize("command", ["PAUSE", "PAUSE postgres"])
+def test_an_orphan_paused_when_its_master_died_resumes_once_adopted(bouncer, old_trees, command):  # noqa: F811
+    """The master dies while the pooler is paused, a client waiting in the
+    pause. The new master does not know the pause, and once it has adopted
+    the orphans no console reaches them (their private sockets are the new
+    workers' now) and nothing moves from a paused worker: the waiting client
+    hung for ever. An adopted orphan resumes; the client gets its answer."""
+    b = bouncer(ini_overrides=TWO)
+    wait_for(lambda: len(workers(b)) == 2, "two workers")
+    conns = clients_on_both_workers(b, 2)
+    conns = [next(c for c in conns if worker_of(c) == w) for w in (0, 1)]
+    with b.admin(prepare_threshold=None) as admin:
+        admin.execute(command)
+    result = {}
+
+    def waiter(c):
+        try:
+            result[worker_of(c)] = c.execute("SELECT 5").fetchone()
+        except psycopg.Error as e:
+            result[worker_of(c)] = e
+
+    waiters = [threading.Thread(target=waiter, args=(c,)) for c in conns]
+    for t in waiters:
+        t.start()
+    mark = b.log_mark()
+    kill_master(b, old_trees)
+    b.wait_log(r"master process went away", after=mark)
+    assert result == {}, "the pause let a query through"
+    b.start()
+    b.wait_log(r"adopted while the pooler was paused: resuming", after=mark)
+    for t in waiters:
+        t.join(timeout=20)
+    assert result == {0: (5,), 1: (5,)}
+    with tcp(b) as fresh:
+        assert fresh.execute("SELECT 6").fetchone() == (6,)

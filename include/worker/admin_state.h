@@ -39,5 +39,13 @@ void admin_state_left_out(uint64_t mask);
  * pooler's state in memfd `fd` over (admin_take_state()).
  */
 void admin_state_sync(int fd);
+/*
+ * A new master adopted this orphaned worker (worker/orphan.h): resume a
+ * PAUSE, SUSPEND or paused databases in force here. The new tree does not
+ * know them, and no console reaches this worker any more (its private socket
+ * is the new worker's), so nothing would ever resume its waiting clients,
+ * which cannot move while paused. Disabled databases stay disabled.
+ */
+void admin_state_adopted(void);
 
 #endif

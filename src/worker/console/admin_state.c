@@ -151,3 +151,37 @@ void admin_state_sync(int fd)
 	                                                           : "running");
 	admin_take_state(&inherited);
 }
+
+void admin_state_adopted(void)
+{
+	bool paused = wk.pause_mode != P_NONE;
+	ConsoleState now = {0};
+	console_state_begin(&now, CS_RUNNING);
+	List *i;
+	list_for_each(i, &wk.databases)
+	{
+		PgDatabase *db = container_of(i, PgDatabase, node);
+		if (db->admin)
+			continue;
+		paused |= db->paused;
+		if (db->disabled)
+			console_state_add(&now, CS_DB_DISABLED, db->name);
+	}
+	/* auto-databases created from now on are not paused either */
+	ConsoleState kept = {0};
+	console_state_begin(&kept, CS_RUNNING);
+	size_t pos = 0;
+	char kind;
+	const char *name;
+	while (console_state_next(&inherited, &pos, &kind, &name))
+		if (kind == CS_DB_DISABLED)
+			console_state_add(&kept, kind, name);
+	console_state_free(&inherited);
+	inherited = kept;
+	if (paused) {
+		log_warning("adopted while the pooler was paused: resuming, as the new tree is not paused and no "
+		            "console reaches this worker any more");
+		admin_take_state(&now);
+	}
+	console_state_free(&now);
+}

@@ -28,6 +28,7 @@
 #include "common/log.h"
 #include "common/scram.h"
 #include "common/util.h"
+#include "worker/admin_state.h"
 #include "worker/worker.h"
 
 #define ORPHAN_PROTOCOL 1
@@ -130,6 +131,7 @@ static void on_hello(evutil_socket_t fd, short what, void *arg)
 	log_info("adopted by a new master (pid %d): this worker hands its clients to the new tree once that has "
 	         "served for its grace period",
 	         (int)pid);
+	admin_state_adopted();
 }
 
 static void on_accept(evutil_socket_t fd, short what, void *arg)
