@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from conftest import parent_pid, pid_alive, wait_for
-from helpers import assert_cancels, rows, worker_of, workers
+from helpers import Background, assert_cancels, conn_on, rows, worker_of, workers
 from test_upgrade import Writer, old_trees  # noqa: F401 (fixture)
 
 TWO = {"min_workers": 2, "max_workers": 2, "log_connections": 0, "log_disconnections": 0,
@@ -430,3 +430,28 @@ def test_an_orphan_paused_when_its_master_died_resumes_once_adopted(bouncer, old
     assert result == {0: (5,), 1: (5,)}
     with tcp(b) as fresh:
         assert fresh.execute("SELECT 6").fetchone() == (6,)
+
+
+@pytest.mark.parametrize("mode", ["session", "transaction"])
+def test_a_worker_that_dies_without_a_master_gives_its_pool_share_back(bouncer, old_trees, mode):  # noqa: F811
+    """The master is dead; worker 0 holds the whole pool (3 servers in
+    transactions) and worker 1's clients wait for one. Worker 0 is killed:
+    no master reaps it, so nobody gave its units back and worker 1's
+    clients waited until query_wait_timeout. Now the surviving orphan gives
+    them back and its clients are served at once."""
+    b = bouncer(ini_overrides={**TWO, "pool_mode": mode, "default_pool_size": 3, "query_wait_timeout": 30})
+    wait_for(lambda: len(workers(b)) == 2, "two workers")
+    holders = [conn_on(b, 0) for _ in range(3)]
+    for h in holders:
+        h.execute("BEGIN")
+        h.execute("SELECT 1")
+    waiters = [conn_on(b, 1) for _ in range(3)]
+    pid0 = next(w["pid"] for w in workers(b) if w["worker"] == 0)
+    mark = b.log_mark()
+    kill_master(b, old_trees)
+    b.wait_log(r"master process went away", after=mark)
+    answers = [Background(lambda c=c: c.execute("SELECT 7").fetchone()) for c in waiters]
+    os.kill(pid0, signal.SIGKILL)
+    b.wait_log(rf"worker 0 \(pid {pid0}\) died while no master runs: its share of the pool limits goes back",
+               after=mark)
+    assert [a.result(10) for a in answers] == [(7,)] * 3

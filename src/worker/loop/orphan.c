@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/budget.h"
 #include "common/channel.h"
 #include "common/log.h"
 #include "common/scram.h"
@@ -31,14 +33,16 @@
 #include "worker/admin_state.h"
 #include "worker/worker.h"
 
-#define ORPHAN_PROTOCOL 1
-#define HELLO_TIMEOUT_S 5 /* a connection that does not say hello within it is closed */
+#define ORPHAN_PROTOCOL  1
+#define HELLO_TIMEOUT_S  5   /* a connection that does not say hello within it is closed */
+#define REAP_INTERVAL_MS 200 /* how often a masterless worker looks for siblings that died */
 
 static int lfd = -1;             /* the adoption socket */
 static struct event *lev;        /* its accepts */
 static int pending = -1;         /* a connection that has not said hello yet */
 static struct event *pending_ev; /* its hello, or its timeout */
 static struct event *timeout_ev; /* worker_orphan_timeout */
+static struct event *reap_ev;    /* siblings that died while no master runs */
 static char path[160];           /* <private dir>/worker.<id>/adopt */
 static struct stat bound;        /* the file as we bound it */
 
@@ -188,6 +192,34 @@ static bool adoption_listen(void)
 	return true;
 }
 
+/*
+ * No master reaps a sibling that dies while we are orphans: give back what
+ * it held of the pool limits in its stead (supervisor_reap() does it with a
+ * master), or our clients would wait for its servers for ever. Its pid is
+ * cleared first, by one compare-and-swap, so that one sibling alone gives
+ * its units back.
+ */
+static void on_reap(evutil_socket_t fd, short what, void *arg)
+{
+	if (wk.master_fd >= 0 || !wk.shm)
+		return; /* adopted: the new master reaps */
+	for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+		WorkerSlot *s = &wk.shm->slots[i];
+		int32_t pid = atomic_load(&s->pid);
+		if (i == wk.id || pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH)
+			continue;
+		if (!atomic_compare_exchange_strong(&s->pid, &pid, 0))
+			continue;
+		atomic_store(&s->state, SLOT_FREE);
+		budget_reset_worker(&wk.shm->budget, i);
+		log_warning("worker %d (pid %d) died while no master runs: its share of the pool limits goes back "
+		            "to the workers left",
+		            i, (int)pid);
+	}
+	struct timeval tv = {0, REAP_INTERVAL_MS * 1000};
+	evtimer_add(reap_ev, &tv);
+}
+
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
 	if (wk.master_fd >= 0 || wk.run_state != RUN_ACTIVE)
@@ -220,5 +252,8 @@ bool orphan_begin(const char *why)
 		timeout_ev = evtimer_new(wk.base, on_timeout, NULL);
 	struct timeval tv = {(time_t)(limit / USEC_PER_SEC), (suseconds_t)(limit % USEC_PER_SEC)};
 	evtimer_add(timeout_ev, &tv);
+	if (!reap_ev)
+		reap_ev = evtimer_new(wk.base, on_reap, NULL);
+	on_reap(-1, 0, NULL);
 	return true;
 }
