@@ -413,16 +413,21 @@ def test_reload_with_broken_config_keeps_running(bouncer, case):
     assert b.alive()
 
 
+def daemon_started_as_root(bouncer, run_pgbouncer, run_as):
+    """pgbouncer -d started as root with `user` set to the run-as user; returns (b, the daemon's pid)."""
+    b = bouncer(ini_overrides={"user": run_as.name}, start=False)
+    run = run_pgbouncer(["-d", b.ini_path], as_root=True)
+    assert run.rc == 0, run
+    wait_for(lambda: b.pidfile.exists() and b.pidfile.read_text().strip(), "the pidfile")
+    return b, int(b.pidfile.read_text())
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs to be started as root")
 def test_logfile_of_switched_user_survives_reload(bouncer, run_pgbouncer, run_as):
     """Started as root with `user` set, the log file is made by that user:
     the reopen at SIGHUP (logrotate's) works and the pooler logs on, where
     a root-owned file could not be opened again and stopped it."""
-    b = bouncer(ini_overrides={"user": run_as.name}, start=False)
-    run = run_pgbouncer(["-d", b.ini_path], as_root=True)
-    assert run.rc == 0, run
-    wait_for(lambda: b.pidfile.exists() and b.pidfile.read_text().strip(), "the pidfile")
-    pid = int(b.pidfile.read_text())
+    b, pid = daemon_started_as_root(bouncer, run_pgbouncer, run_as)
     try:
         wait_for(lambda: "process up" in b.log_text(), "process up")
         assert b.logfile.stat().st_uid == run_as.uid
@@ -440,11 +445,7 @@ def test_logfile_of_switched_user_survives_reload(bouncer, run_pgbouncer, run_as
 def test_user_setting_drops_root(bouncer, run_pgbouncer, run_as):
     """Started as root with `user` set, pgbouncer switches to that user
     (doc/pgbouncer.5.md "user") and serves as it."""
-    b = bouncer(ini_overrides={"user": run_as.name}, start=False)
-    run = run_pgbouncer(["-d", b.ini_path], as_root=True)
-    assert run.rc == 0, run
-    wait_for(lambda: b.pidfile.exists() and b.pidfile.read_text().strip(), "the pidfile")
-    pid = int(b.pidfile.read_text())
+    b, pid = daemon_started_as_root(bouncer, run_pgbouncer, run_as)
     try:
         uids = next(line for line in open(f"/proc/{pid}/status") if line.startswith("Uid:")).split()[1:]
         assert {int(u) for u in uids} == {run_as.uid}, uids
